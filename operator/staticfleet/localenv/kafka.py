@@ -1,0 +1,161 @@
+"""A single-node Apache Kafka 4.x broker (KRaft, combined broker+controller) on loopback."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from staticfleet.localenv import build
+from staticfleet.localenv.procs import (
+    ProcessRecord, ServerFailed, free_port, port_open, spawn, wait_until,
+)
+from staticfleet.localenv.tools import require_tool, tail
+
+LOG4J2 = """status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.coordinator.name = org.apache.kafka.coordinator.group
+logger.coordinator.level = INFO
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+# Lowered for tests so groups form quickly and short session timeouts are allowed.
+TEST_SETTINGS = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.session.timeout.ms": "10000",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "1000",
+}
+
+
+@dataclass
+class KafkaSettings:
+    """Broker settings; `overrides` land in server.properties as given."""
+
+    port: int = 0
+    controller_port: int = 0
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def for_tests(cls) -> KafkaSettings:
+        return cls(overrides=dict(TEST_SETTINGS))
+
+
+def server_properties(data_dir: Path, port: int, controller_port: int,
+                      overrides: dict[str, str]) -> str:
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(data_dir),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "auto.create.topics.enable": "false",
+        "log.segment.bytes": str(64 * 1024 * 1024),
+    }
+    props.update(overrides)
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def java_opts(heap_mb: int = 512) -> list[str]:
+    return [f"-Xms{heap_mb // 2}m", f"-Xmx{heap_mb}m", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true"]
+
+
+@dataclass
+class KafkaBroker:
+    """A running broker: its address, its directory and its process record."""
+
+    workdir: Path
+    bootstrap: str
+    record: ProcessRecord
+
+    @property
+    def log(self) -> Path:
+        return Path(self.record.log)
+
+    def log_tail(self, lines: int = 60) -> str:
+        return tail(self.log, lines)
+
+    def generations(self, group: str) -> list[int]:
+        """Generations the coordinator stabilized for `group`, read from the broker log."""
+        pattern = re.compile(rf"Stabilized group {re.escape(group)} generation (\d+)")
+        return [int(m.group(1)) for m in pattern.finditer(self.log.read_text(errors="replace"))]
+
+    def rebalance_lines(self, group: str) -> list[str]:
+        """Log lines in which the coordinator prepares a rebalance of `group`."""
+        needle = f"Preparing to rebalance group {group} "
+        return [ln for ln in self.log.read_text(errors="replace").splitlines() if needle in ln]
+
+
+def start_kafka(workdir: Path, settings: KafkaSettings | None = None,
+                timeout: float = 90.0) -> KafkaBroker:
+    """Format KRaft storage under `workdir` and start the broker; return once it serves."""
+    settings = settings or KafkaSettings()
+    java = require_tool("java")
+    libs = build.kafka_libs()
+    data = workdir / "data"
+    if data.exists() and any(data.iterdir()):
+        raise ServerFailed(f"stale Kafka data directory {data}: remove it (staticfleet env down) "
+                           "or choose another working directory")
+    data.mkdir(parents=True, exist_ok=True)
+    port = settings.port or free_port()
+    cport = settings.controller_port or free_port()
+    for p, what in ((port, "the Kafka listener"), (cport, "the Kafka controller")):
+        if port_open(p):
+            raise ServerFailed(f"port 127.0.0.1:{p} for {what} is already in use")
+    props = workdir / "server.properties"
+    props.write_text(server_properties(data, port, cport, settings.overrides))
+    log4j = workdir / "log4j2.properties"
+    log4j.write_text(LOG4J2)
+    classpath = f"{libs}/*"
+    base = [java, *java_opts(), f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
+    log = workdir / "broker.log"
+    fmt = subprocess.run(
+        [*base, "kafka.tools.StorageTool", "format", "-t", _cluster_id(base), "-c", str(props)],
+        capture_output=True, text=True,
+    )
+    if fmt.returncode != 0:
+        raise ServerFailed(f"formatting KRaft storage failed:\n{fmt.stdout}\n{fmt.stderr}")
+    env = dict(os.environ)
+    _proc, rec = spawn("kafka", [*base, "kafka.Kafka", str(props)], log=log, env=env,
+                       cwd=workdir)
+
+    def started() -> bool:
+        return "Kafka Server started" in log.read_text(errors="replace") and port_open(port)
+
+    wait_until(started, rec=rec, timeout=timeout, what="serving")
+    return KafkaBroker(workdir=workdir, bootstrap=f"127.0.0.1:{port}", record=rec)
+
+
+def _cluster_id(base: list[str]) -> str:
+    out = subprocess.run([*base, "kafka.tools.StorageTool", "random-uuid"],
+                         capture_output=True, text=True)
+    lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+    if out.returncode != 0 or not lines:
+        raise ServerFailed(f"kafka StorageTool random-uuid failed:\n{out.stdout}\n{out.stderr}")
+    return lines[-1]

@@ -1,0 +1,8 @@
+"""Pinned versions of everything the local environment builds or downloads."""
+
+KAFKA_VERSION = "4.1.1"
+LOG4J_VERSION = "2.24.3"
+KUBERNETES_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"
+HELM_VERSION = "v3.22.0"
+PROMETHEUS_MODULE_VERSION = "v0.316.0"  # Go module version of Prometheus v3.16.0
