@@ -6,6 +6,7 @@ the server's log tail; nothing is ever skipped.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,20 +14,51 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from staticfleet.localenv.kafka import KafkaBroker, KafkaSettings, start_kafka
-from staticfleet.localenv.procs import ServerFailed, stop
+from staticfleet.localenv import environment
+from staticfleet.localenv.kafka import KafkaBroker, KafkaSettings
+from staticfleet.localenv.procs import ProcessRecord, ServerFailed, stop
 
 
 @pytest.fixture(scope="session")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    """One real Kafka 4.x broker for the test session, group minimums lowered for speed."""
-    workdir = tmp_path_factory.mktemp("kafka")
+def local_env() -> Iterator[environment.LocalEnv]:
+    """Kafka and the Kubernetes control plane for the whole session, registered so that
+    `staticfleet env down --all` (or the next session) cleans up after a crashed run."""
+    environment.reap_orphans("pytest-")
+    name = f"pytest-{os.getpid()}"
     try:
-        broker = start_kafka(workdir, KafkaSettings.for_tests())
+        env = environment.up(name, kafka_settings=KafkaSettings.for_tests(), with_node=False)
     except ServerFailed as exc:
-        pytest.fail(f"the Kafka broker did not start: {exc}", pytrace=False)
-    yield broker
-    stop(broker.record)
+        pytest.fail(f"the local environment did not start: {exc}", pytrace=False)
+    yield env
+    environment.down(name)
+
+
+@pytest.fixture(scope="session")
+def kafka(local_env: environment.LocalEnv) -> KafkaBroker:
+    """The real Kafka 4.x broker, group minimums lowered for speed."""
+    rec = local_env.record("kafka")
+    assert rec is not None
+    return KafkaBroker(workdir=local_env.root / "kafka", bootstrap=local_env.bootstrap, record=rec)
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(local_env: environment.LocalEnv) -> Path:
+    """Admin kubeconfig of the real API server (RBAC on)."""
+    return local_env.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def local_node(local_env: environment.LocalEnv) -> Iterator[ProcessRecord]:
+    """The local node: binds pods and runs them as processes."""
+    try:
+        rec = environment.start_local_node(local_env)
+    except ServerFailed as exc:
+        pytest.fail(f"the local node did not start: {exc}\n{local_env.log_tails()}",
+                    pytrace=False)
+    local_env.records.append(rec)
+    environment.save(local_env)
+    yield rec
+    stop(rec, grace=30)
 
 
 @pytest.fixture(scope="session")

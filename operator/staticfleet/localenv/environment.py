@@ -97,7 +97,8 @@ def registered() -> list[LocalEnv]:
     return envs
 
 
-def _save(env: LocalEnv) -> None:
+def save(env: LocalEnv) -> None:
+    """Write the environment's record (atomically) so other processes can find and stop it."""
     path = _registry_file(env.name)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(env.to_dict(), indent=2))
@@ -120,20 +121,20 @@ def up(name: str = "default", *, kafka_settings: KafkaSettings | None = None,
     root = Path(tempfile.mkdtemp(prefix=f"staticfleet-{name}-"))
     env = LocalEnv(name=name, root=root, bootstrap="", kubeconfig=root / "kubeconfig",
                    server="", owner_pid=os.getpid())
-    _save(env)
+    save(env)
     try:
         broker: KafkaBroker = start_kafka(root / "kafka", kafka_settings, timeout=timeout)
         env.records.append(broker.record)
         env.bootstrap = broker.bootstrap
-        _save(env)
+        save(env)
         cp: ControlPlane = start_control_plane(root / "k8s", timeout=timeout)
         env.records.extend(cp.records)
         env.server = cp.server
         shutil.copy(cp.kubeconfig, env.kubeconfig)
-        _save(env)
+        save(env)
         if with_node:
             env.records.append(start_local_node(env, timeout=timeout))
-            _save(env)
+            save(env)
     except BaseException as exc:
         tails = env.log_tails()
         down(name)

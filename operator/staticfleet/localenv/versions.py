@@ -5,4 +5,4 @@ LOG4J_VERSION = "2.24.3"
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 HELM_VERSION = "v3.22.0"
-PROMETHEUS_MODULE_VERSION = "v0.316.0"  # Go module version of Prometheus v3.16.0
+PROMETHEUS_MODULE_VERSION = "v0.309.1"  # Go module version of Prometheus v3.9.1

@@ -1,0 +1,70 @@
+"""Run probe members as real processes and collect what they report."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+
+@dataclass
+class ProbeMember:
+    """One probe member process and the events it has printed so far."""
+
+    args: list[str]
+    proc: subprocess.Popen[str] | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def start(self) -> ProbeMember:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.probe_member", *self.args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+        return self
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def terminate(self, timeout: float = 30) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def assignment(self) -> list[list[Any]] | None:
+        """Partitions of the last assign event, or None before the first one."""
+        assigns = [e for e in self.events if e["event"] == "assign"]
+        return assigns[-1]["partitions"] if assigns else None
+
+    def events_since(self, t: float) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["t"] > t and e["event"] in ("assign", "revoke", "lost")]
+
+
+def wait_for(check: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def group_state(admin: AdminClient, group: str) -> str:
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    return str(desc.state.name)
