@@ -30,17 +30,24 @@ def _files(folder: Path) -> dict[str, Path]:
     return {p.name: p for pattern in PATTERNS for p in folder.glob(pattern) if p.is_file()}
 
 
+def _show(path: Path) -> str:
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
 def drift(source: Path = SOURCE, target: Path = TARGET) -> list[str]:
     """One line per file that differs between `source` and `target`; empty when in sync."""
     src, dst = _files(source), _files(target)
     problems: list[str] = []
     for name in sorted(src.keys() | dst.keys()):
         if name not in dst:
-            problems.append(f"{target / name}: missing (source {source / name})")
+            problems.append(f"{_show(target / name)}: missing (source {_show(source / name)})")
         elif name not in src:
-            problems.append(f"{target / name}: has no source in {source}/")
+            problems.append(f"{_show(target / name)}: has no source in {_show(source)}/")
         elif src[name].read_bytes() != dst[name].read_bytes():
-            problems.append(f"{target / name}: differs from {source / name}")
+            problems.append(f"{_show(target / name)}: differs from {_show(source / name)}")
     return problems
 
 
@@ -66,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if not _files(args.source):
-        print(f"error: no CRD files in {args.source}/", file=sys.stderr)
+        print(f"error: no CRD files in {_show(args.source)}/", file=sys.stderr)
         return 2
     if args.check:
         problems = drift(args.source, args.target)
@@ -76,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {line}", file=sys.stderr)
             print(f"fix: run `{FIX}` and commit the result", file=sys.stderr)
             return 1
-        print(f"chart CRDs in sync with {args.source}/ ({len(_files(args.source))} files)")
+        print(f"chart CRDs in sync with {_show(args.source)}/ ({len(_files(args.source))} files)")
         return 0
     changed = sync(args.source, args.target)
     for line in changed:
