@@ -1,0 +1,63 @@
+"""The operator's Prometheus metrics (names and labels: docs/contracts.md)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+LABELS = ("namespace", "group")
+
+REBALANCES = Counter(
+    "staticfleet_rebalances", "Rebalances of the group the operator observed",
+    LABELS, registry=REGISTRY)
+ROLLOUT_DURATION = Histogram(
+    "staticfleet_rollout_duration_seconds", "Duration of finished rollouts", LABELS,
+    buckets=(10, 30, 60, 120, 300, 600, 1200, 3600), registry=REGISTRY)
+ROLLOUTS = Counter(
+    "staticfleet_rollouts", "Rollouts by result", (*LABELS, "result"), registry=REGISTRY)
+MEMBER_ABSENCE = Histogram(
+    "staticfleet_member_absence_seconds",
+    "From a member's stop to its return to the group with its partitions", LABELS,
+    buckets=(1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300), registry=REGISTRY)
+ROLLOUT_IN_PROGRESS = Gauge(
+    "staticfleet_rollout_in_progress", "1 while a rollout runs", LABELS, registry=REGISTRY)
+ROLLOUT_AT_RISK = Gauge(
+    "staticfleet_rollout_at_risk",
+    "1 when a rollout stopped (or would not start) because a restart runs late against the "
+    "session timeout", LABELS, registry=REGISTRY)
+TIMEOUT_CHANGES = Counter(
+    "staticfleet_timeout_changes", "Changes of an effective client timeout",
+    (*LABELS, "timeout"), registry=REGISTRY)
+EFFECTIVE_TIMEOUT = Gauge(
+    "staticfleet_effective_timeout_seconds", "Effective client timeouts",
+    (*LABELS, "timeout"), registry=REGISTRY)
+GROUP_MEMBERS = Gauge(
+    "staticfleet_group_members", "Members by state", (*LABELS, "state"), registry=REGISTRY)
+GROUP_PARTITIONS = Gauge(
+    "staticfleet_group_partitions", "Partitions of the subscribed topics", LABELS,
+    registry=REGISTRY)
+IDLE_MEMBERS = Gauge(
+    "staticfleet_group_idle_members", "Members beyond the partition count (they get nothing)",
+    LABELS, registry=REGISTRY)
+RECONCILE_ERRORS = Counter(
+    "staticfleet_reconcile_errors", "Reconcile passes that ended in an error",
+    (*LABELS, "reason"), registry=REGISTRY)
+
+
+def forget(namespace: str, group: str) -> None:
+    """Drop the series of a deleted ConsumerGroup so they do not linger."""
+    for metric in (ROLLOUT_IN_PROGRESS, ROLLOUT_AT_RISK, GROUP_PARTITIONS, IDLE_MEMBERS):
+        try:
+            metric.remove(namespace, group)
+        except KeyError:
+            pass
+    for timeout in ("session", "heartbeat", "max_poll"):
+        try:
+            EFFECTIVE_TIMEOUT.remove(namespace, group, timeout)
+        except KeyError:
+            pass
+    for state in ("desired", "ready"):
+        try:
+            GROUP_MEMBERS.remove(namespace, group, state)
+        except KeyError:
+            pass

@@ -1,0 +1,112 @@
+"""The ConsumerGroup CRD on the real API server: it installs with `kubectl apply`, teaches
+with `kubectl explain`, and refuses invalid objects with messages a user understands."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import unique
+from tests.support.kube import create_namespace, install_crds, kubectl, load_example, to_yaml
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def ns(kubeconfig: Path) -> str:
+    install_crds(kubeconfig)
+    name = unique("crd")
+    create_namespace(kubeconfig, name)
+    return name
+
+
+def valid() -> dict[str, Any]:
+    return {
+        "apiVersion": "staticfleet.io/v1alpha1", "kind": "ConsumerGroup",
+        "metadata": {"name": "orders"},
+        "spec": {
+            "replicas": 3,
+            "kafka": {"bootstrapServers": "kafka:9092", "topics": ["orders"]},
+            "template": {"image": "staticfleet/member:0.1.0"},
+        },
+    }
+
+
+def with_spec(path: str, value: Any) -> dict[str, Any]:
+    obj = valid()
+    node = obj["spec"]
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    return obj
+
+
+def dry_run(kubeconfig: Path, ns: str, obj: dict[str, Any]) -> tuple[int, str]:
+    proc = kubectl(kubeconfig, "-n", ns, "apply", "--dry-run=server", "-f", "-",
+                   input=to_yaml(obj), check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_valid_object_and_example_are_accepted(kubeconfig: Path, ns: str) -> None:
+    for obj in (valid(), load_example("consumergroup.yaml")):
+        code, out = dry_run(kubeconfig, ns, obj)
+        assert code == 0, out
+
+
+INVALID = [
+    ("replicas below zero", with_spec("replicas", -1), "spec.replicas"),
+    ("heartbeat above a third of the session",
+     with_spec("membership.timeouts", {"sessionTimeoutMs": 30000, "heartbeatIntervalMs": 15000}),
+     "heartbeatIntervalMs must be at most a third of sessionTimeoutMs"),
+    ("topics and a pattern", with_spec("kafka.topicPattern", "orders-.*"),
+     "set exactly one of kafka.topics or kafka.topicPattern"),
+    ("a topic name Kafka refuses", with_spec("kafka.topics", ["orders/eu"]), "spec.kafka.topics"),
+    ("an operator-owned client property",
+     with_spec("kafka.clientProperties", {"group.instance.id": "x"}),
+     "clientProperties may not set group.instance.id"),
+    ("auto commit through client properties",
+     with_spec("kafka.clientProperties", {"enable.auto.commit": "true"}),
+     "clientProperties may not set enable.auto.commit"),
+    ("SASL without credentials", with_spec("kafka.security", {"protocol": "SASL_SSL"}),
+     "security.sasl is required when security.protocol is SASL_PLAINTEXT or SASL_SSL"),
+    ("connect mode without a URL", with_spec("processing.spark", {"mode": "connect"}),
+     "spark.connectUrl is required with mode connect"),
+    ("kafka sink without a topic", with_spec("processing.sink", {"type": "kafka"}),
+     "sink.topic is required with type kafka"),
+    ("an unknown assignor", with_spec("membership.assignmentStrategy", "sticky"),
+     "spec.membership.assignmentStrategy"),
+    ("assignor with KIP-848",
+     with_spec("membership", {"protocol": "consumer", "assignmentStrategy": "range"}),
+     "assignmentStrategy applies to protocol classic only"),
+]
+
+
+@pytest.mark.parametrize(("what", "obj", "message"), INVALID, ids=[i[0] for i in INVALID])
+def test_invalid_object_is_refused_with_its_message(
+    kubeconfig: Path, ns: str, what: str, obj: dict[str, Any], message: str
+) -> None:
+    code, out = dry_run(kubeconfig, ns, obj)
+    assert code != 0, f"{what} was accepted"
+    assert message in out, out
+
+
+def test_unknown_field_is_refused(kubeconfig: Path, ns: str) -> None:
+    obj = copy.deepcopy(valid())
+    obj["spec"]["replica"] = 3
+    proc = kubectl(kubeconfig, "-n", ns, "apply", "--dry-run=server", "--validate=strict",
+                   "-f", "-", input=to_yaml(obj), check=False)
+    assert proc.returncode != 0
+    assert 'unknown field "spec.replica"' in proc.stderr
+
+
+def test_explain_teaches_the_fields(kubeconfig: Path, ns: str) -> None:
+    out = kubectl(kubeconfig, "explain", "consumergroups.spec.membership.timeouts").stdout
+    for field in ("sessionTimeoutMs", "heartbeatIntervalMs", "maxPollIntervalMs"):
+        assert field in out
+    assert "DESCRIPTION" in out.upper()
+    short = kubectl(kubeconfig, "-n", ns, "get", "cg").stderr
+    assert "error" not in short.lower()
