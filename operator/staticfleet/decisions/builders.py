@@ -1,0 +1,367 @@
+"""Pure builders of a ConsumerGroup's children, following docs/contracts.md.
+
+Every builder returns a plain dict ready for the Kubernetes API. Owner references are not set here:
+the apply layer adopts the children. Output is deterministic (same input, same dict, same JSON),
+so the apply layer can compare and patch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.reasons import (
+    FINGERPRINT_ANNOTATION,
+    FINGERPRINT_PARTS,
+    REVISION_ANNOTATION,
+    MemberSpecView,
+)
+from staticfleet.decisions.timeouts import EffectiveTimeouts
+
+MEMBER_CONTAINER = "member"
+HTTP_PORT = 8080
+CONFIG_KEY = "config.json"
+
+NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+GROUP_LABEL = "staticfleet.io/group"
+ORDINAL_LABEL = "staticfleet.io/ordinal"
+INSTANCE_ID_ANNOTATION = "staticfleet.io/instance-id"
+MEMBER_APP = "staticfleet-member"
+MANAGER = "staticfleet"
+
+
+# --- names and labels ----------------------------------------------------------------------------
+
+
+def member_name(group: ConsumerGroupSpec, ordinal: int) -> str:
+    """Pod name of member `ordinal`: `<cg-name>-<ordinal>`."""
+    return f"{group.name}-{ordinal}"
+
+
+def instance_id(group: ConsumerGroupSpec, ordinal: int) -> str:
+    """group.instance.id of member `ordinal`: `<group.id>-<ordinal>`."""
+    return f"{group.group_id}-{ordinal}"
+
+
+def config_map_name(group: ConsumerGroupSpec) -> str:
+    return f"{group.name}-config"
+
+
+def service_name(group: ConsumerGroupSpec) -> str:
+    """The headless Service giving members stable DNS names (`<pod>.<cg>-members`)."""
+    return f"{group.name}-members"
+
+
+def pdb_name(group: ConsumerGroupSpec) -> str:
+    return f"{group.name}-members"
+
+
+def selector_labels(group: ConsumerGroupSpec) -> dict[str, str]:
+    """Labels that select exactly this group's member pods."""
+    return {NAME_LABEL: MEMBER_APP, INSTANCE_LABEL: group.name, GROUP_LABEL: group.name}
+
+
+def selector_string(group: ConsumerGroupSpec) -> str:
+    """`status.selector` for the scale subresource (`k=v,k=v`, sorted)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(group).items()))
+
+
+def common_labels(group: ConsumerGroupSpec) -> dict[str, str]:
+    """Labels on every child: the selector labels plus managed-by."""
+    return {**selector_labels(group), MANAGED_BY_LABEL: MANAGER}
+
+
+def member_labels(group: ConsumerGroupSpec, ordinal: int) -> dict[str, str]:
+    """Labels of member pod `ordinal`: the user's podLabels, then the operator's (which win)."""
+    return {
+        **(group.template.pod_labels or {}),
+        **common_labels(group),
+        ORDINAL_LABEL: str(ordinal),
+    }
+
+
+# --- runtime configuration -----------------------------------------------------------------------
+
+
+def runtime_config(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> dict[str, Any]:
+    """The content of config.json (docs/contracts.md)."""
+    kafka = group.kafka
+    membership = group.membership
+    consumer: dict[str, Any] = {
+        **kafka.client_properties,
+        **timeouts.client_properties(membership.protocol),
+        "group.protocol": membership.protocol,
+        "auto.offset.reset": group.processing.auto_offset_reset,
+        "security.protocol": kafka.security.protocol,
+    }
+    if membership.assignment_strategy is not None:
+        consumer["partition.assignment.strategy"] = membership.assignment_strategy
+    if kafka.security.sasl is not None:
+        consumer["sasl.mechanism"] = kafka.security.sasl.mechanism
+    p = group.processing
+    return {
+        "bootstrapServers": kafka.bootstrap_servers,
+        "groupId": kafka.group_id,
+        "topics": list(kafka.topics) if kafka.topics is not None else None,
+        "topicPattern": kafka.topic_pattern,
+        "namespace": group.namespace,
+        "consumer": consumer,
+        "processing": {
+            "transform": p.transform,
+            "spark": _spark_config(group),
+            "batch": {
+                "maxRecords": p.batch.max_records,
+                "maxWaitMs": p.batch.max_wait_ms,
+                "maxBytes": p.batch.max_bytes,
+            },
+            "sink": {"type": p.sink.type, "path": p.sink.path, "topic": p.sink.topic},
+            "deadLetterTopic": p.dead_letter_topic,
+            "retry": {
+                "attempts": p.retry.attempts,
+                "backoffMs": p.retry.backoff_ms,
+                "maxBackoffMs": p.retry.max_backoff_ms,
+            },
+        },
+    }
+
+
+def config_json(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> str:
+    """config.json as text: sorted keys, two-space indent, so equal configs are equal strings."""
+    return json.dumps(runtime_config(group, timeouts), sort_keys=True, indent=2) + "\n"
+
+
+def build_config_map(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> dict[str, Any]:
+    """The ConfigMap `<cg>-config` holding config.json, read by members via configMapKeyRef."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": config_map_name(group),
+            "namespace": group.namespace,
+            "labels": common_labels(group),
+        },
+        "data": {CONFIG_KEY: config_json(group, timeouts)},
+    }
+
+
+def _spark_config(group: ConsumerGroupSpec) -> dict[str, Any]:
+    s = group.processing.spark
+    return {
+        "mode": s.mode,
+        "connectUrl": s.connect_url,
+        "master": s.master,
+        "conf": dict(s.conf or {}),
+    }
+
+
+# --- revision ------------------------------------------------------------------------------------
+
+
+def short_hash(value: Any) -> str:
+    """10 hex characters of sha256 over canonical JSON of `value`."""
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), default=_jsonable)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+def _jsonable(value: Any) -> Any:
+    # Mappings and tuples from the frozen model; dict()/list() make them canonical JSON.
+    return dict(value) if hasattr(value, "items") else list(value)
+
+
+def member_spec_view(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> MemberSpecView:
+    """The fingerprint parts (see `reasons`) and the revision derived from them."""
+    t = group.template
+    config = runtime_config(group, timeouts)
+    processing = {k: v for k, v in config["processing"].items() if k != "spark"}
+    client = {k: v for k, v in config.items() if k != "processing"}
+    raw_parts: dict[str, Any] = {
+        "image": [t.image, t.image_pull_policy],
+        "command": [list(t.command), list(t.args)],
+        "env": [
+            _operator_env(group, 0, with_instance_id=False),
+            list(t.env),
+            list(t.env_from),
+            group.dynamic_membership_for_testing,
+        ],
+        "spark": config["processing"]["spark"],
+        "processing": processing,
+        "client": client,
+        "template": [
+            t.resources,
+            t.node_selector,
+            list(t.tolerations),
+            t.affinity,
+            t.service_account_name,
+            t.termination_grace_period_seconds,
+            t.pod_labels,
+            t.pod_annotations,
+        ],
+        "nonce": [group.rollout.restart_nonce, group.restarted_at],
+    }
+    parts = {name: short_hash(raw_parts[name]) for name in FINGERPRINT_PARTS}
+    return MemberSpecView(revision=short_hash(parts), parts=parts, image=t.image)
+
+
+def member_revision(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> str:
+    """Short stable hash of everything that requires a member restart."""
+    return member_spec_view(group, timeouts).revision
+
+
+# --- member pod ----------------------------------------------------------------------------------
+
+
+def _operator_env(
+    group: ConsumerGroupSpec, ordinal: int, *, with_instance_id: bool
+) -> list[dict[str, Any]]:
+    """The operator's env vars (docs/contracts.md), in a fixed order."""
+    env: list[dict[str, Any]] = [
+        {
+            "name": "STATICFLEET_CONFIG",
+            "valueFrom": {"configMapKeyRef": {"name": config_map_name(group), "key": CONFIG_KEY}},
+        },
+    ]
+    if with_instance_id and not group.dynamic_membership_for_testing:
+        env.append({"name": "STATICFLEET_GROUP_INSTANCE_ID", "value": instance_id(group, ordinal)})
+    env += [
+        _field_env("POD_NAME", "metadata.name"),
+        _field_env("POD_NAMESPACE", "metadata.namespace"),
+        _field_env("STATICFLEET_HTTP_HOST", "status.podIP"),
+        {"name": "STATICFLEET_HTTP_PORT", "value": str(HTTP_PORT)},
+    ]
+    security = group.kafka.security
+    if security.sasl is not None:
+        env.append(
+            _secret_env(
+                "STATICFLEET_SASL_USERNAME", security.sasl.username.name, security.sasl.username.key
+            )
+        )
+        env.append(
+            _secret_env(
+                "STATICFLEET_SASL_PASSWORD", security.sasl.password.name, security.sasl.password.key
+            )
+        )
+    if security.tls is not None:
+        for var, ref in (
+            ("STATICFLEET_SSL_CA_PEM", security.tls.ca),
+            ("STATICFLEET_SSL_CERT_PEM", security.tls.cert),
+            ("STATICFLEET_SSL_KEY_PEM", security.tls.key),
+        ):
+            if ref is not None:
+                env.append(_secret_env(var, ref.name, ref.key))
+    return env
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
+def build_member_pod(
+    group: ConsumerGroupSpec, ordinal: int, view: MemberSpecView
+) -> dict[str, Any]:
+    """Member pod `ordinal` running `view` (from `member_spec_view`), per docs/contracts.md."""
+    t = group.template
+    container: dict[str, Any] = {
+        "name": MEMBER_CONTAINER,
+        "image": t.image,
+        "command": list(t.command),
+        "env": _operator_env(group, ordinal, with_instance_id=True) + [dict(v) for v in t.env],
+        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "http"},
+            "periodSeconds": 2,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "http"},
+            "initialDelaySeconds": 30,
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+    }
+    if t.image_pull_policy:
+        container["imagePullPolicy"] = t.image_pull_policy
+    if t.args:
+        container["args"] = list(t.args)
+    if t.env_from:
+        container["envFrom"] = [dict(v) for v in t.env_from]
+    if t.resources is not None:
+        container["resources"] = dict(t.resources)
+    spec: dict[str, Any] = {
+        "hostname": member_name(group, ordinal),
+        "subdomain": service_name(group),
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": t.termination_grace_period_seconds,
+        "containers": [container],
+    }
+    if t.service_account_name:
+        spec["serviceAccountName"] = t.service_account_name
+    if t.node_selector:
+        spec["nodeSelector"] = dict(t.node_selector)
+    if t.tolerations:
+        spec["tolerations"] = [dict(v) for v in t.tolerations]
+    if t.affinity is not None:
+        spec["affinity"] = dict(t.affinity)
+    annotations = {
+        **(t.pod_annotations or {}),
+        REVISION_ANNOTATION: view.revision,
+        FINGERPRINT_ANNOTATION: view.fingerprint_annotation(),
+        INSTANCE_ID_ANNOTATION: instance_id(group, ordinal),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": member_name(group, ordinal),
+            "namespace": group.namespace,
+            "labels": member_labels(group, ordinal),
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+# --- service and disruption budget ---------------------------------------------------------------
+
+
+def build_headless_service(group: ConsumerGroupSpec) -> dict[str, Any]:
+    """Headless Service `<cg>-members`: stable DNS for members, ready or not."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(group),
+            "namespace": group.namespace,
+            "labels": common_labels(group),
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(group),
+            "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def build_pdb(group: ConsumerGroupSpec) -> dict[str, Any]:
+    """PodDisruptionBudget: voluntary evictions take at most rollout.maxUnavailable members."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": pdb_name(group),
+            "namespace": group.namespace,
+            "labels": common_labels(group),
+        },
+        "spec": {
+            "maxUnavailable": group.rollout.max_unavailable,
+            "selector": {"matchLabels": selector_labels(group)},
+        },
+    }

@@ -1,0 +1,115 @@
+"""Condition types, every reason constant, and a pure `set_condition`.
+
+Conditions follow metav1.Condition: type, status ("True"/"False"/"Unknown"), reason (CamelCase),
+message, lastTransitionTime, observedGeneration. Reasons are also used as Kubernetes Event reasons,
+so every reason the operator can emit is defined here, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+Status = Literal["True", "False", "Unknown"]
+
+# --- condition types ---
+READY = "Ready"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+ROLLOUT_AT_RISK = "RolloutAtRisk"
+IDLE_MEMBERS = "IdleMembers"
+CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, ROLLOUT_AT_RISK, IDLE_MEMBERS)
+
+# --- reasons: Ready ---
+ALL_MEMBERS_READY = "AllMembersReady"
+MEMBERS_NOT_READY = "MembersNotReady"
+GROUP_NOT_STABLE = "GroupNotStable"
+SCALED_TO_ZERO = "ScaledToZero"
+
+# --- reasons: Progressing ---
+ROLLOUT_IDLE = "RolloutIdle"
+ROLLOUT_PENDING = "RolloutPending"
+ROLLING = "Rolling"
+ROLLOUT_PAUSED = "RolloutPaused"
+ROLLOUT_COMPLETE = "RolloutComplete"
+ROLLOUT_REFUSED = "RolloutRefused"
+ROLLOUT_STOPPED = "RolloutStopped"
+SCALING = "Scaling"
+
+# --- reasons: Degraded ---
+AS_EXPECTED = "AsExpected"
+INVALID_SPEC = "InvalidSpec"
+INVALID_TIMEOUTS = "InvalidTimeouts"
+KAFKA_UNREACHABLE = "KafkaUnreachable"
+RESTART_UNSAFE = "RestartUnsafe"
+UNEXPECTED_REBALANCE = "UnexpectedRebalance"
+
+# --- reasons: RolloutAtRisk ---
+RESTARTS_ON_TIME = "RestartsOnTime"
+RESTART_RUNNING_LATE = "RestartRunningLate"
+SESSION_TIMEOUT_EXCEEDED = "SessionTimeoutExceeded"
+
+# --- reasons: IdleMembers ---
+NO_IDLE_MEMBERS = "NoIdleMembers"
+MORE_MEMBERS_THAN_PARTITIONS = "MoreMembersThanPartitions"
+PARTITIONS_UNKNOWN = "PartitionsUnknown"
+
+# --- Event-only reasons (the roller and the timeout tuner) ---
+MEMBER_RESTARTING = "MemberRestarting"
+MEMBER_BACK = "MemberBack"
+TIMEOUTS_CHANGED = "TimeoutsChanged"
+SCALED_DOWN = "ScaledDown"
+SCALED_UP = "ScaledUp"
+
+
+def rfc3339(moment: datetime) -> str:
+    """Format an aware datetime as the RFC 3339 UTC string Kubernetes uses (second precision)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(value: str) -> datetime:
+    """Parse a Kubernetes timestamp ("2024-01-02T03:04:05Z", fractions allowed) to aware UTC."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    type_: str,
+    status: Status,
+    reason: str,
+    message: str,
+    now: datetime,
+    generation: int,
+) -> list[dict[str, Any]]:
+    """Return `conditions` with the condition `type_` set; the input is not modified.
+
+    lastTransitionTime changes only when the status changes, so it tells how long the condition has
+    held. Other conditions keep their order; a new type is appended.
+    """
+    new = {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": rfc3339(now),
+        "observedGeneration": generation,
+    }
+    result: list[dict[str, Any]] = []
+    found = False
+    for cond in conditions:
+        if cond.get("type") == type_:
+            found = True
+            if cond.get("status") == status and cond.get("lastTransitionTime"):
+                new["lastTransitionTime"] = cond["lastTransitionTime"]
+            result.append(new)
+        else:
+            result.append(dict(cond))
+    if not found:
+        result.append(new)
+    return result
+
+
+def get_condition(conditions: Sequence[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
+    """The condition of type `type_`, or None."""
+    return next((c for c in conditions if c.get("type") == type_), None)
