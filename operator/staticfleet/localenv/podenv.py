@@ -1,0 +1,302 @@
+"""Pure parts of running a pod's first container as a local process: environment and command.
+
+Everything here works on plain dicts shaped like the Kubernetes JSON (camelCase) and never talks
+to the API; the local node (`staticfleet.localenv.localnode`) fetches the ConfigMaps and Secrets
+named by `referenced_sources` and passes their `data` in.
+
+Semantics follow the kubelet (`makeEnvironmentVariables`, `expansion.Expand`):
+
+- `envFrom` first, in order (ConfigMap/Secret, `prefix`, `optional`); keys that cannot be
+  environment variable names (empty or containing `=`) are skipped.
+- then `env` in order, later entries override earlier ones: literal `value` with `$(VAR)`
+  expansion against the variables defined so far; `valueFrom.fieldRef`, `resourceFieldRef`,
+  `configMapKeyRef`, `secretKeyRef` (Secret values are base64-decoded; `optional` honoured: an
+  optional missing object or key leaves the variable unset).
+- `$(VAR)` in `command` and `args` expands against the final container environment; `$$` is a
+  literal `$`; an undefined `$(VAR)` stays as written.
+- `resourceFieldRef` is approximated: limits fall back to the node's allocatable (cpu, memory)
+  when the container sets none, requests fall back to 0, and only cpu, memory and
+  ephemeral-storage are known.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+PYTHON_NAMES = frozenset({"python", "python3"})
+SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+class ConfigError(Exception):
+    """The container cannot be configured yet (kubelet: CreateContainerConfigError)."""
+
+
+class NoEntrypoint(Exception):
+    """The container has no `command`; with no image there is nothing else to run."""
+
+
+@dataclass(frozen=True)
+class PodContext:
+    """What the node knows about where the pod runs."""
+
+    node_name: str
+    pod_ip: str
+    host_ip: str = "127.0.0.1"
+    node_cpu: str = "2"
+    node_memory: str = "8Gi"
+    node_ephemeral_storage: str = "100Gi"
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes `$(VAR)` expansion: `$$` -> `$`, undefined or unterminated references stay."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "$" and i + 1 < n:
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end == -1:
+                    out.append(text[i:])
+                    break
+                name = text[i + 2:end]
+                out.append(env[name] if name in env else text[i:end + 1])
+                i = end + 1
+                continue
+            out.append(c + nxt)
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def referenced_sources(container: Mapping[str, Any]) -> tuple[set[str], set[str]]:
+    """Names of the ConfigMaps and Secrets the container's environment refers to."""
+    configmaps: set[str] = set()
+    secrets: set[str] = set()
+    for src in container.get("envFrom") or []:
+        if src.get("configMapRef"):
+            configmaps.add(src["configMapRef"].get("name", ""))
+        if src.get("secretRef"):
+            secrets.add(src["secretRef"].get("name", ""))
+    for var in container.get("env") or []:
+        vf = var.get("valueFrom") or {}
+        if vf.get("configMapKeyRef"):
+            configmaps.add(vf["configMapKeyRef"].get("name", ""))
+        if vf.get("secretKeyRef"):
+            secrets.add(vf["secretKeyRef"].get("name", ""))
+    return configmaps, secrets
+
+
+def decode_secret_data(data: Mapping[str, str] | None) -> dict[str, str]:
+    """Secret `data` (base64) as text; bytes that are not UTF-8 survive as surrogate escapes."""
+    out: dict[str, str] = {}
+    for key, value in (data or {}).items():
+        try:
+            raw = base64.b64decode(value or "", validate=True)
+        except (binascii.Error, ValueError):
+            raw = (value or "").encode()
+        out[key] = raw.decode("utf-8", errors="surrogateescape")
+    return out
+
+
+_SUBSCRIPT = re.compile(r"^(metadata\.(?:labels|annotations))\[['\"]?(.*?)['\"]?\]$")
+
+
+def field_ref_value(pod: Mapping[str, Any], path: str, ctx: PodContext) -> str:
+    """The downward-API value of `fieldRef.fieldPath` (environment variable flavour)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    m = _SUBSCRIPT.match(path)
+    if m:
+        which = m.group(1).split(".")[1]
+        return str((meta.get(which) or {}).get(m.group(2), ""))
+    simple: dict[str, Any] = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName") or ctx.node_name,
+        "spec.serviceAccountName": spec.get("serviceAccountName") or "",
+        "status.podIP": ctx.pod_ip,
+        "status.podIPs": ctx.pod_ip,
+        "status.hostIP": ctx.host_ip,
+        "status.hostIPs": ctx.host_ip,
+    }
+    if path not in simple:
+        raise ConfigError(f"unsupported fieldRef fieldPath {path!r}")
+    return str(simple[path])
+
+
+_SUFFIXES = {
+    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
+    "P": Decimal("1e15"), "E": Decimal("1e18"),
+}
+_QUANTITY = re.compile(
+    r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
+
+def parse_quantity(text: str | int | float) -> Decimal:
+    """A Kubernetes resource quantity ("500m", "1Gi", "2") as a Decimal."""
+    m = _QUANTITY.match(str(text).strip())
+    if not m:
+        raise ConfigError(f"invalid quantity {text!r}")
+    try:
+        return Decimal(m.group(1)) * _SUFFIXES[m.group(2) or ""]
+    except InvalidOperation as exc:
+        raise ConfigError(f"invalid quantity {text!r}") from exc
+
+
+def resource_field_value(container: Mapping[str, Any], ref: Mapping[str, Any],
+                         ctx: PodContext) -> str:
+    """`resourceFieldRef`, approximated (see the module docstring)."""
+    resource = str(ref.get("resource", ""))
+    kind, _, name = resource.partition(".")
+    node_default = {"cpu": ctx.node_cpu, "memory": ctx.node_memory,
+                    "ephemeral-storage": ctx.node_ephemeral_storage}
+    if kind not in ("limits", "requests") or name not in node_default:
+        raise ConfigError(f"unsupported resourceFieldRef resource {resource!r}")
+    resources = container.get("resources") or {}
+    value = (resources.get(kind) or {}).get(name)
+    if value is None and kind == "requests":
+        value = (resources.get("limits") or {}).get(name)
+    if value is None:
+        value = node_default[name] if kind == "limits" else "0"
+    divisor = parse_quantity(ref.get("divisor") or "1")
+    if divisor <= 0:
+        raise ConfigError(f"invalid divisor {ref.get('divisor')!r}")
+    return str(math.ceil(parse_quantity(value) / divisor))
+
+
+def _valid_env_name(name: str) -> bool:
+    return bool(name) and "=" not in name and "\0" not in name
+
+
+def resolve_env(pod: Mapping[str, Any], container: Mapping[str, Any], *,
+                configmaps: Mapping[str, Mapping[str, str]],
+                secrets: Mapping[str, Mapping[str, str]],
+                ctx: PodContext) -> dict[str, str]:
+    """The container's environment as the kubelet would build it.
+
+    `configmaps` maps a ConfigMap name to its `data`; `secrets` a Secret name to its (base64)
+    `data`. A name missing from the mapping means the object does not exist. Raises ConfigError
+    with the kubelet's wording when a non-optional source is missing.
+    """
+    ns = (pod.get("metadata") or {}).get("namespace", "")
+    env: dict[str, str] = {}
+
+    def source(kind: str, name: str) -> Mapping[str, str] | None:
+        if kind == "ConfigMap":
+            return configmaps.get(name)
+        data = secrets.get(name)
+        return None if data is None else decode_secret_data(data)
+
+    for src in container.get("envFrom") or []:
+        prefix = src.get("prefix") or ""
+        for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+            ref = src.get(key)
+            if not ref:
+                continue
+            name = ref.get("name", "")
+            data = source(kind, name)
+            if data is None:
+                if ref.get("optional"):
+                    continue
+                raise ConfigError(f'{kind.lower()} "{name}" not found')
+            for k, v in data.items():
+                if _valid_env_name(prefix + k):
+                    env[prefix + k] = v
+
+    for var in container.get("env") or []:
+        name = var.get("name", "")
+        vf = var.get("valueFrom")
+        if not vf:
+            env[name] = expand(str(var.get("value") or ""), env)
+            continue
+        if vf.get("fieldRef"):
+            env[name] = field_ref_value(pod, vf["fieldRef"].get("fieldPath", ""), ctx)
+        elif vf.get("resourceFieldRef"):
+            env[name] = resource_field_value(container, vf["resourceFieldRef"], ctx)
+        else:
+            kind, key = (("ConfigMap", "configMapKeyRef") if vf.get("configMapKeyRef")
+                         else ("Secret", "secretKeyRef"))
+            ref = vf.get(key)
+            if not ref:
+                raise ConfigError(f"env {name}: unsupported valueFrom {sorted(vf)}")
+            obj, item = ref.get("name", ""), ref.get("key", "")
+            data = source(kind, obj)
+            if data is None:
+                if ref.get("optional"):
+                    continue
+                raise ConfigError(f'{kind.lower()} "{obj}" not found')
+            if item not in data:
+                if ref.get("optional"):
+                    continue
+                raise ConfigError(f"couldn't find key {item} in {kind} {ns}/{obj}")
+            env[name] = data[item]
+    return env
+
+
+def build_command(container: Mapping[str, Any], env: Mapping[str, str], *,
+                  python: str) -> list[str]:
+    """`command + args` with `$(VAR)` expanded; a bare `python`/`python3` becomes `python`.
+
+    Raises NoEntrypoint when there is no command: with no image there is no entrypoint.
+    """
+    command = [expand(str(c), env) for c in container.get("command") or []]
+    if not command:
+        raise NoEntrypoint("local node runs command only: spec.containers[0].command is "
+                           "empty and there is no image to take an entrypoint from")
+    args = [expand(str(a), env) for a in container.get("args") or []]
+    if command[0] in PYTHON_NAMES:
+        command[0] = python
+    return command + args
+
+
+def process_environment(base: Mapping[str, str], pod_env: Mapping[str, str], *,
+                        bin_dir: str, hostname: str) -> dict[str, str]:
+    """The process environment: the machine's, then HOSTNAME, then the pod's; `bin_dir` (the
+    local node's interpreter directory) is put first on PATH so console scripts resolve to it."""
+    env = dict(base)
+    env["HOSTNAME"] = hostname
+    env.update(pod_env)
+    path = env.get("PATH") or os.defpath
+    parts = [p for p in path.split(os.pathsep) if p and p != bin_dir]
+    env["PATH"] = os.pathsep.join([bin_dir, *parts])
+    return env
+
+
+def unsupported_notes(pod: Mapping[str, Any]) -> list[str]:
+    """What the local node ignores in this pod, for the pod's status message."""
+    spec = pod.get("spec") or {}
+    notes: list[str] = []
+    containers = spec.get("containers") or []
+    if len(containers) > 1:
+        notes.append("only the first container runs; ignored: "
+                     + ", ".join(c.get("name", "?") for c in containers[1:]))
+    if spec.get("initContainers"):
+        notes.append("init containers are not run: "
+                     + ", ".join(c.get("name", "?") for c in spec["initContainers"]))
+    first = containers[0] if containers else {}
+    mounts = [m for m in first.get("volumeMounts") or []
+              if m.get("mountPath") != SERVICE_ACCOUNT_MOUNT]
+    if mounts:
+        notes.append("volumes are not supported; ignored volumeMounts: "
+                     + ", ".join(f"{m.get('name')}:{m.get('mountPath')}" for m in mounts))
+    return notes
