@@ -1,0 +1,388 @@
+"""The Helm chart: lint, render with each optional feature, schema refusals, RBAC, CRD drift."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import CHART, KUBE_VERSION, REPO, Rendered, run
+
+pytestmark = pytest.mark.unit
+
+BASE_KINDS = ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def test_helm_lint_strict(helm: Path) -> None:
+    proc = run([helm, "lint", "--strict", CHART])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+
+
+def test_helm_lint_with_every_feature(helm: Path) -> None:
+    proc = run([helm, "lint", "--strict", CHART,
+                "--set", "serviceMonitor.enabled=true,memberPodMonitor.enabled=true",
+                "--set", "prometheusRule.enabled=true,grafanaDashboard.enabled=true",
+                "--set", "watchNamespaces={team-a,team-b}"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_chart_yaml_declares_kube_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert chart["kubeVersion"].startswith(">=")
+
+
+def test_old_kubernetes_is_refused(render: Callable[..., Rendered]) -> None:
+    out = render("--kube-version", "1.27.0")
+    assert out.returncode != 0
+    assert "chart requires kubeVersion" in out.stderr
+
+
+def _check_valid_kubernetes(docs: list[dict[str, Any]]) -> None:
+    """What the API server would refuse before any schema: shape, names, label values."""
+    for doc in docs:
+        assert set(doc) >= {"apiVersion", "kind", "metadata"}, doc
+        meta = doc["metadata"]
+        name = meta["name"]
+        pattern = DNS_SUBDOMAIN if doc["kind"].endswith(("Role", "RoleBinding")) else DNS_LABEL
+        assert pattern.match(name) and len(name) <= 63, f"bad name {name!r} of {doc['kind']}"
+        for key, value in (meta.get("labels") or {}).items():
+            assert isinstance(value, str), f"label {key} of {name} is not a string: {value!r}"
+            assert len(value) <= 63
+        for value in (meta.get("annotations") or {}).values():
+            assert isinstance(value, str)
+
+
+def test_default_render(render: Callable[..., Rendered]) -> None:
+    out = render()
+    assert out.kinds() == BASE_KINDS
+    _check_valid_kubernetes(out.docs)
+    deploy = out.one("Deployment")
+    assert deploy["spec"]["replicas"] == 1
+    assert deploy["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deploy["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"] == ["staticfleet", "operator", "run"]
+    assert container["args"] == ["--all-namespaces", "--metrics-port=8080", "--health-port=8081"]
+    assert container["image"] == "staticfleet/operator:0.1.0"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http-metrics": 8080, "http-health": 8081}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["serviceAccountName"] == out.one("ServiceAccount")["metadata"]["name"]
+    # The Service selects the operator pod, with the immutable labels only.
+    service = out.one("Service")
+    selector = deploy["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == selector
+    assert selector.items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    assert service["spec"]["ports"][0]["targetPort"] == "http-metrics"
+
+
+def test_crds_are_included(render: Callable[..., Rendered]) -> None:
+    out = render("--include-crds")
+    crd = out.one("CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "consumergroups.staticfleet.io"
+
+
+@pytest.mark.parametrize(
+    ("flag", "extra_kinds"),
+    [
+        ("serviceMonitor.enabled=true", ["ServiceMonitor"]),
+        ("memberPodMonitor.enabled=true", ["PodMonitor"]),
+        ("prometheusRule.enabled=true", ["PrometheusRule"]),
+        ("grafanaDashboard.enabled=true", ["ConfigMap"]),
+    ],
+)
+def test_optional_feature(render: Callable[..., Rendered], flag: str,
+                          extra_kinds: list[str]) -> None:
+    out = render("--set", flag)
+    assert out.kinds() == sorted(BASE_KINDS + extra_kinds)
+    _check_valid_kubernetes(out.docs)
+
+
+def test_service_monitor_keeps_the_group_namespace_label(render: Callable[..., Rendered]) -> None:
+    out = render("--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=kps")
+    sm = out.one("ServiceMonitor")
+    assert sm["metadata"]["labels"]["release"] == "kps"
+    endpoint = sm["spec"]["endpoints"][0]
+    assert endpoint["port"] == "http-metrics"
+    assert endpoint["honorLabels"] is True
+    assert sm["spec"]["selector"]["matchLabels"] == out.one("Service")["spec"]["selector"]
+
+
+def test_member_pod_monitor_selects_member_pods(render: Callable[..., Rendered]) -> None:
+    pm = render("--set", "memberPodMonitor.enabled=true").one("PodMonitor")
+    assert pm["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "staticfleet-member", "app.kubernetes.io/managed-by": "staticfleet"}
+    assert pm["spec"]["namespaceSelector"] == {"any": True}
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "http"
+    scoped = render("--set", "memberPodMonitor.enabled=true", "--set", "watchNamespaces={a,b}")
+    assert scoped.one("PodMonitor")["spec"]["namespaceSelector"] == {"matchNames": ["a", "b"]}
+
+
+def test_grafana_dashboard_config_map(render: Callable[..., Rendered]) -> None:
+    cm = render("--set", "grafanaDashboard.enabled=true",
+                "--set", "grafanaDashboard.annotations.grafana_folder=Kafka").one("ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Kafka"}
+    source = json.loads((CHART / "dashboards" / "staticfleet.json").read_text())
+    assert json.loads(cm["data"]["staticfleet.json"]) == source
+
+
+# --- RBAC: exactly what the operator needs -----------------------------------------------------
+
+NAMESPACED_RULES = {
+    ("staticfleet.io", "consumergroups"): {"get", "list", "watch", "patch", "update"},
+    ("staticfleet.io", "consumergroups/status"): {"get", "patch", "update"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "update", "delete"},
+    ("", "services"): {"get", "list", "watch", "create", "patch", "update", "delete"},
+    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "update",
+                                         "delete"},
+    ("", "secrets"): {"get"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}
+CRD_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
+NAMESPACE_RULES = {("", "namespaces"): {"list", "watch"}}
+
+
+def _grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    grants: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert "*" not in (group, resource, *rule["verbs"]), rule
+                grants.setdefault((group, resource), set()).update(rule["verbs"])
+    return grants
+
+
+def test_rbac_all_namespaces(render: Callable[..., Rendered]) -> None:
+    out = render()
+    role = out.one("ClusterRole")
+    assert _grants(role["rules"]) == NAMESPACED_RULES | CRD_RULES | NAMESPACE_RULES
+    binding = out.one("ClusterRoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    sa = out.one("ServiceAccount")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": "staticfleet-system"}]
+
+
+def test_rbac_watch_namespaces(render: Callable[..., Rendered]) -> None:
+    out = render("--set", "watchNamespaces={team-a,team-b}")
+    assert out.kinds() == sorted([*BASE_KINDS, "Role", "Role", "RoleBinding", "RoleBinding"])
+    # Cluster-wide: only the CRD scan kopf needs; no namespaces, nothing namespaced.
+    assert _grants(out.one("ClusterRole")["rules"]) == CRD_RULES
+    roles = [d for d in out.docs if d["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        assert _grants(role["rules"]) == NAMESPACED_RULES
+    for binding in (d for d in out.docs if d["kind"] == "RoleBinding"):
+        assert binding["roleRef"]["kind"] == "Role"
+        assert binding["subjects"][0]["namespace"] == "staticfleet-system"
+    args = out.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["--namespace=team-a", "--namespace=team-b"]
+    assert "--all-namespaces" not in args
+
+
+def test_rbac_and_service_account_can_be_turned_off(render: Callable[..., Rendered]) -> None:
+    out = render("--set", "rbac.create=false", "--set", "serviceAccount.create=false",
+                 "--set", "serviceAccount.name=existing")
+    assert out.kinds() == ["Deployment", "Service"]
+    pod = out.one("Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "existing"
+
+
+def test_values_are_passed_through(render: Callable[..., Rendered], tmp_path: Path) -> None:
+    out = render(values={
+        "image": {"repository": "registry.example/sf", "tag": "1.2.3", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "extraArgs": ["--verbose"],
+        "extraEnv": [{"name": "FOO", "value": "bar"}],
+        "podLabels": {"team": "kafka"},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "priorityClassName": "high",
+        "fullnameOverride": "sf-op",
+    }, tmp=tmp_path)
+    deploy = out.one("Deployment", "sf-op")
+    pod = deploy["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == "registry.example/sf:1.2.3"
+    assert container["imagePullPolicy"] == "Always"
+    assert container["args"][-1] == "--verbose"
+    assert {"name": "FOO", "value": "bar"} in container["env"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["priorityClassName"] == "high"
+    assert deploy["spec"]["template"]["metadata"]["labels"]["team"] == "kafka"
+
+
+# --- values.schema.json -------------------------------------------------------------------------
+
+SCHEMA_PREFIX = "values don't meet the specifications of the schema(s)"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "replicaCount=2"], "at '/replicaCount': value must be 1"),
+        (["--set", "bogus=1"], "additional properties 'bogus' not allowed"),
+        (["--set", "image.bogus=1"], "at '/image': additional properties 'bogus' not allowed"),
+        (["--set", "image.pullPolicy=Sometimes"],
+         "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
+        (["--set", "metrics.service.type=ExternalName"], "value must be one of"),
+        (["--set", "metrics.port=70000"], "at '/metrics/port'"),
+        (["--set", "watchNamespaces={Not_A_Namespace}"], "at '/watchNamespaces/0'"),
+        (["--set", "serviceMonitor.interval=often"], "at '/serviceMonitor/interval'"),
+        (["--set", "prometheusRule.alerts.NoSuchAlert.enabled=false"],
+         "invalid propertyName 'NoSuchAlert'"),
+        (["--set", "prometheusRule.alerts.StaticfleetLagGrowing.severity=page"],
+         "value must be one of 'critical', 'warning', 'info'"),
+    ],
+)
+def test_schema_refuses(render: Callable[..., Rendered], args: list[str], message: str) -> None:
+    out = render(*args)
+    assert out.returncode != 0
+    assert SCHEMA_PREFIX in out.stderr
+    assert message in out.stderr, out.stderr
+
+
+def _walk_schema(node: dict[str, Any], path: str) -> list[tuple[str, dict[str, Any]]]:
+    found = [(path, node)]
+    for key, child in node.get("properties", {}).items():
+        found += _walk_schema(child, f"{path}.{key}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict) and node[key].get("type") in ("object", "array"):
+            found += _walk_schema(node[key], f"{path}.{key}")
+    return found
+
+
+def test_schema_is_documented_and_closed() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for path, node in _walk_schema(schema, "")[1:]:
+        assert node.get("description"), f"{path} has no description"
+        if "properties" in node:
+            assert node.get("additionalProperties") is False, f"{path} is not closed"
+    assert schema["additionalProperties"] is False
+
+
+def _leaf_paths(values: dict[str, Any], prefix: str = "") -> list[str]:
+    paths = []
+    for key, value in values.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict) and value and key not in {
+                "podSecurityContext", "securityContext", "resources", "labels"}:
+            paths += _leaf_paths(value, path)
+        else:
+            paths.append(path)
+    return paths
+
+
+def test_every_value_is_in_the_schema_and_documented() -> None:
+    text = (CHART / "values.yaml").read_text()
+    values = yaml.safe_load(text)
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for path in _leaf_paths(values):
+        node = schema
+        for part in path.split("."):
+            assert part in node.get("properties", {}), f"values.yaml {path} is not in the schema"
+            node = node["properties"][part]
+        assert re.match(r"^[a-z][a-zA-Z0-9]*$", part), f"{path} is not camelCase"
+    # Every leaf value has its `# --` doc comment right above it (blocks are documented by their
+    # leaves); keys inside the Kubernetes-object defaults of a documented value are exempt.
+    lines = text.splitlines()
+    documented_objects = ("podSecurityContext", "securityContext", "resources", "labels")
+    inside: str | None = None
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*):\s*(.*)$", line)
+        if not m:
+            continue
+        indent, key, rest = m.groups()
+        if inside is not None and len(indent) > len(inside):
+            continue
+        inside = indent if key in documented_objects else None
+        if rest == "" and key not in documented_objects:
+            continue  # a block: its leaves carry the docs
+        doc = lines[i - 1].strip()
+        assert doc.startswith("#"), f"values.yaml line {i + 1} has no doc comment: {line}"
+        j = i - 1
+        while j > 0 and lines[j - 1].strip().startswith("#"):
+            j -= 1
+        assert lines[j].strip().startswith("# --"), f"values.yaml {key}: doc must start with '# --'"
+
+
+def test_notes_render(helm: Path, tmp_path: Path) -> None:
+    """NOTES.txt renders (helm template skips it: render it through a scratch template)."""
+    chart = tmp_path / "staticfleet"
+    shutil.copytree(CHART, chart)
+    shutil.copy(CHART / "templates" / "NOTES.txt", chart / "notes.txt")
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n'
+        '  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n')
+    for args in ([], ["--set", "watchNamespaces={a,b}", "--set", "prometheusRule.enabled=true"]):
+        proc = run([helm, "template", "sf", chart, "-n", "ops", "--kube-version", KUBE_VERSION,
+                    "--show-only", "templates/zz-notes.yaml", *args])
+        assert proc.returncode == 0, proc.stderr
+        notes = yaml.safe_load(proc.stdout)["data"]["notes"]
+        assert "kubectl apply --server-side -f crds/" in notes
+        assert "deployment/sf-staticfleet" in notes
+    assert "these namespaces: a, b" in notes
+    assert "memberPodMonitor.enabled=true" in notes
+
+
+# --- CRDs: one source, copied by scripts/sync-crds.py -------------------------------------------
+
+SYNC = REPO / "scripts" / "sync-crds.py"
+
+
+def test_chart_crds_in_sync_with_source() -> None:
+    proc = run([sys.executable, SYNC, "--check"])
+    assert proc.returncode == 0, proc.stderr
+    assert "in sync" in proc.stdout
+
+
+def _sync(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return run([sys.executable, SYNC, *args])
+
+
+def test_sync_crds_detects_and_fixes_drift(tmp_path: Path) -> None:
+    src, dst = tmp_path / "crds", tmp_path / "chart-crds"
+    src.mkdir()
+    (src / "a.yaml").write_text("kind: A\n")
+    (src / "b.yaml").write_text("kind: B\n")
+    dst.mkdir()
+    (dst / "a.yaml").write_text("kind: A-old\n")
+    (dst / "stale.yaml").write_text("kind: Stale\n")
+    paths = ["--source", src, "--target", dst]
+
+    check = _sync("--check", *paths)
+    assert check.returncode == 1
+    assert f"{dst / 'a.yaml'}: differs from {src / 'a.yaml'}" in check.stderr
+    assert f"{dst / 'b.yaml'}: missing" in check.stderr
+    assert f"{dst / 'stale.yaml'}: has no source" in check.stderr
+    assert "fix: run `python scripts/sync-crds.py`" in check.stderr
+
+    assert _sync(*paths).returncode == 0
+    assert sorted(p.name for p in dst.iterdir()) == ["a.yaml", "b.yaml"]
+    assert (dst / "a.yaml").read_text() == "kind: A\n"
+    assert _sync("--check", *paths).returncode == 0
+
+
+def test_sync_crds_refuses_an_empty_source(tmp_path: Path) -> None:
+    proc = _sync("--check", "--source", tmp_path / "none", "--target", tmp_path / "t")
+    assert proc.returncode == 2
+    assert "no CRD files" in proc.stderr
