@@ -1,0 +1,454 @@
+"""When to restart which member: the roller's pure decision (the "why" is in `reasons`).
+
+State lives in `status.rollout` (`RolloutState.from_status` / `to_status`), so an operator restart
+resumes where it stopped. Each pass the handler calls
+
+    step = next_step(state, observation, update_revision, limits, now)
+    ... the apply layer carries out the step (deletes pods for RestartMembers, writes Events) ...
+    state = record_step(state, step, observation, update_revision, now)
+
+Rules:
+
+* A member needs a restart when its pod exists with a revision other than the update revision and
+  is not already being deleted. Missing pods are not restarted: the reconcile creates them.
+* Order (`plan_rollout`): unready members first (restarting them costs nothing), then by ordinal
+  descending, as a StatefulSet rolls, so the ordinals a scale-down would remove go first.
+* Up to `max_unavailable` members are restarted together, only while the group is Stable (or Empty)
+  and the other members are ready and in the group; the roller then waits for all of them.
+* A member is done when its pod has the update revision, is ready, holds an assignment in the group
+  again, and the group is Stable. Its absence (stop to done) is reported for the measurements.
+* Running late: a member away longer than `at_risk_fraction` (0.8) of the session timeout and still
+  not back -> StopAtRisk (phase AtRisk): no further member is touched. If it comes back within the
+  session timeout the rollout continues; if its absence passes the session timeout the broker has
+  rebalanced -> StopAtRisk(expired) (phase Stopped): this revision is not rolled any further. A new
+  revision (the measured late restart raises the automatic session timeout, or a restartNonce bump)
+  starts a new rollout.
+* RefuseToStart when the effective timeouts are not restart-safe (the slowest measured restart does
+  not fit the largest session timeout the broker or the spec allows).
+* Resume: a member already restarted has the new revision, so it is never restarted twice; a pod
+  found being deleted is followed as in flight even if the status did not record it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Literal
+
+from staticfleet.decisions.conditions import parse_rfc3339, rfc3339
+from staticfleet.decisions.model import RolloutSpec
+from staticfleet.decisions.timeouts import EffectiveTimeouts
+
+Phase = Literal["Idle", "Pending", "Rolling", "Paused", "AtRisk", "Stopped", "Complete"]
+
+STABLE_STATES = frozenset({"Stable"})
+STARTABLE_STATES = frozenset({"Stable", "Empty"})
+AT_RISK_FRACTION = 0.8
+MAX_RECHECK_S = 5.0
+
+# Wait reasons.
+WAIT_MEMBER = "WaitingForMember"
+WAIT_GROUP = "GroupNotStable"
+WAIT_AVAILABILITY = "WaitingForAvailability"
+WAIT_PAUSED = "Paused"
+WAIT_STOPPED = "RolloutStopped"
+WAIT_UP_TO_DATE = "UpToDate"
+
+
+@dataclass(frozen=True)
+class ObservedMember:
+    """One member ordinal as observed this pass (pod from Kubernetes, group from the broker)."""
+
+    ordinal: int
+    pod_exists: bool = True
+    revision: str | None = None
+    ready: bool = False
+    stopped_at: datetime | None = None
+    """When the pod's deletion was requested (its deletionTimestamp), if it is being deleted."""
+    in_group: bool = False
+    """The broker lists its instance id with a non-empty assignment."""
+    pod_name: str | None = None
+    pod_phase: str | None = None
+    member_id: str | None = None
+    assignment: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class GroupObservation:
+    """The whole group this pass."""
+
+    members: tuple[ObservedMember, ...]
+    group_state: str
+    rebalances: int = 0
+    """The operator's running count of rebalances of this group (status.rebalances)."""
+
+    def member(self, ordinal: int) -> ObservedMember | None:
+        return next((m for m in self.members if m.ordinal == ordinal), None)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    ordinal: int
+    stopped_at: datetime
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    """`status.rollout`, typed."""
+
+    revision: str | None = None
+    phase: Phase = "Idle"
+    reason: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    members_restarted: tuple[int, ...] = ()
+    pending: tuple[int, ...] = ()
+    in_flight: tuple[InFlight, ...] = ()
+    longest_absence_ms: int = 0
+    rebalances_at_start: int | None = None
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any] | None) -> RolloutState:
+        if not status:
+            return cls()
+        return cls(
+            revision=status.get("revision"),
+            phase=status.get("phase") or "Idle",
+            reason=status.get("reason") or "",
+            started_at=_opt_time(status.get("startedAt")),
+            finished_at=_opt_time(status.get("finishedAt")),
+            members_restarted=tuple(status.get("membersRestarted") or ()),
+            pending=tuple(status.get("pending") or ()),
+            in_flight=tuple(
+                InFlight(int(f["ordinal"]), parse_rfc3339(f["stoppedAt"]))
+                for f in status.get("inFlight") or ()
+            ),
+            longest_absence_ms=int(status.get("longestAbsenceMs") or 0),
+            rebalances_at_start=status.get("rebalancesAtStart"),
+        )
+
+    def to_status(self, rebalances_now: int) -> dict[str, Any]:
+        """`status.rollout`; `rebalances_now` gives rebalancesDuringRollout."""
+        first = min(self.in_flight, key=lambda f: (f.stopped_at, f.ordinal), default=None)
+        status: dict[str, Any] = {
+            "revision": self.revision,
+            "phase": self.phase,
+            "reason": self.reason,
+            "membersRestarted": list(self.members_restarted),
+            "pending": list(self.pending),
+            "current": first.ordinal if first else None,
+            "currentStoppedAt": rfc3339(first.stopped_at) if first else None,
+            "inFlight": [
+                {"ordinal": f.ordinal, "stoppedAt": rfc3339(f.stopped_at)} for f in self.in_flight
+            ],
+            "longestAbsenceMs": self.longest_absence_ms,
+        }
+        if self.started_at is not None:
+            status["startedAt"] = rfc3339(self.started_at)
+        if self.finished_at is not None:
+            status["finishedAt"] = rfc3339(self.finished_at)
+        if self.rebalances_at_start is not None:
+            status["rebalancesAtStart"] = self.rebalances_at_start
+            status["rebalancesDuringRollout"] = max(0, rebalances_now - self.rebalances_at_start)
+        return status
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    """What bounds the roller. `session_timeout_ms` is the session timeout the members being
+    restarted joined with (the broker holds their place that long): pass the smaller of the
+    running and the new effective value when they differ."""
+
+    session_timeout_ms: int
+    restart_safe: bool = True
+    needed_session_ms: int | None = None
+    max_unavailable: int = 1
+    paused: bool = False
+    at_risk_fraction: float = AT_RISK_FRACTION
+
+    @classmethod
+    def from_timeouts(
+        cls,
+        timeouts: EffectiveTimeouts,
+        rollout: RolloutSpec,
+        running_session_timeout_ms: int | None = None,
+    ) -> RolloutLimits:
+        session = timeouts.session_timeout_ms
+        if running_session_timeout_ms is not None:
+            session = min(session, running_session_timeout_ms)
+        return cls(
+            session_timeout_ms=session,
+            restart_safe=timeouts.restart_safe,
+            needed_session_ms=timeouts.needed_session_timeout_ms,
+            max_unavailable=rollout.max_unavailable,
+            paused=rollout.paused,
+        )
+
+
+# --- steps ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to do now. `recheck_after_s`: when to look again (None: on the next event/timer)."""
+
+    reason: str
+    message: str
+    recheck_after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RestartMembers:
+    """Delete these members' pods (the reconcile recreates them with the update revision)."""
+
+    ordinals: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MarkMemberDone:
+    """The member is back; `absence_s` (stop to back) is a restart measurement."""
+
+    ordinal: int
+    absence_s: float
+
+
+@dataclass(frozen=True)
+class StopAtRisk:
+    """A restart runs late (expired=False: past at_risk_fraction of the session timeout) or too
+    late (expired=True: past the session timeout, the broker rebalanced). Touch no further member."""
+
+    ordinal: int
+    absence_s: float
+    needed_session_ms: int
+    message: str
+    expired: bool = False
+
+
+@dataclass(frozen=True)
+class Complete:
+    """Every member runs the update revision and is back."""
+
+
+@dataclass(frozen=True)
+class RefuseToStart:
+    """Restarts are predicted to outlast the session timeout: do not start."""
+
+    needed_session_ms: int
+    message: str
+
+
+Step = Wait | RestartMembers | MarkMemberDone | StopAtRisk | Complete | RefuseToStart
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """Ordinals needing a restart, in the order they will be restarted."""
+
+    ordinals: tuple[int, ...]
+
+
+# --- decisions -----------------------------------------------------------------------------------
+
+
+def needs_restart(member: ObservedMember, update_revision: str) -> bool:
+    """A live pod (not being deleted) whose revision is not the update revision."""
+    return member.pod_exists and member.stopped_at is None and member.revision != update_revision
+
+
+def is_available(member: ObservedMember, group_state: str) -> bool:
+    """Ready and serving: in the group (an Empty group has nobody to be in)."""
+    return (
+        member.pod_exists
+        and member.stopped_at is None
+        and member.ready
+        and (member.in_group or group_state == "Empty")
+    )
+
+
+def is_done(member: ObservedMember | None, update_revision: str, group_state: str) -> bool:
+    """Back after a restart: new revision, ready, assigned again, and the group is Stable."""
+    return (
+        member is not None
+        and member.pod_exists
+        and member.stopped_at is None
+        and member.revision == update_revision
+        and member.ready
+        and member.in_group
+        and group_state in STABLE_STATES
+    )
+
+
+def plan_rollout(members: Sequence[ObservedMember], update_revision: str) -> RolloutPlan:
+    """Members needing a restart: unready ones first (ascending), then ready ones by ordinal
+    descending."""
+    needing = [m for m in members if needs_restart(m, update_revision)]
+    unready = sorted(m.ordinal for m in needing if not m.ready)
+    ready = sorted((m.ordinal for m in needing if m.ready), reverse=True)
+    return RolloutPlan(tuple(unready + ready))
+
+
+def next_step(
+    state: RolloutState,
+    observed: GroupObservation,
+    update_revision: str,
+    limits: RolloutLimits,
+    now: datetime,
+) -> Step:
+    """What the roller should do now. Pure: same inputs, same step."""
+    same_rollout = state.revision == update_revision
+    session_ms = limits.session_timeout_ms
+    risk_ms = session_ms * limits.at_risk_fraction
+    needed = limits.needed_session_ms or session_ms
+    in_flight = _in_flight(state, observed)
+
+    # 1. Follow members being restarted: done, late, too late, or wait for them.
+    for f in in_flight:
+        if is_done(observed.member(f.ordinal), update_revision, observed.group_state):
+            return MarkMemberDone(f.ordinal, (now - f.stopped_at).total_seconds())
+    phase = state.phase if same_rollout else "Pending"
+    recheck = MAX_RECHECK_S
+    for f in in_flight:
+        absence_s = (now - f.stopped_at).total_seconds()
+        absence_ms = absence_s * 1000
+        if absence_ms > session_ms and phase != "Stopped":
+            return StopAtRisk(
+                f.ordinal,
+                absence_s,
+                needed,
+                f"member {f.ordinal} has been away {absence_s:.1f} s, longer than the session "
+                f"timeout {session_ms} ms: the broker has rebalanced the group. The rollout stops; "
+                "a new revision (raised timeouts or a restartNonce change) starts a new one",
+                expired=True,
+            )
+        if absence_ms > risk_ms and phase not in ("AtRisk", "Stopped"):
+            return StopAtRisk(
+                f.ordinal,
+                absence_s,
+                needed,
+                f"member {f.ordinal} has been away {absence_s:.1f} s, more than "
+                f"{limits.at_risk_fraction:.0%} of the session timeout {session_ms} ms, and is not "
+                "back in the group: no further member will be restarted until it is",
+            )
+        next_mark = risk_ms if absence_ms <= risk_ms else session_ms
+        recheck = min(recheck, max(0.5, (next_mark - absence_ms) / 1000))
+    if in_flight:
+        waiting = ", ".join(str(f.ordinal) for f in in_flight)
+        return Wait(WAIT_MEMBER, f"waiting for member(s) {waiting} to rejoin the group", recheck)
+
+    # 2. Nothing in flight: finished, halted, or start the next restart(s).
+    plan = plan_rollout(observed.members, update_revision)
+    if not plan.ordinals:
+        if same_rollout and phase in ("Complete", "Idle"):
+            return Wait(WAIT_UP_TO_DATE, f"every member runs revision {update_revision}")
+        return Complete()
+    if same_rollout and phase in ("AtRisk", "Stopped"):
+        return Wait(WAIT_STOPPED, state.reason or "the rollout stopped: a restart ran late")
+    if limits.paused:
+        return Wait(WAIT_PAUSED, "spec.rollout.paused is true")
+    if not limits.restart_safe:
+        return RefuseToStart(
+            needed,
+            f"restarts need a session timeout of {needed} ms but the effective session timeout is "
+            f"{session_ms} ms (capped by the broker or set in the spec): restarting would cause "
+            "rebalances. Raise the broker's group max session timeout or "
+            "spec.membership.timeouts.sessionTimeoutMs, or make members start faster",
+        )
+    if observed.group_state not in STARTABLE_STATES:
+        return Wait(WAIT_GROUP, f"the group is {observed.group_state}", 2.0)
+
+    by_ordinal = {m.ordinal: m for m in observed.members}
+    unavailable = [m for m in observed.members if not is_available(m, observed.group_state)]
+    free = [o for o in plan.ordinals if not is_available(by_ordinal[o], observed.group_state)]
+    budget = limits.max_unavailable - (len(unavailable) - len(free))
+    pick = free[: limits.max_unavailable]
+    ready = [o for o in plan.ordinals if o not in free]
+    pick += ready[: max(0, budget - len(pick))]
+    if not pick:
+        others = ", ".join(str(m.ordinal) for m in unavailable if m.ordinal not in free)
+        return Wait(WAIT_AVAILABILITY, f"waiting for member(s) {others} to be ready", 2.0)
+    return RestartMembers(tuple(pick))
+
+
+def record_step(
+    state: RolloutState,
+    step: Step,
+    observed: GroupObservation,
+    update_revision: str,
+    now: datetime,
+) -> RolloutState:
+    """The rollout state after `step` was carried out (call after the apply layer acted)."""
+    if state.revision != update_revision:
+        state = RolloutState(revision=update_revision, phase="Pending")
+    state = replace(state, in_flight=_in_flight(state, observed))
+    plan = plan_rollout(observed.members, update_revision).ordinals
+    if isinstance(step, RestartMembers):
+        picked = set(step.ordinals)
+        return replace(
+            state,
+            phase="Rolling",
+            reason=f"restarting member(s) {', '.join(map(str, step.ordinals))}",
+            started_at=state.started_at or now,
+            finished_at=None,
+            rebalances_at_start=(
+                observed.rebalances
+                if state.rebalances_at_start is None
+                else state.rebalances_at_start
+            ),
+            in_flight=state.in_flight + tuple(InFlight(o, now) for o in step.ordinals),
+            pending=tuple(o for o in plan if o not in picked),
+        )
+    if isinstance(step, MarkMemberDone):
+        absence_ms = round(step.absence_s * 1000)
+        return replace(
+            state,
+            phase="Stopped" if state.phase == "Stopped" else "Rolling",
+            reason=state.reason
+            if state.phase == "Stopped"
+            else f"member {step.ordinal} back after {step.absence_s:.1f} s",
+            in_flight=tuple(f for f in state.in_flight if f.ordinal != step.ordinal),
+            members_restarted=(*state.members_restarted, step.ordinal),
+            longest_absence_ms=max(state.longest_absence_ms, absence_ms),
+            pending=plan,
+        )
+    if isinstance(step, StopAtRisk):
+        return replace(
+            state,
+            phase="Stopped" if step.expired else "AtRisk",
+            reason=step.message,
+            finished_at=now if step.expired else None,
+            longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
+            pending=plan,
+        )
+    if isinstance(step, Complete):
+        return replace(
+            state,
+            phase="Complete",
+            reason=f"every member runs revision {update_revision}",
+            finished_at=now,
+            in_flight=(),
+            pending=(),
+        )
+    if isinstance(step, RefuseToStart):
+        return replace(state, phase="Pending", reason=step.message, pending=plan)
+    # Wait
+    phase: Phase = state.phase
+    if step.reason == WAIT_PAUSED:
+        phase = "Paused"
+    elif state.phase == "Paused":
+        phase = "Rolling" if state.started_at else "Pending"
+    return replace(state, phase=phase, reason=step.message, pending=plan)
+
+
+def _in_flight(state: RolloutState, observed: GroupObservation) -> tuple[InFlight, ...]:
+    """The recorded in-flight members plus any pod found being deleted (resume after a crash
+    between deleting a pod and recording it), oldest first."""
+    known = {f.ordinal: f for f in state.in_flight}
+    for m in observed.members:
+        if m.stopped_at is not None and m.ordinal not in known:
+            known[m.ordinal] = InFlight(m.ordinal, m.stopped_at)
+    return tuple(sorted(known.values(), key=lambda f: (f.stopped_at, f.ordinal)))
+
+
+def _opt_time(value: str | None) -> datetime | None:
+    return parse_rfc3339(value) if value else None

@@ -1,0 +1,201 @@
+"""The ConsumerGroup status, rebuilt from what is observed on every pass (pure).
+
+`build_status` assembles the whole `status` object; `derive_conditions` computes the standard
+conditions from the same observations; `record_restart` keeps the restart measurements that feed
+`timeouts.compute_timeouts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from staticfleet.decisions import conditions as c
+from staticfleet.decisions.builders import instance_id, member_name, selector_string
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.rollout import GroupObservation, ObservedMember, RolloutState
+from staticfleet.decisions.scaling import idle_members
+from staticfleet.decisions.timeouts import EffectiveTimeouts, Measurements
+
+RECENT_RESTARTS_KEPT = 10
+
+Cond = tuple[c.Status, str, str]
+
+
+def member_status(group: ConsumerGroupSpec, member: ObservedMember) -> dict[str, Any]:
+    """One `status.members[]` entry."""
+    entry: dict[str, Any] = {
+        "ordinal": member.ordinal,
+        "instanceId": instance_id(group, member.ordinal),
+        "pod": member.pod_name or member_name(group, member.ordinal),
+        "phase": (member.pod_phase or "Unknown") if member.pod_exists else "Missing",
+        "ready": member.ready,
+        "assignedPartitions": [f"{topic}-{partition}" for topic, partition in member.assignment],
+    }
+    if member.revision is not None:
+        entry["revision"] = member.revision
+    if member.member_id:
+        entry["memberId"] = member.member_id
+    return entry
+
+
+def build_status(
+    *,
+    group: ConsumerGroupSpec,
+    observed: GroupObservation,
+    rollout: RolloutState,
+    update_revision: str,
+    current_revision: str | None,
+    timeouts: EffectiveTimeouts | None,
+    partitions: int | None,
+    measurements: Mapping[str, Any] | None,
+    conditions: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The full status object. `current_revision` is the previous `status.currentRevision`; it
+    becomes the update revision once the rollout is Complete."""
+    members = sorted(observed.members, key=lambda m: m.ordinal)
+    status: dict[str, Any] = {
+        "observedGeneration": group.generation,
+        "replicas": sum(1 for m in members if m.pod_exists),
+        "readyReplicas": sum(1 for m in members if m.pod_exists and m.ready),
+        "selector": selector_string(group),
+        "groupState": observed.group_state,
+        "rebalances": observed.rebalances,
+        "members": [member_status(group, m) for m in members],
+        "updateRevision": update_revision,
+        "rollout": rollout.to_status(observed.rebalances),
+        "conditions": [dict(x) for x in conditions],
+    }
+    if rollout.phase == "Complete" and rollout.revision == update_revision:
+        current_revision = update_revision
+    if current_revision is not None:
+        status["currentRevision"] = current_revision
+    if timeouts is not None:
+        status["timeouts"] = timeouts.to_status()
+    if partitions is not None:
+        status["partitions"] = partitions
+        status["idleMembers"] = idle_members(group.replicas, partitions)
+    if measurements:
+        status["measurements"] = dict(measurements)
+    return status
+
+
+def derive_conditions(
+    previous: Sequence[Mapping[str, Any]],
+    *,
+    group: ConsumerGroupSpec,
+    observed: GroupObservation,
+    rollout: RolloutState,
+    timeouts: EffectiveTimeouts | None,
+    partitions: int | None,
+    now: datetime,
+    problem: tuple[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The five conditions from this pass's observations.
+
+    `problem` is (reason, message) for something that stopped the reconcile, e.g.
+    (c.INVALID_SPEC, str(spec_error)), (c.INVALID_TIMEOUTS, ...), (c.KAFKA_UNREACHABLE, ...).
+    """
+    gen = group.generation
+    out = list(previous)
+
+    # Ready
+    ready: Cond
+    wanted = group.replicas
+    serving = [m for m in observed.members if m.ordinal < wanted and m.ready and m.in_group]
+    if wanted == 0:
+        ready = ("True", c.SCALED_TO_ZERO, "replicas is 0")
+    elif observed.group_state != "Stable":
+        ready = ("False", c.GROUP_NOT_STABLE, f"the group is {observed.group_state}")
+    elif len(serving) < wanted:
+        ready = (
+            "False",
+            c.MEMBERS_NOT_READY,
+            f"{len(serving)}/{wanted} members ready in the group",
+        )
+    else:
+        ready = ("True", c.ALL_MEMBERS_READY, f"{wanted}/{wanted} members ready in the group")
+    out = c.set_condition(out, c.READY, *ready, now, gen)
+
+    # Progressing
+    refused = rollout.phase == "Pending" and timeouts is not None and not timeouts.restart_safe
+    progressing: tuple[c.Status, str] = {
+        "Idle": ("False", c.ROLLOUT_IDLE),
+        "Pending": ("False", c.ROLLOUT_REFUSED) if refused else ("True", c.ROLLOUT_PENDING),
+        "Rolling": ("True", c.ROLLING),
+        "AtRisk": ("True", c.ROLLING),
+        "Paused": ("False", c.ROLLOUT_PAUSED),
+        "Stopped": ("False", c.ROLLOUT_STOPPED),
+        "Complete": ("False", c.ROLLOUT_COMPLETE),
+    }[rollout.phase]
+    out = c.set_condition(
+        out, c.PROGRESSING, *progressing, rollout.reason or rollout.phase, now, gen
+    )
+
+    # Degraded
+    degraded: Cond
+    if problem is not None:
+        degraded = ("True", problem[0], problem[1])
+    elif rollout.phase == "Stopped":
+        degraded = ("True", c.ROLLOUT_STOPPED, rollout.reason)
+    elif timeouts is not None and not timeouts.restart_safe:
+        degraded = (
+            "True",
+            c.RESTART_UNSAFE,
+            f"restarts need a session timeout of {timeouts.needed_session_timeout_ms} ms, "
+            f"the effective one is {timeouts.session_timeout_ms} ms",
+        )
+    else:
+        degraded = ("False", c.AS_EXPECTED, "")
+    out = c.set_condition(out, c.DEGRADED, *degraded, now, gen)
+
+    # RolloutAtRisk
+    risk: Cond
+    if rollout.phase == "AtRisk":
+        risk = ("True", c.RESTART_RUNNING_LATE, rollout.reason)
+    elif rollout.phase == "Stopped":
+        risk = ("True", c.SESSION_TIMEOUT_EXCEEDED, rollout.reason)
+    else:
+        risk = ("False", c.RESTARTS_ON_TIME, "")
+    out = c.set_condition(out, c.ROLLOUT_AT_RISK, *risk, now, gen)
+
+    # IdleMembers
+    idle: Cond
+    if partitions is None:
+        idle = ("Unknown", c.PARTITIONS_UNKNOWN, "the partition count is not known yet")
+    else:
+        n = idle_members(wanted, partitions)
+        idle = (
+            (
+                "True",
+                c.MORE_MEMBERS_THAN_PARTITIONS,
+                f"{n} of {wanted} members have no partition ({partitions} partitions)",
+            )
+            if n
+            else ("False", c.NO_IDLE_MEMBERS, f"{partitions} partitions for {wanted} members")
+        )
+    return c.set_condition(out, c.IDLE_MEMBERS, *idle, now, gen)
+
+
+def record_restart(
+    measurements: Mapping[str, Any] | None, absence_s: float, keep: int = RECENT_RESTARTS_KEPT
+) -> dict[str, Any]:
+    """`status.measurements` after one more measured restart (kept: the `keep` most recent, so an
+    old slow restart eventually stops driving the automatic session timeout)."""
+    m = dict(measurements or {})
+    recent = [*list(m.get("restartSecondsRecent") or []), round(absence_s, 3)][-keep:]
+    m["restartSecondsRecent"] = recent
+    m["restartSecondsMax"] = max(recent)
+    m["restartSamples"] = int(m.get("restartSamples") or 0) + 1
+    return m
+
+
+def measurements_from_status(measurements: Mapping[str, Any] | None) -> Measurements:
+    """The `timeouts.Measurements` input from `status.measurements`."""
+    m = measurements or {}
+    batch = m.get("batchSecondsMax")
+    return Measurements(
+        restart_seconds=tuple(float(x) for x in m.get("restartSecondsRecent") or ()),
+        batch_seconds_max=float(batch) if batch is not None else None,
+    )
