@@ -1,0 +1,52 @@
+"""The member's HTTP endpoints: /healthz, /readyz, /status, /metrics (stdlib server, own thread)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from consumer_runtime.metrics import Telemetry
+
+log = logging.getLogger(__name__)
+
+
+def serve(telemetry: Telemetry, host: str, port: int) -> ThreadingHTTPServer:
+    """Start serving in a daemon thread; return the server (its port is the bound one)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            now = time.monotonic()
+            path = self.path.split("?", 1)[0]
+            if path == "/healthz":
+                ok = telemetry.healthy(now)
+                self._send(200 if ok else 503, b"ok\n" if ok else b"poll loop stalled\n")
+            elif path == "/readyz":
+                ok = telemetry.ready(now)
+                self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
+            elif path == "/status":
+                body = json.dumps(telemetry.status(now)).encode()
+                self._send(200, body, "application/json")
+            elif path == "/metrics":
+                self._send(200, generate_latest(telemetry.registry), CONTENT_TYPE_LATEST)
+            else:
+                self._send(404, b"not found\n")
+
+        def _send(self, code: int, body: bytes, ctype: str = "text/plain") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            log.debug("http: " + format, *args)
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server

@@ -1,0 +1,116 @@
+"""`python -m consumer_runtime`: validate the configuration, start HTTP, Spark and the member."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from confluent_kafka import KafkaException
+
+from consumer_runtime.config import ConfigError, RuntimeConfig, load_config
+from consumer_runtime.http import serve
+from consumer_runtime.member import Member
+from consumer_runtime.metrics import Telemetry
+from consumer_runtime.processing import BatchProcessor
+from consumer_runtime.sinks import DeadLetters, Sink, build_dead_letters, build_sink
+
+if TYPE_CHECKING:
+    from consumer_runtime.spark import SparkBatch, Transform
+
+log = logging.getLogger("consumer_runtime")
+
+
+def process_age() -> float:
+    """Seconds since this process started (from /proc), 0 where /proc is not available."""
+    try:
+        stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - int(stat[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    age, started_at, wall = process_age(), time.monotonic(), time.time()
+    env = os.environ if env is None else env
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        config = load_config(env)
+        from consumer_runtime.spark import resolve_transform
+        transform = resolve_transform(config.transform)
+    except ConfigError as exc:
+        print(f"consumer_runtime: configuration refused: {exc}", file=sys.stderr, flush=True)
+        return 2
+    telemetry = Telemetry(
+        namespace=config.namespace, group=config.group_id, member=config.member,
+        instance_id=config.group_instance_id,
+        session_timeout_s=config.session_timeout_ms / 1000.0,
+        max_poll_interval_s=config.max_poll_interval_ms / 1000.0,
+        process_start=round(wall - age, 3), started_at=started_at, age_at_start=age)
+    try:
+        server = serve(telemetry, config.http_host, config.http_port)
+    except OSError as exc:
+        print(f"consumer_runtime: cannot listen on {config.http_host}:{config.http_port}: "
+              f"{exc.strerror}", file=sys.stderr, flush=True)
+        return 1
+    sink = build_sink(config)
+    dead_letters = build_dead_letters(config)
+    spark: cf.Future[SparkBatch] = cf.Future()
+    threading.Thread(target=_start_spark, args=(spark, config, transform, sink),
+                     name="spark-start", daemon=True).start()
+    processor = BatchProcessor(run=lambda: spark.result().run, retry=config.retry,
+                               dead_letters=dead_letters.send if dead_letters else None)
+    try:
+        member = Member(config, telemetry, processor.handle,
+                        startup_check=lambda: spark.exception(0) if spark.done() else None)
+    except KafkaException as exc:
+        print(f"consumer_runtime: configuration refused: consumer: librdkafka refused the "
+              f"settings ({exc.args[0].str()}); fix the consumer properties",
+              file=sys.stderr, flush=True)
+        return 2
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        member.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("member %s of group %s starting (instance id %s, spark %s, sink %s)",
+             config.member, config.group_id, config.group_instance_id or "none: dynamic",
+             config.spark.mode, config.sink.type)
+    code = member.run()
+    _close(sink, dead_letters, spark, config)
+    server.shutdown()
+    log.info("exit %d", code)
+    return code
+
+
+def _start_spark(future: cf.Future[SparkBatch], config: RuntimeConfig, transform: Transform,
+                 sink: Sink) -> None:
+    from consumer_runtime.spark import make_spark_batch
+    try:
+        future.set_result(make_spark_batch(config, transform, sink))
+    except BaseException as exc:
+        log.error("spark did not start: %s", exc)
+        future.set_exception(exc)
+
+
+def _close(sink: Sink, dead_letters: DeadLetters | None, spark: cf.Future[SparkBatch],
+           config: RuntimeConfig) -> None:
+    sink.close()
+    if dead_letters is not None:
+        dead_letters.close()
+    if config.spark.mode == "connect" and spark.done() and spark.exception(0) is None:
+        spark.result().session.stop()

@@ -1,0 +1,220 @@
+"""What the member knows about itself: Prometheus series and the /status document.
+
+`Telemetry` is fed by the poll loop and the batch worker; every method that depends on time takes
+`now` (monotonic seconds), so the unit tests drive it without a clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from consumer_runtime.records import TopicPartition
+
+READY_POLL_AGE = 10.0
+BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+FAST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+LABELS = ("namespace", "group", "member")
+
+
+class Telemetry:
+    """Counters, gauges and the state behind /healthz, /readyz and /status (thread-safe)."""
+
+    def __init__(self, *, namespace: str, group: str, member: str, instance_id: str | None,
+                 session_timeout_s: float, max_poll_interval_s: float, process_start: float,
+                 started_at: float, age_at_start: float = 0.0) -> None:
+        """`process_start` is unix time; `started_at` a monotonic reading taken when the process
+        was already `age_at_start` seconds old."""
+        self.registry = CollectorRegistry()
+        self.ids = {"namespace": namespace, "group": group, "member": member}
+        self.instance_id = instance_id
+        self.max_poll_interval_s = max_poll_interval_s
+        self.process_start = process_start
+        self.started_at = started_at
+        self.age_at_start = age_at_start
+        self._lock = threading.Lock()
+        self.member_id = ""
+        self.assignment: set[TopicPartition] = set()
+        self.holds_assignment = False
+        self.assigns = self.revokes = self.lost = self.rebalances = 0
+        self.first_assignment: float | None = None
+        self.first_batch: float | None = None
+        self.records_processed = self.batches_processed = self.dead_lettered = 0
+        self.batch_seconds: deque[float] = deque(maxlen=1000)
+        self.batch_seconds_max = 0.0
+        self.last_poll = started_at
+        self.state = "starting"
+        self._lag_series: set[TopicPartition] = set()
+
+        def metric(kind: Any, name: str, doc: str, extra: tuple[str, ...] = (),
+                   **kw: Any) -> Any:
+            return kind(name, doc, (*LABELS, *extra), registry=self.registry, **kw)
+
+        self.m_assigned = metric(Gauge, "staticfleet_member_assigned_partitions",
+                                 "Partitions assigned to this member")
+        self.m_records = metric(Counter, "staticfleet_member_records_processed",
+                                "Records processed and accepted by the sink")
+        self.m_batches = metric(Counter, "staticfleet_member_batches_processed",
+                                "Batches processed and committed")
+        self.m_batch_s = metric(Histogram, "staticfleet_member_batch_processing_seconds",
+                                "Time to process one batch, retries included",
+                                buckets=BATCH_BUCKETS)
+        self.m_poll_s = metric(Histogram, "staticfleet_member_poll_interval_seconds",
+                               "Time between two polls of the consumer", buckets=FAST_BUCKETS)
+        self.m_commit_s = metric(Histogram, "staticfleet_member_commit_latency_seconds",
+                                 "Time of one synchronous offset commit", buckets=FAST_BUCKETS)
+        self.m_lag = metric(Gauge, "staticfleet_member_consumer_lag",
+                            "Consumer lag per partition (librdkafka statistics)",
+                            ("topic", "partition"))
+        self.m_events = metric(Counter, "staticfleet_member_partition_events",
+                               "Rebalance callbacks: assign, revoke, lost", ("event",))
+        self.m_rebalances = metric(Counter, "staticfleet_member_rebalances",
+                                   "Rebalances after the first assignment of this process")
+        self.m_dead = metric(Counter, "staticfleet_member_dead_lettered_records",
+                             "Records sent to the dead-letter topic")
+        self.m_startup = metric(Gauge, "staticfleet_member_startup_seconds",
+                                "Seconds from process start to a startup phase", ("phase",))
+        metric(Gauge, "staticfleet_member_max_poll_interval_seconds",
+               "Configured max.poll.interval.ms in seconds").labels(**self.ids).set(
+                   max_poll_interval_s)
+        metric(Gauge, "staticfleet_member_session_timeout_seconds",
+               "Configured session.timeout.ms in seconds").labels(**self.ids).set(
+                   session_timeout_s)
+        for event in ("assign", "revoke", "lost"):
+            self.m_events.labels(**self.ids, event=event)
+        for m in (self.m_assigned, self.m_records, self.m_batches, self.m_batch_s, self.m_poll_s,
+                  self.m_commit_s, self.m_rebalances, self.m_dead):
+            m.labels(**self.ids)
+
+    # -- fed by the poll loop ------------------------------------------------------------------
+
+    def polled(self, now: float) -> None:
+        with self._lock:
+            self.m_poll_s.labels(**self.ids).observe(max(0.0, now - self.last_poll))
+            self.last_poll = now
+
+    def assigned(self, partitions: Iterable[TopicPartition], now: float,
+                 member_id: str) -> float | None:
+        """Count an assign callback; return seconds since process start if it is the first."""
+        with self._lock:
+            self.assigns += 1
+            self.m_events.labels(**self.ids, event="assign").inc()
+            self.member_id = member_id
+            first = None
+            if self.first_assignment is None:
+                first = self.first_assignment = self._since_start(now)
+                self.m_startup.labels(**self.ids, phase="first_assignment").set(first)
+            else:
+                self.rebalances += 1
+                self.m_rebalances.labels(**self.ids).inc()
+            self.assignment |= set(partitions)
+            self.holds_assignment = True
+            self.state = "running" if self.state == "starting" else self.state
+            self.m_assigned.labels(**self.ids).set(len(self.assignment))
+            return first
+
+    def revoked(self, partitions: Iterable[TopicPartition], *, lost: bool) -> None:
+        with self._lock:
+            if lost:
+                self.lost += 1
+            else:
+                self.revokes += 1
+            self.m_events.labels(**self.ids, event="lost" if lost else "revoke").inc()
+            gone = set(partitions)
+            self.assignment -= gone
+            self.holds_assignment = False
+            self.m_assigned.labels(**self.ids).set(len(self.assignment))
+            for tp in gone & self._lag_series:
+                self.m_lag.remove(*self.ids.values(), tp[0], str(tp[1]))
+                self._lag_series.discard(tp)
+
+    def committed(self, seconds: float) -> None:
+        self.m_commit_s.labels(**self.ids).observe(seconds)
+
+    def draining(self) -> None:
+        with self._lock:
+            self.state = "draining"
+
+    # -- fed by the batch worker ---------------------------------------------------------------
+
+    def batch_done(self, records: int, seconds: float, now: float) -> float | None:
+        """Count a committed batch; return seconds since process start if it is the first."""
+        with self._lock:
+            self.records_processed += records
+            self.batches_processed += 1
+            self.batch_seconds.append(seconds)
+            self.batch_seconds_max = max(self.batch_seconds_max, seconds)
+            self.m_records.labels(**self.ids).inc(records)
+            self.m_batches.labels(**self.ids).inc()
+            self.m_batch_s.labels(**self.ids).observe(seconds)
+            first = None
+            if self.first_batch is None:
+                first = self.first_batch = self._since_start(now)
+                self.m_startup.labels(**self.ids, phase="first_batch").set(first)
+            return first
+
+    def dead_letters(self, count: int) -> None:
+        with self._lock:
+            self.dead_lettered += count
+            self.m_dead.labels(**self.ids).inc(count)
+
+    def stats(self, payload: str) -> None:
+        """Take librdkafka statistics (JSON): per-partition consumer_lag."""
+        data = json.loads(payload)
+        with self._lock:
+            for topic, tdata in data.get("topics", {}).items():
+                for part, pdata in tdata.get("partitions", {}).items():
+                    tp = (topic, int(part))
+                    lag = pdata.get("consumer_lag", -1)
+                    if tp[1] < 0 or tp not in self.assignment or lag < 0:
+                        continue
+                    self.m_lag.labels(**self.ids, topic=topic, partition=part).set(lag)
+                    self._lag_series.add(tp)
+
+    # -- read by the HTTP endpoints ------------------------------------------------------------
+
+    def healthy(self, now: float) -> bool:
+        return now - self.last_poll <= self.max_poll_interval_s
+
+    def ready(self, now: float) -> bool:
+        return self.holds_assignment and now - self.last_poll <= READY_POLL_AGE
+
+    def status(self, now: float) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "instanceId": self.instance_id,
+                "memberId": self.member_id,
+                "groupId": self.ids["group"],
+                "assignment": [[t, p] for t, p in sorted(self.assignment)],
+                "rebalances": self.rebalances,
+                "assigns": self.assigns,
+                "revokes": self.revokes,
+                "lost": self.lost,
+                "startupSeconds": {"firstAssignment": self.first_assignment,
+                                   "firstBatch": self.first_batch},
+                "processStart": self.process_start,
+                "batchSecondsMax": self.batch_seconds_max,
+                "batchSecondsP99": p99(self.batch_seconds),
+                "recordsProcessed": self.records_processed,
+                "batchesProcessed": self.batches_processed,
+                "deadLettered": self.dead_lettered,
+                "lastPollAgeSeconds": max(0.0, now - self.last_poll),
+                "state": self.state,
+            }
+
+    def _since_start(self, now: float) -> float:
+        return round(now - self.started_at + self.age_at_start, 3)
+
+
+def p99(values: Iterable[float]) -> float | None:
+    """The 99th percentile (nearest rank) of `values`, None when there are none."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]

@@ -1,0 +1,175 @@
+"""Where a processed batch goes. A sink must accept the whole batch before `write` returns: the
+offsets are committed right after.
+
+- `NullSink`: computes every column of the result (Spark's `noop` source) and drops it.
+- `ParquetSink`: one directory per batch, `<path>/<batch name>/`, written with mode overwrite. The
+  batch name depends only on the offsets the batch covers, so a retried batch replaces its own
+  earlier attempt instead of adding a second copy; a batch polled again after a crash may have other
+  boundaries and then lands beside the first copy (at-least-once).
+- `KafkaSink`: an idempotent producer; rows carry `value` (and `key` when present), or, when the
+  result has no `value` column, the whole row as JSON in `value`. Flushed before `write` returns.
+
+Failures to deliver raise `SinkError` (retried, never dead-lettered); failures of the computation
+itself are left as they are, so the batch can be split to find the record that causes them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, Message, Producer
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from consumer_runtime.config import RuntimeConfig
+from consumer_runtime.delivery import SinkError, dead_letter_headers
+from consumer_runtime.records import KafkaRecord
+
+log = logging.getLogger(__name__)
+FLUSH_TIMEOUT_S = 30.0
+SECURITY_PREFIXES = ("security.", "sasl.", "ssl.")
+
+
+class Sink(Protocol):
+    def write(self, df: DataFrame, name: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class NullSink:
+    def write(self, df: DataFrame, name: str) -> None:
+        df.write.format("noop").mode("overwrite").save()
+
+    def close(self) -> None:
+        pass
+
+
+class ParquetSink:
+    def __init__(self, path: str) -> None:
+        self.path = path.rstrip("/")
+
+    def write(self, df: DataFrame, name: str) -> None:
+        df.write.mode("overwrite").parquet(f"{self.path}/{name}")
+
+    def close(self) -> None:
+        pass
+
+
+def producer_settings(config: RuntimeConfig, purpose: str) -> dict[str, Any]:
+    """An idempotent producer on the consumer's brokers, with the consumer's security settings."""
+    settings: dict[str, Any] = {
+        k: v for k, v in config.consumer.items() if k.startswith(SECURITY_PREFIXES)
+    }
+    settings.update({
+        "bootstrap.servers": config.bootstrap_servers,
+        "client.id": f"{config.member}-{purpose}",
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "compression.type": "lz4",
+    })
+    return settings
+
+
+class Delivery:
+    """An idempotent producer whose `flush` raises SinkError unless every message was acked."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.producer = Producer(dict(settings))
+        self.failures: list[KafkaError] = []
+
+    def _acked(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self.failures.append(err)
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None,
+                headers: list[tuple[str, str | bytes | None]] | None = None) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, headers=headers,
+                                      on_delivery=self._acked)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def flush(self, what: str) -> None:
+        deadline = time.monotonic() + FLUSH_TIMEOUT_S
+        left = self.producer.flush(FLUSH_TIMEOUT_S)
+        while left and time.monotonic() < deadline:
+            left = self.producer.flush(1.0)
+        failures, self.failures = self.failures, []
+        if left:
+            raise SinkError(f"{what}: {left} messages not delivered within {FLUSH_TIMEOUT_S:.0f}s")
+        if failures:
+            raise SinkError(f"{what}: {len(failures)} messages failed, first: {failures[0]}")
+
+    def close(self) -> None:
+        self.producer.flush(FLUSH_TIMEOUT_S)
+
+
+class KafkaSink:
+    def __init__(self, topic: str, delivery: Delivery) -> None:
+        self.topic = topic
+        self.delivery = delivery
+
+    def write(self, df: DataFrame, name: str) -> None:
+        columns = df.columns
+        if "value" not in columns:
+            keyed = [F.col("key")] if "key" in columns else []
+            df = df.select(*keyed, F.to_json(F.struct(*[F.col(c) for c in columns]))
+                           .alias("value"))
+        table = df.select(*[c for c in ("key", "value") if c in df.columns]).toArrow()
+        values = _as_bytes(table.column("value").to_pylist())
+        keys = (_as_bytes(table.column("key").to_pylist()) if "key" in table.column_names
+                else [None] * len(values))
+        for key, value in zip(keys, values, strict=True):
+            self.delivery.produce(self.topic, value=value, key=key)
+        self.delivery.flush(f"kafka sink {self.topic} batch {name}")
+
+    def close(self) -> None:
+        self.delivery.close()
+
+
+def _as_bytes(items: Iterable[Any]) -> list[bytes | None]:
+    return [v.encode() if isinstance(v, str) else v for v in items]
+
+
+class DeadLetters:
+    """Sends the records that fail alone to the dead-letter topic, with headers naming why."""
+
+    def __init__(self, topic: str, group: str, delivery: Delivery) -> None:
+        self.topic = topic
+        self.group = group
+        self.delivery = delivery
+
+    def send(self, failed: Sequence[tuple[KafkaRecord, BaseException]]) -> None:
+        for record, error in failed:
+            self.delivery.produce(self.topic, value=record.value(), key=record.key(),
+                                  headers=dead_letter_headers(record, error, self.group))
+        self.delivery.flush(f"dead-letter topic {self.topic}")
+        for record, error in failed:
+            log.warning("dead-lettered %s[%s]@%s: %s", record.topic(), record.partition(),
+                        record.offset(), str(error).splitlines()[0][:300] if str(error) else
+                        type(error).__name__)
+
+    def close(self) -> None:
+        self.delivery.close()
+
+
+def build_sink(config: RuntimeConfig) -> Sink:
+    sink = config.sink
+    if sink.type == "parquet":
+        assert sink.path is not None
+        return ParquetSink(sink.path)
+    if sink.type == "kafka":
+        assert sink.topic is not None
+        return KafkaSink(sink.topic, Delivery(producer_settings(config, "sink")))
+    return NullSink()
+
+
+def build_dead_letters(config: RuntimeConfig) -> DeadLetters | None:
+    if config.dead_letter_topic is None:
+        return None
+    return DeadLetters(config.dead_letter_topic, config.group_id,
+                       Delivery(producer_settings(config, "dlq")))

@@ -1,0 +1,127 @@
+"""Spark for the member: one session per process, and the run of one batch on it.
+
+Local mode starts the JVM in its own session (process group), so a SIGTERM sent to the member's
+process group reaches only the Python process, which then drains its batch on a JVM that is still
+alive. The JVM still dies with the member: it exits when its stdin pipe from Python closes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from consumer_runtime.config import ConfigError, RuntimeConfig, SparkSettings
+from consumer_runtime.records import SCHEMA, KafkaRecord, batch_name, offset_ranges, to_arrow
+from consumer_runtime.sinks import Sink
+from consumer_runtime.transforms import BatchContext
+
+log = logging.getLogger(__name__)
+# pyspark warns on every import under pandas 3; the runtime exchanges data through Arrow only.
+warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
+                        category=FutureWarning)
+Transform = Callable[[DataFrame, BatchContext], DataFrame]
+
+LOCAL_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def resolve_transform(spec: str) -> Transform:
+    """Import `module:function`; a missing module or function is a ConfigError."""
+    module_name, func_name = spec.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"processing.transform: cannot import module {module_name!r} ({exc}); "
+                          "install it in the image or fix the name") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ConfigError(f"processing.transform: module {module_name!r} has no function "
+                          f"{func_name!r}; fix the name")
+    return func
+
+
+def start_session(settings: SparkSettings, app_name: str) -> SparkSession:
+    """The process's one SparkSession: in-process JVM (local) or a thin Connect client."""
+    began = time.monotonic()
+    if settings.mode == "connect":
+        assert settings.connect_url is not None
+        builder: Any = SparkSession.builder.remote(settings.connect_url)
+        for key, value in settings.conf.items():
+            builder = builder.config(key, value)
+        session: SparkSession = builder.getOrCreate()
+    else:
+        session = _local_session(settings, app_name)
+    log.info("spark session (%s) ready after %.2f s", settings.mode, time.monotonic() - began)
+    return session
+
+
+def _local_session(settings: SparkSettings, app_name: str) -> SparkSession:
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf().setMaster(settings.master).setAppName(app_name)
+    for key, value in {**LOCAL_DEFAULTS, **settings.conf}.items():
+        conf.set(key, value)
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    context = SparkContext(conf=conf, gateway=gateway)
+    context.setLogLevel("WARN")
+    return SparkSession(context)
+
+
+class SparkBatch:
+    """Runs records through Arrow, a DataFrame, the transform and into the sink."""
+
+    def __init__(self, session: SparkSession, transform: Transform, sink: Sink, group: str,
+                 member: str) -> None:
+        self.session = session
+        self.transform = transform
+        self.sink = sink
+        self.group = group
+        self.member = member
+
+    def context(self, batch_id: int, partitions: Sequence[tuple[str, int]]) -> BatchContext:
+        return BatchContext(group=self.group, member=self.member, batch_id=batch_id,
+                            partitions=tuple(partitions), spark=self.session)
+
+    def frame(self, table: pa.Table) -> DataFrame:
+        return self.session.createDataFrame(table)
+
+    def run(self, batch_id: int, records: Sequence[KafkaRecord]) -> None:
+        df = self.frame(to_arrow(records))
+        ctx = self.context(batch_id, sorted(offset_ranges(records)))
+        self.sink.write(self.transform(df, ctx), batch_name(records))
+
+    def warm_up(self) -> None:
+        """Run the transform on an empty batch once, so the first real batch pays no JIT cost."""
+        began = time.monotonic()
+        try:
+            out = self.transform(self.frame(SCHEMA.empty_table()), self.context(0, ()))
+            out.write.format("noop").mode("overwrite").save()
+        except Exception as exc:
+            log.warning("warm-up of the transform on an empty batch failed: %s",
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            return
+        log.info("spark warm-up took %.2f s", time.monotonic() - began)
+
+
+def make_spark_batch(config: RuntimeConfig, transform: Transform, sink: Sink) -> SparkBatch:
+    """Start the session and warm it up (meant to run in a thread while the consumer joins)."""
+    session = start_session(config.spark, f"staticfleet-{config.member}")
+    batch = SparkBatch(session, transform, sink, config.group_id, config.member)
+    batch.warm_up()
+    return batch
