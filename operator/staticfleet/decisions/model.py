@@ -499,6 +499,15 @@ def _parse_membership(mem: Mapping[str, Any]) -> MembershipSpec:
         heartbeat_interval_ms=_opt_int(t, "heartbeatIntervalMs", tp, minimum=1, maximum=3600000),
         max_poll_interval_ms=_opt_int(t, "maxPollIntervalMs", tp, minimum=1, maximum=86400000),
     )
+    # The CRD's CEL rules, repeated for bodies that did not pass the API server.
+    if timeouts.session_timeout_ms is not None:
+        hb, mp = timeouts.heartbeat_interval_ms, timeouts.max_poll_interval_ms
+        if hb is not None and hb * 3 > timeouts.session_timeout_ms:
+            raise SpecError(
+                f"{tp}.heartbeatIntervalMs", "must be at most a third of sessionTimeoutMs"
+            )
+        if mp is not None and mp < timeouts.session_timeout_ms:
+            raise SpecError(f"{tp}.maxPollIntervalMs", "must be at least sessionTimeoutMs")
     a = _obj(mem.get("autoTuning"), f"{path}.autoTuning")
     enabled = a.get("enabled", True)
     if not isinstance(enabled, bool):

@@ -216,7 +216,8 @@ class MarkMemberDone:
 @dataclass(frozen=True)
 class StopAtRisk:
     """A restart runs late (expired=False: past at_risk_fraction of the session timeout) or too
-    late (expired=True: past the session timeout, the broker rebalanced). Touch no further member."""
+    late (expired=True: past the session timeout, the broker rebalanced). Touch no further
+    member."""
 
     ordinal: int
     absence_s: float

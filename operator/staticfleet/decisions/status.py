@@ -98,7 +98,7 @@ def derive_conditions(
     (c.INVALID_SPEC, str(spec_error)), (c.INVALID_TIMEOUTS, ...), (c.KAFKA_UNREACHABLE, ...).
     """
     gen = group.generation
-    out = list(previous)
+    out: list[dict[str, Any]] = [dict(x) for x in previous]
 
     # Ready
     ready: Cond
@@ -116,11 +116,11 @@ def derive_conditions(
         )
     else:
         ready = ("True", c.ALL_MEMBERS_READY, f"{wanted}/{wanted} members ready in the group")
-    out = c.set_condition(out, c.READY, *ready, now, gen)
+    out = _put(out, c.READY, ready, now, gen)
 
     # Progressing
     refused = rollout.phase == "Pending" and timeouts is not None and not timeouts.restart_safe
-    progressing: tuple[c.Status, str] = {
+    phases: dict[str, tuple[c.Status, str]] = {
         "Idle": ("False", c.ROLLOUT_IDLE),
         "Pending": ("False", c.ROLLOUT_REFUSED) if refused else ("True", c.ROLLOUT_PENDING),
         "Rolling": ("True", c.ROLLING),
@@ -128,7 +128,8 @@ def derive_conditions(
         "Paused": ("False", c.ROLLOUT_PAUSED),
         "Stopped": ("False", c.ROLLOUT_STOPPED),
         "Complete": ("False", c.ROLLOUT_COMPLETE),
-    }[rollout.phase]
+    }
+    progressing = phases[rollout.phase]
     out = c.set_condition(
         out, c.PROGRESSING, *progressing, rollout.reason or rollout.phase, now, gen
     )
@@ -148,7 +149,7 @@ def derive_conditions(
         )
     else:
         degraded = ("False", c.AS_EXPECTED, "")
-    out = c.set_condition(out, c.DEGRADED, *degraded, now, gen)
+    out = _put(out, c.DEGRADED, degraded, now, gen)
 
     # RolloutAtRisk
     risk: Cond
@@ -158,7 +159,7 @@ def derive_conditions(
         risk = ("True", c.SESSION_TIMEOUT_EXCEEDED, rollout.reason)
     else:
         risk = ("False", c.RESTARTS_ON_TIME, "")
-    out = c.set_condition(out, c.ROLLOUT_AT_RISK, *risk, now, gen)
+    out = _put(out, c.ROLLOUT_AT_RISK, risk, now, gen)
 
     # IdleMembers
     idle: Cond
@@ -175,7 +176,13 @@ def derive_conditions(
             if n
             else ("False", c.NO_IDLE_MEMBERS, f"{partitions} partitions for {wanted} members")
         )
-    return c.set_condition(out, c.IDLE_MEMBERS, *idle, now, gen)
+    return _put(out, c.IDLE_MEMBERS, idle, now, gen)
+
+
+def _put(
+    out: list[dict[str, Any]], type_: str, cond: Cond, now: datetime, gen: int
+) -> list[dict[str, Any]]:
+    return c.set_condition(out, type_, cond[0], cond[1], cond[2], now, gen)
 
 
 def record_restart(

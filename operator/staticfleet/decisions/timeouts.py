@@ -76,6 +76,28 @@ class BrokerBounds:
         return cls(min_session_ms=6000, max_session_ms=1800000)
 
     @classmethod
+    def from_broker_config(cls, protocol: Protocol, config: Mapping[str, int]) -> BrokerBounds:
+        """Bounds for `protocol` from broker config values (as `observe.broker_bounds` returns);
+        a missing key falls back to Kafka's default."""
+        if protocol == "classic":
+            d = cls.classic_defaults()
+            return cls(
+                min_session_ms=config.get("group.min.session.timeout.ms", d.min_session_ms),
+                max_session_ms=config.get("group.max.session.timeout.ms", d.max_session_ms),
+            )
+        d = cls.consumer_defaults()
+        return cls(
+            min_session_ms=config.get("group.consumer.min.session.timeout.ms", d.min_session_ms),
+            max_session_ms=config.get("group.consumer.max.session.timeout.ms", d.max_session_ms),
+            min_heartbeat_ms=config.get(
+                "group.consumer.min.heartbeat.interval.ms", d.min_heartbeat_ms
+            ),
+            max_heartbeat_ms=config.get(
+                "group.consumer.max.heartbeat.interval.ms", d.max_heartbeat_ms
+            ),
+        )
+
+    @classmethod
     def consumer_defaults(cls) -> BrokerBounds:
         """Kafka's defaults for the group.consumer.* session and heartbeat bounds (KIP-848)."""
         return cls(

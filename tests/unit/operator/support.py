@@ -1,0 +1,37 @@
+"""Shared builders of test inputs for the decisions tests."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def body(**spec: Any) -> dict[str, Any]:
+    """A minimal valid ConsumerGroup body; keyword arguments replace top-level spec fields."""
+    base: dict[str, Any] = {
+        "apiVersion": "staticfleet.io/v1alpha1",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": "orders", "namespace": "shop", "generation": 4},
+        "spec": {
+            "replicas": 3,
+            "kafka": {"bootstrapServers": "kafka:9092", "topics": ["orders"]},
+            "template": {"image": "staticfleet/member:0.1.0"},
+        },
+    }
+    out = copy.deepcopy(base)
+    out["spec"].update(copy.deepcopy(spec))
+    return out
+
+
+def with_path(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of `obj` with the dotted `path` set to `value`."""
+    out = copy.deepcopy(obj)
+    node = out
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    return out

@@ -1,0 +1,162 @@
+"""The CRD's structure: every field described, CEL rules where promised, examples that parse.
+
+The API server itself checks the CRD in tests/integration/test_crd.py; here the checks are on
+the YAML, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from staticfleet.decisions.model import ConsumerGroupSpec, SpecError
+
+ROOT = Path(__file__).resolve().parents[3]
+CRD = ROOT / "crds" / "consumergroups.staticfleet.io.yaml"
+EXAMPLES = ROOT / "examples"
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict[str, Any]:
+    return yaml.safe_load(CRD.read_text())
+
+
+@pytest.fixture(scope="module")
+def schema(crd: dict[str, Any]) -> dict[str, Any]:
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def walk(node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, node
+    for name, child in (node.get("properties") or {}).items():
+        yield from walk(child, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        yield from walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from walk(node["additionalProperties"], f"{path}{{}}")
+
+
+def at(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    node = schema
+    for part in path.split("."):
+        node = node["properties"][part]
+    return node
+
+
+def test_every_field_has_a_description(schema: dict[str, Any]) -> None:
+    # metadata is the API server's own (it refuses a schema there beyond type: object).
+    missing = [
+        p for p, n in walk(schema, "") if p != ".metadata" and not n.get("description", "").strip()
+    ]
+    assert missing == []
+
+
+def test_status_has_a_schema_not_a_blank_cheque(schema: dict[str, Any]) -> None:
+    status = at(schema, "status")
+    assert not status.get("x-kubernetes-preserve-unknown-fields")
+    for field in ("observedGeneration", "conditions", "members", "timeouts", "rollout"):
+        assert field in status["properties"]
+    phases = at(schema, "status.rollout.phase")["enum"]
+    assert phases == ["Idle", "Pending", "Rolling", "Paused", "AtRisk", "Stopped", "Complete"]
+
+
+def test_names_subresources_and_columns(crd: dict[str, Any]) -> None:
+    spec = crd["spec"]
+    assert spec["group"] == "staticfleet.io" and spec["scope"] == "Namespaced"
+    assert spec["names"]["shortNames"] == ["cg"] and "staticfleet" in spec["names"]["categories"]
+    version = spec["versions"][0]
+    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns == {
+        "Desired": ".spec.replicas",
+        "Ready": ".status.readyReplicas",
+        "State": ".status.groupState",
+        "Rebalances": ".status.rebalances",
+        "Rollout": ".status.rollout.phase",
+        "Session": ".status.timeouts.sessionTimeoutMs",
+        "Age": ".metadata.creationTimestamp",
+    }
+
+
+CEL = [
+    ("spec.kafka", "set exactly one of kafka.topics or kafka.topicPattern"),
+    ("spec.kafka.security", "security.sasl is required"),
+    ("spec.kafka.clientProperties", "may not set group.instance.id"),
+    ("spec.kafka.clientProperties", "may not set sasl.* or ssl.*"),
+    ("spec.membership", "assignmentStrategy applies to protocol classic only"),
+    ("spec.membership.timeouts", "at most a third of sessionTimeoutMs"),
+    ("spec.membership.timeouts", "maxPollIntervalMs must be at least sessionTimeoutMs"),
+    ("spec.processing.spark", "spark.connectUrl is required with mode connect"),
+    ("spec.processing.sink", "sink.topic is required with type kafka"),
+    ("spec.processing.sink", "sink.path is required with type parquet"),
+    ("spec.template", "template.env may not set STATICFLEET_*"),
+]
+
+
+@pytest.mark.parametrize(("path", "message"), CEL, ids=[f"{p}:{m[:30]}" for p, m in CEL])
+def test_cel_rules_are_present(schema: dict[str, Any], path: str, message: str) -> None:
+    rules = at(schema, path).get("x-kubernetes-validations") or []
+    assert any(message in r["message"] for r in rules), rules
+
+
+def test_cel_rules_look_like_cel(schema: dict[str, Any]) -> None:
+    """Balanced brackets and quotes, single-quoted strings, known functions only."""
+    known = {"has", "startsWith", "all", "size", "exists"}
+    for path, node in walk(schema, ""):
+        for rule in node.get("x-kubernetes-validations") or []:
+            text = rule["rule"]
+            assert text.count("(") == text.count(")"), (path, text)
+            assert text.count("[") == text.count("]"), (path, text)
+            assert text.count("'") % 2 == 0 and '"' not in text, (path, text)
+            calls = set(re.findall(r"([A-Za-z_]+)\(", text))
+            assert calls <= known, (path, calls - known)
+            assert rule["message"].strip(), path
+
+
+def test_operator_owned_client_properties_match_the_model(schema: dict[str, Any]) -> None:
+    from staticfleet.decisions.model import OWNED_CLIENT_PROPERTIES
+
+    rules = " ".join(
+        r["rule"] for r in at(schema, "spec.kafka.clientProperties")["x-kubernetes-validations"]
+    )
+    for key in OWNED_CLIENT_PROPERTIES:
+        assert f"'{key}'" in rules, key
+
+
+def test_defaults_match_the_model(schema: dict[str, Any]) -> None:
+    assert at(schema, "spec.replicas")["default"] == 1
+    assert at(schema, "spec.template.terminationGracePeriodSeconds")["default"] == 30
+    assert at(schema, "spec.membership.protocol")["default"] == "classic"
+    assert "default" not in at(schema, "spec.membership.assignmentStrategy")
+    assert at(schema, "spec.membership.autoTuning.restartMarginPercent")["default"] == 150
+    assert at(schema, "spec.processing.batch.maxRecords")["default"] == 10000
+    assert at(schema, "spec.processing.spark.master")["default"] == "local[2]"
+    assert at(schema, "spec.processing.autoOffsetReset")["default"] == "earliest"
+    assert at(schema, "spec.rollout.maxUnavailable")["default"] == 1
+
+
+def test_the_example_parses_into_the_model() -> None:
+    group = ConsumerGroupSpec.from_body(
+        yaml.safe_load((EXAMPLES / "consumergroup.yaml").read_text())
+    )
+    assert group.replicas == 3
+    assert group.processing.transform == "consumer_runtime.transforms:count_by_key"
+    assert group.processing.sink.type == "parquet"
+
+
+@pytest.mark.parametrize(
+    "example", sorted(p.name for p in EXAMPLES.glob("invalid-*.yaml")), ids=str
+)
+def test_invalid_examples_are_refused_by_the_model_too(example: str) -> None:
+    with pytest.raises(SpecError):
+        ConsumerGroupSpec.from_body(yaml.safe_load((EXAMPLES / example).read_text()))
