@@ -1,0 +1,55 @@
+import pytest
+
+from consumer_runtime.buffer import BatchBuffer
+from consumer_runtime.config import BatchLimits
+from tests.unit.runtime.fakes import Rec, recs
+
+pytestmark = pytest.mark.unit
+
+
+def buffer(records: int = 5, wait_ms: int = 1000, nbytes: int = 1 << 20) -> BatchBuffer[Rec]:
+    return BatchBuffer(BatchLimits(max_records=records, max_wait_ms=wait_ms, max_bytes=nbytes))
+
+
+def test_empty_buffer_is_never_due() -> None:
+    b = buffer()
+    assert not b.due(1e9) and b.wait_left(5.0) is None and b.room() == 5
+
+
+def test_due_by_count() -> None:
+    b = buffer()
+    b.add(recs("a", 0, range(4)), now=10.0)
+    assert not b.due(10.0) and b.room() == 1
+    b.add(recs("a", 0, range(4, 5)), now=10.1)
+    assert b.full() and b.due(10.1)
+
+
+def test_due_by_bytes() -> None:
+    b = buffer(nbytes=10)
+    b.add([Rec("a", 0, 0, k=b"kk", v=b"x" * 8)], now=0.0)
+    assert b.full()
+
+
+def test_due_by_time_since_first_record() -> None:
+    b = buffer(wait_ms=1000)
+    b.add(recs("a", 0, range(1)), now=10.0)
+    b.add(recs("a", 0, range(1, 2)), now=10.9)
+    assert b.wait_left(10.5) == pytest.approx(0.5)
+    assert not b.due(10.99) and b.due(11.0)
+
+
+def test_take_caps_at_max_records_and_keeps_the_rest_as_a_new_batch() -> None:
+    b = buffer(records=3)
+    b.add(recs("a", 0, range(5)), now=1.0)
+    assert [r.o for r in b.take(now=2.0)] == [0, 1, 2]
+    assert len(b) == 2 and b.wait_left(2.0) == pytest.approx(1.0)
+    assert [r.o for r in b.take(now=3.0)] == [3, 4] and len(b) == 0 and b.bytes == 0
+
+
+def test_drop_forgets_partitions_no_longer_owned() -> None:
+    b = buffer(records=10)
+    b.add([*recs("a", 0, range(3)), *recs("a", 1, range(2))], now=1.0)
+    assert b.drop({("a", 0)}, now=5.0) == 3
+    assert [(r.p, r.o) for r in b.records] == [(1, 0), (1, 1)]
+    assert b.wait_left(1.5) == pytest.approx(0.5)
+    assert b.drop({("a", 1)}, now=5.0) == 2 and b.wait_left(5.0) is None

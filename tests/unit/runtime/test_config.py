@@ -1,0 +1,176 @@
+import json
+from typing import Any
+
+import pytest
+
+from consumer_runtime.config import ConfigError, load_config, parse_config
+
+pytestmark = pytest.mark.unit
+
+
+def base() -> dict[str, Any]:
+    return {
+        "bootstrapServers": "127.0.0.1:9092",
+        "groupId": "orders",
+        "topics": ["orders"],
+        "topicPattern": None,
+        "namespace": "default",
+        "consumer": {"session.timeout.ms": 30000, "heartbeat.interval.ms": 3000,
+                     "max.poll.interval.ms": 300000, "auto.offset.reset": "earliest"},
+        "processing": {
+            "transform": "consumer_runtime.transforms:identity",
+            "spark": {"mode": "local", "connectUrl": None, "master": "local[2]",
+                      "conf": {"spark.sql.shuffle.partitions": 4, "x.flag": True}},
+            "batch": {"maxRecords": 10000, "maxWaitMs": 1000, "maxBytes": 67108864},
+            "sink": {"type": "parquet", "path": "/data/out", "topic": None},
+            "deadLetterTopic": "orders-dlq",
+            "retry": {"attempts": 3, "backoffMs": 500, "maxBackoffMs": 10000},
+        },
+    }
+
+
+def env_with(cfg: Any, **extra: str) -> dict[str, str]:
+    return {"STATICFLEET_CONFIG": json.dumps(cfg), **extra}
+
+
+def test_contract_example_parses() -> None:
+    cfg = load_config(env_with(base(), STATICFLEET_GROUP_INSTANCE_ID="orders-0",
+                               POD_NAME="orders-0", POD_NAMESPACE="shop",
+                               STATICFLEET_HTTP_HOST="127.0.0.5", STATICFLEET_HTTP_PORT="8081",
+                               STATICFLEET_SASL_PASSWORD="s3cret"))
+    assert cfg.group_instance_id == "orders-0"
+    assert cfg.member == "orders-0"
+    assert cfg.namespace == "shop"
+    assert cfg.subscription() == ["orders"]
+    assert (cfg.http_host, cfg.http_port) == ("127.0.0.5", 8081)
+    assert cfg.session_timeout_ms == 30000 and cfg.max_poll_interval_ms == 300000
+    assert cfg.consumer["sasl.password"] == "s3cret"
+    assert cfg.spark.conf == {"spark.sql.shuffle.partitions": "4", "x.flag": "true"}
+    assert cfg.batch.max_records == 10000 and cfg.retry.attempts == 3
+    assert cfg.sink.path == "/data/out" and cfg.dead_letter_topic == "orders-dlq"
+
+
+def test_empty_instance_id_means_dynamic_and_member_is_pod_name() -> None:
+    cfg = load_config(env_with(base(), STATICFLEET_GROUP_INSTANCE_ID="  ", POD_NAME="orders-3"))
+    assert cfg.group_instance_id is None
+    assert cfg.member == "orders-3"
+
+
+def test_pattern_subscription_is_anchored() -> None:
+    raw = base() | {"topics": None, "topicPattern": "orders\\..*"}
+    assert parse_config(raw, {}).subscription() == ["^orders\\..*"]
+
+
+def test_config_file_is_read_when_env_json_is_absent() -> None:
+    files = {"/etc/sf/config.json": json.dumps(base())}
+    cfg = load_config({"STATICFLEET_CONFIG_FILE": "/etc/sf/config.json"}, files.__getitem__)
+    assert cfg.group_id == "orders"
+
+
+def test_unreadable_config_file_is_refused() -> None:
+    def missing(path: str) -> str:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    with pytest.raises(ConfigError, match=r"^STATICFLEET_CONFIG_FILE \(/nope\): cannot be read"):
+        load_config({"STATICFLEET_CONFIG_FILE": "/nope"}, missing)
+
+
+def test_no_config_at_all_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^STATICFLEET_CONFIG: not set; "):
+        load_config({})
+
+
+def test_bad_json_names_line_and_column() -> None:
+    with pytest.raises(ConfigError, match=r"^STATICFLEET_CONFIG: not valid JSON \(.* line 1 "
+                                          r"column \d+\); fix the JSON$"):
+        load_config({"STATICFLEET_CONFIG": '{"groupId": '})
+
+
+def set_path(cfg: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    node = cfg
+    *parents, last = path.split("/")
+    for p in parents:
+        node = node[p]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return cfg
+
+
+DELETE = object()
+
+REFUSED = [
+    ("groupId", "", r"^groupId: must be a non-empty string, got a string; set it$"),
+    ("bootstrapServers", DELETE, r"^bootstrapServers: must be a non-empty string, got null"),
+    ("topics", None, r"^topics: exactly one of topics and topicPattern must be set"),
+    ("topics", [], r"^topics: must be a non-empty list of topic names, got a list"),
+    ("topics", ["a", 3], r"^topics\[1\]: must be a non-empty string, got a number"),
+    ("topicPattern", "(", r"^topics: exactly one of topics and topicPattern"),
+    ("colour", "blue", r"^colour: not a known key; remove it \(known: bootstrapServers"),
+    ("consumer", "x", r"^consumer: must be a JSON object, got a string"),
+    ("consumer/enable.auto.commit", True,
+     r"^consumer\.enable\.auto\.commit: set by the runtime itself; remove it$"),
+    ("consumer/group.instance.id", "x", r"^consumer\.group\.instance\.id: set by the runtime"),
+    ("consumer/session.timeout.ms", DELETE,
+     r"^consumer\.session\.timeout\.ms: must be an integer >= 1, got null"),
+    ("consumer/max.poll.interval.ms", "300000",
+     r"^consumer\.max\.poll\.interval\.ms: must be an integer >= 1, got '300000'"),
+    ("consumer/heartbeat.interval.ms", 30000,
+     r"^consumer\.heartbeat\.interval\.ms: must be below session\.timeout\.ms \(30000 >= 30000\)"),
+    ("consumer/fetch.min.bytes", [1], r"^consumer\.fetch\.min\.bytes: must be a string, number"),
+    ("processing/transform", "nocolon",
+     r"^processing\.transform: must read module:function, got 'nocolon'"),
+    ("processing/spark/mode", "yarn",
+     r"^processing\.spark\.mode: must be one of local, connect, got 'yarn'"),
+    ("processing/spark/mode", "connect",
+     r"^processing\.spark\.connectUrl: mode connect needs an sc:// URL, got None"),
+    ("processing/spark/conf", {"a": None}, r"^processing\.spark\.conf\.a: must be a string"),
+    ("processing/batch/maxRecords", 0,
+     r"^processing\.batch\.maxRecords: must be an integer >= 1, got 0; fix the value$"),
+    ("processing/batch/maxWaitMs", True,
+     r"^processing\.batch\.maxWaitMs: must be an integer >= 0, got True"),
+    ("processing/batch/size", 5, r"^processing\.batch\.size: not a known key"),
+    ("processing/sink/type", "s3", r"^processing\.sink\.type: must be one of kafka, parquet, null"),
+    ("processing/sink/path", None, r"^processing\.sink\.path: a parquet sink needs a path"),
+    ("processing/retry/attempts", 0, r"^processing\.retry\.attempts: must be an integer >= 1"),
+    ("processing/retry/maxBackoffMs", 100,
+     r"^processing\.retry\.maxBackoffMs: below backoffMs \(100 < 500\); raise it$"),
+    ("processing/deadLetterTopic", 7, r"^processing\.deadLetterTopic: must be a non-empty string"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), REFUSED,
+                         ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_bad_configuration_is_refused_with_one_line(path: str, value: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        parse_config(set_path(base(), path, value), {})
+    assert "\n" not in str(info.value)
+    assert "; " in str(info.value)
+
+
+def test_kafka_sink_needs_topic() -> None:
+    raw = set_path(base(), "processing/sink", {"type": "kafka", "path": None, "topic": None})
+    with pytest.raises(ConfigError, match=r"^processing\.sink\.topic: a kafka sink needs a topic"):
+        parse_config(raw, {})
+
+
+def test_bad_http_port_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^STATICFLEET_HTTP_PORT: must be a port number"):
+        parse_config(base(), {"STATICFLEET_HTTP_PORT": "http"})
+
+
+def test_defaults_when_optional_sections_are_absent() -> None:
+    raw = base()
+    for key in ("spark", "batch", "retry"):
+        del raw["processing"][key]
+    cfg = parse_config(raw, {})
+    assert cfg.spark.mode == "local" and cfg.spark.master == "local[2]"
+    assert (cfg.batch.max_records, cfg.batch.max_wait_ms) == (10000, 1000)
+    assert (cfg.retry.attempts, cfg.retry.backoff_ms) == (3, 500)
+
+
+def test_invalid_topic_pattern_is_refused() -> None:
+    raw = base() | {"topics": None, "topicPattern": "orders("}
+    with pytest.raises(ConfigError, match=r"^topicPattern: not a valid regular expression"):
+        parse_config(raw, {})

@@ -1,0 +1,86 @@
+import json
+
+import pytest
+
+from consumer_runtime.metrics import Telemetry, p99
+
+pytestmark = pytest.mark.unit
+CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances", "assigns",
+                 "revokes", "lost", "startupSeconds", "processStart", "batchSecondsMax",
+                 "batchSecondsP99", "recordsProcessed", "batchesProcessed", "deadLettered",
+                 "lastPollAgeSeconds", "state"}
+
+
+def telemetry() -> Telemetry:
+    return Telemetry(namespace="ns", group="g", member="g-0", instance_id="g-0",
+                     session_timeout_s=10, max_poll_interval_s=30, process_start=1000.0,
+                     started_at=100.0, age_at_start=0.5)
+
+
+def sample(t: Telemetry, name: str, **labels: str) -> float | None:
+    return t.registry.get_sample_value(name, {"namespace": "ns", "group": "g", "member": "g-0",
+                                              **labels})
+
+
+def test_first_assignment_is_not_a_rebalance_later_ones_are() -> None:
+    t = telemetry()
+    assert t.assigned({("a", 0), ("a", 1)}, now=101.5, member_id="m1") == 2.0
+    t.revoked({("a", 0), ("a", 1)}, lost=False)
+    assert t.assigned({("a", 1)}, now=130.0, member_id="m1") is None
+    t.revoked({("a", 1)}, lost=True)
+    t.assigned({("a", 0)}, now=140.0, member_id="m2")
+    status = t.status(now=140.0)
+    assert (status["assigns"], status["revokes"], status["lost"], status["rebalances"]) == \
+        (3, 1, 1, 2)
+    assert status["assignment"] == [["a", 0]] and status["memberId"] == "m2"
+    assert sample(t, "staticfleet_member_rebalances_total") == 2
+    assert sample(t, "staticfleet_member_partition_events_total", event="lost") == 1
+    assert sample(t, "staticfleet_member_assigned_partitions") == 1
+    assert sample(t, "staticfleet_member_startup_seconds", phase="first_assignment") == 2.0
+
+
+def test_status_has_exactly_the_contract_fields() -> None:
+    t = telemetry()
+    t.batch_done(records=10, seconds=0.2, now=103.0)
+    t.batch_done(records=5, seconds=0.4, now=104.0)
+    t.dead_letters(1)
+    status = t.status(now=104.0)
+    assert set(status) == CONTRACT_KEYS
+    json.dumps(status)
+    assert status["startupSeconds"] == {"firstAssignment": None, "firstBatch": 3.5}
+    assert (status["recordsProcessed"], status["batchesProcessed"], status["deadLettered"]) == \
+        (15, 2, 1)
+    assert status["batchSecondsMax"] == 0.4 and status["state"] == "starting"
+    assert sample(t, "staticfleet_member_records_processed_total") == 15
+    assert sample(t, "staticfleet_member_session_timeout_seconds") == 10
+
+
+def test_health_and_readiness_follow_poll_age_and_assignment() -> None:
+    t = telemetry()
+    assert t.healthy(now=129.0) and not t.healthy(now=131.0)
+    t.polled(now=105.0)
+    assert not t.ready(now=105.0)
+    t.assigned({("a", 0)}, now=105.0, member_id="m")
+    assert t.ready(now=114.0) and not t.ready(now=116.0)
+    t.revoked({("a", 0)}, lost=False)
+    assert not t.ready(now=106.0)
+
+
+def test_lag_comes_from_statistics_for_assigned_partitions_only() -> None:
+    t = telemetry()
+    t.assigned({("a", 0)}, now=101.0, member_id="m")
+    stats = {"topics": {"a": {"partitions": {"0": {"consumer_lag": 42},
+                                             "1": {"consumer_lag": 7},
+                                             "-1": {"consumer_lag": 1}}}}}
+    t.stats(json.dumps(stats))
+    assert sample(t, "staticfleet_member_consumer_lag", topic="a", partition="0") == 42
+    assert sample(t, "staticfleet_member_consumer_lag", topic="a", partition="1") is None
+    t.revoked({("a", 0)}, lost=False)
+    assert sample(t, "staticfleet_member_consumer_lag", topic="a", partition="0") is None
+
+
+@pytest.mark.parametrize(("values", "expected"), [([], None), ([3.0], 3.0),
+                                                   (list(range(1, 101)), 99),
+                                                   (list(range(1, 1001)), 990)])
+def test_p99_nearest_rank(values: list[float], expected: float | None) -> None:
+    assert p99(values) == expected
