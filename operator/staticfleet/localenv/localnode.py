@@ -79,7 +79,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -413,7 +413,7 @@ def _gate_problem(pod: Mapping[str, Any]) -> str | None:
 
 
 def pod_conditions(pod: Mapping[str, Any], view: ContainerView, phase: str,
-                   previous: list[Mapping[str, Any]], now: float) -> list[dict[str, Any]]:
+                   previous: Sequence[Mapping[str, Any]], now: float) -> list[dict[str, Any]]:
     """The conditions this node owns; lastTransitionTime kept while a status does not change."""
     terminal = phase in ("Succeeded", "Failed")
     ready = view.ready and bool(view.running_since)
@@ -449,7 +449,7 @@ def pod_conditions(pod: Mapping[str, Any], view: ContainerView, phase: str,
 
 
 def desired_status(pod: Mapping[str, Any], view: ContainerView, *, pod_ip: str,
-                   start_time: str, previous_conditions: list[Mapping[str, Any]], now: float,
+                   start_time: str, previous_conditions: Sequence[Mapping[str, Any]], now: float,
                    notes: list[str] | None = None) -> dict[str, Any]:
     """The pod status this node wants the API to show (no timestamps that move by themselves)."""
     phase = pod_phase(view)
@@ -487,6 +487,8 @@ def status_patch(desired: Mapping[str, Any]) -> dict[str, Any]:
                            for k in ("waiting", "running", "terminated")}
         statuses.append(cs)
     status["containerStatuses"] = statuses
+    status["conditions"] = [{"reason": None, "message": None, **c}
+                            for c in desired.get("conditions") or []]
     return {"status": status}
 
 
@@ -655,7 +657,7 @@ class PodWorker(threading.Thread):
         self.permanent = False
         self.probes: dict[str, ProbeTracker] = {}
         self.last_sent: dict[str, Any] | None = None
-        self.last_conditions: list[Mapping[str, Any]] = list(status.get("conditions") or [])
+        self.last_conditions: Sequence[Mapping[str, Any]] = list(status.get("conditions") or [])
         self.next_publish_retry = 0.0
         self.notes = podenv.unsupported_notes(pod)
 

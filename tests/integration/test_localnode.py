@@ -1,0 +1,380 @@
+"""The local node against the real control plane: binding, environment, probes, restarts,
+deletion and scheduling refusals, with real processes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from staticfleet.localenv import environment
+from staticfleet.localenv.procs import ProcessRecord
+from tests.conftest import unique
+from tests.support.kube import create_namespace, get_json, kubectl, to_yaml
+
+pytestmark = pytest.mark.integration
+
+NODE = environment.NODE_NAME
+
+
+@pytest.fixture
+def ns(kubeconfig: Path, local_node: ProcessRecord) -> Iterator[str]:
+    name = unique("ln")
+    create_namespace(kubeconfig, name)
+    yield name
+    kubectl(kubeconfig, "delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def pod_log(local_env: environment.LocalEnv) -> Callable[[dict[str, Any]], str]:
+    """The local node's output file of a pod (all runs)."""
+
+    def read(pod: dict[str, Any]) -> str:
+        m = pod["metadata"]
+        path = local_env.pod_log_dir / f"{m['namespace']}_{m['name']}_{m['uid']}.log"
+        return path.read_text() if path.exists() else f"(no log at {path})"
+
+    return read
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0,
+             interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+def python_pod(name: str, code: str, **spec: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "member", "image": "local/none",
+                                 "command": ["python", "-c", textwrap.dedent(code)]}
+    container.update(spec.pop("container", {}))
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"terminationGracePeriodSeconds": 5, "containers": [container], **spec}}
+
+
+def apply(kubeconfig: Path, ns: str, *objs: dict[str, Any]) -> None:
+    kubectl(kubeconfig, "-n", ns, "apply", "-f", "-",
+            input="\n---\n".join(to_yaml(o) for o in objs))
+
+
+def get_pod(kubeconfig: Path, ns: str, name: str) -> dict[str, Any] | None:
+    proc = kubectl(kubeconfig, "-n", ns, "get", "pod", name, "-o", "json", check=False)
+    if proc.returncode != 0:
+        if "NotFound" in proc.stderr:
+            return None
+        raise AssertionError(proc.stderr)
+    return dict(json.loads(proc.stdout))
+
+
+def condition(pod: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    for c in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == kind:
+            return dict(c)
+    return {}
+
+
+def container_status(pod: dict[str, Any] | None) -> dict[str, Any]:
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or [{}]
+    return dict(statuses[0])
+
+
+def is_ready(pod: dict[str, Any] | None) -> bool:
+    return condition(pod, "Ready").get("status") == "True"
+
+
+def test_node_registered_ready_untainted_with_lease(kubeconfig: Path,
+                                                   local_node: ProcessRecord) -> None:
+    node = get_json(kubeconfig, "node", NODE)
+    labels = node["metadata"]["labels"]
+    assert labels["kubernetes.io/hostname"] == NODE
+    assert labels["kubernetes.io/os"] == "linux"
+    assert node["status"]["capacity"]["cpu"] == "2"
+    assert node["status"]["capacity"]["pods"] == "110"
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in node["status"]["addresses"]
+    assert condition(node, "Ready")["status"] == "True"
+    assert not node["spec"].get("taints"), node["spec"].get("taints")
+    before = get_json(kubeconfig, "-n", "kube-node-lease", "lease", NODE)["spec"]["renewTime"]
+    wait_for("the node Lease to be renewed", lambda: get_json(
+        kubeconfig, "-n", "kube-node-lease", "lease", NODE)["spec"]["renewTime"] != before,
+        timeout=15, interval=0.5)
+
+
+def test_environment_from_all_sources(kubeconfig: Path, ns: str, tmp_path: Path,
+                                      pod_log: Callable[[dict[str, Any]], str]) -> None:
+    out = tmp_path / "env.json"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+          "data": {"key": "cm-value", "FROM_ENVFROM": "cm-all"}}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sec"},
+              "data": {"password": base64.b64encode(b"hunter2").decode(),
+                       "TOKEN": base64.b64encode(b"tok").decode()}}
+    pod = python_pod("envpod", """
+        import json, os, shutil, sys, time
+        data = dict(os.environ)
+        data["_argv"] = sys.argv[1:]
+        data["_executable"] = sys.executable
+        data["_which_staticfleet"] = shutil.which("staticfleet")
+        data["_cwd"] = os.getcwd()
+        with open(data["OUT"] + ".tmp", "w") as f:
+            json.dump(data, f)
+        os.rename(data["OUT"] + ".tmp", data["OUT"])
+        time.sleep(3600)
+    """, container={
+        "args": ["$(LITERAL)", "$$(LITERAL)", "$(UNDEFINED)"],
+        "envFrom": [{"configMapRef": {"name": "cfg"}, "prefix": "CM_"},
+                    {"secretRef": {"name": "sec"}}],
+        "env": [
+            {"name": "OUT", "value": str(out)},
+            {"name": "LITERAL", "value": "lit-$(CM_key)"},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE",
+             "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+            {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "CM_KEY", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "key"}}},
+            {"name": "SECRET", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "password"}}},
+            {"name": "OPTIONAL", "valueFrom": {"secretKeyRef": {
+                "name": "absent", "key": "x", "optional": True}}},
+            {"name": "MEM_MI", "valueFrom": {"resourceFieldRef": {
+                "resource": "limits.memory", "divisor": "1Mi"}}},
+        ]})
+    apply(kubeconfig, ns, cm, secret, pod)
+    env = json.loads(wait_for("the pod to write its environment",
+                              lambda: out.exists() and out.read_text(), timeout=30))
+    live = wait_for("the pod to be Ready", lambda: (p := get_pod(kubeconfig, ns, "envpod"))
+                    and is_ready(p) and p)
+    assert live["spec"]["nodeName"] == NODE
+    assert live["status"]["phase"] == "Running"
+    pod_ip = live["status"]["podIP"]
+    assert pod_ip.startswith("127.0.") and pod_ip != "127.0.0.1"
+    assert live["status"]["hostIP"] == "127.0.0.1"
+    assert env["POD_NAME"] == "envpod" and env["POD_NAMESPACE"] == ns
+    assert env["POD_UID"] == live["metadata"]["uid"]
+    assert env["APP"] == "envpod" and env["POD_IP"] == pod_ip and env["NODE"] == NODE
+    assert env["CM_KEY"] == "cm-value" and env["CM_FROM_ENVFROM"] == "cm-all"
+    assert env["SECRET"] == "hunter2" and env["TOKEN"] == "tok"
+    assert "OPTIONAL" not in env
+    assert int(env["MEM_MI"]) > 0
+    assert env["LITERAL"] == "lit-cm-value"
+    assert env["_argv"] == ["lit-cm-value", "$(LITERAL)", "$(UNDEFINED)"]
+    assert env["HOSTNAME"] == "envpod"
+    assert env["_executable"] == sys.executable, pod_log(live)
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    assert env["_which_staticfleet"] == os.path.join(os.path.dirname(sys.executable),
+                                                     "staticfleet")
+    assert "localnode: starting container member" in pod_log(live)
+
+
+READY_AFTER = """
+    import http.server, os, time
+    start = time.monotonic()
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            ok = time.monotonic() - start > float(os.environ["READY_AFTER"])
+            self.send_response(200 if ok else 503)
+            self.end_headers()
+        def log_message(self, *args):
+            pass
+    http.server.HTTPServer((os.environ["POD_IP"], 8080), H).serve_forever()
+"""
+
+
+def server_container(ready_after: float, **probe: Any) -> dict[str, Any]:
+    return {
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "READY_AFTER", "value": str(ready_after)}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 1,
+                           "failureThreshold": 1, **probe},
+    }
+
+
+def test_ready_follows_http_readiness_probe(kubeconfig: Path, ns: str) -> None:
+    t0 = time.monotonic()
+    apply(kubeconfig, ns, python_pod("web", READY_AFTER, container=server_container(3.0)),
+          python_pod("web2", READY_AFTER, container=server_container(0.0)))
+    running = wait_for("web Running", lambda: (p := get_pod(kubeconfig, ns, "web"))
+                       and p["status"].get("phase") == "Running" and p)
+    t_running = time.monotonic() - t0
+    assert not is_ready(running), "Ready before the probe answered 200"
+    assert condition(running, "ContainersReady")["status"] == "False"
+    wait_for("web Ready", lambda: is_ready(get_pod(kubeconfig, ns, "web")), timeout=20)
+    t_ready = time.monotonic() - t0
+    assert t_ready >= 3.0
+    print(f"create -> Running {t_running:.2f}s, -> Ready (server ready after 3s) {t_ready:.2f}s")
+    web2 = wait_for("web2 Ready", lambda: (p := get_pod(kubeconfig, ns, "web2")) and is_ready(p)
+                    and p)
+    web = get_pod(kubeconfig, ns, "web")
+    assert web is not None
+    # both listen on 8080, each on its own loopback address
+    assert web["status"]["podIP"] != web2["status"]["podIP"]
+    assert container_status(web)["ready"] is True
+    assert container_status(web)["started"] is True
+
+
+def test_restart_always_counts_restarts(kubeconfig: Path, ns: str,
+                                        pod_log: Callable[[dict[str, Any]], str]) -> None:
+    apply(kubeconfig, ns, python_pod("crash", """
+        import sys, time
+        print("run", flush=True)
+        time.sleep(0.3)
+        sys.exit(3)
+    """))
+    pod = wait_for("two restarts", lambda: (p := get_pod(kubeconfig, ns, "crash"))
+                   and container_status(p).get("restartCount", 0) >= 2 and p, timeout=30)
+    cs = container_status(pod)
+    assert cs["lastState"]["terminated"]["exitCode"] == 3
+    assert cs["lastState"]["terminated"]["reason"] == "Error"
+    assert pod["status"]["phase"] == "Running"
+    log = pod_log(pod)
+    assert log.count("localnode: starting container") >= 3, log
+    assert "exited with code 3" in log
+
+
+@pytest.mark.parametrize(("policy", "code", "phase"), [
+    ("Never", 0, "Succeeded"), ("Never", 4, "Failed"), ("OnFailure", 0, "Succeeded"),
+])
+def test_run_to_completion(kubeconfig: Path, ns: str, policy: str, code: int,
+                           phase: str) -> None:
+    apply(kubeconfig, ns, python_pod("job", f"import sys; sys.exit({code})",
+                                     restartPolicy=policy))
+    pod = wait_for(f"phase {phase}", lambda: (p := get_pod(kubeconfig, ns, "job"))
+                   and p["status"].get("phase") == phase and p)
+    cs = container_status(pod)
+    assert cs["state"]["terminated"]["exitCode"] == code
+    assert cs["restartCount"] == 0
+    assert condition(pod, "Ready")["status"] == "False"
+
+
+TERM_MARKER = """
+    import os, signal, sys, time
+    def on_term(*_):
+        if os.environ["ON_TERM"] == "exit":
+            open(os.environ["MARKER"], "w").write("SIGTERM")
+            sys.exit(0)
+        open(os.environ["MARKER"], "w").write("ignored SIGTERM")
+    signal.signal(signal.SIGTERM, on_term)
+    open(os.environ["PIDFILE"], "w").write(str(os.getpid()))
+    while True:
+        time.sleep(0.05)
+"""
+
+
+def term_pod(name: str, tmp_path: Path, on_term: str, grace: int) -> dict[str, Any]:
+    return python_pod(name, TERM_MARKER, terminationGracePeriodSeconds=grace, container={"env": [
+        {"name": "MARKER", "value": str(tmp_path / f"{name}.marker")},
+        {"name": "PIDFILE", "value": str(tmp_path / f"{name}.pid")},
+        {"name": "ON_TERM", "value": on_term}]})
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_delete_sends_sigterm_and_removes_pod(kubeconfig: Path, ns: str, tmp_path: Path) -> None:
+    apply(kubeconfig, ns, term_pod("term", tmp_path, "exit", 10))
+    pidfile = tmp_path / "term.pid"
+    pid = int(wait_for("the process to start", lambda: pidfile.exists() and pidfile.read_text()))
+    uid = get_json(kubeconfig, "-n", ns, "pod", "term")["metadata"]["uid"]
+    t0 = time.monotonic()
+    kubectl(kubeconfig, "-n", ns, "delete", "pod", "term", "--wait=false")
+    wait_for("the pod to disappear", lambda: get_pod(kubeconfig, ns, "term") is None)
+    gone = time.monotonic() - t0
+    print(f"delete -> gone {gone:.2f}s")
+    assert gone < 5, "a process that exits on SIGTERM should not wait out its grace period"
+    assert (tmp_path / "term.marker").read_text() == "SIGTERM"
+    assert not pid_alive(pid)
+    # a new pod with the same name is a new process (new uid), not touched by the old deletion
+    apply(kubeconfig, ns, term_pod("term", tmp_path, "exit", 10))
+    new = wait_for("the new pod Ready", lambda: (p := get_pod(kubeconfig, ns, "term"))
+                   and is_ready(p) and p)
+    assert new["metadata"]["uid"] != uid
+
+
+def test_process_ignoring_sigterm_is_killed_after_grace(kubeconfig: Path, ns: str,
+                                                        tmp_path: Path,
+                                                        pod_log: Callable[[dict[str, Any]], str]
+                                                        ) -> None:
+    apply(kubeconfig, ns, term_pod("stubborn", tmp_path, "ignore", 2))
+    pidfile = tmp_path / "stubborn.pid"
+    pid = int(wait_for("the process to start", lambda: pidfile.exists() and pidfile.read_text()))
+    pod = get_json(kubeconfig, "-n", ns, "pod", "stubborn")
+    t0 = time.monotonic()
+    kubectl(kubeconfig, "-n", ns, "delete", "pod", "stubborn", "--wait=false")
+    wait_for("the pod to disappear", lambda: get_pod(kubeconfig, ns, "stubborn") is None,
+             timeout=20)
+    gone = time.monotonic() - t0
+    assert 2.0 <= gone < 8.0, gone
+    assert (tmp_path / "stubborn.marker").read_text() == "ignored SIGTERM"
+    assert not pid_alive(pid)
+    log = pod_log(pod)
+    assert "SIGKILL" in log and "exited with code 137" in log, log
+
+
+def test_missing_configmap_waits_then_runs(kubeconfig: Path, ns: str) -> None:
+    apply(kubeconfig, ns, python_pod("needscm", "import time; time.sleep(3600)", container={
+        "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "late", "key": "x"}}}]}))
+    pod = wait_for("CreateContainerConfigError", lambda: (p := get_pod(kubeconfig, ns, "needscm"))
+                   and container_status(p).get("state", {}).get("waiting", {}).get("reason")
+                   == "CreateContainerConfigError" and p)
+    assert 'configmap "late" not found' in container_status(pod)["state"]["waiting"]["message"]
+    assert pod["status"]["phase"] == "Pending"
+    apply(kubeconfig, ns, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late"},
+                           "data": {"x": "1"}})
+    wait_for("the pod Ready once the ConfigMap exists",
+             lambda: is_ready(get_pod(kubeconfig, ns, "needscm")), timeout=20)
+
+
+def test_node_selector_mismatch_stays_pending_unschedulable(kubeconfig: Path, ns: str) -> None:
+    apply(kubeconfig, ns, python_pod("nowhere", "pass", nodeSelector={"disktype": "ssd"}),
+          python_pod("here", "import time; time.sleep(3600)",
+                     nodeSelector={"kubernetes.io/hostname": NODE}))
+    pod = wait_for("PodScheduled=False", lambda: (p := get_pod(kubeconfig, ns, "nowhere"))
+                   and condition(p, "PodScheduled").get("reason") == "Unschedulable" and p)
+    assert condition(pod, "PodScheduled")["status"] == "False"
+    assert "node affinity/selector" in condition(pod, "PodScheduled")["message"]
+    wait_for("the matching pod Ready", lambda: is_ready(get_pod(kubeconfig, ns, "here")))
+    pod = get_pod(kubeconfig, ns, "nowhere")
+    assert pod is not None
+    assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
+
+
+def test_liveness_failure_restarts_container(kubeconfig: Path, ns: str) -> None:
+    container = server_container(3600.0)
+    container["livenessProbe"] = {"httpGet": {"path": "/healthz", "port": "http"},
+                                  "periodSeconds": 1, "failureThreshold": 2}
+    container["readinessProbe"]["periodSeconds"] = 5
+    apply(kubeconfig, ns, python_pod("unhealthy", READY_AFTER, container=container,
+                                     terminationGracePeriodSeconds=1))
+    pod = wait_for("a liveness restart", lambda: (p := get_pod(kubeconfig, ns, "unhealthy"))
+                   and container_status(p).get("restartCount", 0) >= 1 and p, timeout=30)
+    assert container_status(pod)["lastState"]["terminated"]["message"] == "liveness probe failed"
+
+
+def test_command_is_required(kubeconfig: Path, ns: str) -> None:
+    pod = python_pod("noentry", "pass")
+    del pod["spec"]["containers"][0]["command"]
+    apply(kubeconfig, ns, pod)
+    live = wait_for("NoImageEntrypoint", lambda: (p := get_pod(kubeconfig, ns, "noentry"))
+                    and container_status(p).get("state", {}).get("waiting", {}).get("reason")
+                    == "NoImageEntrypoint" and p)
+    assert "local node runs command only" in container_status(live)["state"]["waiting"]["message"]
