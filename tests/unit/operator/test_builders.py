@@ -1,0 +1,255 @@
+"""Builders follow docs/contracts.md; the revision covers exactly what needs a restart."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from staticfleet.decisions.builders import (
+    build_config_map,
+    build_headless_service,
+    build_member_pod,
+    build_pdb,
+    config_json,
+    instance_id,
+    member_name,
+    member_revision,
+    member_spec_view,
+    selector_labels,
+    selector_string,
+)
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts import EffectiveTimeouts
+from tests.unit.operator.support import body, with_path
+
+TIMEOUTS = EffectiveTimeouts(
+    session_timeout_ms=45000,
+    heartbeat_interval_ms=3000,
+    max_poll_interval_ms=300000,
+    sources={
+        "sessionTimeoutMs": "default",
+        "heartbeatIntervalMs": "default",
+        "maxPollIntervalMs": "default",
+    },
+)
+
+
+def group(b: dict[str, Any] | None = None) -> ConsumerGroupSpec:
+    return ConsumerGroupSpec.from_body(b or body())
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+
+
+def pod_for(b: dict[str, Any] | None = None, ordinal: int = 1) -> dict[str, Any]:
+    g = group(b)
+    return build_member_pod(g, ordinal, member_spec_view(g, TIMEOUTS))
+
+
+def test_names_and_ids() -> None:
+    g = group(with_path(body(), "spec.kafka.groupId", "orders-v2"))
+    assert member_name(g, 2) == "orders-2"
+    assert instance_id(g, 2) == "orders-v2-2"
+    assert selector_string(g) == (
+        "app.kubernetes.io/instance=orders,app.kubernetes.io/name=staticfleet-member,"
+        "staticfleet.io/group=orders"
+    )
+
+
+def test_member_pod_follows_the_contract() -> None:
+    pod = pod_for()
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["name"] == "orders-1" and meta["namespace"] == "shop"
+    assert meta["labels"] == {
+        "app.kubernetes.io/name": "staticfleet-member",
+        "app.kubernetes.io/instance": "orders",
+        "app.kubernetes.io/managed-by": "staticfleet",
+        "staticfleet.io/group": "orders",
+        "staticfleet.io/ordinal": "1",
+    }
+    assert meta["annotations"]["staticfleet.io/instance-id"] == "orders-1"
+    assert len(meta["annotations"]["staticfleet.io/revision"]) == 10
+    assert "ownerReferences" not in meta
+    assert spec["restartPolicy"] == "Always" and spec["terminationGracePeriodSeconds"] == 30
+    (c,) = spec["containers"]
+    assert c["name"] == "member" and c["command"] == ["python", "-m", "consumer_runtime"]
+    assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    env = env_of(pod)
+    assert env["STATICFLEET_CONFIG"]["valueFrom"] == {
+        "configMapKeyRef": {"name": "orders-config", "key": "config.json"}
+    }
+    assert env["STATICFLEET_GROUP_INSTANCE_ID"]["value"] == "orders-1"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["STATICFLEET_HTTP_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["STATICFLEET_HTTP_PORT"]["value"] == "8080"
+
+
+def test_dynamic_membership_switch_drops_the_instance_id() -> None:
+    b = with_path(
+        body(), "metadata.annotations", {"staticfleet.io/dynamic-membership-for-testing": "true"}
+    )
+    assert "STATICFLEET_GROUP_INSTANCE_ID" not in env_of(pod_for(b))
+
+
+def test_secrets_come_through_secret_key_refs() -> None:
+    b = with_path(
+        body(),
+        "spec.kafka.security",
+        {
+            "protocol": "SASL_SSL",
+            "sasl": {
+                "mechanism": "PLAIN",
+                "usernameSecretRef": {"name": "creds", "key": "u"},
+                "passwordSecretRef": {"name": "creds", "key": "p"},
+            },
+            "tls": {
+                "caSecretRef": {"name": "ca", "key": "ca.pem"},
+                "certSecretRef": {"name": "tls", "key": "crt"},
+                "keySecretRef": {"name": "tls", "key": "key"},
+            },
+        },
+    )
+    env = env_of(pod_for(b))
+    expected = {
+        "STATICFLEET_SASL_USERNAME": ("creds", "u"),
+        "STATICFLEET_SASL_PASSWORD": ("creds", "p"),
+        "STATICFLEET_SSL_CA_PEM": ("ca", "ca.pem"),
+        "STATICFLEET_SSL_CERT_PEM": ("tls", "crt"),
+        "STATICFLEET_SSL_KEY_PEM": ("tls", "key"),
+    }
+    for var, (name, key) in expected.items():
+        assert env[var]["valueFrom"] == {"secretKeyRef": {"name": name, "key": key}}
+    config = json.loads(config_json(group(b), TIMEOUTS))
+    assert "sasl.password" not in config["consumer"] and "sasl.username" not in config["consumer"]
+    assert config["consumer"]["sasl.mechanism"] == "PLAIN"
+
+
+def test_user_template_is_carried_over() -> None:
+    b = with_path(
+        body(),
+        "spec.template",
+        {
+            "image": "img:2",
+            "imagePullPolicy": "Always",
+            "command": ["run"],
+            "args": ["--fast"],
+            "env": [{"name": "LOG_LEVEL", "value": "debug"}],
+            "envFrom": [{"configMapRef": {"name": "extra"}}],
+            "resources": {"limits": {"memory": "1Gi"}},
+            "nodeSelector": {"disk": "ssd"},
+            "tolerations": [{"key": "k", "operator": "Exists"}],
+            "affinity": {"nodeAffinity": {}},
+            "serviceAccountName": "member",
+            "terminationGracePeriodSeconds": 60,
+            "podLabels": {"team": "a"},
+            "podAnnotations": {"note": "x"},
+        },
+    )
+    pod = pod_for(b)
+    c = pod["spec"]["containers"][0]
+    assert c["image"] == "img:2" and c["imagePullPolicy"] == "Always"
+    assert c["command"] == ["run"] and c["args"] == ["--fast"]
+    assert c["env"][-1] == {"name": "LOG_LEVEL", "value": "debug"}
+    assert c["envFrom"] == [{"configMapRef": {"name": "extra"}}]
+    assert c["resources"] == {"limits": {"memory": "1Gi"}}
+    spec = pod["spec"]
+    assert spec["nodeSelector"] == {"disk": "ssd"} and spec["serviceAccountName"] == "member"
+    assert spec["terminationGracePeriodSeconds"] == 60 and spec["affinity"] == {"nodeAffinity": {}}
+    assert (
+        pod["metadata"]["labels"]["team"] == "a" and pod["metadata"]["annotations"]["note"] == "x"
+    )
+
+
+def test_config_json_follows_the_contract_and_is_deterministic() -> None:
+    g = group()
+    text = config_json(g, TIMEOUTS)
+    assert text == config_json(group(), TIMEOUTS)
+    config = json.loads(text)
+    assert list(config) == sorted(config)
+    assert config["bootstrapServers"] == "kafka:9092" and config["groupId"] == "orders"
+    assert config["topics"] == ["orders"] and config["topicPattern"] is None
+    assert config["namespace"] == "shop"
+    assert config["consumer"] == {
+        "session.timeout.ms": 45000,
+        "heartbeat.interval.ms": 3000,
+        "max.poll.interval.ms": 300000,
+        "partition.assignment.strategy": "range",
+        "group.protocol": "classic",
+        "auto.offset.reset": "earliest",
+        "security.protocol": "PLAINTEXT",
+    }
+    assert config["processing"] == {
+        "transform": "consumer_runtime.transforms:identity",
+        "spark": {"mode": "local", "connectUrl": None, "master": "local[2]", "conf": {}},
+        "batch": {"maxRecords": 10000, "maxWaitMs": 1000, "maxBytes": 67108864},
+        "sink": {"type": "null", "path": None, "topic": None},
+        "deadLetterTopic": None,
+        "retry": {"attempts": 3, "backoffMs": 500, "maxBackoffMs": 10000},
+    }
+    cm = build_config_map(g, TIMEOUTS)
+    assert cm["metadata"]["name"] == "orders-config" and cm["data"]["config.json"] == text
+
+
+def test_consumer_protocol_leaves_session_and_heartbeat_to_the_broker() -> None:
+    g = group(body(membership={"protocol": "consumer"}))
+    consumer = json.loads(config_json(g, TIMEOUTS))["consumer"]
+    assert consumer["group.protocol"] == "consumer"
+    for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+        assert key not in consumer
+    assert consumer["max.poll.interval.ms"] == 300000
+
+
+def test_client_properties_pass_through() -> None:
+    g = group(with_path(body(), "spec.kafka.clientProperties", {"fetch.max.bytes": "1048576"}))
+    assert json.loads(config_json(g, TIMEOUTS))["consumer"]["fetch.max.bytes"] == "1048576"
+
+
+def test_service_and_pdb() -> None:
+    g = group(body(rollout={"maxUnavailable": 2}))
+    svc = build_headless_service(g)
+    assert svc["metadata"]["name"] == "orders-members" and svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == selector_labels(g)
+    pdb = build_pdb(g)
+    assert pdb["spec"]["maxUnavailable"] == 2
+    assert pdb["spec"]["selector"] == {"matchLabels": selector_labels(g)}
+
+
+BASE_REVISION = member_revision(group(), TIMEOUTS)
+
+CHANGES: list[tuple[str, dict[str, Any], bool]] = [
+    ("image", with_path(body(), "spec.template.image", "img:2"), True),
+    ("command", with_path(body(), "spec.template.args", ["--x"]), True),
+    ("env", with_path(body(), "spec.template.env", [{"name": "A", "value": "1"}]), True),
+    ("resources", with_path(body(), "spec.template.resources", {"limits": {"cpu": "1"}}), True),
+    ("spark conf", with_path(body(), "spec.processing.spark", {"conf": {"a": "b"}}), True),
+    ("transform", with_path(body(), "spec.processing.transform", "m:f"), True),
+    ("client property", with_path(body(), "spec.kafka.clientProperties", {"a.b": "1"}), True),
+    ("nonce", with_path(body(), "spec.rollout.restartNonce", "2"), True),
+    (
+        "restartedAt",
+        with_path(body(), "metadata.annotations", {"staticfleet.io/restartedAt": "t"}),
+        True,
+    ),
+    ("replicas", with_path(body(), "spec.replicas", 7), False),
+    ("maxUnavailable", with_path(body(), "spec.rollout.maxUnavailable", 2), False),
+    ("paused", with_path(body(), "spec.rollout.paused", True), False),
+    ("generation", with_path(body(), "metadata.generation", 9), False),
+]
+
+
+@pytest.mark.parametrize(("what", "changed", "restarts"), CHANGES, ids=[c[0] for c in CHANGES])
+def test_revision_changes_exactly_for_what_needs_a_restart(
+    what: str, changed: dict[str, Any], restarts: bool
+) -> None:
+    assert (member_revision(group(changed), TIMEOUTS) != BASE_REVISION) is restarts
+
+
+def test_revision_follows_the_timeouts() -> None:
+    raised = EffectiveTimeouts(62000, 3000, 300000, sources=TIMEOUTS.sources)
+    assert member_revision(group(), raised) != BASE_REVISION

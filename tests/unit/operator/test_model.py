@@ -1,0 +1,210 @@
+"""ConsumerGroupSpec.from_body: defaults like the CRD, SpecError with the field path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from staticfleet.decisions.model import DEFAULT_COMMAND, ConsumerGroupSpec, SpecError
+from tests.unit.operator.support import body, with_path
+
+
+def test_defaults_match_the_crd() -> None:
+    g = ConsumerGroupSpec.from_body(body())
+    assert (g.name, g.namespace, g.generation, g.replicas) == ("orders", "shop", 4, 3)
+    assert g.group_id == "orders"
+    assert g.template.command == DEFAULT_COMMAND
+    assert g.template.termination_grace_period_seconds == 30
+    assert g.membership.protocol == "classic" and g.membership.assignment_strategy == "range"
+    assert g.membership.timeouts.session_timeout_ms is None
+    assert (
+        g.membership.auto_tuning.enabled and g.membership.auto_tuning.restart_margin_percent == 150
+    )
+    assert g.processing.batch.max_records == 10000 and g.processing.spark.master == "local[2]"
+    assert g.processing.sink.type == "null" and g.processing.auto_offset_reset == "earliest"
+    assert g.rollout.max_unavailable == 1 and not g.rollout.paused
+    assert g.restarted_at is None and not g.dynamic_membership_for_testing
+
+
+def test_consumer_protocol_has_no_assignor() -> None:
+    g = ConsumerGroupSpec.from_body(body(membership={"protocol": "consumer"}))
+    assert g.membership.assignment_strategy is None
+
+
+def test_annotations_are_read() -> None:
+    b = with_path(
+        body(),
+        "metadata.annotations",
+        {
+            "staticfleet.io/restartedAt": "2026-01-01T00:00:00Z",
+            "staticfleet.io/dynamic-membership-for-testing": "true",
+        },
+    )
+    g = ConsumerGroupSpec.from_body(b)
+    assert g.restarted_at == "2026-01-01T00:00:00Z" and g.dynamic_membership_for_testing
+
+
+def test_full_security_parses() -> None:
+    ref = {"name": "kafka-creds", "key": "user"}
+    g = ConsumerGroupSpec.from_body(
+        with_path(
+            body(),
+            "spec.kafka.security",
+            {
+                "protocol": "SASL_SSL",
+                "sasl": {
+                    "mechanism": "SCRAM-SHA-512",
+                    "usernameSecretRef": ref,
+                    "passwordSecretRef": {"name": "kafka-creds", "key": "pass"},
+                },
+                "tls": {"caSecretRef": {"name": "ca", "key": "ca.pem"}},
+            },
+        )
+    )
+    assert g.kafka.security.sasl is not None and g.kafka.security.sasl.username.key == "user"
+    assert g.kafka.security.tls is not None and g.kafka.security.tls.ca is not None
+
+
+INVALID: list[tuple[str, str, Any, str]] = [
+    ("long name", "metadata.name", "x" * 51, "metadata.name"),
+    ("name not a DNS label", "metadata.name", "Orders", "metadata.name"),
+    ("no kafka", "spec.kafka", None, "spec.kafka"),
+    ("topics and pattern", "spec.kafka.topicPattern", "orders-.*", "spec.kafka"),
+    ("empty topics", "spec.kafka.topics", [], "spec.kafka.topics"),
+    ("bad topic", "spec.kafka.topics", ["a/b"], "spec.kafka.topics[0]"),
+    ("bad group id", "spec.kafka.groupId", "a b", "spec.kafka.groupId"),
+    (
+        "owned property",
+        "spec.kafka.clientProperties",
+        {"group.id": "x"},
+        "spec.kafka.clientProperties[group.id]",
+    ),
+    (
+        "ssl property",
+        "spec.kafka.clientProperties",
+        {"ssl.key.pem": "x"},
+        "spec.kafka.clientProperties[ssl.key.pem]",
+    ),
+    (
+        "sasl missing",
+        "spec.kafka.security",
+        {"protocol": "SASL_PLAINTEXT"},
+        "spec.kafka.security.sasl",
+    ),
+    (
+        "sasl without SASL",
+        "spec.kafka.security",
+        {
+            "protocol": "SSL",
+            "sasl": {
+                "mechanism": "PLAIN",
+                "usernameSecretRef": {"name": "s", "key": "u"},
+                "passwordSecretRef": {"name": "s", "key": "p"},
+            },
+        },
+        "spec.kafka.security.sasl",
+    ),
+    (
+        "cert without key",
+        "spec.kafka.security.tls",
+        {"certSecretRef": {"name": "s", "key": "c"}},
+        "spec.kafka.security.tls",
+    ),
+    ("no image", "spec.template.image", None, "spec.template.image"),
+    (
+        "reserved env",
+        "spec.template.env",
+        [{"name": "STATICFLEET_HTTP_PORT", "value": "1"}],
+        "spec.template.env[0]",
+    ),
+    (
+        "reserved POD_NAME",
+        "spec.template.env",
+        [{"name": "A", "value": "1"}, {"name": "POD_NAME"}],
+        "spec.template.env[1]",
+    ),
+    (
+        "reserved label",
+        "spec.template.podLabels",
+        {"staticfleet.io/group": "x"},
+        "spec.template.podLabels[staticfleet.io/group]",
+    ),
+    (
+        "reserved annotation",
+        "spec.template.podAnnotations",
+        {"staticfleet.io/revision": "x"},
+        "spec.template.podAnnotations[staticfleet.io/revision]",
+    ),
+    ("negative replicas", "spec.replicas", -1, "spec.replicas"),
+    ("replicas not int", "spec.replicas", "3", "spec.replicas"),
+    (
+        "assignor with consumer",
+        "spec.membership",
+        {"protocol": "consumer", "assignmentStrategy": "range"},
+        "spec.membership.assignmentStrategy",
+    ),
+    (
+        "heartbeat over a third",
+        "spec.membership.timeouts",
+        {"sessionTimeoutMs": 9000, "heartbeatIntervalMs": 3001},
+        "spec.membership.timeouts.heartbeatIntervalMs",
+    ),
+    (
+        "max poll below session",
+        "spec.membership.timeouts",
+        {"sessionTimeoutMs": 9000, "maxPollIntervalMs": 8999},
+        "spec.membership.timeouts.maxPollIntervalMs",
+    ),
+    (
+        "margin below 100",
+        "spec.membership.autoTuning",
+        {"restartMarginPercent": 90},
+        "spec.membership.autoTuning.restartMarginPercent",
+    ),
+    ("bad transform", "spec.processing.transform", "no_function", "spec.processing.transform"),
+    (
+        "connect without url",
+        "spec.processing.spark",
+        {"mode": "connect"},
+        "spec.processing.spark.connectUrl",
+    ),
+    (
+        "url not sc://",
+        "spec.processing.spark",
+        {"mode": "connect", "connectUrl": "http://x"},
+        "spec.processing.spark.connectUrl",
+    ),
+    (
+        "kafka sink without topic",
+        "spec.processing.sink",
+        {"type": "kafka"},
+        "spec.processing.sink.topic",
+    ),
+    (
+        "parquet sink without path",
+        "spec.processing.sink",
+        {"type": "parquet"},
+        "spec.processing.sink.path",
+    ),
+    (
+        "backoff above max",
+        "spec.processing.retry",
+        {"backoffMs": 10, "maxBackoffMs": 5},
+        "spec.processing.retry.maxBackoffMs",
+    ),
+    (
+        "bad regex",
+        "spec.kafka",
+        {"bootstrapServers": "k:9092", "topicPattern": "orders-("},
+        "spec.kafka.topicPattern",
+    ),
+    ("max unavailable 0", "spec.rollout.maxUnavailable", 0, "spec.rollout.maxUnavailable"),
+]
+
+
+@pytest.mark.parametrize(("what", "path", "value", "field"), INVALID, ids=[i[0] for i in INVALID])
+def test_invalid_spec_names_the_field(what: str, path: str, value: Any, field: str) -> None:
+    with pytest.raises(SpecError) as err:
+        ConsumerGroupSpec.from_body(with_path(body(), path, value))
+    assert err.value.field_path == field, str(err.value)
