@@ -19,6 +19,8 @@ Supported
   fit stays Pending with PodScheduled=False, reason Unschedulable.
 - Pod IPs: each pod gets its own loopback address from 127.0.1.2 upwards (lowest free, reused
   after deletion; Linux routes all of 127.0.0.0/8 to `lo`, so processes bind them as they are).
+  Addresses are unique on the machine, also across several local nodes (one per environment):
+  each is held as a lock file in `--ip-lock-dir` (default `$TMPDIR/staticfleet-localnode-ips`).
   `status.podIP(s)`; `hostIP` 127.0.0.1. Many pods can each listen on 8080.
 - The first container only: `command + args` with `$(VAR)` expansion. There is no image, so a
   container without `command` waits with reason NoImageEntrypoint. A bare `python`/`python3` as
@@ -66,6 +68,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import fcntl
 import http.client
 import ipaddress
 import json
@@ -77,6 +80,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -141,6 +145,45 @@ def next_pod_ip(used: set[str], first: str = FIRST_POD_IP, last: str = LAST_POD_
         if ip not in used:
             return ip
     return None
+
+
+class IpPool:
+    """Pod IPs, unique on the machine: each address in use is held as an flock on
+    `<lock_dir>/<ip>.lock`, so two local nodes (two environments, a test session next to a
+    demo) never hand out the same address. The kernel drops the locks when a node exits."""
+
+    def __init__(self, lock_dir: Path) -> None:
+        self.lock_dir = lock_dir
+        self.held: dict[str, int] = {}  # ip -> fd of its lock file
+
+    def _try_lock(self, ip: str, owner: str) -> bool:
+        self.lock_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_dir / f"{ip}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {owner}\n".encode())
+        self.held[ip] = fd
+        return True
+
+    def acquire(self, owner: str, preferred: str | None = None) -> str | None:
+        if in_pod_range(preferred) and preferred not in self.held and preferred is not None \
+                and self._try_lock(preferred, owner):
+            return preferred
+        tried = set(self.held)
+        while (ip := next_pod_ip(tried)) is not None:
+            if self._try_lock(ip, owner):
+                return ip
+            tried.add(ip)
+        return None
+
+    def release(self, ip: str) -> None:
+        fd = self.held.pop(ip, None)
+        if fd is not None:
+            os.close(fd)
 
 
 def in_pod_range(ip: str | None) -> bool:
@@ -944,7 +987,7 @@ def _memory_bytes() -> int:
 
 class LocalNode:
     def __init__(self, kube: Kube, node_name: str, log_dir: Path,
-                 shutdown_grace: float = 5.0) -> None:
+                 shutdown_grace: float = 5.0, ip_lock_dir: Path | None = None) -> None:
         self.kube = kube
         self.node_name = node_name
         self.log_dir = log_dir
@@ -956,6 +999,7 @@ class LocalNode:
         self.workers: dict[str, PodWorker] = {}
         self.finished_uids: set[str] = set()
         self.ips: dict[str, str] = {}  # uid -> ip
+        self.ip_pool = IpPool(ip_lock_dir or default_ip_lock_dir())
         self._to_schedule: dict[str, dict[str, Any]] = {}
         self._schedule_wake = threading.Event()
         self._ready_since = rfc3339(time.time())
@@ -1115,8 +1159,7 @@ class LocalNode:
             self._schedule_wake.set()
 
     def _allocate_ip(self, uid: str, previous: str | None) -> str | None:
-        used = set(self.ips.values())
-        ip = previous if in_pod_range(previous) and previous not in used else next_pod_ip(used)
+        ip = self.ip_pool.acquire(uid, previous)
         if ip is not None:
             self.ips[uid] = ip
         return ip
@@ -1124,7 +1167,9 @@ class LocalNode:
     def worker_done(self, worker: PodWorker) -> None:
         with self._lock:
             self.workers.pop(worker.uid, None)
-            self.ips.pop(worker.uid, None)
+            ip = self.ips.pop(worker.uid, None)
+            if ip is not None:
+                self.ip_pool.release(ip)
             self.finished_uids.add(worker.uid)
 
     # -- binding
@@ -1193,19 +1238,26 @@ class LocalNode:
         log.info("local node stopped")
 
 
+def default_ip_lock_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "staticfleet-localnode-ips"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m staticfleet.localenv.localnode",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--kubeconfig", required=True, type=Path)
     parser.add_argument("--node-name", default="local-node")
     parser.add_argument("--log-dir", required=True, type=Path)
+    parser.add_argument("--ip-lock-dir", type=Path, default=None,
+                        help="where pod IPs are locked machine-wide (default: "
+                             "$TMPDIR/staticfleet-localnode-ips)")
     parser.add_argument("--shutdown-grace", type=float, default=5.0,
                         help="cap on each pod's grace period when the node stops (s)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(threadName)s %(message)s")
     node = LocalNode(Kube(args.kubeconfig), args.node_name, args.log_dir.resolve(),
-                     shutdown_grace=args.shutdown_grace)
+                     shutdown_grace=args.shutdown_grace, ip_lock_dir=args.ip_lock_dir)
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("received signal %d; stopping", signum)
