@@ -48,25 +48,44 @@ class Rendered:
         return sorted(d["kind"] for d in self.docs)
 
     def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
-        found = [d for d in self.docs
-                 if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
-        assert len(found) == 1, f"{len(found)} {kind} named {name}: {[d['kind'] for d in self.docs]}"
+        found = [
+            d
+            for d in self.docs
+            if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+        ]
+        assert len(found) == 1, (
+            f"{len(found)} {kind} named {name}: {[d['kind'] for d in self.docs]}"
+        )
         return found[0]
 
 
 def run(cmd: list[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=120,
-                          check=False, **kwargs)
+    return subprocess.run(
+        [str(c) for c in cmd], capture_output=True, text=True, timeout=120, check=False, **kwargs
+    )
 
 
 @pytest.fixture(scope="session")
 def render(helm: Path) -> Callable[..., Rendered]:
     """`helm template` of the chart: render(*args, values={...}, chart=CHART)."""
 
-    def _render(*args: str, values: dict[str, Any] | None = None,
-                chart: Path = CHART, tmp: Path | None = None) -> Rendered:
-        cmd: list[str | Path] = [helm, "template", "sf", chart, "--namespace", "staticfleet-system",
-                                 "--kube-version", KUBE_VERSION, *args]
+    def _render(
+        *args: str,
+        values: dict[str, Any] | None = None,
+        chart: Path = CHART,
+        tmp: Path | None = None,
+    ) -> Rendered:
+        cmd: list[str | Path] = [
+            helm,
+            "template",
+            "sf",
+            chart,
+            "--namespace",
+            "staticfleet-system",
+            "--kube-version",
+            KUBE_VERSION,
+            *args,
+        ]
         if values is not None:
             assert tmp is not None, "values need a tmp folder"
             path = tmp / "values.yaml"

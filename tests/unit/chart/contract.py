@@ -1,4 +1,4 @@
-"""The metric names of docs/contracts.md, which the alerts and the dashboard may use, and only them."""
+"""The metric names of docs/contracts.md: the only ones alerts and dashboard may use."""
 
 from __future__ import annotations
 

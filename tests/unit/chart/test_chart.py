@@ -30,10 +30,20 @@ def test_helm_lint_strict(helm: Path) -> None:
 
 
 def test_helm_lint_with_every_feature(helm: Path) -> None:
-    proc = run([helm, "lint", "--strict", CHART,
-                "--set", "serviceMonitor.enabled=true,memberPodMonitor.enabled=true",
-                "--set", "prometheusRule.enabled=true,grafanaDashboard.enabled=true",
-                "--set", "watchNamespaces={team-a,team-b}"])
+    proc = run(
+        [
+            helm,
+            "lint",
+            "--strict",
+            CHART,
+            "--set",
+            "serviceMonitor.enabled=true,memberPodMonitor.enabled=true",
+            "--set",
+            "prometheusRule.enabled=true,grafanaDashboard.enabled=true",
+            "--set",
+            "watchNamespaces={team-a,team-b}",
+        ]
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -105,15 +115,18 @@ def test_crds_are_included(render: Callable[..., Rendered]) -> None:
         ("grafanaDashboard.enabled=true", ["ConfigMap"]),
     ],
 )
-def test_optional_feature(render: Callable[..., Rendered], flag: str,
-                          extra_kinds: list[str]) -> None:
+def test_optional_feature(
+    render: Callable[..., Rendered], flag: str, extra_kinds: list[str]
+) -> None:
     out = render("--set", flag)
     assert out.kinds() == sorted(BASE_KINDS + extra_kinds)
     _check_valid_kubernetes(out.docs)
 
 
 def test_service_monitor_keeps_the_group_namespace_label(render: Callable[..., Rendered]) -> None:
-    out = render("--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=kps")
+    out = render(
+        "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=kps"
+    )
     sm = out.one("ServiceMonitor")
     assert sm["metadata"]["labels"]["release"] == "kps"
     endpoint = sm["spec"]["endpoints"][0]
@@ -125,7 +138,9 @@ def test_service_monitor_keeps_the_group_namespace_label(render: Callable[..., R
 def test_member_pod_monitor_selects_member_pods(render: Callable[..., Rendered]) -> None:
     pm = render("--set", "memberPodMonitor.enabled=true").one("PodMonitor")
     assert pm["spec"]["selector"]["matchLabels"] == {
-        "app.kubernetes.io/name": "staticfleet-member", "app.kubernetes.io/managed-by": "staticfleet"}
+        "app.kubernetes.io/name": "staticfleet-member",
+        "app.kubernetes.io/managed-by": "staticfleet",
+    }
     assert pm["spec"]["namespaceSelector"] == {"any": True}
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "http"
     scoped = render("--set", "memberPodMonitor.enabled=true", "--set", "watchNamespaces={a,b}")
@@ -133,8 +148,12 @@ def test_member_pod_monitor_selects_member_pods(render: Callable[..., Rendered])
 
 
 def test_grafana_dashboard_config_map(render: Callable[..., Rendered]) -> None:
-    cm = render("--set", "grafanaDashboard.enabled=true",
-                "--set", "grafanaDashboard.annotations.grafana_folder=Kafka").one("ConfigMap")
+    cm = render(
+        "--set",
+        "grafanaDashboard.enabled=true",
+        "--set",
+        "grafanaDashboard.annotations.grafana_folder=Kafka",
+    ).one("ConfigMap")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["annotations"] == {"grafana_folder": "Kafka"}
     source = json.loads((CHART / "dashboards" / "staticfleet.json").read_text())
@@ -149,8 +168,15 @@ NAMESPACED_RULES = {
     ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "update", "delete"},
     ("", "services"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "update",
-                                         "delete"},
+    ("policy", "poddisruptionbudgets"): {
+        "get",
+        "list",
+        "watch",
+        "create",
+        "patch",
+        "update",
+        "delete",
+    },
     ("", "secrets"): {"get"},
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
@@ -175,11 +201,19 @@ def test_rbac_all_namespaces(render: Callable[..., Rendered]) -> None:
     role = out.one("ClusterRole")
     assert _grants(role["rules"]) == NAMESPACED_RULES | CRD_RULES | NAMESPACE_RULES
     binding = out.one("ClusterRoleBinding")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": role["metadata"]["name"]}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
     sa = out.one("ServiceAccount")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
-                                    "namespace": "staticfleet-system"}]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": sa["metadata"]["name"],
+            "namespace": "staticfleet-system",
+        }
+    ]
 
 
 def test_rbac_watch_namespaces(render: Callable[..., Rendered]) -> None:
@@ -200,24 +234,33 @@ def test_rbac_watch_namespaces(render: Callable[..., Rendered]) -> None:
 
 
 def test_rbac_and_service_account_can_be_turned_off(render: Callable[..., Rendered]) -> None:
-    out = render("--set", "rbac.create=false", "--set", "serviceAccount.create=false",
-                 "--set", "serviceAccount.name=existing")
+    out = render(
+        "--set",
+        "rbac.create=false",
+        "--set",
+        "serviceAccount.create=false",
+        "--set",
+        "serviceAccount.name=existing",
+    )
     assert out.kinds() == ["Deployment", "Service"]
     pod = out.one("Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "existing"
 
 
 def test_values_are_passed_through(render: Callable[..., Rendered], tmp_path: Path) -> None:
-    out = render(values={
-        "image": {"repository": "registry.example/sf", "tag": "1.2.3", "pullPolicy": "Always"},
-        "imagePullSecrets": [{"name": "regcred"}],
-        "extraArgs": ["--verbose"],
-        "extraEnv": [{"name": "FOO", "value": "bar"}],
-        "podLabels": {"team": "kafka"},
-        "nodeSelector": {"kubernetes.io/os": "linux"},
-        "priorityClassName": "high",
-        "fullnameOverride": "sf-op",
-    }, tmp=tmp_path)
+    out = render(
+        values={
+            "image": {"repository": "registry.example/sf", "tag": "1.2.3", "pullPolicy": "Always"},
+            "imagePullSecrets": [{"name": "regcred"}],
+            "extraArgs": ["--verbose"],
+            "extraEnv": [{"name": "FOO", "value": "bar"}],
+            "podLabels": {"team": "kafka"},
+            "nodeSelector": {"kubernetes.io/os": "linux"},
+            "priorityClassName": "high",
+            "fullnameOverride": "sf-op",
+        },
+        tmp=tmp_path,
+    )
     deploy = out.one("Deployment", "sf-op")
     pod = deploy["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -242,16 +285,22 @@ SCHEMA_PREFIX = "values don't meet the specifications of the schema(s)"
         (["--set", "replicaCount=2"], "at '/replicaCount': value must be 1"),
         (["--set", "bogus=1"], "additional properties 'bogus' not allowed"),
         (["--set", "image.bogus=1"], "at '/image': additional properties 'bogus' not allowed"),
-        (["--set", "image.pullPolicy=Sometimes"],
-         "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
+        (
+            ["--set", "image.pullPolicy=Sometimes"],
+            "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'",
+        ),
         (["--set", "metrics.service.type=ExternalName"], "value must be one of"),
         (["--set", "metrics.port=70000"], "at '/metrics/port'"),
         (["--set", "watchNamespaces={Not_A_Namespace}"], "at '/watchNamespaces/0'"),
         (["--set", "serviceMonitor.interval=often"], "at '/serviceMonitor/interval'"),
-        (["--set", "prometheusRule.alerts.NoSuchAlert.enabled=false"],
-         "invalid propertyName 'NoSuchAlert'"),
-        (["--set", "prometheusRule.alerts.StaticfleetLagGrowing.severity=page"],
-         "value must be one of 'critical', 'warning', 'info'"),
+        (
+            ["--set", "prometheusRule.alerts.NoSuchAlert.enabled=false"],
+            "invalid propertyName 'NoSuchAlert'",
+        ),
+        (
+            ["--set", "prometheusRule.alerts.StaticfleetLagGrowing.severity=page"],
+            "value must be one of 'critical', 'warning', 'info'",
+        ),
     ],
 )
 def test_schema_refuses(render: Callable[..., Rendered], args: list[str], message: str) -> None:
@@ -284,8 +333,11 @@ def _leaf_paths(values: dict[str, Any], prefix: str = "") -> list[str]:
     paths = []
     for key, value in values.items():
         path = f"{prefix}.{key}" if prefix else key
-        if isinstance(value, dict) and value and key not in {
-                "podSecurityContext", "securityContext", "resources", "labels"}:
+        if (
+            isinstance(value, dict)
+            and value
+            and key not in {"podSecurityContext", "securityContext", "resources", "labels"}
+        ):
             paths += _leaf_paths(value, path)
         else:
             paths.append(path)
@@ -331,11 +383,25 @@ def test_notes_render(helm: Path, tmp_path: Path) -> None:
     shutil.copytree(CHART, chart)
     shutil.copy(CHART / "templates" / "NOTES.txt", chart / "notes.txt")
     (chart / "templates" / "zz-notes.yaml").write_text(
-        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n'
-        '  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n')
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
+        '  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
+    )
     for args in ([], ["--set", "watchNamespaces={a,b}", "--set", "prometheusRule.enabled=true"]):
-        proc = run([helm, "template", "sf", chart, "-n", "ops", "--kube-version", KUBE_VERSION,
-                    "--show-only", "templates/zz-notes.yaml", *args])
+        proc = run(
+            [
+                helm,
+                "template",
+                "sf",
+                chart,
+                "-n",
+                "ops",
+                "--kube-version",
+                KUBE_VERSION,
+                "--show-only",
+                "templates/zz-notes.yaml",
+                *args,
+            ]
+        )
         assert proc.returncode == 0, proc.stderr
         notes = yaml.safe_load(proc.stdout)["data"]["notes"]
         assert "kubectl apply --server-side -f crds/" in notes
@@ -367,7 +433,7 @@ def test_sync_crds_detects_and_fixes_drift(tmp_path: Path) -> None:
     dst.mkdir()
     (dst / "a.yaml").write_text("kind: A-old\n")
     (dst / "stale.yaml").write_text("kind: Stale\n")
-    paths = ["--source", src, "--target", dst]
+    paths: list[str | Path] = ["--source", src, "--target", dst]
 
     check = _sync("--check", *paths)
     assert check.returncode == 1
@@ -386,3 +452,11 @@ def test_sync_crds_refuses_an_empty_source(tmp_path: Path) -> None:
     proc = _sync("--check", "--source", tmp_path / "none", "--target", tmp_path / "t")
     assert proc.returncode == 2
     assert "no CRD files" in proc.stderr
+
+
+def test_install_doc_covers_every_value_and_the_crd_step() -> None:
+    doc = (REPO / "docs" / "install.md").read_text()
+    assert "kubectl apply --server-side -f crds/" in doc
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    table = set(re.findall(r"^\| `([A-Za-z.]+)` \|", doc, re.M))
+    assert set(_leaf_paths(values)) <= table, set(_leaf_paths(values)) - table
