@@ -134,6 +134,14 @@ class Kube:
             if key not in (secret.data or {}):
                 raise SecretMissing(f"Secret {namespace}/{name} has no key {key!r}", 404)
 
+    def secret_value(self, namespace: str, name: str, key: str) -> str:
+        """The decoded value of one key of a Secret (for the operator's own Kafka client)."""
+        import base64
+
+        self.check_secret_keys(namespace, [(name, key)])
+        secret = self.core.read_namespaced_secret(name, namespace)
+        return base64.b64decode((secret.data or {})[key]).decode()
+
     def delete_children(self, namespace: str, kind_api: list[tuple[str, str]],
                         names: list[str]) -> None:
         """Delete named children (used when a feature is turned off, e.g. the PDB at 0)."""

@@ -1,0 +1,30 @@
+"""Run the operator: Kopf with staticfleet's handlers, Prometheus metrics, a liveness probe."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import kopf
+from prometheus_client import start_http_server
+
+from staticfleet.metrics import REGISTRY
+
+
+def run_operator(*, namespaces: list[str], all_namespaces: bool, metrics_port: int,
+                 health_port: int, metrics_host: str = "0.0.0.0") -> int:
+    """Serve until SIGTERM. Watches `namespaces`, or every namespace when none is given."""
+    import staticfleet.handlers  # noqa: F401  (registers the handlers with Kopf)
+
+    logging.basicConfig(level=os.environ.get("STATICFLEET_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if metrics_port:
+        start_http_server(metrics_port, addr=metrics_host, registry=REGISTRY)
+    liveness = f"http://{metrics_host}:{health_port}/healthz" if health_port else None
+    kopf.run(
+        standalone=True,
+        clusterwide=all_namespaces or not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=liveness,
+    )
+    return 0
