@@ -22,10 +22,11 @@ from tests.unit.operator.support import NOW
 
 CLASSIC = BrokerBounds.classic_defaults()
 KIP848 = BrokerBounds.consumer_defaults()
+NO_EXPLICIT = TimeoutsSpec()
 
 
 def compute(
-    explicit: TimeoutsSpec = TimeoutsSpec(),
+    explicit: TimeoutsSpec = NO_EXPLICIT,
     restarts: tuple[float, ...] = (),
     batch: float | None = None,
     bounds: BrokerBounds = CLASSIC,
@@ -154,7 +155,7 @@ TABLE = [
 @pytest.mark.parametrize(
     ("what", "kwargs", "values", "sources", "safe"), TABLE, ids=[t[0] for t in TABLE]
 )
-def test_table(what: str, kwargs: dict, values: tuple, sources: tuple, safe: bool) -> None:  # type: ignore[type-arg]
+def test_table(what: str, kwargs: dict, values: tuple, sources: tuple, safe: bool) -> None:
     t = compute(**kwargs)
     assert (t.session_timeout_ms, t.heartbeat_interval_ms, t.max_poll_interval_ms) == values
     assert (
@@ -207,7 +208,7 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("what", "kwargs", "rule"), REFUSED, ids=[r[0] for r in REFUSED])
-def test_rule_breaking_values_are_refused(what: str, kwargs: dict, rule: str) -> None:  # type: ignore[type-arg]
+def test_rule_breaking_values_are_refused(what: str, kwargs: dict, rule: str) -> None:
     with pytest.raises(TimeoutRuleError) as err:
         compute(**kwargs)
     assert err.value.rule == rule
@@ -292,7 +293,7 @@ def check_rules(
     batch: float | None,
 ) -> None:
     assert bounds.min_session_ms <= t.session_timeout_ms <= bounds.max_session_ms
-    assert 1 <= t.heartbeat_interval_ms and t.heartbeat_interval_ms * 3 <= t.session_timeout_ms
+    assert t.heartbeat_interval_ms >= 1 and t.heartbeat_interval_ms * 3 <= t.session_timeout_ms
     if protocol == "consumer":
         assert bounds.min_heartbeat_ms is not None and bounds.max_heartbeat_ms is not None
         assert bounds.min_heartbeat_ms <= t.heartbeat_interval_ms <= bounds.max_heartbeat_ms

@@ -1,0 +1,344 @@
+"""The roller's decisions over observed combinations, including resume after an operator restart."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+from datetime import timedelta
+
+import pytest
+
+from staticfleet.decisions.rollout import (
+    Complete,
+    GroupObservation,
+    InFlight,
+    MarkMemberDone,
+    ObservedMember,
+    RefuseToStart,
+    RestartMembers,
+    RolloutLimits,
+    RolloutState,
+    Step,
+    StopAtRisk,
+    Wait,
+    next_step,
+    plan_rollout,
+    record_step,
+)
+from tests.unit.operator.support import NOW
+
+OLD, NEW = "old", "new"
+LIMITS = RolloutLimits(session_timeout_ms=45000)
+
+
+def member(
+    o: int, rev: str = OLD, ready: bool = True, in_group: bool = True, **kw: Any
+) -> ObservedMember:
+    return ObservedMember(ordinal=o, revision=rev, ready=ready, in_group=in_group, **kw)
+
+
+def group(*members: ObservedMember, state: str = "Stable", rebalances: int = 0) -> GroupObservation:
+    return GroupObservation(members=members, group_state=state, rebalances=rebalances)
+
+
+def rolling(
+    *in_flight: tuple[int, float], phase: str = "Rolling", done: tuple[int, ...] = ()
+) -> RolloutState:
+    return RolloutState(
+        revision=NEW,
+        phase=phase,  # type: ignore[arg-type]
+        started_at=NOW - timedelta(minutes=5),
+        in_flight=tuple(InFlight(o, NOW - timedelta(seconds=ago)) for o, ago in in_flight),
+        members_restarted=done,
+        rebalances_at_start=0,
+    )
+
+
+THREE_OLD = group(member(0), member(1), member(2))
+
+PLANS = [
+    ("all ready: highest ordinal first", [member(0), member(1), member(2)], (2, 1, 0)),
+    ("unready first", [member(0), member(1, ready=False), member(2)], (1, 2, 0)),
+    ("already new is skipped", [member(0), member(1, NEW), member(2)], (2, 0)),
+    ("missing pod is skipped", [member(0), member(1, pod_exists=False), member(2)], (2, 0)),
+    ("pod being deleted is skipped", [member(0, stopped_at=NOW), member(1)], (1,)),
+    ("nothing to do", [member(0, NEW)], ()),
+]
+
+
+@pytest.mark.parametrize(("what", "members", "order"), PLANS, ids=[p[0] for p in PLANS])
+def test_plan_order(what: str, members: list[ObservedMember], order: tuple[int, ...]) -> None:
+    assert plan_rollout(members, NEW).ordinals == order
+
+
+CASES: list[tuple[str, RolloutState, GroupObservation, RolloutLimits, Step | type]] = [
+    ("start: restart the highest ordinal", RolloutState(), THREE_OLD, LIMITS, RestartMembers((2,))),
+    (
+        "start with maxUnavailable 2",
+        RolloutState(),
+        THREE_OLD,
+        replace(LIMITS, max_unavailable=2),
+        RestartMembers((2, 1)),
+    ),
+    (
+        "unready old member goes first and is free",
+        RolloutState(),
+        group(member(0), member(1, ready=False, in_group=False), member(2)),
+        LIMITS,
+        RestartMembers((1,)),
+    ),
+    (
+        "another member unready (new revision): wait",
+        RolloutState(),
+        group(member(0), member(1), member(2, NEW, ready=False)),
+        LIMITS,
+        Wait,
+    ),
+    (
+        "group rebalancing: wait",
+        RolloutState(),
+        group(member(0), state="PreparingRebalance"),
+        LIMITS,
+        Wait,
+    ),
+    ("paused: wait", RolloutState(), THREE_OLD, replace(LIMITS, paused=True), Wait),
+    (
+        "restarts unsafe: refuse",
+        RolloutState(),
+        THREE_OLD,
+        replace(LIMITS, restart_safe=False, needed_session_ms=90000),
+        RefuseToStart,
+    ),
+    (
+        "in flight, away 10 s: wait",
+        rolling((2, 10)),
+        group(member(0), member(1), member(2, NEW, ready=False, in_group=False)),
+        LIMITS,
+        Wait,
+    ),
+    (
+        "in flight, pod still terminating: wait",
+        rolling((2, 3)),
+        group(member(0), member(1), member(2, stopped_at=NOW - timedelta(seconds=3))),
+        LIMITS,
+        Wait,
+    ),
+    (
+        "in flight and back: done",
+        rolling((2, 12)),
+        group(member(0), member(1), member(2, NEW)),
+        LIMITS,
+        MarkMemberDone(2, 12.0),
+    ),
+    (
+        "back but group not Stable: wait",
+        rolling((2, 12)),
+        group(member(0), member(1), member(2, NEW), state="CompletingRebalance"),
+        LIMITS,
+        Wait,
+    ),
+    (
+        "back and ready but no assignment yet: wait",
+        rolling((2, 12)),
+        group(member(0), member(1), member(2, NEW, in_group=False)),
+        LIMITS,
+        Wait,
+    ),
+    (
+        "running late: stop at risk",
+        rolling((2, 37)),
+        group(member(0), member(1), member(2, NEW, ready=False, in_group=False)),
+        LIMITS,
+        StopAtRisk,
+    ),
+    (
+        "already at risk, not yet expired: wait",
+        rolling((2, 40), phase="AtRisk"),
+        group(member(0), member(1), member(2, NEW, ready=False, in_group=False)),
+        LIMITS,
+        Wait,
+    ),
+    (
+        "at risk and back in time: done",
+        rolling((2, 44), phase="AtRisk"),
+        group(member(0), member(1), member(2, NEW)),
+        LIMITS,
+        MarkMemberDone(2, 44.0),
+    ),
+    (
+        "past the session timeout: stopped",
+        rolling((2, 46), phase="AtRisk"),
+        group(member(0), member(1), member(2, NEW, ready=False, in_group=False)),
+        LIMITS,
+        StopAtRisk,
+    ),
+    (
+        "stopped: no further member",
+        rolling(phase="Stopped", done=(2,)),
+        group(member(0), member(1), member(2, NEW)),
+        LIMITS,
+        Wait,
+    ),
+    (
+        "next member after one done",
+        rolling(done=(2,)),
+        group(member(0), member(1), member(2, NEW)),
+        LIMITS,
+        RestartMembers((1,)),
+    ),
+    (
+        "all new: complete",
+        rolling(done=(2, 1, 0)),
+        group(member(0, NEW), member(1, NEW), member(2, NEW)),
+        LIMITS,
+        Complete(),
+    ),
+    (
+        "complete already: up to date",
+        replace(rolling(), phase="Complete"),
+        group(member(0, NEW)),
+        LIMITS,
+        Wait,
+    ),
+    (
+        "new pods on creation: complete",
+        RolloutState(),
+        group(member(0, NEW), member(1, NEW)),
+        LIMITS,
+        Complete(),
+    ),
+    (
+        "resume: restarted member is not restarted again",
+        RolloutState(revision=NEW, phase="Rolling"),
+        group(member(0), member(1), member(2, NEW)),
+        LIMITS,
+        RestartMembers((1,)),
+    ),
+    (
+        "resume: pod found being deleted is followed, not doubled",
+        RolloutState(revision=NEW, phase="Rolling"),
+        group(member(0), member(1), member(2, stopped_at=NOW - timedelta(seconds=5))),
+        LIMITS,
+        Wait,
+    ),
+    (
+        "resume: unrecorded deletion running late",
+        RolloutState(revision=NEW, phase="Rolling"),
+        group(member(0), member(1), member(2, stopped_at=NOW - timedelta(seconds=40))),
+        LIMITS,
+        StopAtRisk,
+    ),
+    (
+        "empty group: restart",
+        RolloutState(),
+        group(member(0, in_group=False), state="Empty"),
+        LIMITS,
+        RestartMembers((0,)),
+    ),
+    (
+        "new revision during a stopped rollout starts again",
+        replace(rolling(phase="Stopped"), revision="older"),
+        THREE_OLD,
+        LIMITS,
+        RestartMembers((2,)),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "state", "observed", "limits", "expected"), CASES, ids=[c[0] for c in CASES]
+)
+def test_next_step(
+    what: str,
+    state: RolloutState,
+    observed: GroupObservation,
+    limits: RolloutLimits,
+    expected: Step | type,
+) -> None:
+    step = next_step(state, observed, NEW, limits, NOW)
+    if isinstance(expected, type):
+        assert isinstance(step, expected), step
+    else:
+        assert step == expected
+
+
+def test_stop_at_risk_details() -> None:
+    late = next_step(
+        rolling((2, 37)),
+        group(member(0), member(2, NEW, ready=False)),
+        NEW,
+        replace(LIMITS, needed_session_ms=60000),
+        NOW,
+    )
+    assert isinstance(late, StopAtRisk) and not late.expired
+    assert late.ordinal == 2 and late.absence_s == 37 and late.needed_session_ms == 60000
+    assert "80%" in late.message
+    expired = next_step(
+        rolling((2, 46), phase="AtRisk"), group(member(2, NEW, ready=False)), NEW, LIMITS, NOW
+    )
+    assert isinstance(expired, StopAtRisk) and expired.expired
+
+
+def test_wait_recheck_aims_at_the_at_risk_mark() -> None:
+    step = next_step(rolling((2, 34)), group(member(2, NEW, ready=False)), NEW, LIMITS, NOW)
+    assert isinstance(step, Wait) and step.recheck_after_s == pytest.approx(2.0)
+
+
+def test_a_whole_rollout_through_record_step() -> None:
+    """Drive three members from old to new; the status round-trips on every pass (resume)."""
+    revs = {0: OLD, 1: OLD, 2: OLD}
+    down: set[int] = set()
+    state = RolloutState()
+    now = NOW
+    restarted: list[int] = []
+    for _ in range(30):
+        observed = group(
+            *(member(o, revs[o], ready=o not in down, in_group=o not in down) for o in range(3)),
+            rebalances=0,
+        )
+        step = next_step(state, observed, NEW, LIMITS, now)
+        state = record_step(state, step, observed, NEW, now)
+        state = RolloutState.from_status(state.to_status(0))  # as if the operator restarted
+        if isinstance(step, RestartMembers):
+            for o in step.ordinals:
+                revs[o], down = NEW, down | {o}
+                restarted.append(o)
+        elif isinstance(step, MarkMemberDone):
+            assert step.absence_s == 10
+        elif isinstance(step, Complete):
+            break
+        now += timedelta(seconds=10)
+        down = set()  # members come back 10 s later
+    assert restarted == [2, 1, 0]
+    assert state.phase == "Complete" and state.members_restarted == (2, 1, 0)
+    assert state.longest_absence_ms == 10000 and state.in_flight == ()
+    status = state.to_status(0)
+    assert status["rebalancesDuringRollout"] == 0 and status["current"] is None
+
+
+def test_record_step_phases() -> None:
+    observed = group(member(0), member(1), member(2, NEW, ready=False))
+    at_risk = record_step(rolling((2, 37)), StopAtRisk(2, 37.0, 60000, "late"), observed, NEW, NOW)
+    assert at_risk.phase == "AtRisk" and at_risk.reason == "late" and at_risk.finished_at is None
+    stopped = record_step(
+        at_risk, StopAtRisk(2, 46.0, 60000, "too late", expired=True), observed, NEW, NOW
+    )
+    assert stopped.phase == "Stopped" and stopped.finished_at == NOW
+    assert stopped.longest_absence_ms == 46000
+    back = record_step(at_risk, MarkMemberDone(2, 44.0), observed, NEW, NOW)
+    assert back.phase == "Rolling" and back.in_flight == ()
+    still_stopped = record_step(stopped, MarkMemberDone(2, 50.0), observed, NEW, NOW)
+    assert still_stopped.phase == "Stopped"
+    paused = record_step(RolloutState(), Wait("Paused", "paused"), observed, NEW, NOW)
+    assert paused.phase == "Paused" and paused.pending == (1, 0)
+    refused = record_step(RolloutState(), RefuseToStart(90000, "no"), observed, NEW, NOW)
+    assert refused.phase == "Pending" and refused.revision == NEW
+
+
+def test_restart_records_start_and_rebalances() -> None:
+    observed = group(member(0), member(1), member(2), rebalances=7)
+    state = record_step(RolloutState(), RestartMembers((2,)), observed, NEW, NOW)
+    assert state.started_at == NOW and state.rebalances_at_start == 7
+    status = state.to_status(9)
+    assert status["current"] == 2 and status["currentStoppedAt"] == "2026-01-01T12:00:00Z"
+    assert status["rebalancesDuringRollout"] == 2 and status["pending"] == [1, 0]

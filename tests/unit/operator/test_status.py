@@ -1,0 +1,218 @@
+"""Conditions and the status object, from observations."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from staticfleet.decisions import conditions as c
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.rollout import GroupObservation, ObservedMember, RolloutState
+from staticfleet.decisions.status import (
+    build_status,
+    derive_conditions,
+    measurements_from_status,
+    record_restart,
+)
+from staticfleet.decisions.timeouts import EffectiveTimeouts
+from tests.unit.operator.support import NOW, body
+
+GROUP = ConsumerGroupSpec.from_body(body())
+TIMEOUTS = EffectiveTimeouts(45000, 3000, 300000, sources={"sessionTimeoutMs": "default"})
+
+
+def test_set_condition_keeps_transition_time_when_status_holds() -> None:
+    first = c.set_condition([], c.READY, "False", c.MEMBERS_NOT_READY, "1/3", NOW, 1)
+    later = NOW + timedelta(minutes=1)
+    same = c.set_condition(first, c.READY, "False", c.MEMBERS_NOT_READY, "2/3", later, 2)
+    assert same[0]["lastTransitionTime"] == "2026-01-01T12:00:00Z"
+    assert same[0]["message"] == "2/3" and same[0]["observedGeneration"] == 2
+    flipped = c.set_condition(same, c.READY, "True", c.ALL_MEMBERS_READY, "3/3", later, 2)
+    assert flipped[0]["lastTransitionTime"] == "2026-01-01T12:01:00Z"
+    assert first[0]["message"] == "1/3"  # input untouched
+
+
+def test_set_condition_appends_and_keeps_others() -> None:
+    conds = c.set_condition([], c.READY, "True", c.ALL_MEMBERS_READY, "", NOW, 1)
+    conds = c.set_condition(conds, c.DEGRADED, "False", c.AS_EXPECTED, "", NOW, 1)
+    assert [x["type"] for x in conds] == [c.READY, c.DEGRADED]
+    assert c.get_condition(conds, c.DEGRADED) is not None
+    assert c.get_condition(conds, c.IDLE_MEMBERS) is None
+
+
+def members(ready: int, total: int = 3) -> tuple[ObservedMember, ...]:
+    return tuple(
+        ObservedMember(
+            o, revision="r", ready=o < ready, in_group=o < ready, assignment=(("orders", o),)
+        )
+        for o in range(total)
+    )
+
+
+CONDITIONS = [
+    (
+        "all ready",
+        GroupObservation(members(3), "Stable"),
+        RolloutState(phase="Complete"),
+        6,
+        None,
+        {
+            c.READY: ("True", c.ALL_MEMBERS_READY),
+            c.PROGRESSING: ("False", c.ROLLOUT_COMPLETE),
+            c.DEGRADED: ("False", c.AS_EXPECTED),
+            c.ROLLOUT_AT_RISK: ("False", c.RESTARTS_ON_TIME),
+            c.IDLE_MEMBERS: ("False", c.NO_IDLE_MEMBERS),
+        },
+    ),
+    (
+        "one missing",
+        GroupObservation(members(2), "Stable"),
+        RolloutState(phase="Rolling"),
+        6,
+        None,
+        {c.READY: ("False", c.MEMBERS_NOT_READY), c.PROGRESSING: ("True", c.ROLLING)},
+    ),
+    (
+        "rebalancing",
+        GroupObservation(members(3), "PreparingRebalance"),
+        RolloutState(),
+        6,
+        None,
+        {c.READY: ("False", c.GROUP_NOT_STABLE), c.PROGRESSING: ("False", c.ROLLOUT_IDLE)},
+    ),
+    (
+        "at risk",
+        GroupObservation(members(2), "Stable"),
+        RolloutState(phase="AtRisk", reason="late"),
+        6,
+        None,
+        {c.ROLLOUT_AT_RISK: ("True", c.RESTART_RUNNING_LATE)},
+    ),
+    (
+        "stopped",
+        GroupObservation(members(3), "Stable"),
+        RolloutState(phase="Stopped", reason="x"),
+        6,
+        None,
+        {
+            c.ROLLOUT_AT_RISK: ("True", c.SESSION_TIMEOUT_EXCEEDED),
+            c.DEGRADED: ("True", c.ROLLOUT_STOPPED),
+            c.PROGRESSING: ("False", c.ROLLOUT_STOPPED),
+        },
+    ),
+    (
+        "idle members",
+        GroupObservation(members(3), "Stable"),
+        RolloutState(),
+        2,
+        None,
+        {c.IDLE_MEMBERS: ("True", c.MORE_MEMBERS_THAN_PARTITIONS)},
+    ),
+    (
+        "partitions unknown",
+        GroupObservation(members(3), "Unknown"),
+        RolloutState(),
+        None,
+        (c.KAFKA_UNREACHABLE, "no broker"),
+        {
+            c.IDLE_MEMBERS: ("Unknown", c.PARTITIONS_UNKNOWN),
+            c.DEGRADED: ("True", c.KAFKA_UNREACHABLE),
+        },
+    ),
+    (
+        "paused",
+        GroupObservation(members(3), "Stable"),
+        RolloutState(phase="Paused"),
+        6,
+        None,
+        {c.PROGRESSING: ("False", c.ROLLOUT_PAUSED)},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "observed", "rollout", "partitions", "problem", "expected"),
+    CONDITIONS,
+    ids=[x[0] for x in CONDITIONS],
+)
+def test_derive_conditions(what, observed, rollout, partitions, problem, expected) -> None:
+    conds = derive_conditions(
+        [],
+        group=GROUP,
+        observed=observed,
+        rollout=rollout,
+        timeouts=TIMEOUTS,
+        partitions=partitions,
+        now=NOW,
+        problem=problem,
+    )
+    assert [x["type"] for x in conds] == list(c.CONDITION_TYPES)
+    for type_, (status, reason) in expected.items():
+        cond = c.get_condition(conds, type_)
+        assert cond is not None and (cond["status"], cond["reason"]) == (status, reason), cond
+
+
+def test_refused_rollout_and_unsafe_restarts() -> None:
+    unsafe = EffectiveTimeouts(
+        60000, 3000, 300000, sources={}, restart_safe=False, needed_session_timeout_ms=90000
+    )
+    conds = derive_conditions(
+        [],
+        group=GROUP,
+        observed=GroupObservation(members(3), "Stable"),
+        rollout=RolloutState(phase="Pending"),
+        timeouts=unsafe,
+        partitions=6,
+        now=NOW,
+    )
+    assert c.get_condition(conds, c.PROGRESSING)["reason"] == c.ROLLOUT_REFUSED  # type: ignore[index]
+    assert c.get_condition(conds, c.DEGRADED)["reason"] == c.RESTART_UNSAFE  # type: ignore[index]
+
+
+def test_build_status() -> None:
+    observed = GroupObservation(
+        (*members(2, total=2), ObservedMember(2, pod_exists=False)), "Stable", rebalances=4
+    )
+    rollout = RolloutState(revision="r", phase="Complete")
+    status = build_status(
+        group=GROUP,
+        observed=observed,
+        rollout=rollout,
+        update_revision="r",
+        current_revision="q",
+        timeouts=TIMEOUTS,
+        partitions=2,
+        measurements={"restartSecondsMax": 3.0},
+        conditions=[],
+    )
+    assert status["observedGeneration"] == 4
+    assert (status["replicas"], status["readyReplicas"]) == (2, 2)
+    assert status["selector"].startswith("app.kubernetes.io/instance=orders,")
+    assert status["groupState"] == "Stable" and status["rebalances"] == 4
+    assert status["currentRevision"] == "r" and status["updateRevision"] == "r"
+    assert status["partitions"] == 2 and status["idleMembers"] == 1
+    assert status["timeouts"]["sessionTimeoutMs"] == 45000
+    assert status["rollout"]["phase"] == "Complete"
+    assert status["members"][0] == {
+        "ordinal": 0,
+        "instanceId": "orders-0",
+        "pod": "orders-0",
+        "phase": "Unknown",
+        "ready": True,
+        "revision": "r",
+        "assignedPartitions": ["orders-0"],
+    }
+    assert status["members"][2]["phase"] == "Missing"
+
+
+def test_record_restart_keeps_the_recent_window() -> None:
+    m: dict[str, Any] | None = None
+    for s in [50.0, *[5.0] * 10]:
+        m = record_restart(m, s)
+    assert m is not None
+    assert m["restartSamples"] == 11 and len(m["restartSecondsRecent"]) == 10
+    assert m["restartSecondsMax"] == 5.0  # the slow one aged out
+    parsed = measurements_from_status({**m, "batchSecondsMax": 2.5})
+    assert parsed.slowest_restart_s == 5.0 and parsed.slowest_batch_s == 2.5
