@@ -20,7 +20,8 @@ Supported
 - Pod IPs: each pod gets its own loopback address from 127.0.1.2 upwards (lowest free, reused
   after deletion; Linux routes all of 127.0.0.0/8 to `lo`, so processes bind them as they are).
   Addresses are unique on the machine, also across several local nodes (one per environment):
-  each is held as a lock file in `--ip-lock-dir` (default `$TMPDIR/staticfleet-localnode-ips`).
+  each is held as a lock file in `--ip-lock-dir` (default `$TMPDIR/staticfleet-localnode-ips`),
+  and addresses with a listening socket (per /proc/net/tcp) are skipped.
   `status.podIP(s)`; `hostIP` 127.0.0.1. Many pods can each listen on 8080.
 - The first container only: `command + args` with `$(VAR)` expansion. There is no image, so a
   container without `command` waits with reason NoImageEntrypoint. A bare `python`/`python3` as
@@ -83,7 +84,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -147,13 +148,38 @@ def next_pod_ip(used: set[str], first: str = FIRST_POD_IP, last: str = LAST_POD_
     return None
 
 
+def listening_ips(proc_net_tcp: str) -> set[str]:
+    """IPv4 addresses with a listening TCP socket, from the text of /proc/net/tcp."""
+    found = set()
+    for line in proc_net_tcp.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 4 or fields[3] != "0A":
+            continue
+        addr = fields[1].split(":")[0]
+        try:
+            found.add(str(ipaddress.IPv4Address(bytes.fromhex(addr)[::-1])))
+        except ValueError:
+            continue
+    return found
+
+
+def _listening_now() -> set[str]:
+    try:
+        return listening_ips(Path("/proc/net/tcp").read_text())
+    except OSError:
+        return set()
+
+
 class IpPool:
     """Pod IPs, unique on the machine: each address in use is held as an flock on
     `<lock_dir>/<ip>.lock`, so two local nodes (two environments, a test session next to a
-    demo) never hand out the same address. The kernel drops the locks when a node exits."""
+    demo) never hand out the same address. The kernel drops the locks when a node exits.
+    Addresses something already listens on (a leftover process) are skipped too."""
 
-    def __init__(self, lock_dir: Path) -> None:
+    def __init__(self, lock_dir: Path,
+                 listening: Callable[[], set[str]] = _listening_now) -> None:
         self.lock_dir = lock_dir
+        self.listening = listening
         self.held: dict[str, int] = {}  # ip -> fd of its lock file
 
     def _try_lock(self, ip: str, owner: str) -> bool:
@@ -170,10 +196,11 @@ class IpPool:
         return True
 
     def acquire(self, owner: str, preferred: str | None = None) -> str | None:
+        busy = self.listening()
         if in_pod_range(preferred) and preferred not in self.held and preferred is not None \
-                and self._try_lock(preferred, owner):
+                and preferred not in busy and self._try_lock(preferred, owner):
             return preferred
-        tried = set(self.held)
+        tried = set(self.held) | busy
         while (ip := next_pod_ip(tried)) is not None:
             if self._try_lock(ip, owner):
                 return ip

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from staticfleet.localenv.localnode import IpPool
+from staticfleet.localenv.localnode import IpPool, listening_ips
 
 pytestmark = pytest.mark.unit
 
 
 def test_two_pools_never_share_an_address(tmp_path: Path) -> None:
-    a, b = IpPool(tmp_path), IpPool(tmp_path)
+    a, b = IpPool(tmp_path, listening=set), IpPool(tmp_path, listening=set)
     assert a.acquire("pod-a1") == "127.0.1.2"
     assert b.acquire("pod-b1") == "127.0.1.3"
     assert a.acquire("pod-a2") == "127.0.1.4"
@@ -21,7 +21,26 @@ def test_two_pools_never_share_an_address(tmp_path: Path) -> None:
 
 
 def test_preferred_address_is_kept_when_free(tmp_path: Path) -> None:
-    a, b = IpPool(tmp_path), IpPool(tmp_path)
+    a, b = IpPool(tmp_path, listening=set), IpPool(tmp_path, listening=set)
     assert a.acquire("p", preferred="127.0.1.9") == "127.0.1.9"
     assert b.acquire("q", preferred="127.0.1.9") == "127.0.1.2"
     assert a.acquire("r", preferred="10.0.0.1") == "127.0.1.3"
+
+
+def test_addresses_with_listeners_are_skipped(tmp_path: Path) -> None:
+    pool = IpPool(tmp_path, listening=lambda: {"127.0.1.2", "127.0.1.4"})
+    assert pool.acquire("a", preferred="127.0.1.4") == "127.0.1.3"
+    assert pool.acquire("b") == "127.0.1.5"
+
+
+PROC_NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0201007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1
+   1: 0401007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2
+   2: 0301007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 3
+   3: 0100007F:4A38 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4
+"""
+
+
+def test_listening_ips() -> None:
+    assert listening_ips(PROC_NET_TCP) == {"127.0.1.2", "127.0.1.4", "127.0.0.1"}
