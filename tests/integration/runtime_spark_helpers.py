@@ -1,0 +1,264 @@
+"""Helpers for the member-runtime integration tests: the runtime as a real subprocess, a Spark
+Connect server started from the pyspark package, and readers of what the runtime left in Kafka.
+(The transforms the tests run are in spark_test_transforms.py, which imports nothing of ours.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyspark
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+
+from staticfleet.localenv.procs import free_port, port_open
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- the runtime as a subprocess --------------------------------------------------------------
+
+def runtime_config(bootstrap: str, group: str, topic: str, *, sink: dict[str, Any],
+                   transform: str = "consumer_runtime.transforms:identity",
+                   max_records: int = 500, max_wait_ms: int = 300,
+                   session_ms: int = 8000, dead_letter: str | None = None,
+                   spark: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "bootstrapServers": bootstrap,
+        "groupId": group,
+        "topics": [topic],
+        "topicPattern": None,
+        "namespace": "test",
+        "consumer": {"session.timeout.ms": session_ms, "heartbeat.interval.ms": 1000,
+                     "max.poll.interval.ms": 60000, "partition.assignment.strategy": "range",
+                     "group.protocol": "classic", "auto.offset.reset": "earliest"},
+        "processing": {
+            "transform": transform,
+            "spark": spark or {"mode": "local", "connectUrl": None, "master": "local[2]",
+                               "conf": {}},
+            "batch": {"maxRecords": max_records, "maxWaitMs": max_wait_ms,
+                      "maxBytes": 64 * 1024 * 1024},
+            "sink": {"path": None, "topic": None, **sink},
+            "deadLetterTopic": dead_letter,
+            "retry": {"attempts": 2, "backoffMs": 100, "maxBackoffMs": 500},
+        },
+    }
+
+
+@dataclass
+class RuntimeProcess:
+    """`python -m consumer_runtime` in its own session, its output in `log`."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @classmethod
+    def start(cls, config: dict[str, Any], log: Path, instance_id: str | None) -> RuntimeProcess:
+        port = free_port()
+        env = {**os.environ, "STATICFLEET_CONFIG": json.dumps(config),
+               "STATICFLEET_GROUP_INSTANCE_ID": instance_id or "",
+               "POD_NAME": instance_id or "dynamic-member", "POD_NAMESPACE": "test",
+               "STATICFLEET_HTTP_HOST": "127.0.0.1", "STATICFLEET_HTTP_PORT": str(port),
+               "PYTHONPATH": str(REPO)}
+        with log.open("ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "consumer_runtime"], stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    cwd=REPO, start_new_session=True)
+        return cls(proc, port, log)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def status(self) -> dict[str, Any] | None:
+        if not port_open(self.port):
+            return None
+        try:
+            code, body = self.get("/status")
+        except (OSError, urllib.error.URLError):
+            return None
+        return json.loads(body) if code == 200 else None
+
+    def wait_status(self, check: Callable[[dict[str, Any]], bool], timeout: float,
+                    what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"runtime exited ({self.proc.returncode}) before {what}:\n"
+                                     f"{self.tail()}")
+            status = self.status()
+            if status is not None and check(status):
+                return status
+            time.sleep(0.2)
+        raise AssertionError(f"runtime not {what} after {timeout:.0f}s:\n{self.tail()}")
+
+    def terminate(self, timeout: float = 60) -> int:
+        """SIGTERM to the runtime process only, as the kubelet sends it; wait for the exit."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill9(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.kill9()
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.text().splitlines()[-lines:])
+
+
+@contextmanager
+def running(config: dict[str, Any], log: Path, instance_id: str | None) -> Iterator[RuntimeProcess]:
+    member = RuntimeProcess.start(config, log, instance_id)
+    try:
+        yield member
+    finally:
+        member.stop()
+
+
+# -- Kafka readers and writers -------------------------------------------------------------------
+
+def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes, int | None]]) -> None:
+    """Produce (key, value, partition) records and wait until all are acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for key, value, partition in records:
+        if partition is None:
+            producer.produce(topic, key=key, value=value)
+        else:
+            producer.produce(topic, key=key, value=value, partition=partition)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def read_all(bootstrap: str, topic: str, partitions: int) -> list[Message]:
+    """Every record of `topic` from the beginning up to its high watermarks."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-reader",
+                         "enable.auto.commit": False})
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out: list[Message] = []
+        seen = dict.fromkeys(ends, 0)
+        deadline = time.monotonic() + 60
+        while any(seen[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+            for msg in consumer.consume(10000, 0.5):
+                if msg.error() is None:
+                    out.append(msg)
+                    seen[msg.partition() or 0] = (msg.offset() or 0) + 1
+        return out
+    finally:
+        consumer.close()
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets (negative: none), retried while the coordinator loads."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        for attempt in range(20):
+            try:
+                got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
+                                         timeout=10)
+                return {tp.partition: tp.offset for tp in got}
+            except KafkaException:
+                if attempt == 19:
+                    raise
+                time.sleep(0.5)
+        raise AssertionError("unreachable")
+    finally:
+        consumer.close()
+
+
+def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-reader"})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def wait_committed_to_end(bootstrap: str, group: str, topic: str, partitions: int,
+                          member: RuntimeProcess, timeout: float) -> dict[int, int]:
+    ends = high_watermarks(bootstrap, topic, partitions)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = committed(bootstrap, group, topic, partitions)
+        if got == ends:
+            return got
+        if member.proc.poll() is not None:
+            raise AssertionError(f"runtime exited ({member.proc.returncode}); committed {got}, "
+                                 f"ends {ends}:\n{member.tail()}")
+        time.sleep(0.5)
+    raise AssertionError(f"offsets of {group} not at the end {ends} after {timeout:.0f}s: "
+                         f"{committed(bootstrap, group, topic, partitions)}\n{member.tail()}")
+
+
+# -- a Spark Connect server from the pyspark package ----------------------------------------------
+
+@dataclass
+class ConnectServer:
+    proc: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def start_connect_server(workdir: Path, timeout: float = 180) -> ConnectServer:
+    """`spark-submit --class SparkConnectServer` in the foreground (the jar ships with pyspark)."""
+    spark_home = Path(pyspark.__file__).parent
+    port = free_port()
+    log = workdir / "spark-connect.log"
+    cmd = [str(spark_home / "bin" / "spark-submit"),
+           "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+           "--master", "local[2]",
+           "--conf", f"spark.connect.grpc.binding.port={port}",
+           "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+           "--conf", "spark.ui.enabled=false",
+           "--conf", "spark.driver.bindAddress=127.0.0.1",
+           "--conf", "spark.driver.host=127.0.0.1",
+           "--conf", "spark.sql.shuffle.partitions=2",
+           "spark-internal"]
+    env = {**os.environ, "SPARK_HOME": str(spark_home)}
+    with log.open("ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, cwd=workdir,
+                                start_new_session=True)
+    server = ConnectServer(proc, f"sc://127.0.0.1:{port}", log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"Spark Connect server exited:\n{log.read_text()[-3000:]}")
+        if "Spark Connect server started" in log.read_text(errors="replace") and port_open(port):
+            return server
+        time.sleep(0.5)
+    server.stop()
+    raise AssertionError(f"Spark Connect server not up after {timeout:.0f}s:\n"
+                         f"{log.read_text()[-3000:]}")

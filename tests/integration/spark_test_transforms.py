@@ -1,0 +1,23 @@
+"""Transforms the runtime loads by name in the integration tests (`module:function`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+POISON = b"POISON"
+
+
+def slow_identity(df: DataFrame, context: Any) -> DataFrame:
+    """The batch unchanged, after 1.5 s: long enough to be killed in the middle of a batch."""
+    time.sleep(1.5)
+    return df
+
+
+def reject_poison(df: DataFrame, context: Any) -> DataFrame:
+    """Fails the Spark job when a record's value is POISON, like a parser meeting bad input."""
+    check = F.when(F.col("value") == F.lit(POISON), F.raise_error(F.lit("poison record")))
+    return df.filter(check.otherwise(F.lit(True)))
