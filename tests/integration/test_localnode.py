@@ -225,6 +225,11 @@ def test_ready_follows_http_readiness_probe(kubeconfig: Path, ns: str) -> None:
     assert web["status"]["podIP"] != web2["status"]["podIP"]
     assert container_status(web)["ready"] is True
     assert container_status(web)["started"] is True
+    # no write storm: probes keep passing, nothing changes, so the pod is not rewritten
+    version = web["metadata"]["resourceVersion"]
+    time.sleep(3)
+    again = get_pod(kubeconfig, ns, "web")
+    assert again is not None and again["metadata"]["resourceVersion"] == version
 
 
 def test_restart_always_counts_restarts(kubeconfig: Path, ns: str,

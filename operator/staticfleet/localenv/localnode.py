@@ -53,6 +53,8 @@ Supported
   container state is written and the pod is deleted with grace 0 and a UID precondition (a new
   pod with the same name is never touched). A pod that disappears without that (force deletion)
   gets SIGTERM and SIGKILL after 2 s (the kubelet's minimum grace).
+- Restarting the local node: pods already bound to it that are not Succeeded/Failed get a new
+  process (restartCount continues from the pod's status; the pod IP is kept when still free).
 - Output: stdout and stderr of every run go to `<log-dir>/<namespace>_<pod>_<uid>.log`, appended
   across restarts, with a marker line at each start and exit.
 
