@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from staticfleet.localenv import environment
 from staticfleet.localenv.kafka import KafkaBroker, KafkaSettings
 from staticfleet.localenv.procs import ProcessRecord, ServerFailed, stop
+from staticfleet.localenv.tools import tail
+from tests.support.kube import create_namespace, install_crds, kubectl
+from tests.support.operator import OperatorProcess
 
 
 @pytest.fixture(scope="session")
@@ -66,6 +70,47 @@ def kafka_admin(kafka: KafkaBroker) -> AdminClient:
     return AdminClient({"bootstrap.servers": kafka.bootstrap})
 
 
+@pytest.fixture(scope="session")
+def crds(kubeconfig: Path) -> None:
+    """The CRDs installed the way users install them: kubectl apply --server-side -f crds/."""
+    install_crds(kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def operator(local_env: environment.LocalEnv, crds: None, local_node: ProcessRecord,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """The operator as a real process (`staticfleet operator run`), one for the session."""
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    proc = OperatorProcess(kubeconfig=local_env.kubeconfig, log=log,
+                           extra_env={"STATICFLEET_RESYNC_SECONDS": "5"})
+    try:
+        proc.start()
+    except AssertionError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kubeconfig: Path,
+              local_env: environment.LocalEnv) -> Iterator[str]:
+    """A fresh namespace per test; on failure print Events, the operator log and pod logs."""
+    name = unique("t")
+    create_namespace(kubeconfig, name)
+    yield name
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        events = kubectl(kubeconfig, "-n", name, "get", "events", "--sort-by=.lastTimestamp",
+                         check=False).stdout
+        print(f"--- events in {name} ---\n{events[-6000:]}")
+        op = request.node.funcargs.get("operator")
+        if isinstance(op, OperatorProcess):
+            print(f"--- operator log ---\n{op.log_tail(120)}")
+        for log in sorted(local_env.pod_log_dir.glob(f"{name}_*.log")):
+            print(f"--- {log.name} ---\n{tail(log, 40)}")
+    kubectl(kubeconfig, "delete", "namespace", name, "--wait=false", check=False)
+
+
 def unique(prefix: str) -> str:
     """A name no other test uses: topics, groups and namespaces are random per test."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -100,7 +145,7 @@ def dump_broker_log_on_failure(
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     rep = yield
     setattr(item, f"rep_{rep.when}", rep)
     return rep
