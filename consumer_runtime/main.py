@@ -73,7 +73,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
     processor = BatchProcessor(run=lambda: spark.result().run, retry=config.retry,
                                dead_letters=dead_letters.send if dead_letters else None)
     try:
-        member = Member(config, telemetry, processor.handle,
+        member = Member(config, telemetry, processor.handle, ready=spark.done,
                         startup_check=lambda: spark.exception(0) if spark.done() else None)
     except KafkaException as exc:
         print(f"consumer_runtime: configuration refused: consumer: librdkafka refused the "

@@ -73,12 +73,15 @@ class InFlight:
 class Member:
     def __init__(self, config: RuntimeConfig, telemetry: Telemetry,
                  handle: Callable[[int, Sequence[Message]], Outcome],
+                 ready: Callable[[], bool] = lambda: True,
                  startup_check: Callable[[], BaseException | None] = lambda: None) -> None:
-        """`handle` processes one batch (in the worker); `startup_check` reports a failed start
-        of the processing side (Spark) so the member stops instead of idling."""
+        """`handle` processes one batch (in the worker). No batch is handed over before `ready()`
+        (Spark started), so a revoke never waits for Spark's start; `startup_check` reports a
+        failed start so the member stops instead of idling."""
         self.config = config
         self.telemetry = telemetry
         self.handle = handle
+        self.ready = ready
         self.startup_check = startup_check
         self.consumer = Consumer(consumer_settings(config, telemetry))
         self.worker = cf.ThreadPoolExecutor(1, thread_name_prefix="batch")
@@ -116,7 +119,7 @@ class Member:
                         log.info("stop requested: finishing the batch in flight")
                     if self.inflight is None:
                         break
-                elif self.inflight is None and self.buffer.due(now):
+                elif self.inflight is None and self.buffer.due(now) and self.ready():
                     self._submit(now)
                 self._poll(now)
         finally:
@@ -136,10 +139,12 @@ class Member:
                 cf.wait([self.inflight.future], timeout=BUSY_POLL_S)
             messages = self.consumer.consume(1, 0)
         else:
-            wait = BUSY_POLL_S if self.inflight is not None else IDLE_POLL_S
+            busy = self.inflight is not None or self.buffer.due(now)
+            wait = BUSY_POLL_S if busy else IDLE_POLL_S
             left = self.buffer.wait_left(now)
-            messages = self.consumer.consume(self.buffer.room(),
-                                             wait if left is None else min(wait, left))
+            if left:
+                wait = min(wait, left)
+            messages = self.consumer.consume(self.buffer.room(), wait)
         after = time.monotonic()
         self.telemetry.polled(after)
         good = []
