@@ -1,0 +1,318 @@
+"""Throughput of the member runtime (identity transform, null sink, local Spark) beside a bare
+confluent-kafka poll-and-commit loop, on the same topic in the same run.
+
+    python bench/runtime_throughput.py [--records 300000] [--partitions 4]
+
+Starts its own Kafka broker, produces 1 KiB records, then for batch sizes 1k, 10k and 100k reads
+the first N records (N scaled to the batch size) once with the bare loop and once with the runtime's
+own poll loop, batch worker and Spark batch, in this process with one warm SparkSession. Then it
+times the phases of one batch (the profile), the fixed cost of a tiny Spark batch, and starts the
+runtime as a real process (`python -m consumer_runtime`) for start-to-first-assignment, RSS and the
+time a SIGTERM shutdown takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from consumer_runtime.config import RuntimeConfig, parse_config
+from consumer_runtime.member import Member
+from consumer_runtime.metrics import Telemetry
+from consumer_runtime.processing import BatchProcessor
+from consumer_runtime.records import to_arrow
+from consumer_runtime.sinks import NullSink
+from consumer_runtime.spark import SparkBatch, start_session
+from consumer_runtime.transforms import identity
+from staticfleet.localenv.kafka import KafkaSettings, start_kafka
+from staticfleet.localenv.procs import free_port, stop
+
+REPO = Path(__file__).resolve().parents[1]
+RECORD = 1024
+BATCHES = ((1_000, 30_000), (10_000, 100_000), (100_000, 300_000))
+"""(batch size, records read) pairs: about 3-30 batches each, so one run stays under a minute."""
+
+
+def config_for(bootstrap: str, group: str, topic: str, batch: int) -> RuntimeConfig:
+    raw = {
+        "bootstrapServers": bootstrap, "groupId": group, "topics": [topic],
+        "topicPattern": None, "namespace": "bench",
+        "consumer": {"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
+                     "max.poll.interval.ms": 300000, "auto.offset.reset": "earliest",
+                     "partition.assignment.strategy": "range", "group.protocol": "classic",
+                     "fetch.max.bytes": 104857600, "max.partition.fetch.bytes": 10485760,
+                     "queued.max.messages.kbytes": 262144},
+        "processing": {
+            "transform": "consumer_runtime.transforms:identity",
+            "spark": {"mode": "local", "connectUrl": None, "master": "local[2]", "conf": {}},
+            "batch": {"maxRecords": batch, "maxWaitMs": 500, "maxBytes": 1 << 30},
+            "sink": {"type": "null", "path": None, "topic": None},
+            "deadLetterTopic": None,
+            "retry": {"attempts": 1, "backoffMs": 0, "maxBackoffMs": 0},
+        },
+    }
+    return parse_config(raw, {"STATICFLEET_GROUP_INSTANCE_ID": f"{group}-0"})
+
+
+def produce(bootstrap: str, topic: str, partitions: int, count: int) -> float:
+    AdminClient({"bootstrap.servers": bootstrap}).create_topics(
+        [NewTopic(topic, partitions, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                         "batch.size": 1 << 20, "compression.type": "none"})
+    payload = os.urandom(RECORD // 2).hex().encode()
+    began = time.monotonic()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, key=b"k%d" % (i % 100), value=payload,
+                                 partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+    return time.monotonic() - began
+
+
+def bare_loop(bootstrap: str, topic: str, batch: int, count: int) -> float:
+    """Records/s of consume(batch) + synchronous commit, from assignment to the last commit."""
+    group = f"bare-{batch}-{time.time_ns()}"
+    assigned: list[float] = []
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "group.instance.id": f"{group}-0", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
+                         "fetch.max.bytes": 104857600, "max.partition.fetch.bytes": 10485760,
+                         "queued.max.messages.kbytes": 262144})
+    consumer.subscribe([topic], on_assign=lambda c, p: assigned.append(time.monotonic()))
+    seen = 0
+    while seen < count:
+        msgs = consumer.consume(min(batch, count - seen), 1.0)
+        if not msgs:
+            continue
+        offsets: dict[tuple[str, int], int] = {}
+        for m in msgs:
+            if m.error() is None:
+                offsets[(m.topic() or "", m.partition() or 0)] = (m.offset() or 0) + 1
+                seen += 1
+        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                        asynchronous=False)
+    ended = time.monotonic()
+    consumer.close()
+    return count / (ended - assigned[0])
+
+
+def runtime_loop(spark_batch: SparkBatch, bootstrap: str, topic: str, batch: int,
+                 count: int) -> tuple[float, int]:
+    """Records/s of the runtime (Member, BatchProcessor, SparkBatch), assignment to last commit."""
+    group = f"runtime-{batch}-{time.time_ns()}"
+    config = config_for(bootstrap, group, topic, batch)
+    started = time.monotonic()
+    telemetry = Telemetry(namespace="bench", group=group, member=config.member,
+                          instance_id=config.group_instance_id, session_timeout_s=10,
+                          max_poll_interval_s=300, process_start=time.time(),
+                          started_at=started)
+    processor = BatchProcessor(run=lambda: spark_batch.run, retry=config.retry,
+                               dead_letters=None)
+    member = Member(config, telemetry, processor.handle)
+    ended: list[float] = []
+
+    def watch() -> None:
+        while telemetry.records_processed < count and member.failure is None:
+            time.sleep(0.005)
+        ended.append(time.monotonic())
+        member.request_stop()
+
+    threading.Thread(target=watch, daemon=True).start()
+    code = member.run()
+    if code != 0 or telemetry.first_assignment is None:
+        raise RuntimeError(f"runtime loop failed: {member.failure}")
+    processed = telemetry.records_processed
+    return processed / (ended[0] - (started + telemetry.first_assignment)), \
+        telemetry.batches_processed
+
+
+def fetch(bootstrap: str, topic: str, count: int) -> list[Any]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"f-{time.time_ns()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    out: list[Any] = []
+    while len(out) < count:
+        out.extend(m for m in consumer.consume(count - len(out), 1.0) if m.error() is None)
+    consumer.close()
+    return out
+
+
+def timed(fn: Callable[[], object], repeat: int) -> float:
+    """Median seconds of `repeat` calls."""
+    times = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def profile(spark_batch: SparkBatch, records: list[Any]) -> dict[str, float]:
+    """Seconds per phase of one batch: Arrow conversion, DataFrame creation, transform + sink."""
+    table = to_arrow(records)
+    sink = NullSink()
+    ctx = spark_batch.context(0, ())
+    return {
+        "to_arrow": timed(lambda: to_arrow(records), 3),
+        "createDataFrame": timed(lambda: spark_batch.frame(table), 3),
+        "job (noop write)": timed(lambda: sink.write(identity(spark_batch.frame(table), ctx),
+                                                     "p"), 3),
+    }
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def real_process(bootstrap: str, topic: str, workdir: Path) -> dict[str, Any]:
+    """`python -m consumer_runtime` (batch 10k): startup phases, RSS, SIGTERM shutdown."""
+    group = f"proc-{time.time_ns()}"
+    config = config_for(bootstrap, group, topic, 10_000)
+    raw = {
+        "bootstrapServers": bootstrap, "groupId": group, "topics": [topic], "topicPattern": None,
+        "namespace": "bench", "consumer": dict(config.consumer),
+        "processing": {"transform": config.transform,
+                       "spark": {"mode": "local", "connectUrl": None, "master": "local[2]",
+                                 "conf": {}},
+                       "batch": {"maxRecords": 10_000, "maxWaitMs": 500, "maxBytes": 1 << 30},
+                       "sink": {"type": "null", "path": None, "topic": None},
+                       "deadLetterTopic": None,
+                       "retry": {"attempts": 1, "backoffMs": 0, "maxBackoffMs": 0}},
+    }
+    port = free_port()
+    env = {**os.environ, "STATICFLEET_CONFIG": json.dumps(raw),
+           "STATICFLEET_GROUP_INSTANCE_ID": f"{group}-0", "STATICFLEET_HTTP_HOST": "127.0.0.1",
+           "STATICFLEET_HTTP_PORT": str(port), "PYTHONPATH": str(REPO)}
+    log = workdir / "runtime.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "consumer_runtime"], env=env, cwd=REPO,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    status: dict[str, Any] = {}
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2) as r:
+                status = json.loads(r.read())
+        except OSError:
+            status = {}
+        if status.get("recordsProcessed", 0) >= 50_000:
+            break
+        time.sleep(0.2)
+    jvm = children(proc.pid)
+    rss = {"python": rss_mb(proc.pid), "jvm": sum(rss_mb(p) for p in jvm)}
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(60)
+    text = log.read_text(errors="replace")
+    shutdown = re.search(r"shutdown took ([\d.]+) s", text)
+    spark_ready = re.search(r"spark session \(local\) ready after ([\d.]+) s", text)
+    return {"status": status, "rss": rss, "exit": code,
+            "shutdown": float(shutdown.group(1)) if shutdown else None,
+            "spark_start": float(spark_ready.group(1)) if spark_ready else None}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=300_000, help="records in the topic")
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="sf-bench-"))
+    broker = start_kafka(workdir / "kafka", KafkaSettings.for_tests())
+    try:
+        topic = "bench-1k"
+        secs = produce(broker.bootstrap, topic, args.partitions, args.records)
+        print(f"broker {broker.bootstrap}; produced {args.records} records of {RECORD} B into "
+              f"{args.partitions} partitions in {secs:.1f} s; cpus {os.cpu_count()}, "
+              f"load {os.getloadavg()[0]:.1f}", flush=True)
+
+        began = time.monotonic()
+        session = start_session(config_for(broker.bootstrap, "x", topic, 1).spark, "bench")
+        spark_batch = SparkBatch(session, identity, NullSink(), "bench", "bench-0")
+        spark_batch.warm_up()
+        print(f"SparkSession start + warm-up in this process: {time.monotonic() - began:.1f} s",
+              flush=True)
+
+        rows = []
+        for batch, count in BATCHES:
+            count = min(count, args.records)
+            bare = bare_loop(broker.bootstrap, topic, batch, count)
+            runtime, batches = runtime_loop(spark_batch, broker.bootstrap, topic, batch, count)
+            rows.append((batch, count, batches, bare, runtime))
+            print(f"  batch {batch}: bare {bare:,.0f} rec/s, runtime {runtime:,.0f} rec/s "
+                  f"({batches} batches)", flush=True)
+
+        records = fetch(broker.bootstrap, topic, 100_000)
+        tiny = records[:10]
+        fixed = timed(lambda: spark_batch.run(0, tiny), 10)
+        phases = {n: profile(spark_batch, records[:n]) for n in (1_000, 10_000, 100_000)}
+        proc = real_process(broker.bootstrap, topic, workdir)
+
+        print()
+        print("| batch (records) | records read | bare loop rec/s | runtime rec/s | ratio |")
+        print("|---:|---:|---:|---:|---:|")
+        for batch, count, _batches, bare, runtime in rows:
+            print(f"| {batch:,} | {count:,} | {bare:,.0f} | {runtime:,.0f} | "
+                  f"{runtime / bare:.2f} |")
+        print()
+        print(f"fixed cost per Spark batch (10 records, median of 10): {fixed * 1000:.0f} ms")
+        print()
+        print("profile of one batch, median of 3 (seconds):")
+        print("| batch | to_arrow | createDataFrame | job (noop write) | total |")
+        print("|---:|---:|---:|---:|---:|")
+        for n, p in phases.items():
+            total = sum(p.values())
+            print(f"| {n:,} | {p['to_arrow']:.3f} | {p['createDataFrame']:.3f} | "
+                  f"{p['job (noop write)']:.3f} | {total:.3f} |")
+        print()
+        st = proc["status"].get("startupSeconds", {})
+        print(f"real process (python -m consumer_runtime, batch 10k): exit {proc['exit']}, "
+              f"process start to first assignment {st.get('firstAssignment')} s, to first "
+              f"batch {st.get('firstBatch')} s (SparkSession {proc['spark_start']} s), "
+              f"SIGTERM shutdown took {proc['shutdown']} s")
+        print(f"RSS after {proc['status'].get('recordsProcessed')} records: python "
+              f"{proc['rss']['python']:.0f} MiB + JVM {proc['rss']['jvm']:.0f} MiB")
+        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    finally:
+        stop(broker.record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
