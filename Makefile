@@ -1,0 +1,23 @@
+# The two commands of the README. Both install what they need first (scripts/setup.sh).
+CACHE ?= $(or $(STATICFLEET_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/staticfleet)
+VENV := $(CACHE)/venv
+export PATH := $(VENV)/bin:$(PATH)
+
+.PHONY: setup demo test lint unit
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	staticfleet demo $(DEMO_ARGS)
+
+lint:
+	ruff check operator consumer_runtime tests bench scripts
+	mypy
+	lint-imports
+	python scripts/sync-crds.py --check
+
+unit: setup
+	pytest -m unit -q
+
+test: setup lint
+	pytest -q -p no:cacheprovider

@@ -1,0 +1,262 @@
+"""Rolling restarts that never rebalance, proven on the whole system: the real API server, the
+local node running real member processes (confluent-kafka + PySpark), the real broker, the
+operator as its own process, and a steady stream of records.
+
+The static rollout must cost zero rebalances and lose no record; the same rollout with dynamic
+membership must cost at least one per member, so the first proof cannot pass vacuously.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from staticfleet.localenv.kafka import KafkaBroker
+from tests.conftest import unique
+from tests.support import groups
+from tests.support.kube import kubectl
+from tests.support.operator import OperatorProcess
+from tests.support.stream import SteadyProducer, committed_lag, read_all
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+
+REPLICAS = 3
+
+
+class UidTracker:
+    """Polls the member pods twice a second and records every pod uid seen per ordinal."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, name: str) -> None:
+        self.args = (kubeconfig, namespace, name)
+        self.seen: dict[int, list[str]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> UidTracker:
+        self._poll()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _poll(self) -> None:
+        for pod in groups.pods(*self.args):
+            ordinal = int(pod["metadata"]["labels"]["staticfleet.io/ordinal"])
+            uids = self.seen.setdefault(ordinal, [])
+            if pod["metadata"]["uid"] not in uids:
+                uids.append(pod["metadata"]["uid"])
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                self._poll()
+            except AssertionError:
+                continue
+
+
+@pytest.fixture
+def stream(kafka: KafkaBroker, make_topic: Callable[..., str]) -> Iterator[dict[str, Any]]:
+    topic, out = make_topic("in", 6), make_topic("out", 6)
+    producer = SteadyProducer(kafka.bootstrap, topic, rate=100).start()
+    yield {"topic": topic, "out": out, "producer": producer}
+    producer.stop()
+
+
+def start_group(kubeconfig: Path, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    groups.apply(kubeconfig, namespace, obj)
+    name = obj["metadata"]["name"]
+    return groups.wait_status(
+        kubeconfig, namespace, name,
+        lambda o: groups.ready(o) and (o["status"].get("rollout") or {}).get("phase") == "Idle",
+        240, "Ready")
+
+
+def trigger(kubeconfig: Path, namespace: str, name: str, patch: str) -> None:
+    kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=json", "-p", patch)
+
+
+def env_patch(value: str) -> str:
+    return ('[{"op": "add", "path": "/spec/template/env/-", '
+            f'"value": {{"name": "ROLLOUT_MARK", "value": "{value}"}}}}]')
+
+
+def rollout_complete(obj: dict[str, Any]) -> bool:
+    st = obj.get("status") or {}
+    ro = st.get("rollout") or {}
+    return (ro.get("phase") == "Complete" and ro.get("revision") == st.get("updateRevision")
+            and st.get("observedGeneration") == obj["metadata"]["generation"])
+
+
+def drain(kafka: KafkaBroker, group: str, stream: dict[str, Any]) -> tuple[int, list[bytes]]:
+    """Stop producing, wait until the group committed everything, read the sink."""
+    produced = stream["producer"].stop()
+    assert not stream["producer"].failed, stream["producer"].failed
+    deadline = time.monotonic() + 180
+    while committed_lag(kafka.bootstrap, group, stream["topic"]) > 0:
+        assert time.monotonic() < deadline, "the group did not catch up within 180 s"
+        time.sleep(1)
+    return produced, read_all(kafka.bootstrap, stream["out"])
+
+
+def test_static_rollout_costs_no_rebalance_and_loses_nothing(
+    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
+    stream: dict[str, Any],
+) -> None:
+    name = unique("static")
+    start_group(kubeconfig, namespace, groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"]))
+    time.sleep(5)  # steady consumption before the rollout
+    generations_before = kafka.generations(name)
+    rebalance_lines_before = len(kafka.rebalance_lines(name))
+
+    with UidTracker(kubeconfig, namespace, name) as tracker:
+        before = {o: uids[-1] for o, uids in tracker.seen.items()}
+        trigger(kubeconfig, namespace, name, env_patch("1"))
+        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 300,
+                                 "rolled out")
+        time.sleep(3)
+
+    status, rollout = obj["status"], obj["status"]["rollout"]
+    assert sorted(rollout["membersRestarted"]) == list(range(REPLICAS))
+    for ordinal in range(REPLICAS):
+        assert tracker.seen[ordinal][0] == before[ordinal]
+        assert len(tracker.seen[ordinal]) == 2, f"member {ordinal}: {tracker.seen[ordinal]}"
+    # Zero rebalances, three ways: the broker, the operator's count, the members' counters.
+    assert kafka.generations(name) == generations_before, "the broker formed a new generation"
+    assert len(kafka.rebalance_lines(name)) == rebalance_lines_before
+    assert rollout["rebalancesDuringRollout"] == 0
+    assert all(v == 0 for v in status["memberRebalanceCounters"].values()), status
+    assert rollout["longestAbsenceMs"] < status["timeouts"]["sessionTimeoutMs"]
+    assert groups.ready(groups.get(kubeconfig, namespace, name))
+
+    produced, out = drain(kafka, name, stream)
+    missing = set(stream["producer"].produced) - set(out)
+    assert produced > 0 and not missing, f"{len(missing)} of {produced} records lost"
+
+
+def test_dynamic_rollout_rebalances_once_per_member_at_least(
+    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
+    stream: dict[str, Any],
+) -> None:
+    name = unique("dynamic")
+    start_group(kubeconfig, namespace, groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
+        dynamic=True))
+    generations_before = kafka.generations(name)
+
+    trigger(kubeconfig, namespace, name, env_patch("1"))
+    obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 300, "rolled out")
+
+    new_generations = [g for g in kafka.generations(name) if g not in generations_before]
+    assert len(new_generations) >= REPLICAS, f"only {new_generations} new generations"
+    assert obj["status"]["rollout"]["rebalancesDuringRollout"] >= 1
+    produced, out = drain(kafka, name, stream)
+    assert not set(stream["producer"].produced) - set(out)
+
+
+def test_rollout_refuses_to_start_when_restarts_outlast_the_session_timeout(
+    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
+    stream: dict[str, Any],
+) -> None:
+    name = unique("slow")
+    slow = ["sh", "-c", "sleep 8; exec python -m consumer_runtime"]
+    start_group(kubeconfig, namespace, groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=2, session_ms=6000, command=slow))
+    uids = {p["metadata"]["uid"] for p in groups.pods(kubeconfig, namespace, name)}
+
+    trigger(kubeconfig, namespace, name, env_patch("1"))
+    obj = groups.wait_status(
+        kubeconfig, namespace, name,
+        lambda o: any(c["type"] == "RolloutAtRisk" and c["status"] == "True"
+                      for c in (o.get("status") or {}).get("conditions") or []),
+        60, "refusing the rollout")
+    time.sleep(8)
+
+    cond = next(c for c in obj["status"]["conditions"] if c["type"] == "RolloutAtRisk")
+    assert cond["reason"] == "RestartUnsafe"
+    assert "session timeout" in cond["message"] and "6000" in cond["message"], cond
+    needed = obj["status"]["timeouts"]["neededSessionTimeoutMs"]
+    assert needed > 6000 and str(needed) in cond["message"], cond
+    assert {p["metadata"]["uid"] for p in groups.pods(kubeconfig, namespace, name)} == uids
+    assert obj["status"]["rollout"]["membersRestarted"] == []
+    assert f"staticfleet_rollout_at_risk{{group=\"{name}\",namespace=\"{namespace}\"}} 1.0" \
+        in operator.metrics()
+
+
+def test_a_late_restart_stops_the_rollout_before_the_next_member(
+    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
+    stream: dict[str, Any], tmp_path: Path,
+) -> None:
+    name = unique("late")
+    session_ms = 15000
+    start_group(kubeconfig, namespace, groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, session_ms=session_ms))
+    generations_before = kafka.generations(name)
+    marker = tmp_path / "slow-once"
+    # The new command makes member 1's replacement (and only its first start) 30 s late.
+    slow_once = ["sh", "-c", f'if [ "$POD_NAME" = "{name}-1" ] && [ ! -e {marker} ]; then '
+                 f"touch {marker}; sleep 30; fi; exec python -m consumer_runtime"]
+
+    with UidTracker(kubeconfig, namespace, name) as tracker:
+        first_uid_0 = tracker.seen[0][0]
+        trigger(kubeconfig, namespace, name,
+                f'[{{"op": "add", "path": "/spec/template/command", "value": {_json(slow_once)}}}]')
+        obj = groups.wait_status(
+            kubeconfig, namespace, name,
+            lambda o: (o.get("status") or {}).get("rollout", {}).get("phase") == "Stopped",
+            120, "stopped by the late member")
+        # Member 1 comes back eventually; the roller must still leave member 0 alone.
+        groups.wait_status(kubeconfig, namespace, name,
+                           lambda o: (o.get("status") or {}).get("readyReplicas") == REPLICAS,
+                           120, "all ready again")
+        time.sleep(10)
+
+    rollout = obj["status"]["rollout"]
+    assert rollout["membersRestarted"] == [2], rollout
+    assert tracker.seen[0] == [first_uid_0], "member 0 was restarted after the rollout stopped"
+    cond = next(c for c in obj["status"]["conditions"] if c["type"] == "RolloutAtRisk")
+    assert cond["status"] == "True" and "member 1" in cond["message"], cond
+    new_generations = [g for g in kafka.generations(name) if g not in generations_before]
+    assert 1 <= len(new_generations) <= 2, (
+        f"the late member should cost its own rebalances only, saw {new_generations}")
+
+
+def test_operator_killed_mid_rollout_resumes_without_restarting_twice(
+    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
+    stream: dict[str, Any],
+) -> None:
+    name = unique("resume")
+    start_group(kubeconfig, namespace, groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS))
+    generations_before = kafka.generations(name)
+
+    with UidTracker(kubeconfig, namespace, name) as tracker:
+        trigger(kubeconfig, namespace, name, env_patch("1"))
+        groups.wait_status(
+            kubeconfig, namespace, name,
+            lambda o: len((o.get("status") or {}).get("rollout", {}).get("membersRestarted")
+                          or []) >= 1, 120, "one member restarted")
+        operator.kill()
+        time.sleep(3)
+        operator.start()
+        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 300,
+                                 "rolled out after the operator restart")
+        time.sleep(3)
+
+    for ordinal in range(REPLICAS):
+        assert len(tracker.seen[ordinal]) == 2, f"member {ordinal}: {tracker.seen[ordinal]}"
+    assert sorted(obj["status"]["rollout"]["membersRestarted"]) == list(range(REPLICAS))
+    assert kafka.generations(name) == generations_before
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value)
