@@ -66,8 +66,9 @@ def sync(source: Path = SOURCE, target: Path = TARGET) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="do not copy; exit 1 and list the files that differ")
+    parser.add_argument(
+        "--check", action="store_true", help="do not copy; exit 1 and list the files that differ"
+    )
     parser.add_argument("--source", type=Path, default=SOURCE, help=argparse.SUPPRESS)
     parser.add_argument("--target", type=Path, default=TARGET, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
