@@ -1,1 +1,15 @@
-"""The member process: a static Kafka consumer that processes its batches on Spark."""
+"""The member process: a static Kafka consumer that processes its batches on Spark.
+
+Layout: pure modules (`config`, `records`, `buffer`, `delivery`, `metrics`' Telemetry) hold the
+decisions and run without a broker; `member` is the Kafka poll loop, `processing` the retry and
+poison-isolation policy around one batch, `spark` the session and the batch run, `sinks` where
+results go, `http` the endpoints, `main` the wiring.
+
+Long batches: one batch is processed at a time in a worker thread while the poll loop keeps calling
+the consumer. The loop gathers the next batch meanwhile; once that one is full it pauses the assigned
+partitions and keeps polling (nothing is fetched, callbacks are served, librdkafka's
+max.poll.interval.ms timer is reset), so a batch may run longer than max.poll.interval.ms without
+the member leaving the group. When the worker finishes, the loop commits that batch's offsets
+synchronously, hands over the next batch and resumes the partitions. Offsets are committed only
+after the sink accepted the batch (at-least-once). See docs/runtime.md.
+"""
