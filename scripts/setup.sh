@@ -58,7 +58,7 @@ fi
 stamp="$VENV/.staticfleet-$(sha256sum "$REPO/pyproject.toml" | cut -c1-16)"
 if [ ! -e "$stamp" ] || ! "$VENV/bin/python" -c "import staticfleet" 2>/dev/null; then
   log "installing the project and its test dependencies into the venv"
-  "$VENV/bin/pip" install -q -e "$REPO[test]"
+  "$VENV/bin/pip" install -q -e "${REPO}[test]"
   rm -f "$VENV"/.staticfleet-* && touch "$stamp"
 fi
 

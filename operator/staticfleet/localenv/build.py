@@ -90,7 +90,8 @@ def _go_build(
     bindir = root / "bin"
     stamp = root / ".complete"
     outputs = [bindir / b.name for b in binaries]
-    if _stamp_ok(stamp, outputs):
+    recipe = f"{version} {ldflags} {tags}"  # rebuild when the flags change, not only the version
+    if _stamp_ok(stamp, outputs) and stamp.read_text() == recipe:
         return bindir
     go = require_tool("go")
     src = root / "wrapper"
@@ -109,7 +110,7 @@ def _go_build(
         if tags:
             cmd += ["-tags", tags]
         run_logged([*cmd, b.package], cwd=src, log=log, env=env)
-    stamp.write_text(version)
+    stamp.write_text(recipe)
     return bindir
 
 
@@ -147,8 +148,14 @@ def etcd_bin() -> Path:
 
 
 def helm_bin() -> Path:
+    """Helm, told which Kubernetes version to assume when no cluster is asked (helm template,
+    helm lint): the one the local control plane runs, instead of Helm's built-in v1.20."""
+    major, minor = versions.KUBERNETES_VERSION.lstrip("v").split(".")[:2]
+    flags = ["-s -w"]
+    pkg = "helm.sh/helm/v3/pkg/chartutil"
+    flags.append(f"-X {pkg}.k8sVersionMajor={major} -X {pkg}.k8sVersionMinor={minor}")
     return _go_build("helm", "helm.sh/helm/v3", versions.HELM_VERSION,
-                     [GoBinary("helm", "helm.sh/helm/v3/cmd/helm")], ldflags="-s -w")
+                     [GoBinary("helm", "helm.sh/helm/v3/cmd/helm")], ldflags=" ".join(flags))
 
 
 def prometheus_bin() -> Path:
