@@ -94,6 +94,10 @@ def reconcile(body: Mapping[str, Any], deps: Deps, now: datetime) -> Outcome:
                        "spec.kafka.security", warn=True)
         pass_.requeue = 15.0
         metrics.RECONCILE_ERRORS.labels(namespace, name, "SecretMissing").inc()
+    except apply.ApplyError as exc:
+        pass_.degraded("ApiError", f"the API server refused a request: {exc}", warn=True)
+        pass_.requeue = _backoff(old_status)
+        metrics.RECONCILE_ERRORS.labels(namespace, name, "ApiError").inc()
     return Outcome(status=pass_.status, events=pass_.events, requeue_after=pass_.requeue)
 
 
