@@ -8,6 +8,7 @@ operator imports the Kubernetes client.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,9 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ApiException as DynamicApiException
 
 FIELD_MANAGER = "staticfleet"
-MEMBER_SELECTOR = "app.kubernetes.io/managed-by=staticfleet,app.kubernetes.io/name=staticfleet-member"
+MEMBER_SELECTOR = (
+    "app.kubernetes.io/managed-by=staticfleet,app.kubernetes.io/name=staticfleet-member"
+)
 
 
 class ApplyError(RuntimeError):
@@ -43,13 +46,13 @@ def load_client(kubeconfig: str | None = None) -> client.ApiClient:
     return client.ApiClient()
 
 
-def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
+def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
     meta = owner["metadata"]
     return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"],
             "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
-def adopt(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
+def adopt(obj: dict[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of `obj` owned by `owner`, in the owner's namespace."""
     out = copy.deepcopy(obj)
     meta = out.setdefault("metadata", {})
@@ -99,7 +102,8 @@ class Kube:
     def create_pod(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         """Create a member pod; None when one of that name still exists (e.g. terminating)."""
         try:
-            created = self.core.create_namespaced_pod(pod["metadata"]["namespace"], pod)
+            created = self.core.create_namespaced_pod(
+                pod["metadata"]["namespace"], pod)  # type: ignore[arg-type]
         except ApiException as exc:
             if exc.status == 409:
                 return None

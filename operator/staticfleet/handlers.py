@@ -105,13 +105,16 @@ def tick(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
-def forget(namespace: str, name: str, **_: Any) -> None:
+def forget(namespace: str | None, name: str, **_: Any) -> None:
+    if namespace is None:
+        return
     metrics.forget(namespace, name)
     with _due_lock:
         _due.pop((namespace, name), None)
 
 
 @kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGER, GROUP_LABEL: kopf.PRESENT})
-def member_pod_changed(namespace: str, labels: Mapping[str, str], **_: Any) -> None:
+def member_pod_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
     """A member pod changed (ready, deleted, ...): reconcile its ConsumerGroup soon."""
-    _mark_due(namespace, labels[GROUP_LABEL], time.monotonic() + 0.2)
+    if namespace is not None:
+        _mark_due(namespace, labels[GROUP_LABEL], time.monotonic() + 0.2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -47,17 +49,11 @@ RECONCILE_ERRORS = Counter(
 def forget(namespace: str, group: str) -> None:
     """Drop the series of a deleted ConsumerGroup so they do not linger."""
     for metric in (ROLLOUT_IN_PROGRESS, ROLLOUT_AT_RISK, GROUP_PARTITIONS, IDLE_MEMBERS):
-        try:
+        with contextlib.suppress(KeyError):
             metric.remove(namespace, group)
-        except KeyError:
-            pass
     for timeout in ("session", "heartbeat", "max_poll"):
-        try:
+        with contextlib.suppress(KeyError):
             EFFECTIVE_TIMEOUT.remove(namespace, group, timeout)
-        except KeyError:
-            pass
     for state in ("desired", "ready"):
-        try:
+        with contextlib.suppress(KeyError):
             GROUP_MEMBERS.remove(namespace, group, state)
-        except KeyError:
-            pass

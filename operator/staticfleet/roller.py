@@ -66,7 +66,7 @@ class Observed:
 
     @classmethod
     def collect(cls, *, spec: ConsumerGroupSpec, view: reasons.MemberSpecView,
-                pods: list[dict[str, Any]], statuses: dict[str, Mapping[str, Any]],
+                pods: list[dict[str, Any]], statuses: Mapping[str, Mapping[str, Any]],
                 group: GroupView, now: datetime) -> Observed:
         live: dict[int, dict[str, Any]] = {}
         stopping: dict[int, dict[str, Any]] = {}
@@ -153,9 +153,10 @@ class Step:
     absences: list[float] = field(default_factory=list)
     finished_seconds: float | None = None
     rollout: dict[str, Any] = field(default_factory=dict)
-    progressing: tuple[str, str, str] = ("False", conditions.ROLLOUT_IDLE, "no rollout")
-    at_risk: tuple[str, str, str] = ("False", conditions.RESTARTS_ON_TIME,
-                                     "restarts fit the session timeout")
+    progressing: tuple[conditions.Status, str, str] = (
+        "False", conditions.ROLLOUT_IDLE, "no rollout")
+    at_risk: tuple[conditions.Status, str, str] = (
+        "False", conditions.RESTARTS_ON_TIME, "restarts fit the session timeout")
     requeue_after: float | None = None
 
 

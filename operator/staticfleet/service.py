@@ -220,11 +220,11 @@ class _Pass:
         targets = {p["metadata"]["uid"]: (p.get("status") or {}).get("podIP") for p in pods}
         futures = {uid: self.deps.http_pool.submit(observe.member_status, ip, MEMBER_PORT)
                    for uid, ip in targets.items() if ip}
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for uid, fut in futures.items():
-            value = fut.result()
-            if value is not None:
-                out[uid] = value
+            answer = fut.result()
+            if answer is not None:
+                out[uid] = answer
         return out
 
     def _measurements(self, pods: list[dict[str, Any]],
@@ -276,9 +276,10 @@ class _Pass:
                     plan.created.append(ordinal)
         extra = sorted((o for o in plan.ordinals() if o >= spec.replicas), reverse=True)
         for ordinal in extra:
-            pod = plan.pod(ordinal)
-            if pod is not None:
-                kube.delete_pod(self.namespace, pod["metadata"]["name"], pod["metadata"]["uid"])
+            leaving = plan.pod(ordinal)
+            if leaving is not None:
+                meta = leaving["metadata"]
+                kube.delete_pod(self.namespace, meta["name"], meta["uid"])
                 plan.removed.append(ordinal)
         if plan.removed:
             self.events.append(Event("Normal", conditions.SCALED_DOWN,

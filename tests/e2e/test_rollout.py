@@ -157,7 +157,7 @@ def test_dynamic_rollout_rebalances_once_per_member_at_least(
     new_generations = [g for g in kafka.generations(name) if g not in generations_before]
     assert len(new_generations) >= REPLICAS, f"only {new_generations} new generations"
     assert obj["status"]["rollout"]["rebalancesDuringRollout"] >= 1
-    produced, out = drain(kafka, name, stream)
+    _produced, out = drain(kafka, name, stream)
     assert not set(stream["producer"].produced) - set(out)
 
 

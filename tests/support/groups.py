@@ -19,7 +19,8 @@ def consumer_group(name: str, bootstrap: str, topic: str, *, replicas: int = 3,
     sink: dict[str, Any] = {"type": "kafka", "topic": out_topic} if out_topic else {"type": "null"}
     timeouts: dict[str, int] = {}
     if session_ms is not None:
-        timeouts = {"sessionTimeoutMs": session_ms, "heartbeatIntervalMs": max(500, session_ms // 5)}
+        timeouts = {"sessionTimeoutMs": session_ms,
+                    "heartbeatIntervalMs": max(500, session_ms // 5)}
     template: dict[str, Any] = {"image": "staticfleet/member:test",
                                 "terminationGracePeriodSeconds": 30,
                                 "env": env or []}

@@ -90,7 +90,7 @@ def _go_build(
     bindir = root / "bin"
     stamp = root / ".complete"
     outputs = [bindir / b.name for b in binaries]
-    recipe = f"{version} {ldflags} {tags}"  # rebuild when the flags change, not only the version
+    recipe = f"{version} {ldflags} {tags}"  # rebuild when the flags change too
     if _stamp_ok(stamp, outputs) and stamp.read_text() == recipe:
         return bindir
     go = require_tool("go")
@@ -102,7 +102,8 @@ def _go_build(
     (src / "go.mod").write_text("\n".join(gomod) + "\n")
     env = _go_env(src)
     log = root / "build.log"
-    run_logged([go, "get", *[f"{b.package}@{version}" for b in binaries]], cwd=src, log=log, env=env)
+    packages = [f"{b.package}@{version}" for b in binaries]
+    run_logged([go, "get", *packages], cwd=src, log=log, env=env)
     for b in binaries:
         cmd = [go, "build", "-trimpath", "-o", str(bindir / b.name)]
         if ldflags:

@@ -10,7 +10,12 @@ from pathlib import Path
 
 from staticfleet.localenv import build
 from staticfleet.localenv.procs import (
-    ProcessRecord, ServerFailed, free_port, port_open, spawn, wait_until,
+    ProcessRecord,
+    ServerFailed,
+    free_port,
+    port_open,
+    spawn,
+    wait_until,
 )
 from staticfleet.localenv.tools import require_tool, tail
 

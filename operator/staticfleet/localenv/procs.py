@@ -7,6 +7,7 @@ recorded processes are ever signalled: a PID that has been reused by another pro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -78,7 +79,7 @@ def spawn(name: str, cmd: list[str], *, log: Path, env: dict[str, str] | None = 
 
 def wait_until(check: Callable[[], bool], *, rec: ProcessRecord, timeout: float,
                what: str) -> None:
-    """Poll `check` until it is true; fail with the log tail if the process dies or time runs out."""
+    """Poll `check` until true; fail with the log tail if the process dies or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
@@ -118,10 +119,8 @@ def stop(rec: ProcessRecord, *, grace: float = 10.0) -> None:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def free_port() -> int:

