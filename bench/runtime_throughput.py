@@ -71,8 +71,8 @@ def config_for(bootstrap: str, group: str, topic: str, batch: int) -> RuntimeCon
 
 
 def produce(bootstrap: str, topic: str, partitions: int, count: int) -> float:
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic(topic, partitions, 1)])[topic].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
                          "batch.size": 1 << 20, "compression.type": "none"})
     payload = os.urandom(RECORD // 2).hex().encode()

@@ -1,10 +1,11 @@
 """The poll loop: a static member that gathers batches, hands them to a worker, commits after.
 
 One batch is processed at a time, in a worker thread, while this loop keeps calling the consumer:
-it gathers the next batch meanwhile and, once that one is full, pauses the assigned partitions and
-goes on polling (which fetches nothing but serves callbacks and keeps `max.poll.interval.ms`
-satisfied) until the worker is done. Then it commits the finished batch's offsets synchronously,
-hands over the next batch and resumes the partitions. Every consumer call happens on this thread.
+it gathers the next batch meanwhile and, once that one is full, waits up to HOLD_UNPAUSED_S for
+the worker, then pauses the assigned partitions and goes on polling (which fetches nothing but
+serves callbacks and keeps `max.poll.interval.ms` satisfied) until the worker is done. Then it
+commits the finished batch's offsets synchronously, hands over the next batch and resumes the
+partitions. Every consumer call happens on this thread.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 BUSY_POLL_S = 0.05
 IDLE_POLL_S = 0.5
 STATS_INTERVAL_MS = 5000
+HOLD_UNPAUSED_S = 2.0
+"""With the next batch full, how long the loop just waits for the worker before it pauses the
+partitions and goes back to polling."""
 
 
 def consumer_settings(config: RuntimeConfig, telemetry: Telemetry) -> dict[str, Any]:
@@ -63,6 +67,7 @@ class InFlight:
     batch_id: int
     records: list[Message]
     future: cf.Future[Outcome]
+    started: float
     excluded: set[TP] = field(default_factory=set)
     """Partitions revoked or lost while the batch ran: their offsets are not committed."""
 
@@ -93,6 +98,7 @@ class Member:
         self.failure: BaseException | None = None
         self.batch_seq = 0
         self.revoke_wait_s = max(1.0, 0.8 * config.max_poll_interval_ms / 1000.0)
+        self.hold_unpaused_s = min(HOLD_UNPAUSED_S, config.max_poll_interval_ms / 4000.0)
 
     def request_stop(self) -> None:
         self.stopping.set()
@@ -133,10 +139,18 @@ class Member:
 
     def _poll(self, now: float) -> None:
         hold = self.stopping.is_set() or self.buffer.full()
+        flight = self.inflight
+        if hold and not self.stopping.is_set() and flight is not None \
+                and now - flight.started < self.hold_unpaused_s:
+            # A short wait for the worker without polling: pausing would throw away what
+            # librdkafka has prefetched, and the batch usually ends well before this.
+            cf.wait([flight.future], timeout=min(BUSY_POLL_S,
+                                                 flight.started + self.hold_unpaused_s - now))
+            return
         self._set_paused(hold)
         if hold:
-            if self.inflight is not None:
-                cf.wait([self.inflight.future], timeout=BUSY_POLL_S)
+            if flight is not None:
+                cf.wait([flight.future], timeout=BUSY_POLL_S)
             messages = self.consumer.consume(1, 0)
         else:
             busy = self.inflight is not None or self.buffer.due(now)
@@ -173,7 +187,7 @@ class Member:
         records = self.buffer.take(now)
         self.batch_seq += 1
         future = self.worker.submit(self.handle, self.batch_seq, records)
-        self.inflight = InFlight(self.batch_seq, records, future)
+        self.inflight = InFlight(self.batch_seq, records, future, now)
 
     def _finish_inflight(self) -> None:
         """If the batch in flight is done: commit it, or record why the member must stop."""
