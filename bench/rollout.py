@@ -1,0 +1,263 @@
+"""Rollout benchmark: what a rolling restart costs a consumer group, side by side in one run.
+
+4 members on 12 partitions under a steady produce rate, three scenarios:
+
+- static:  staticfleet's roller, static membership, automatic timeouts;
+- dynamic: the same roller with the instance ids dropped (the test-only switch);
+- short:   static membership with a session timeout shorter than a restart. staticfleet refuses to
+           roll that group (it says which timeout it would need), so this scenario restarts the
+           members the way a plain StatefulSet-style roller does: delete, wait until Ready, next.
+
+For each: rebalances during the rollout (new generations in the broker's log), longest member
+absence beside the session timeout, the throughput of the members that are not restarting during
+the rollout as a ratio of their steady-state throughput, and the total rollout time.
+
+Run: python bench/rollout.py [--rate 400] [--settle 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from staticfleet.localenv import environment  # noqa: E402
+from staticfleet.localenv.kafka import KafkaBroker, KafkaSettings  # noqa: E402
+from tests.support.groups import consumer_group  # noqa: E402
+from tests.support.kube import create_namespace, install_crds, kubectl, to_yaml  # noqa: E402
+from tests.support.operator import OperatorProcess  # noqa: E402
+from tests.support.stream import SteadyProducer  # noqa: E402
+
+MEMBERS, PARTITIONS = 4, 12
+
+
+@dataclass
+class Sampler:
+    """Reads every member's /status once a second: records processed per pod uid."""
+
+    kubeconfig: Path
+    namespace: str
+    name: str
+    samples: list[tuple[float, dict[int, tuple[str, int, bool]]]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> Sampler:
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            snap: dict[int, tuple[str, int, bool]] = {}
+            for pod in pods(self.kubeconfig, self.namespace, self.name):
+                ordinal = int(pod["metadata"]["labels"]["staticfleet.io/ordinal"])
+                ip = (pod.get("status") or {}).get("podIP")
+                ready = any(c["type"] == "Ready" and c["status"] == "True"
+                            for c in (pod.get("status") or {}).get("conditions") or [])
+                try:
+                    with urllib.request.urlopen(f"http://{ip}:8080/status", timeout=1) as r:
+                        st = json.load(r)
+                except (OSError, ValueError):
+                    continue
+                deleting = bool(pod["metadata"].get("deletionTimestamp"))
+                snap[ordinal] = (pod["metadata"]["uid"], int(st.get("recordsProcessed") or 0),
+                                 ready and not deleting)
+            self.samples.append((time.monotonic(), snap))
+
+    def rates(self, start: float, end: float) -> dict[int, list[tuple[float, float, bool]]]:
+        """Per ordinal: (time, records/s over the last second, serving) within [start, end]."""
+        out: dict[int, list[tuple[float, float, bool]]] = {}
+        for (t0, a), (t1, b) in zip(self.samples, self.samples[1:], strict=False):
+            if t1 < start or t1 > end:
+                continue
+            for ordinal, (uid, count, serving) in b.items():
+                prev = a.get(ordinal)
+                if prev is None or prev[0] != uid or not prev[2] or not serving:
+                    out.setdefault(ordinal, []).append((t1, 0.0, False))
+                    continue
+                out.setdefault(ordinal, []).append((t1, (count - prev[1]) / (t1 - t0), True))
+        return out
+
+
+def pods(kubeconfig: Path, namespace: str, name: str) -> list[dict[str, Any]]:
+    out = kubectl(kubeconfig, "-n", namespace, "get", "pods", "-l",
+                  f"staticfleet.io/group={name}", "-o", "json", check=False).stdout
+    return list(json.loads(out)["items"]) if out else []
+
+
+def cg(kubeconfig: Path, namespace: str, name: str) -> dict[str, Any]:
+    return dict(json.loads(kubectl(kubeconfig, "-n", namespace, "get", "cg", name, "-o",
+                                   "json").stdout))
+
+
+def wait(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def ready_and_idle(obj: dict[str, Any]) -> bool:
+    st = obj.get("status") or {}
+    conds = {c["type"]: c["status"] for c in st.get("conditions") or []}
+    return conds.get("Ready") == "True" and (st.get("rollout") or {}).get("phase") == "Idle"
+
+
+@dataclass
+class Result:
+    scenario: str
+    rebalances: int
+    longest_absence_ms: int
+    session_ms: int
+    others_ratio: float
+    rollout_s: float
+    note: str = ""
+
+
+def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, admin: AdminClient,
+                 rate: float, settle: float) -> Result:
+    kc = env.kubeconfig
+    namespace = f"bench-{scenario}-{int(time.time()) % 100000}"
+    create_namespace(kc, namespace)
+    name = f"bench-{scenario}"
+    topic = f"{namespace}-in"
+    for fut in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
+        fut.result(30)
+    producer = SteadyProducer(env.bootstrap, topic, rate=rate, keys=64).start()
+    session = 3000 if scenario == "short" else None
+    obj = consumer_group(name, env.bootstrap, topic, replicas=MEMBERS, session_ms=session,
+                         dynamic=scenario == "dynamic", max_records=5000)
+    kubectl(kc, "-n", namespace, "apply", "-f", "-", input=to_yaml(obj))
+    wait(lambda: ready_and_idle(cg(kc, namespace, name)), 300, f"{name} Ready")
+    sampler = Sampler(kc, namespace, name).start()
+    time.sleep(settle)
+    steady_from, steady_to = time.monotonic() - settle + 2, time.monotonic()
+    generations = broker.generations(name)
+    session_ms = int(cg(kc, namespace, name)["status"]["timeouts"]["sessionTimeoutMs"])
+
+    started = time.monotonic()
+    absences: dict[int, tuple[float, float]] = {}
+    if scenario == "short":
+        longest = naive_roll(kc, namespace, name, absences, broker, admin)
+        note = "staticfleet refused (RestartUnsafe); restarted by a naive delete-and-wait roller"
+    else:
+        kubectl(kc, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
+                '{"spec": {"rollout": {"restartNonce": "bench"}}}')
+        done = wait(lambda: rollout_done(cg(kc, namespace, name)), 600, f"{name} rolled out")
+        longest = int(done["status"]["rollout"]["longestAbsenceMs"])
+        note = ""
+    finished = time.monotonic()
+    time.sleep(3)
+    sampler.stop()
+
+    rebalances = len([g for g in broker.generations(name) if g not in generations])
+    ratio = others_ratio(sampler, steady_from, steady_to, started, finished)
+    producer.stop()
+    kubectl(kc, "delete", "namespace", namespace, "--wait=false", check=False)
+    return Result(scenario, rebalances, longest, session_ms, ratio, finished - started, note)
+
+
+def rollout_done(obj: dict[str, Any]) -> dict[str, Any] | None:
+    st = obj.get("status") or {}
+    ro = st.get("rollout") or {}
+    done = ro.get("phase") == "Complete" and ro.get("revision") == st.get("updateRevision")
+    return obj if done else None
+
+
+def naive_roll(kc: Path, namespace: str, name: str, absences: dict[int, tuple[float, float]],
+               broker: KafkaBroker, admin: AdminClient) -> int:
+    """Delete each member pod (highest first), wait until its replacement is Ready, go on."""
+    longest = 0.0
+    for ordinal in reversed(range(MEMBERS)):
+        pod = f"{name}-{ordinal}"
+        old_uid = kubectl(kc, "-n", namespace, "get", "pod", pod, "-o",
+                          "jsonpath={.metadata.uid}").stdout
+        t0 = time.monotonic()
+        kubectl(kc, "-n", namespace, "delete", "pod", pod, "--wait=false")
+
+        def back(pod: str = pod, old_uid: str = old_uid) -> bool:
+            out = kubectl(kc, "-n", namespace, "get", "pod", pod, "-o", "json",
+                          check=False).stdout
+            if not out:
+                return False
+            p = json.loads(out)
+            return p["metadata"]["uid"] != old_uid and any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions") or [])
+
+        wait(back, 300, f"{pod} back")
+        absences[ordinal] = (t0, time.monotonic())
+        longest = max(longest, time.monotonic() - t0)
+    return round(longest * 1000)
+
+
+def others_ratio(sampler: Sampler, s0: float, s1: float, r0: float, r1: float) -> float:
+    """Mean throughput of members while they serve during the rollout / their steady mean."""
+    steady = [v for series in sampler.rates(s0, s1).values() for _t, v, ok in series if ok]
+    during = [v for series in sampler.rates(r0, r1).values() for _t, v, ok in series if ok]
+    if not steady or not during or statistics.mean(steady) == 0:
+        return float("nan")
+    return statistics.mean(during) / statistics.mean(steady)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=400.0, help="records produced per second")
+    parser.add_argument("--settle", type=float, default=20.0, help="steady seconds before")
+    parser.add_argument("--scenarios", default="static,dynamic,short")
+    args = parser.parse_args()
+
+    name = "bench-rollout"
+    environment.down(name)
+    t = time.monotonic()
+    env = environment.up(name, kafka_settings=KafkaSettings.for_tests())
+    print(f"environment up in {time.monotonic() - t:.1f}s", flush=True)
+    broker = KafkaBroker(workdir=env.root / "kafka", bootstrap=env.bootstrap,
+                         record=env.record("kafka"))  # type: ignore[arg-type]
+    admin = AdminClient({"bootstrap.servers": env.bootstrap})
+    install_crds(env.kubeconfig)
+    op = OperatorProcess(kubeconfig=env.kubeconfig, log=env.root / "operator.log").start()
+    results = []
+    try:
+        for scenario in args.scenarios.split(","):
+            print(f"--- {scenario}", flush=True)
+            results.append(run_scenario(scenario, env, broker, admin, args.rate, args.settle))
+            print(results[-1], flush=True)
+    finally:
+        op.stop()
+        environment.down(name)
+
+    print(f"\n{MEMBERS} members, {PARTITIONS} partitions, {args.rate:.0f} records/s produced\n")
+    head = ("scenario", "rebalances", "longest absence ms", "session ms", "others' throughput",
+            "rollout s")
+    print("  ".join(f"{h:>18}" for h in head))
+    for r in results:
+        print("  ".join(f"{v:>18}" for v in (
+            r.scenario, r.rebalances, r.longest_absence_ms, r.session_ms,
+            f"{r.others_ratio:.2f}", f"{r.rollout_s:.1f}")))
+    for r in results:
+        if r.note:
+            print(f"{r.scenario}: {r.note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
