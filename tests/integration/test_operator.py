@@ -1,0 +1,476 @@
+"""The operator as a real process against the real API server, the real broker and the local
+node: the sample ConsumerGroup, scaling, member recovery, idle members, refusals that become
+status (unreachable broker, missing topic, missing Secret, invalid timeouts) and deletion.
+
+Members are real `python -m consumer_runtime` processes (confluent-kafka static members with
+PySpark, `local[1]`) wherever the test needs a group on the broker; where the test is about the
+operator refusing to act, the template runs a placeholder process so no Spark starts. At most five
+Spark members run at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from staticfleet.localenv.kafka import KafkaBroker
+from staticfleet.localenv.procs import free_port
+from tests.conftest import unique
+from tests.support.kube import get_json, kubectl, load_example, to_yaml
+from tests.support.operator import OperatorProcess
+
+pytestmark = pytest.mark.integration
+
+PLACEHOLDER = ["python", "-c", "import time; time.sleep(10**6)"]
+GROUP_LABEL = "staticfleet.io/group"
+CHILD_KINDS = ("configmap", "service", "poddisruptionbudget")
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0,
+             interval: float = 0.5) -> Any:
+    """Poll `check` until it returns something truthy; fail naming `what` and the last value."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+def consumer_group(name: str, *, bootstrap: str, topics: list[str], replicas: int = 3,
+                   sink: dict[str, Any] | None = None, dead_letter_topic: str | None = None,
+                   command: list[str] | None = None) -> dict[str, Any]:
+    """examples/consumergroup.yaml pointed at the test broker and a test topic."""
+    cg = copy.deepcopy(load_example("consumergroup.yaml"))
+    cg["metadata"]["name"] = name
+    spec = cg["spec"]
+    spec["replicas"] = replicas
+    spec["kafka"]["bootstrapServers"] = bootstrap
+    spec["kafka"]["topics"] = topics
+    spec["processing"]["spark"]["master"] = "local[1]"
+    spec["processing"]["sink"] = sink or {"type": "null"}
+    if dead_letter_topic is None:
+        spec["processing"].pop("deadLetterTopic", None)
+    else:
+        spec["processing"]["deadLetterTopic"] = dead_letter_topic
+    # The member polls often and stops fast on SIGTERM; a short grace keeps deletions quick.
+    spec["template"]["terminationGracePeriodSeconds"] = 10
+    if command is not None:
+        spec["template"]["command"] = command
+    return cg
+
+
+def apply_cg(kubeconfig: Path, namespace: str, cg: dict[str, Any]) -> None:
+    kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-", input=to_yaml(cg))
+
+
+def patch_cg(kubeconfig: Path, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    kubectl(kubeconfig, "-n", namespace, "patch", "consumergroup", name, "--type", "merge",
+            "-p", json.dumps(patch))
+
+
+def get_cg(kubeconfig: Path, namespace: str, name: str) -> dict[str, Any]:
+    return dict(get_json(kubeconfig, "-n", namespace, "consumergroup", name))
+
+
+def condition(cg: dict[str, Any], type_: str) -> dict[str, Any]:
+    for cond in (cg.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
+def has_condition(kubeconfig: Path, namespace: str, name: str, type_: str, status: str,
+                  reason: str | None = None) -> dict[str, Any] | None:
+    cond = condition(get_cg(kubeconfig, namespace, name), type_)
+    if cond.get("status") == status and (reason is None or cond.get("reason") == reason):
+        return cond
+    return None
+
+
+def member_pods(kubeconfig: Path, namespace: str, name: str,
+                include_terminating: bool = False) -> dict[str, dict[str, Any]]:
+    """The ConsumerGroup's member pods by name."""
+    items = get_json(kubeconfig, "-n", namespace, "pods", "-l", f"{GROUP_LABEL}={name}")["items"]
+    return {p["metadata"]["name"]: p for p in items
+            if include_terminating or not p["metadata"].get("deletionTimestamp")}
+
+
+def pod_env(pod: dict[str, Any]) -> dict[str, Any]:
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "member")
+    return {e["name"]: e for e in container.get("env") or []}
+
+
+def events(kubeconfig: Path, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    items = get_json(kubeconfig, "-n", namespace, "events", "--field-selector",
+                     f"involvedObject.kind=ConsumerGroup,involvedObject.name={name}")["items"]
+    return [e for e in items if e.get("reason") == reason]
+
+
+def children(kubeconfig: Path, namespace: str, name: str) -> list[str]:
+    """Every pod, ConfigMap, Service and PodDisruptionBudget of the ConsumerGroup (kind/name)."""
+    found = []
+    for kind in ("pods", *CHILD_KINDS):
+        items = get_json(kubeconfig, "-n", namespace, kind, "-l", f"{GROUP_LABEL}={name}")["items"]
+        found += [f"{kind}/{i['metadata']['name']}" for i in items]
+    return found
+
+
+def broker_assignment(admin: AdminClient, group_id: str) -> dict[str, list[tuple[str, int]]]:
+    """The broker's view of a group: instance id -> assigned partitions (empty when no group)."""
+    desc = admin.describe_consumer_groups([group_id])[group_id].result(timeout=10)
+    return {m.group_instance_id or m.member_id:
+            sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions or [])
+            for m in desc.members}
+
+
+def broker_group_state(admin: AdminClient, group_id: str) -> str:
+    return str(admin.describe_consumer_groups([group_id])[group_id].result(timeout=10).state.name)
+
+
+def ready_and_stable(kubeconfig: Path, namespace: str, name: str,
+                     replicas: int) -> dict[str, Any] | None:
+    """The ConsumerGroup once Ready=True with `replicas` ready members, else None."""
+    cg = get_cg(kubeconfig, namespace, name)
+    st = cg.get("status") or {}
+    if (condition(cg, "Ready").get("status") == "True"
+            and st.get("readyReplicas") == replicas and st.get("groupState") == "Stable"
+            and len(st.get("members") or []) == replicas):
+        return cg
+    return None
+
+
+def assigned_everywhere(admin: AdminClient, group_id: str, instance_ids: list[str],
+                        partitions: int) -> dict[str, list[tuple[str, int]]] | None:
+    """The broker's assignment once exactly `instance_ids` are members, each holding at least
+    one partition, and together all `partitions`; else None."""
+    got = broker_assignment(admin, group_id)
+    if sorted(got) != sorted(instance_ids) or not all(got.values()):
+        return None
+    if sum(len(v) for v in got.values()) != partitions:
+        return None
+    if broker_group_state(admin, group_id) != "STABLE":
+        return None
+    return got
+
+
+@pytest.fixture(autouse=True)
+def operator_stays_up(operator: OperatorProcess) -> Iterator[None]:
+    """The session's operator: after each test it is still the same live process (no crash,
+    no restart)."""
+    pid = operator.proc.pid if operator.proc else None
+    yield
+    assert operator.proc is not None and operator.proc.poll() is None, (
+        f"the operator exited ({operator.proc.returncode if operator.proc else None}):\n"
+        f"{operator.log_tail(60)}")
+    assert operator.proc.pid == pid, "the operator was restarted during the test"
+
+
+# --- the sample ----------------------------------------------------------------------------------
+
+
+def test_sample_reconciles_recovers_a_member_and_is_garbage_collected(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        kafka_admin: AdminClient, make_topic: Callable[..., str], tmp_path: Path) -> None:
+    topic = make_topic("orders", 6)
+    dlq = make_topic("orders-dlq", 1)
+    name = unique("orders")
+    cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic],
+                        sink={"type": "parquet", "path": str(tmp_path / "counts")},
+                        dead_letter_topic=dlq)
+    apply_cg(kubeconfig, namespace, cg)
+
+    # Member pods with their identities, owned by the ConsumerGroup.
+    pods = wait_for("3 member pods", lambda: (
+        p := member_pods(kubeconfig, namespace, name)) and len(p) == 3 and p, timeout=60)
+    owner = get_cg(kubeconfig, namespace, name)
+    uid = owner["metadata"]["uid"]
+    assert sorted(pods) == [f"{name}-{i}" for i in range(3)]
+    for i in range(3):
+        pod = pods[f"{name}-{i}"]
+        env = pod_env(pod)
+        assert env["STATICFLEET_GROUP_INSTANCE_ID"]["value"] == f"{name}-{i}"
+        assert env["STATICFLEET_CONFIG"]["valueFrom"]["configMapKeyRef"] == {
+            "name": f"{name}-config", "key": "config.json"}
+        assert pod["metadata"]["annotations"]["staticfleet.io/instance-id"] == f"{name}-{i}"
+        assert pod["metadata"]["labels"]["staticfleet.io/ordinal"] == str(i)
+        refs = pod["metadata"]["ownerReferences"]
+        assert [(r["kind"], r["name"], r["uid"], r["controller"]) for r in refs] == [
+            ("ConsumerGroup", name, uid, True)]
+
+    # The other children, also owned by it.
+    config_map = get_json(kubeconfig, "-n", namespace, "configmap", f"{name}-config")
+    config = json.loads(config_map["data"]["config.json"])
+    assert config["groupId"] == name and config["topics"] == [topic]
+    assert config["bootstrapServers"] == kafka.bootstrap
+    assert config["processing"]["spark"]["master"] == "local[1]"
+    assert config["processing"]["deadLetterTopic"] == dlq
+    service = get_json(kubeconfig, "-n", namespace, "service", f"{name}-members")
+    assert service["spec"]["clusterIP"] == "None"
+    pdb = get_json(kubeconfig, "-n", namespace, "poddisruptionbudget", f"{name}-members")
+    for child in (config_map, service, pdb):
+        assert [r["uid"] for r in child["metadata"]["ownerReferences"]] == [uid], child["kind"]
+    assert pdb["spec"]["selector"]["matchLabels"][GROUP_LABEL] == name
+
+    # Ready: three members, each holding partitions the broker assigned.
+    ready = wait_for("Ready=True with 3 members", lambda: ready_and_stable(
+        kubeconfig, namespace, name, 3), timeout=240, interval=1)
+    st = ready["status"]
+    assert st["replicas"] == 3 and st["partitions"] == 6 and st["idleMembers"] == 0
+    assert condition(ready, "Degraded")["status"] == "False"
+    assert condition(ready, "IdleMembers")["status"] == "False"
+    assert st["observedGeneration"] == ready["metadata"]["generation"]
+    instance_ids = [f"{name}-{i}" for i in range(3)]
+    assignment = wait_for("every member assigned on the broker", lambda: assigned_everywhere(
+        kafka_admin, name, instance_ids, 6), timeout=60)
+    by_instance = {m["instanceId"]: m for m in st["members"]}
+    assert sorted(by_instance) == instance_ids
+    for iid, parts in assignment.items():
+        status_parts = wait_for(f"status of {iid} to match the broker", lambda iid=iid: sorted(
+            next(m for m in get_cg(kubeconfig, namespace, name)["status"]["members"]
+                 if m["instanceId"] == iid)["assignedPartitions"]), timeout=30)
+        assert status_parts == sorted(f"{t}-{p}" for t, p in parts)
+        assert by_instance[iid]["ready"] is True and by_instance[iid]["pod"] == iid
+
+    # Printer columns.
+    table = kubectl(kubeconfig, "-n", namespace, "get", "cg", name).stdout.splitlines()
+    header, row = table[0].split(), table[1].split()
+    assert header[:4] == ["NAME", "DESIRED", "READY", "STATE"], table
+    assert row[:4] == [name, "3", "3", "Stable"], table
+
+    # A deleted member comes back under the same name and instance id, and rejoins.
+    victim = pods[f"{name}-1"]
+    kubectl(kubeconfig, "-n", namespace, "delete", "pod", victim["metadata"]["name"],
+            "--wait=false")
+    back = wait_for("member 1 recreated", lambda: (
+        p := member_pods(kubeconfig, namespace, name).get(f"{name}-1"))
+        and p["metadata"]["uid"] != victim["metadata"]["uid"] and p, timeout=90)
+    assert pod_env(back)["STATICFLEET_GROUP_INSTANCE_ID"]["value"] == f"{name}-1"
+    assert back["metadata"]["ownerReferences"][0]["uid"] == uid
+    wait_for("Ready again with the new member 1", lambda: (
+        cg := ready_and_stable(kubeconfig, namespace, name, 3)) and any(
+            m["instanceId"] == f"{name}-1" and m["ready"]
+            and m["pod"] == back["metadata"]["name"] for m in cg["status"]["members"]),
+        timeout=240, interval=1)
+    wait_for("member 1 holding partitions on the broker again", lambda: assigned_everywhere(
+        kafka_admin, name, instance_ids, 6), timeout=90)
+    survivors = member_pods(kubeconfig, namespace, name)
+    for i in (0, 2):
+        assert survivors[f"{name}-{i}"]["metadata"]["uid"] == pods[f"{name}-{i}"]["metadata"][
+            "uid"], f"member {i} was replaced although only member 1 was deleted"
+
+    # Deleting the ConsumerGroup: the garbage collector removes every child.
+    assert len(children(kubeconfig, namespace, name)) == 6
+    kubectl(kubeconfig, "-n", namespace, "delete", "consumergroup", name, "--wait=false")
+    wait_for("every child garbage-collected", lambda: not children(kubeconfig, namespace, name),
+             timeout=120, interval=1)
+    # ... and nothing comes back (no pass recreates a member for a deleted owner).
+    time.sleep(6)
+    assert children(kubeconfig, namespace, name) == []
+
+
+# --- scaling -------------------------------------------------------------------------------------
+
+
+def test_scaling_keeps_surviving_identities(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        kafka_admin: AdminClient, make_topic: Callable[..., str]) -> None:
+    topic = make_topic("scale", 6)
+    name = unique("scale")
+    cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=3)
+    # Removed static members send no LeaveGroup: the broker drops them after the session
+    # timeout. 10 s instead of the automatic 45 s keeps the test short.
+    cg["spec"]["membership"]["timeouts"] = {"sessionTimeoutMs": 10000}
+    apply_cg(kubeconfig, namespace, cg)
+    wait_for("Ready with 3 members", lambda: ready_and_stable(kubeconfig, namespace, name, 3),
+             timeout=240, interval=1)
+    at3 = {n: p["metadata"]["uid"] for n, p in member_pods(kubeconfig, namespace, name).items()}
+    assert sorted(at3) == [f"{name}-{i}" for i in range(3)]
+
+    # 3 -> 5: two new ordinals; the three members keep their pods.
+    patch_cg(kubeconfig, namespace, name, {"spec": {"replicas": 5}})
+    wait_for("Ready with 5 members", lambda: ready_and_stable(kubeconfig, namespace, name, 5),
+             timeout=300, interval=1)
+    at5 = {n: p["metadata"]["uid"] for n, p in member_pods(kubeconfig, namespace, name).items()}
+    assert sorted(at5) == [f"{name}-{i}" for i in range(5)]
+    for pod, uid in at3.items():
+        assert at5[pod] == uid, f"{pod} was replaced while scaling up"
+    wait_for("5 members assigned on the broker", lambda: assigned_everywhere(
+        kafka_admin, name, [f"{name}-{i}" for i in range(5)], 6), timeout=90)
+    assert events(kubeconfig, namespace, name, "ScaledUp")
+
+    # 5 -> 2: ordinals 4, 3 and 2 go (highest first); 0 and 1 keep their pods.
+    patch_cg(kubeconfig, namespace, name, {"spec": {"replicas": 2}})
+    wait_for("only members 0 and 1 left", lambda: sorted(member_pods(
+        kubeconfig, namespace, name, include_terminating=True)) == [f"{name}-0", f"{name}-1"],
+        timeout=90, interval=1)
+    at2 = {n: p["metadata"]["uid"] for n, p in member_pods(kubeconfig, namespace, name).items()}
+    assert at2 == {n: at3[n] for n in (f"{name}-0", f"{name}-1")}
+    scaled_down = [e["message"] for e in events(kubeconfig, namespace, name, "ScaledDown")]
+    assert scaled_down and "[2, 3, 4]" in scaled_down[-1] and "highest first" in scaled_down[-1]
+    ready = wait_for("Ready with 2 members", lambda: ready_and_stable(
+        kubeconfig, namespace, name, 2), timeout=120, interval=1)
+    assert [m["ordinal"] for m in ready["status"]["members"]] == [0, 1]
+    wait_for("2 members holding all 6 partitions", lambda: assigned_everywhere(
+        kafka_admin, name, [f"{name}-0", f"{name}-1"], 6), timeout=90)
+    assert {n: p["metadata"]["uid"] for n, p in member_pods(
+        kubeconfig, namespace, name).items()} == at2
+
+
+# --- idle members --------------------------------------------------------------------------------
+
+
+def test_more_members_than_partitions(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        kafka_admin: AdminClient, make_topic: Callable[..., str]) -> None:
+    topic = make_topic("idle", 2)
+    name = unique("idle")
+    apply_cg(kubeconfig, namespace,
+             consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=3))
+    cond = wait_for("IdleMembers=True", lambda: has_condition(
+        kubeconfig, namespace, name, "IdleMembers", "True", "MoreMembersThanPartitions"))
+    assert "3 members but only 2 partitions" in cond["message"]
+    warnings = wait_for("a MoreMembersThanPartitions Event", lambda: events(
+        kubeconfig, namespace, name, "MoreMembersThanPartitions"), timeout=30)
+    assert warnings[0]["type"] == "Warning"
+    assert "3 members but only 2 partitions" in warnings[0]["message"]
+    cg = get_cg(kubeconfig, namespace, name)
+    assert cg["status"]["idleMembers"] == 1 and cg["status"]["partitions"] == 2
+
+    # All three members join; two hold a partition each, one holds none.
+    wait_for("3 members in the group, 2 with a partition", lambda: (
+        a := broker_assignment(kafka_admin, name)) and len(a) == 3
+        and sorted(len(v) for v in a.values()) == [0, 1, 1]
+        and broker_group_state(kafka_admin, name) == "STABLE", timeout=240, interval=1)
+    ready = wait_for("Ready with 3 members", lambda: ready_and_stable(
+        kubeconfig, namespace, name, 3), timeout=120, interval=1)
+    assert sorted(len(m["assignedPartitions"]) for m in ready["status"]["members"]) == [0, 1, 1]
+    assert condition(ready, "IdleMembers")["status"] == "True"
+    # One Event for the condition turning True, not one per pass.
+    assert len(events(kubeconfig, namespace, name, "MoreMembersThanPartitions")) == 1
+
+
+# --- errors become status ------------------------------------------------------------------------
+
+
+def test_unreachable_broker_degrades_without_children_and_the_operator_carries_on(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        make_topic: Callable[..., str]) -> None:
+    closed = free_port()  # nothing listens there
+    name = unique("unreach")
+    apply_cg(kubeconfig, namespace, consumer_group(
+        name, bootstrap=f"127.0.0.1:{closed}", topics=["orders"], command=PLACEHOLDER))
+    cond = wait_for("Degraded=True KafkaUnreachable", lambda: has_condition(
+        kubeconfig, namespace, name, "Degraded", "True", "KafkaUnreachable"), timeout=90)
+    assert "Kafka unreachable" in cond["message"]
+    warnings = wait_for("a KafkaUnreachable Event", lambda: events(
+        kubeconfig, namespace, name, "KafkaUnreachable"), timeout=30)
+    assert warnings[0]["type"] == "Warning"
+    first = get_cg(kubeconfig, namespace, name)["status"]
+    assert first["consecutiveFailures"] >= 1
+
+    # Meanwhile the operator reconciles another group in the same namespace.
+    topic = make_topic("other", 1)
+    other = unique("other")
+    apply_cg(kubeconfig, namespace, consumer_group(
+        other, bootstrap=kafka.bootstrap, topics=[topic], replicas=1, command=PLACEHOLDER))
+    wait_for("the other group's member pod", lambda: member_pods(kubeconfig, namespace, other),
+             timeout=60)
+    wait_for("the other group's status", lambda: (
+        get_cg(kubeconfig, namespace, other).get("status") or {}).get("lastReconciled"))
+    assert condition(get_cg(kubeconfig, namespace, other), "Degraded")["status"] == "False"
+
+    # It keeps retrying the unreachable one (with backoff), and never creates its children.
+    wait_for("a retry of the unreachable group", lambda: (
+        get_cg(kubeconfig, namespace, name)["status"]["consecutiveFailures"]
+        > first["consecutiveFailures"]), timeout=60, interval=1)
+    assert children(kubeconfig, namespace, name) == []
+    assert condition(get_cg(kubeconfig, namespace, name), "Degraded")["reason"] == (
+        "KafkaUnreachable")
+    assert 'reason="KafkaUnreachable"' in operator.metrics()
+
+
+def test_missing_secret_then_missing_topic_then_recovery(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        kafka_admin: AdminClient) -> None:
+    topic = unique("later")  # created further down
+    name = unique("recover")
+    cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=1)
+    secret = unique("kafka-creds")
+    cg["spec"]["kafka"]["security"] = {"protocol": "SASL_PLAINTEXT", "sasl": {
+        "mechanism": "PLAIN",
+        "usernameSecretRef": {"name": secret, "key": "username"},
+        "passwordSecretRef": {"name": secret, "key": "password"}}}
+    apply_cg(kubeconfig, namespace, cg)
+
+    cond = wait_for("Degraded=True SecretMissing", lambda: has_condition(
+        kubeconfig, namespace, name, "Degraded", "True", "SecretMissing"))
+    assert f"Secret {namespace}/{secret} does not exist" in cond["message"]
+    assert wait_for("a SecretMissing Event", lambda: events(
+        kubeconfig, namespace, name, "SecretMissing"))[0]["type"] == "Warning"
+    assert children(kubeconfig, namespace, name) == []
+
+    # Fix the security (the test broker speaks PLAINTEXT): now the topic is what is missing.
+    patch_cg(kubeconfig, namespace, name,
+             {"spec": {"kafka": {"security": {"protocol": "PLAINTEXT", "sasl": None}}}})
+    cond = wait_for("Degraded=True TopicMissing", lambda: has_condition(
+        kubeconfig, namespace, name, "Degraded", "True", "TopicMissing"))
+    assert topic in cond["message"]
+    assert topic in wait_for("a TopicMissing Event", lambda: events(
+        kubeconfig, namespace, name, "TopicMissing"))[0]["message"]
+    assert children(kubeconfig, namespace, name) == []
+
+    # Create the topic: the group recovers to Ready on its own.
+    for fut in kafka_admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        fut.result(timeout=30)
+    ready = wait_for("Ready=True after the topic exists", lambda: ready_and_stable(
+        kubeconfig, namespace, name, 1), timeout=240, interval=1)
+    assert condition(ready, "Degraded")["status"] == "False"
+    assert ready["status"]["consecutiveFailures"] == 0
+    assert sorted(ready["status"]["members"][0]["assignedPartitions"]) == [
+        f"{topic}-0", f"{topic}-1"]
+    assert sorted(c.split("/")[0] for c in children(kubeconfig, namespace, name)) == [
+        "configmap", "poddisruptionbudget", "pods", "service"]
+
+
+def test_session_timeout_below_the_broker_minimum_is_refused(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        make_topic: Callable[..., str]) -> None:
+    """The CRD accepts sessionTimeoutMs 500; only the broker (group.min.session.timeout.ms
+    1000 on the test broker) says it is too low, so the operator refuses it as rule S1."""
+    topic = make_topic("timeouts", 1)
+    name = unique("timeouts")
+    cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=1,
+                        command=PLACEHOLDER)
+    cg["spec"]["membership"]["timeouts"] = {"sessionTimeoutMs": 500}
+    apply_cg(kubeconfig, namespace, cg)  # accepted by the API server
+    cond = wait_for("Degraded=True InvalidTimeouts", lambda: has_condition(
+        kubeconfig, namespace, name, "Degraded", "True", "InvalidTimeouts"))
+    assert cond["message"].startswith("S1: ")
+    assert "sessionTimeoutMs 500 is outside the broker bounds [1000, " in cond["message"]
+    warning = wait_for("an InvalidTimeouts Event", lambda: events(
+        kubeconfig, namespace, name, "InvalidTimeouts"))[0]
+    assert warning["type"] == "Warning" and warning["message"] == cond["message"]
+    assert children(kubeconfig, namespace, name) == []
+
+    # A valid value clears it.
+    patch_cg(kubeconfig, namespace, name,
+             {"spec": {"membership": {"timeouts": {"sessionTimeoutMs": 6000}}}})
+    wait_for("Degraded=False", lambda: has_condition(
+        kubeconfig, namespace, name, "Degraded", "False"))
+    cg = get_cg(kubeconfig, namespace, name)
+    assert cg["status"]["timeouts"]["sessionTimeoutMs"] == 6000
+    assert cg["status"]["timeouts"]["source"]["sessionTimeoutMs"] == "explicit"
+    wait_for("its member pod", lambda: member_pods(kubeconfig, namespace, name))
