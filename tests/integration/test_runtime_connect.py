@@ -65,7 +65,7 @@ def test_count_by_key_through_connect_matches_local(
     with running(configs["local"], tmp_path / "local.log", None) as local, \
             running(configs["connect"], tmp_path / "connect.log", None) as connect:
         for mode, member in (("local", local), ("connect", connect)):
-            wait_committed_to_end(kafka.bootstrap, groups[mode], topic, 2, member, timeout=300)
+            wait_committed_to_end(kafka.bootstrap, groups[mode], topic, 2, member, timeout=400)
         connect_log = connect.text()
     assert "spark session (connect) ready" in connect_log
     assert totals(tmp_path / "connect") == totals(tmp_path / "local") == expected

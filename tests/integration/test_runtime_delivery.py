@@ -36,7 +36,7 @@ def test_happy_path_every_record_reaches_the_sink_and_offsets_reach_the_end(
     config = runtime_config(kafka.bootstrap, group, topic, sink={"type": "kafka", "topic": out},
                             max_records=500)
     with running(config, tmp_path / "member.log", f"{group}-0") as member:
-        wait_committed_to_end(kafka.bootstrap, group, topic, 3, member, timeout=120)
+        wait_committed_to_end(kafka.bootstrap, group, topic, 3, member, timeout=400)
         status = member.wait_status(lambda s: s["recordsProcessed"] == 3000, 30, "done")
         assert member.get("/readyz")[0] == 200 and member.get("/healthz")[0] == 200
         metrics = member.get("/metrics")[1].decode()
@@ -65,13 +65,13 @@ def test_kill9_mid_batch_then_restart_loses_nothing_and_repeats_at_most_one_batc
                             transform="tests.integration.spark_test_transforms:slow_identity",
                             max_records=batch)
     with running(config, tmp_path / "first.log", f"{group}-0") as member:
-        member.wait_status(lambda s: s["batchesProcessed"] >= 2, 120, "through two batches")
+        member.wait_status(lambda s: s["batchesProcessed"] >= 2, 400, "through two batches")
         time.sleep(0.7)
         member.kill9()
     before = committed(kafka.bootstrap, group, topic, 2)
     assert 0 < sum(max(0, o) for o in before.values()) < len(records)
     with running(config, tmp_path / "second.log", f"{group}-0") as member:
-        wait_committed_to_end(kafka.bootstrap, group, topic, 2, member, timeout=180)
+        wait_committed_to_end(kafka.bootstrap, group, topic, 2, member, timeout=400)
     written = [m.value() for m in read_all(kafka.bootstrap, out, 2)]
     assert set(written) == {v for _, v, _ in records}
     duplicates = len(written) - len(set(written))
@@ -89,7 +89,7 @@ def test_poison_record_goes_to_the_dead_letter_topic_and_the_partition_moves_on(
                             transform="tests.integration.spark_test_transforms:reject_poison",
                             max_records=300, dead_letter=dlq)
     with running(config, tmp_path / "member.log", f"{group}-0") as member:
-        offsets = wait_committed_to_end(kafka.bootstrap, group, topic, 3, member, timeout=180)
+        offsets = wait_committed_to_end(kafka.bootstrap, group, topic, 3, member, timeout=400)
         status = member.wait_status(lambda s: s["deadLettered"] == 1, 30, "dead-lettering")
     dead = read_all(kafka.bootstrap, dlq, 1)
     assert len(dead) == 1

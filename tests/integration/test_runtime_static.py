@@ -29,9 +29,9 @@ def test_sigterm_then_restart_within_session_timeout_keeps_generation_and_partit
             running(config, tmp_path / "b1.log", f"{group}-1") as b:
         def split(s: dict[str, object]) -> bool:
             return len(s["assignment"]) == 2  # type: ignore[arg-type]
-        before_a = a.wait_status(split, 120, "holding half the partitions")
-        before_b = b.wait_status(split, 120, "holding half the partitions")
-        b.wait_status(lambda s: s["recordsProcessed"] == 200, 300, "through its records")
+        before_a = a.wait_status(split, 400, "holding half the partitions")
+        before_b = b.wait_status(split, 400, "holding half the partitions")
+        b.wait_status(lambda s: s["recordsProcessed"] == 200, 400, "through its records")
         generations = kafka.generations(group)
         assert generations, "the group never stabilized"
 
