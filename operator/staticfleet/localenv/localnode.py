@@ -28,13 +28,29 @@ Supported
   the command is replaced by the local node's own interpreter (`sys.executable`), and that
   interpreter's directory is put first on PATH, so console scripts of the same virtualenv (e.g.
   `staticfleet`) resolve to it.
-- Environment: the machine's environment, then HOSTNAME=<pod name>, then the pod's: literal
+- Environment: the machine's environment (without KUBECONFIG: the node's credentials never
+  leak into a pod), then HOSTNAME=<pod name>, then the pod's: literal
   values, fieldRef (metadata.name/namespace/uid/labels['x']/annotations['x'], spec.nodeName,
   spec.serviceAccountName, status.podIP(s), status.hostIP(s)), resourceFieldRef (approximated),
   configMapKeyRef, secretKeyRef, envFrom; see `staticfleet.localenv.podenv`. A missing
   non-optional ConfigMap/Secret/key leaves the container Waiting with reason
   CreateContainerConfigError; it is retried every 2 s.
 - Working directory: `workingDir` if set, else `<log-dir>/work/<namespace>_<pod>_<uid>`.
+- In-cluster credentials as a kubeconfig: a kubelet mounts the ServiceAccount token at
+  /var/run/secrets/kubernetes.io/serviceaccount; this node cannot mount, so for a pod that gets a
+  token (`automountServiceAccountToken` not false: true, or unset with the token volume the
+  ServiceAccount admission plugin adds) it requests one through the TokenRequest API
+  (`serviceaccounts/<spec.serviceAccountName, default "default">/token`, bound to the pod by
+  name and uid, expirationSeconds 3600), writes `token`, `ca.crt`, `namespace` and a `kubeconfig`
+  (server and CA = those of this node's own kubeconfig, user = the token, default namespace = the
+  pod's) to `<log-dir>/work/<namespace>_<pod>_<uid>/serviceaccount/` (mode 0600), and sets
+  `KUBECONFIG` to that kubeconfig unless the pod sets `KUBECONFIG` itself. Clients that prefer
+  in-cluster config fall back to it (KUBERNETES_SERVICE_HOST is not set). The token is renewed
+  (files replaced atomically) once 80% of its lifetime has passed, as the kubelet does; a client
+  that read the kubeconfig once keeps the old token until it reloads it (kopf re-logs in on
+  401). Container restarts keep the current token. A failed TokenRequest (no such
+  ServiceAccount) leaves the container waiting in ContainerCreating with the error as message,
+  retried every 2 s.
 - Probes (startup, readiness, liveness): httpGet (port by number or by container port name,
   host defaults to the pod IP, path, scheme, headers; 200-399 is success), tcpSocket and exec
   (run locally with the container's environment), with initialDelaySeconds, periodSeconds,
@@ -62,13 +78,15 @@ Not supported: images, volumes (volumeMounts other than the service-account toke
 named in the pod's status message), init and sidecar containers (ignored, named in the message),
 containers after the first, resource limits and fit, taints/tolerations, pod (anti-)affinity,
 preferred node affinity, hostNetwork/ports (everything is on loopback anyway), service
-environment variables, in-cluster API credentials, pod resize, ephemeral containers, logs/exec
+environment variables (so no KUBERNETES_SERVICE_HOST; credentials come as a kubeconfig, above),
+pod resize, ephemeral containers, logs/exec
 through the API.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import datetime as dt
 import fcntl
@@ -108,6 +126,7 @@ BACKOFF_BASE = 1.0
 BACKOFF_CAP = 30.0
 BACKOFF_RESET_AFTER = 60.0
 CONFIG_RETRY = 2.0
+TOKEN_RETRY = 10.0
 FORCE_DELETE_GRACE = 2.0
 DEFAULT_GRACE = 30.0
 HEARTBEAT_PERIOD = 10.0
@@ -581,6 +600,10 @@ class Kube:
         kube_config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
         cfg.connection_pool_maxsize = 64
         self.api = ApiClient(cfg)
+        # What pods get in their kubeconfig: the same server, the same CA (base64 PEM).
+        self.server: str = cfg.host
+        self.ca_data = (base64.b64encode(Path(cfg.ssl_ca_cert).read_bytes()).decode()
+                        if cfg.ssl_ca_cert else "")
 
     def _send(self, method: str, path: str, body: Any, query: Mapping[str, Any] | None,
               content_type: str, timeout: float | tuple[float, float]) -> Any:
@@ -732,6 +755,9 @@ class PodWorker(threading.Thread):
         self.last_conditions: Sequence[Mapping[str, Any]] = list(status.get("conditions") or [])
         self.next_publish_retry = 0.0
         self.notes = podenv.unsupported_notes(pod)
+        self.credentials_dir = self.default_workdir / "serviceaccount"
+        self.token_refresh_at: float | None = None  # unix time; None: no token issued
+        self.next_token_try = 0.0
 
     # -- called from other threads
     def update(self, pod: dict[str, Any]) -> None:
@@ -777,6 +803,9 @@ class PodWorker(threading.Thread):
 
     def _step(self, pod: dict[str, Any]) -> None:
         now = time.monotonic()
+        if (self.token_refresh_at is not None and time.time() >= self.token_refresh_at
+                and now >= self.next_token_try):
+            self._refresh_credentials(pod)
         if self.proc is None:
             if self.view.terminated is None and not self.permanent and now >= self.next_start:
                 self._start(pod)
@@ -833,8 +862,23 @@ class PodWorker(threading.Thread):
             log.warning("pod %s/%s: reading ConfigMaps/Secrets: %s", self.ns, self.pod_name, exc)
             self.next_start = time.monotonic() + CONFIG_RETRY
             return
+        service_account = podenv.token_service_account(pod)
+        if service_account:
+            try:
+                kubeconfig = self._credentials(pod, service_account)
+            except ApiError as exc:
+                message = (f'MountVolume.SetUp failed for volume "kube-api-access": '
+                           f"ServiceAccount {self.ns}/{service_account}: {exc}")
+                if self.view.waiting_message != message:
+                    log.warning("pod %s/%s: %s", self.ns, self.pod_name, message)
+                self._set(waiting_reason="ContainerCreating", waiting_message=message)
+                self.next_start = time.monotonic() + CONFIG_RETRY
+                return
+            pod_env = podenv.with_kubeconfig(pod_env, str(kubeconfig))
+        # Never the node's own credentials: a pod gets KUBECONFIG from its token or its spec.
+        machine = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.proc_env = podenv.process_environment(
-            os.environ, pod_env, bin_dir=os.path.dirname(sys.executable),
+            machine, pod_env, bin_dir=os.path.dirname(sys.executable),
             hostname=self.pod_name)
         workdir = self.container.get("workingDir")
         self.proc_cwd = Path(workdir) if workdir else self.default_workdir
@@ -873,6 +917,56 @@ class PodWorker(threading.Thread):
         self._set(running_since=now_wall, container_id=f"localnode://{proc.pid}",
                   terminated=None, waiting_message=None, restart_count=restart_count,
                   started=started, ready=started and "readiness" not in self.probes)
+
+    # -- in-cluster credentials as a kubeconfig
+    def _credentials(self, pod: dict[str, Any], service_account: str) -> Path:
+        """The pod's kubeconfig, with a token issued now unless the current one is still
+        fresh (container restarts keep it, as the kubelet keeps the token volume)."""
+        path = self.credentials_dir / "kubeconfig"
+        if (self.token_refresh_at is None or time.time() >= self.token_refresh_at
+                or not path.exists()):
+            self._issue_token(pod, service_account)
+        return path
+
+    def _issue_token(self, pod: dict[str, Any], service_account: str) -> None:
+        issued = time.time()
+        resp = self.node.kube.request(
+            "POST", f"/api/v1/namespaces/{self.ns}/serviceaccounts/{service_account}/token",
+            podenv.token_request(pod))
+        status = (resp or {}).get("status") or {}
+        token = status.get("token")
+        if not token:
+            raise ApiError(0, "TokenRequest returned no token")
+        try:
+            expires = dt.datetime.fromisoformat(
+                str(status.get("expirationTimestamp")).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            expires = issued + podenv.TOKEN_EXPIRATION_SECONDS
+        kube = self.node.kube
+        config = podenv.service_account_kubeconfig(
+            server=kube.server, ca_data=kube.ca_data, token=token, namespace=self.ns,
+            service_account=service_account)
+        self.credentials_dir.mkdir(parents=True, exist_ok=True)
+        ca_pem = base64.b64decode(kube.ca_data).decode() if kube.ca_data else ""
+        # The files a mounted token volume has, plus the kubeconfig made of them.
+        for name, text in (("token", token), ("namespace", self.ns), ("ca.crt", ca_pem),
+                           ("kubeconfig", json.dumps(config, indent=1))):
+            _write_private(self.credentials_dir / name, text)
+        self.token_refresh_at = podenv.token_refresh_at(issued, expires)
+        log.info("pod %s/%s: token for ServiceAccount %s issued, valid until %s", self.ns,
+                 self.pod_name, service_account, rfc3339(expires))
+
+    def _refresh_credentials(self, pod: dict[str, Any]) -> None:
+        service_account = podenv.token_service_account(pod)
+        if not service_account:
+            self.token_refresh_at = None
+            return
+        try:
+            self._issue_token(pod, service_account)
+        except ApiError as exc:
+            log.warning("pod %s/%s: renewing the ServiceAccount token: %s", self.ns,
+                        self.pod_name, exc)
+            self.next_token_try = time.monotonic() + TOKEN_RETRY
 
     def _run_probes(self, now: float) -> None:
         order = ("startup",) if not self.view.started else ("liveness", "readiness")
@@ -995,6 +1089,15 @@ class PodWorker(threading.Thread):
             return
         self.last_sent = desired
         self.last_conditions = desired["conditions"]
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace `path` atomically with `text`, readable by this user only."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.replace(tmp, path)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

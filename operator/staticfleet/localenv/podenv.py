@@ -17,6 +17,12 @@ Semantics follow the kubelet (`makeEnvironmentVariables`, `expansion.Expand`):
 - `resourceFieldRef` is approximated: limits fall back to the node's allocatable (cpu, memory)
   when the container sets none, requests fall back to 0, and only cpu, memory and
   ephemeral-storage are known.
+
+Service-account credentials (the local node cannot mount the token volume, so it hands the pod a
+kubeconfig instead): `token_service_account` decides whether the pod gets a token, as the
+ServiceAccount admission plugin and the kubelet do; `token_request` is the TokenRequest body bound
+to the pod; `service_account_kubeconfig` the kubeconfig written for it; `with_kubeconfig` points
+`KUBECONFIG` at it unless the pod sets `KUBECONFIG` itself; `token_refresh_at` says when to renew.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ from typing import Any
 
 PYTHON_NAMES = frozenset({"python", "python3"})
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_EXPIRATION_SECONDS = 3600
+# The kubelet renews a projected token once 80% of its lifetime has passed.
+TOKEN_REFRESH_FRACTION = 0.8
 
 
 class ConfigError(Exception):
@@ -300,3 +309,66 @@ def unsupported_notes(pod: Mapping[str, Any]) -> list[str]:
         notes.append("volumes are not supported; ignored volumeMounts: "
                      + ", ".join(f"{m.get('name')}:{m.get('mountPath')}" for m in mounts))
     return notes
+
+
+# --------------------------------------------------------------------------- service account
+
+def token_service_account(pod: Mapping[str, Any]) -> str | None:
+    """The ServiceAccount whose token the pod gets, or None.
+
+    `spec.automountServiceAccountToken: false` means none; `true` means one. Unset, the
+    ServiceAccount's own `automountServiceAccountToken` decides, and the API server's
+    ServiceAccount admission plugin has already applied it: it adds the token volume, mounted at
+    /var/run/secrets/kubernetes.io/serviceaccount, exactly when the token is wanted. So with the
+    field unset, the pod gets a token when its first container has that mount.
+    """
+    spec = pod.get("spec") or {}
+    automount = spec.get("automountServiceAccountToken")
+    if automount is False:
+        return None
+    name = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+    if automount is True:
+        return str(name)
+    first = (spec.get("containers") or [{}])[0]
+    mounted = any(m.get("mountPath", "").rstrip("/") == SERVICE_ACCOUNT_MOUNT
+                  for m in first.get("volumeMounts") or [])
+    return str(name) if mounted else None
+
+
+def token_request(pod: Mapping[str, Any],
+                  expiration_seconds: int = TOKEN_EXPIRATION_SECONDS) -> dict[str, Any]:
+    """A TokenRequest bound to the pod (the token dies with the pod), default audiences."""
+    meta = pod.get("metadata") or {}
+    return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": expiration_seconds,
+                     "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
+                                        "name": meta.get("name", ""),
+                                        "uid": meta.get("uid", "")}}}
+
+
+def token_refresh_at(issued: float, expires: float) -> float:
+    """When to renew a token valid from `issued` to `expires` (both unix seconds)."""
+    return issued + TOKEN_REFRESH_FRACTION * max(0.0, expires - issued)
+
+
+def service_account_kubeconfig(*, server: str, ca_data: str, token: str, namespace: str,
+                               service_account: str) -> dict[str, Any]:
+    """A kubeconfig for the pod: the API server and CA (base64 PEM) the node uses, the
+    ServiceAccount's token as the user, the pod's namespace as the default namespace (what
+    in-cluster clients read from the mounted `namespace` file)."""
+    cluster: dict[str, Any] = {"server": server}
+    if ca_data:
+        cluster["certificate-authority-data"] = ca_data
+    user = f"system:serviceaccount:{namespace}:{service_account}"
+    return {"apiVersion": "v1", "kind": "Config", "current-context": "in-cluster",
+            "clusters": [{"name": "in-cluster", "cluster": cluster}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "in-cluster", "context": {
+                "cluster": "in-cluster", "user": user, "namespace": namespace}}]}
+
+
+def with_kubeconfig(pod_env: Mapping[str, str], path: str) -> dict[str, str]:
+    """The pod's environment with KUBECONFIG=`path`, unless the pod sets KUBECONFIG itself."""
+    env = dict(pod_env)
+    env.setdefault("KUBECONFIG", path)
+    return env
