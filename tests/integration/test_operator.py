@@ -136,6 +136,12 @@ def broker_assignment(admin: AdminClient, group_id: str) -> dict[str, list[tuple
             for m in desc.members}
 
 
+def member_ids(admin: AdminClient, group_id: str) -> dict[str, str]:
+    """instance id -> the broker's member id."""
+    desc = admin.describe_consumer_groups([group_id])[group_id].result(timeout=10)
+    return {m.group_instance_id: m.member_id for m in desc.members if m.group_instance_id}
+
+
 def broker_group_state(admin: AdminClient, group_id: str) -> str:
     return str(admin.describe_consumer_groups([group_id])[group_id].result(timeout=10).state.name)
 
@@ -252,6 +258,7 @@ def test_sample_reconciles_recovers_a_member_and_is_garbage_collected(
 
     # A deleted member comes back under the same name and instance id, and rejoins.
     victim = pods[f"{name}-1"]
+    old_member_id = member_ids(kafka_admin, name)[f"{name}-1"]
     kubectl(kubeconfig, "-n", namespace, "delete", "pod", victim["metadata"]["name"],
             "--wait=false")
     back = wait_for("member 1 recreated", lambda: (
@@ -266,6 +273,8 @@ def test_sample_reconciles_recovers_a_member_and_is_garbage_collected(
         timeout=240, interval=1)
     wait_for("member 1 holding partitions on the broker again", lambda: assigned_everywhere(
         kafka_admin, name, instance_ids, 6), timeout=90)
+    # A new process joined under the old instance id (the broker gave it a new member id).
+    assert member_ids(kafka_admin, name)[f"{name}-1"] != old_member_id
     survivors = member_pods(kubeconfig, namespace, name)
     for i in (0, 2):
         assert survivors[f"{name}-{i}"]["metadata"]["uid"] == pods[f"{name}-{i}"]["metadata"][
