@@ -291,8 +291,8 @@ def demo_group(example: Mapping[str, Any], *, bootstrap: str, members: int,
     return obj
 
 
-def build_report(*, env_name: str, members: int, final: Mapping[str, Any], produced: int,
-                 committed: int, end_offsets: int, broker_generations: int,
+def build_report(*, env_name: str, root: Path, members: int, final: Mapping[str, Any],
+                 produced: int, committed: int, end_offsets: int, broker_generations: int,
                  output: Mapping[str, Any], spans: Mapping[int, Sequence[Span]],
                  seconds: Mapping[str, float], plot: Path, kubeconfig: Path,
                  torn_down: bool) -> dict[str, Any]:
@@ -302,6 +302,7 @@ def build_report(*, env_name: str, members: int, final: Mapping[str, Any], produ
     observed = [round(b - a, 1) for ss in spans.values() for a, b in ss if b is not None]
     return {
         "environment": env_name,
+        "root": str(root),
         "namespace": NAMESPACE,
         "consumerGroup": GROUP,
         "topic": TOPIC,
@@ -598,7 +599,8 @@ class Demo:
             self.phase("down", "environment torn down", t)
         self.seconds["total"] = self.elapsed()
         return build_report(
-            env_name=args.name, members=self.members, final=final, produced=produced,
+            env_name=args.name, root=env.root, members=self.members, final=final,
+            produced=produced,
             committed=offsets[0], end_offsets=offsets[1], broker_generations=generations,
             output=summary, spans=spans, seconds=self.seconds, plot=plot,
             kubeconfig=env.kubeconfig, torn_down=bool(args.down))

@@ -258,8 +258,8 @@ def _report(**over: Any) -> dict[str, Any]:
     final = {"status": {"timeouts": {"sessionTimeoutMs": 45000}, "rollout": {
         "membersRestarted": [0, 1, 2], "rebalancesDuringRollout": 0, "longestAbsenceMs": 6100}}}
     kwargs: dict[str, Any] = {
-        "env_name": "demo", "members": 3, "final": final, "produced": 4000, "committed": 4000,
-        "end_offsets": 4000, "broker_generations": 0,
+        "env_name": "demo", "root": Path("/tmp/x"), "members": 3, "final": final,
+        "produced": 4000, "committed": 4000, "end_offsets": 4000, "broker_generations": 0,
         "output": {"path": "/tmp/x/out", "files": 30, "rows": 900, "countSum": 4000},
         "spans": {0: [(T0, T0 + 6.0)], 1: [(T0 + 10, T0 + 15.5)], 2: [(T0 + 20, None)]},
         "seconds": {"envUp": 20.04, "total": 150.0}, "plot": Path("/tmp/x/p.png"),
