@@ -84,7 +84,12 @@ def test_default_render(render: Callable[..., Rendered]) -> None:
     pod = deploy["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["command"] == ["staticfleet", "operator", "run"]
-    assert container["args"] == ["--all-namespaces", "--metrics-port=8080", "--health-port=8081"]
+    assert container["args"] == ["--all-namespaces", "--metrics-host=$(POD_IP)",
+                                 "--metrics-port=8080", "--health-port=8081"]
+    # Metrics and health bind the pod's IP; the probes (no host: the pod IP) reach them there.
+    assert container["env"][0] == {
+        "name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-health"}
     assert container["image"] == "staticfleet/operator:0.1.0"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-health"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}

@@ -1,0 +1,292 @@
+"""The Helm chart against the real control plane: lint, a server-side dry-run of every rendering,
+and a real `helm install` whose operator pod runs under the local node with the chart's own
+ServiceAccount (the local node hands it a TokenRequest token as a kubeconfig), so a ConsumerGroup
+becoming Ready proves the chart's RBAC is enough.
+
+The session's admin operator (the `operator` fixture) must not run next to the chart's operator:
+this module never requests it, and stops it for the duration when another module started it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from staticfleet.localenv import build, environment, versions
+from staticfleet.localenv.kafka import KafkaBroker
+from staticfleet.localenv.procs import ProcessRecord
+from staticfleet.localenv.tools import tail
+from tests.conftest import unique
+from tests.support import groups
+from tests.support.kube import REPO, create_namespace, get_json, kubectl
+from tests.support.operator import OperatorProcess
+
+pytestmark = pytest.mark.integration
+
+CHART = REPO / "charts" / "staticfleet"
+MONITORING_CRDS = REPO / "tests" / "fixtures" / "monitoring-crds-minimal.yaml"
+KUBE_VERSION = versions.KUBERNETES_VERSION.lstrip("v")
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return build.helm_bin() / "helm"
+
+
+def run(cmd: list[str | Path], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, f"{proc.args}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def monitoring_crds(kubeconfig: Path) -> None:
+    """Minimal monitoring.coreos.com CRDs (a test fixture, see the file's header)."""
+    kubectl(kubeconfig, "apply", "--server-side", "-f", str(MONITORING_CRDS))
+    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/servicemonitors.monitoring.coreos.com", "crd/podmonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com")
+
+
+@pytest.fixture
+def release_ns(kubeconfig: Path) -> Iterator[str]:
+    name = unique("sf-sys")
+    create_namespace(kubeconfig, name)
+    yield name
+    kubectl(kubeconfig, "delete", "namespace", name, "--wait=false", check=False)
+
+
+def test_helm_lint(helm: Path) -> None:
+    ok(run([helm, "lint", "--strict", CHART]))
+    ok(run([helm, "lint", "--strict", CHART, "--set", "watchNamespaces={a,b}",
+            "--set", "serviceMonitor.enabled=true", "--set", "memberPodMonitor.enabled=true",
+            "--set", "prometheusRule.enabled=true", "--set", "grafanaDashboard.enabled=true"]))
+
+
+FEATURES = {
+    "defaults": [],
+    "watchNamespaces": ["--set", "watchNamespaces={WATCHED}"],
+    "serviceMonitor": ["--set", "serviceMonitor.enabled=true"],
+    "memberPodMonitor": ["--set", "memberPodMonitor.enabled=true"],
+    "memberPodMonitor+watchNamespaces": ["--set", "memberPodMonitor.enabled=true",
+                                         "--set", "watchNamespaces={WATCHED}"],
+    "prometheusRule": ["--set", "prometheusRule.enabled=true",
+                       "--set", "prometheusRule.ruleLabels.team=kafka",
+                       "--set", "prometheusRule.alerts.StaticfleetIdleMembers.enabled=false"],
+    "grafanaDashboard": ["--set", "grafanaDashboard.enabled=true"],
+    "no rbac, existing serviceaccount": ["--set", "rbac.create=false",
+                                         "--set", "serviceAccount.create=false",
+                                         "--set", "serviceAccount.name=default"],
+}
+
+
+@pytest.mark.parametrize("feature", list(FEATURES))
+def test_every_rendering_passes_a_server_side_dry_run(
+    helm: Path, kubeconfig: Path, crds: None, monitoring_crds: None, release_ns: str,
+    feature: str,
+) -> None:
+    watched = unique("watched")
+    create_namespace(kubeconfig, watched)
+    try:
+        args = [a.replace("WATCHED", watched) for a in FEATURES[feature]]
+        manifest = ok(run([helm, "template", "sf", CHART, "--namespace", release_ns,
+                           "--kube-version", KUBE_VERSION, *args]))
+        kinds = sorted(d["kind"] for d in yaml.safe_load_all(manifest) if d)
+        out = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", "-", input=manifest).stdout
+        assert out.count("(server dry run)") == len(kinds), out
+        assert "Deployment" in kinds
+    finally:
+        kubectl(kubeconfig, "delete", "namespace", watched, "--wait=false", check=False)
+
+
+def test_schema_refuses_bad_values_at_install(helm: Path, kubeconfig: Path, crds: None,
+                                             release_ns: str) -> None:
+    proc = run([helm, "install", "sf", CHART, "--kubeconfig", kubeconfig,
+                "--namespace", release_ns, "--set", "replicaCount=2"])
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema(s)" in proc.stderr, proc.stderr
+    assert "at '/replicaCount': value must be 1" in proc.stderr, proc.stderr
+    assert run([helm, "status", "sf", "--kubeconfig", kubeconfig,
+                "--namespace", release_ns]).returncode != 0, "a release was recorded"
+
+
+# --- a real install -----------------------------------------------------------------------------
+
+@pytest.fixture
+def no_admin_operator(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Stop the session's admin operator if another module started it; start it again after."""
+    active: OperatorProcess | None = None
+    for fixturedef in request._fixturemanager.getfixturedefs("operator", request.node) or ():
+        cached = fixturedef.cached_result
+        if cached is not None and isinstance(cached[0], OperatorProcess):
+            active = cached[0]
+    if active is not None:
+        active.stop()
+    yield
+    if active is not None:
+        active.start()
+
+
+def can_i(kubeconfig: Path, sa: str, verb: str, resource: str, *args: str) -> bool:
+    proc = kubectl(kubeconfig, "auth", "can-i", verb, resource, f"--as={sa}", *args,
+                   check=False)
+    answer = proc.stdout.strip()
+    assert answer in ("yes", "no"), f"can-i {verb} {resource}: {proc.stdout}{proc.stderr}"
+    return answer == "yes"
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float,
+             interval: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+def http_get(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as resp:
+            return str(resp.read().decode())
+    except OSError:
+        return None
+
+
+def test_install_runs_the_operator_under_its_own_service_account(
+    helm: Path, kubeconfig: Path, kafka: KafkaBroker, crds: None, local_node: ProcessRecord,
+    local_env: environment.LocalEnv, no_admin_operator: None, release_ns: str, namespace: str,
+    make_topic: Callable[..., str], tmp_path: Path,
+) -> None:
+    release = "sf"
+    fullname = "sf-staticfleet"
+    sa = f"system:serviceaccount:{release_ns}:{fullname}"
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"extraEnv": [
+        {"name": "STATICFLEET_RESYNC_SECONDS", "value": "5"}]}))
+    helm_args: list[str | Path] = ["--kubeconfig", kubeconfig, "--namespace", release_ns]
+
+    def operator_log() -> str:
+        logs = sorted(local_env.pod_log_dir.glob(f"{release_ns}_{fullname}-*.log"))
+        return "\n".join(f"--- {p.name} ---\n{tail(p, 60)}" for p in logs)
+
+    try:
+        ok(run([helm, "install", release, CHART, *helm_args, "--values", values,
+                "--wait", "--timeout", "240s"], timeout=300))
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{operator_log()}") from None
+    try:
+        # The Deployment's pod: made by kube-controller-manager, run by the local node.
+        pods = get_json(kubeconfig, "-n", release_ns, "pods", "-l",
+                        f"app.kubernetes.io/instance={release}")["items"]
+        assert len(pods) == 1
+        pod = pods[0]
+        assert pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
+        assert pod["spec"]["serviceAccountName"] == fullname
+        ip = pod["status"]["podIP"]
+        # Metrics and health on the pod's IP, not on every interface.
+        metrics = wait_for("metrics on the pod IP",
+                           lambda: http_get(f"http://{ip}:8080/metrics"), 30)
+        assert "staticfleet_" in metrics
+        assert http_get(f"http://{ip}:8081/healthz") is not None
+        # `$(POD_IP)` expanded in the args: the local node's start marker shows the command.
+        assert f"'--metrics-host={ip}'" in operator_log(), operator_log()
+
+        # A ConsumerGroup reconciled by that operator, which holds only the chart's RBAC.
+        topic = make_topic("chart", 2)
+        name = unique("chart")
+        groups.apply(kubeconfig, namespace, groups.consumer_group(
+            name, kafka.bootstrap, topic, replicas=2))
+        try:
+            groups.wait_status(kubeconfig, namespace, name, groups.ready, 300, "Ready")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{operator_log()}") from None
+        assert len(groups.pods(kubeconfig, namespace, name)) == 2
+        wait_for("the group in the operator's metrics",
+                 lambda: f'namespace="{namespace}"' in (
+                     http_get(f"http://{ip}:8080/metrics") or ""), 30)
+        log = operator_log()
+        assert "Forbidden" not in log and " 403" not in log, log
+
+        # What the ServiceAccount may do, and what it may not.
+        for verb, resource, *extra in (
+            ("create", "pods", "-n", namespace),
+            ("delete", "pods", "-n", namespace),
+            ("patch", "consumergroups.staticfleet.io", "--subresource=status", "-n", namespace),
+            ("create", "events", "-n", namespace),
+            ("create", "events.events.k8s.io", "-n", namespace),
+            ("create", "poddisruptionbudgets.policy", "-n", namespace),
+            ("watch", "namespaces"),
+            ("list", "customresourcedefinitions.apiextensions.k8s.io"),
+        ):
+            assert can_i(kubeconfig, sa, verb, resource, *extra), f"cannot {verb} {resource}"
+        for verb, resource, *extra in (
+            ("delete", "namespaces"),
+            ("update", "customresourcedefinitions.apiextensions.k8s.io"),
+            ("delete", "customresourcedefinitions.apiextensions.k8s.io"),
+            ("list", "secrets", "-n", "kube-system"),
+            ("create", "secrets", "-n", namespace),
+            ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+            ("create", "serviceaccounts", "--subresource=token", "-n", release_ns),
+            ("delete", "consumergroups.staticfleet.io", "-n", namespace),
+        ):
+            assert not can_i(kubeconfig, sa, verb, resource, *extra), f"may {verb} {resource}"
+        # NOTE: in the all-namespaces mode the ClusterRole grants `get secrets` in every
+        # namespace (kube-system included): the operator checks that the Secrets a group names
+        # exist. watchNamespaces confines it (test_watch_namespaces_rbac_confines_secrets).
+    finally:
+        uninstall = run([helm, "uninstall", release, *helm_args, "--wait", "--timeout", "120s"])
+    ok(uninstall)
+    # The operator is gone, its RBAC too; the CRD stays (Helm never deletes CRDs), and so do the
+    # ConsumerGroup and its members, which run on without the operator.
+    wait_for("the operator pod to go", lambda: not get_json(
+        kubeconfig, "-n", release_ns, "pods", "-l", f"app.kubernetes.io/instance={release}"
+    )["items"], 60)
+    assert kubectl(kubeconfig, "-n", release_ns, "get", "deploy,sa,svc", "-o", "name").stdout \
+        .split() == ["serviceaccount/default"]
+    assert kubectl(kubeconfig, "get", "clusterrole", fullname, check=False).returncode != 0
+    assert kubectl(kubeconfig, "get", "crd", "consumergroups.staticfleet.io").returncode == 0
+    assert groups.get(kubeconfig, namespace, name)["metadata"]["name"] == name
+    assert not can_i(kubeconfig, sa, "create", "pods", "-n", namespace)
+
+
+def test_watch_namespaces_rbac_confines_secrets(helm: Path, kubeconfig: Path, crds: None,
+                                                release_ns: str) -> None:
+    """The RBAC of the watchNamespaces mode, applied without the operator (no second operator
+    may run): Secrets readable in the watched namespace only, nothing namespaced elsewhere."""
+    watched = unique("watched")
+    create_namespace(kubeconfig, watched)
+    fullname = f"rb-{release_ns}"[:40]
+    sa = f"system:serviceaccount:{release_ns}:{fullname}"
+    manifest = ok(run([helm, "template", "rb", CHART, "--namespace", release_ns,
+                       "--kube-version", KUBE_VERSION, "--set", f"fullnameOverride={fullname}",
+                       "--set", f"watchNamespaces={{{watched}}}",
+                       "--show-only", "templates/rbac.yaml",
+                       "--show-only", "templates/serviceaccount.yaml"]))
+    try:
+        kubectl(kubeconfig, "apply", "-f", "-", input=manifest)
+        assert can_i(kubeconfig, sa, "get", "secrets", "-n", watched)
+        assert can_i(kubeconfig, sa, "create", "pods", "-n", watched)
+        assert can_i(kubeconfig, sa, "patch", "consumergroups.staticfleet.io",
+                     "--subresource=status", "-n", watched)
+        assert not can_i(kubeconfig, sa, "get", "secrets", "-n", "kube-system")
+        assert not can_i(kubeconfig, sa, "list", "secrets", "-n", watched)
+        assert not can_i(kubeconfig, sa, "create", "pods", "-n", "default")
+        assert not can_i(kubeconfig, sa, "watch", "namespaces")
+        assert can_i(kubeconfig, sa, "list", "customresourcedefinitions.apiextensions.k8s.io")
+    finally:
+        kubectl(kubeconfig, "delete", "-f", "-", "--wait=false", input=manifest, check=False)
+        kubectl(kubeconfig, "delete", "namespace", watched, "--wait=false", check=False)
