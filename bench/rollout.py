@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ class Sampler:
     namespace: str
     name: str
     samples: list[tuple[float, dict[int, tuple[str, int, bool]]]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> Sampler:
@@ -62,21 +64,26 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
-            snap: dict[int, tuple[str, int, bool]] = {}
-            for pod in pods(self.kubeconfig, self.namespace, self.name):
-                ordinal = int(pod["metadata"]["labels"]["staticfleet.io/ordinal"])
-                ip = (pod.get("status") or {}).get("podIP")
-                ready = any(c["type"] == "Ready" and c["status"] == "True"
-                            for c in (pod.get("status") or {}).get("conditions") or [])
-                try:
-                    with urllib.request.urlopen(f"http://{ip}:8080/status", timeout=1) as r:
-                        st = json.load(r)
-                except (OSError, ValueError):
-                    continue
-                deleting = bool(pod["metadata"].get("deletionTimestamp"))
-                snap[ordinal] = (pod["metadata"]["uid"], int(st.get("recordsProcessed") or 0),
-                                 ready and not deleting)
-            self.samples.append((time.monotonic(), snap))
+            try:
+                self._sample()
+            except Exception as exc:  # keep sampling; the errors are reported at the end
+                self.errors.append(repr(exc))
+
+    def _sample(self) -> None:
+        members = pods(self.kubeconfig, self.namespace, self.name)
+        with ThreadPoolExecutor(len(members) or 1) as pool:
+            answers = list(pool.map(_status, members))
+        snap: dict[int, tuple[str, int, bool]] = {}
+        for pod, st in zip(members, answers, strict=True):
+            if st is None:
+                continue
+            ordinal = int(pod["metadata"]["labels"]["staticfleet.io/ordinal"])
+            ready = any(c["type"] == "Ready" and c["status"] == "True"
+                        for c in (pod.get("status") or {}).get("conditions") or [])
+            deleting = bool(pod["metadata"].get("deletionTimestamp"))
+            snap[ordinal] = (pod["metadata"]["uid"], int(st.get("recordsProcessed") or 0),
+                             ready and not deleting)
+        self.samples.append((time.monotonic(), snap))
 
     def rates(self, start: float, end: float) -> dict[int, list[tuple[float, float, bool]]]:
         """Per ordinal: (time, records/s over the last second, serving) within [start, end]."""
@@ -91,6 +98,15 @@ class Sampler:
                     continue
                 out.setdefault(ordinal, []).append((t1, (count - prev[1]) / (t1 - t0), True))
         return out
+
+
+def _status(pod: dict[str, Any]) -> dict[str, Any] | None:
+    ip = (pod.get("status") or {}).get("podIP")
+    try:
+        with urllib.request.urlopen(f"http://{ip}:8080/status", timeout=5) as r:
+            return dict(json.load(r))
+    except (OSError, ValueError):
+        return None
 
 
 def pods(kubeconfig: Path, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -169,6 +185,8 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
 
     rebalances = len([g for g in broker.generations(name) if g not in generations])
     ratio = others_ratio(sampler, steady_from, steady_to, started, finished)
+    if sampler.errors or len(sampler.samples) < 5:
+        print(f"  sampler: {len(sampler.samples)} samples, errors {sampler.errors[:3]}")
     producer.stop()
     kubectl(kc, "delete", "namespace", namespace, "--wait=false", check=False)
     return Result(scenario, rebalances, longest, session_ms, ratio, finished - started, note)

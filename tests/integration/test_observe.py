@@ -1,0 +1,84 @@
+"""What the operator reads from and writes to the real broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from staticfleet import observe
+from staticfleet.localenv.kafka import TEST_SETTINGS, KafkaBroker
+from tests.conftest import unique
+from tests.support.members import ProbeMember, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def test_broker_bounds_are_read_from_the_broker(kafka_admin: AdminClient) -> None:
+    bounds = observe.broker_bounds(kafka_admin)
+    assert bounds["group.min.session.timeout.ms"] == int(
+        TEST_SETTINGS["group.min.session.timeout.ms"])
+    assert bounds["group.max.session.timeout.ms"] == 1800000  # the broker's default
+    assert bounds["group.consumer.min.session.timeout.ms"] == int(
+        TEST_SETTINGS["group.consumer.min.session.timeout.ms"])
+
+
+def test_partition_counts_and_missing_topics(kafka_admin: AdminClient,
+                                             make_topic: Callable[..., str]) -> None:
+    topic = make_topic("obs", 4)
+    assert observe.partition_counts(kafka_admin, [topic]) == {topic: 4}
+    with pytest.raises(observe.TopicMissing, match="nope-.* do not exist"):
+        observe.partition_counts(kafka_admin, [topic, unique("nope")])
+    assert observe.matching_topics(kafka_admin, "obs-.*")[topic] == 4
+
+
+def test_describe_group_lists_static_members_with_their_partitions(
+    kafka: KafkaBroker, kafka_admin: AdminClient, make_topic: Callable[..., str]
+) -> None:
+    topic, group = make_topic("desc", 4), unique("g")
+    members = [ProbeMember([kafka.bootstrap, group, topic, "6000", f"{group}-{i}"]).start()
+               for i in range(2)]
+    try:
+        view = wait_for(lambda: _stable(kafka_admin, group), 60, "a Stable group of two")
+        by_instance = view.by_instance()
+        assert sorted(by_instance) == [f"{group}-0", f"{group}-1"]
+        assigned = sorted(p for m in by_instance.values() for p in m.partitions)
+        assert assigned == [(topic, p) for p in range(4)]
+    finally:
+        for m in members:
+            m.kill()
+
+
+def _stable(admin: AdminClient, group: str) -> observe.GroupView | None:
+    try:
+        view = observe.describe_group(admin, group)
+    except observe.KafkaUnavailable:
+        return None  # the group may not have a coordinator yet; the operator retries too
+    return view if view.state == "Stable" and len(view.members) == 2 else None
+
+
+def test_unknown_group_is_reported_as_such_or_dead(kafka_admin: AdminClient) -> None:
+    try:
+        view = observe.describe_group(kafka_admin, unique("never"))
+    except observe.KafkaUnavailable as exc:
+        assert observe.is_unknown_group(exc)
+    else:
+        assert view.state in ("Dead", "Empty") and view.members == ()
+
+
+def test_kip848_group_timeouts_are_group_configs_on_the_broker(
+    kafka_admin: AdminClient,
+) -> None:
+    group = unique("g848")
+    observe.set_group_timeouts(kafka_admin, group, session_ms=12000, heartbeat_ms=2000)
+    resource = ConfigResource(ResourceType.GROUP, group)
+    entries = kafka_admin.describe_configs([resource])[resource].result(timeout=10)
+    assert entries["consumer.session.timeout.ms"].value == "12000"
+    assert entries["consumer.heartbeat.interval.ms"].value == "2000"
+
+
+def test_unreachable_cluster_is_a_clear_error() -> None:
+    admin = observe.AdminPool().get({"bootstrap.servers": "127.0.0.1:1"})
+    with pytest.raises(observe.KafkaUnavailable):
+        observe.broker_bounds(admin)
