@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from staticfleet.decisions import builders, conditions, reasons
@@ -148,16 +148,18 @@ def _grace(pod: Mapping[str, Any]) -> Any:
 class Step:
     """A decided rollout step, ready for the service to carry out and report."""
 
+    state: ro.RolloutState
+    observation: ro.GroupObservation
     restart: tuple[int, ...] = ()
     events: list[tuple[str, str, str]] = field(default_factory=list)
     absences: list[float] = field(default_factory=list)
     finished_seconds: float | None = None
-    rollout: dict[str, Any] = field(default_factory=dict)
-    progressing: tuple[conditions.Status, str, str] = (
-        "False", conditions.ROLLOUT_IDLE, "no rollout")
-    at_risk: tuple[conditions.Status, str, str] = (
-        "False", conditions.RESTARTS_ON_TIME, "restarts fit the session timeout")
     requeue_after: float | None = None
+
+    @property
+    def rollout(self) -> dict[str, Any]:
+        """`status.rollout`."""
+        return self.state.to_status(self.observation.rebalances)
 
 
 def running_session_timeout_ms(observed: Observed) -> int | None:
@@ -182,12 +184,11 @@ def advance(*, spec: ConsumerGroupSpec, view: reasons.MemberSpecView, observed: 
         group_state=observed.group_state, rebalances=rebalances_now)
     decided = ro.next_step(state, obs, view.revision, limits, now)
     new_state = ro.record_step(state, decided, obs, view.revision, now)
-    step = Step()
     if isinstance(decided, ro.Complete) and not state.started_at and not new_state.started_at:
         # Nothing was ever restarted for this revision (first creation, scale-up): no rollout.
         new_state = ro.RolloutState(revision=view.revision, phase="Idle",
                                     reason=f"every member runs revision {view.revision}")
-    step.rollout = new_state.to_status(rebalances_now)
+    step = Step(state=new_state, observation=obs)
     _describe(step, state, decided, new_state, observed, view, limits, now)
     return step
 
@@ -236,25 +237,3 @@ def _describe(step: Step, before: ro.RolloutState, decided: ro.Step, after: ro.R
             step.events.append(("Warning", conditions.RESTART_UNSAFE, decided.message))
     elif isinstance(decided, ro.Wait) and decided.recheck_after_s is not None:
         step.requeue_after = decided.recheck_after_s
-
-    phase = after.phase
-    if phase in ("Rolling", "Pending") and not isinstance(decided, ro.RefuseToStart):
-        step.progressing = ("True", conditions.ROLLING, after.reason or "rolling")
-    elif phase == "Paused":
-        step.progressing = ("False", conditions.ROLLOUT_PAUSED, after.reason)
-    elif phase in ("AtRisk", "Stopped"):
-        step.progressing = ("False", conditions.ROLLOUT_STOPPED, after.reason)
-    elif isinstance(decided, ro.RefuseToStart):
-        step.progressing = ("False", conditions.ROLLOUT_REFUSED, decided.message)
-    elif phase == "Complete":
-        step.progressing = ("False", conditions.ROLLOUT_COMPLETE, after.reason)
-    if phase == "AtRisk":
-        step.at_risk = ("True", conditions.RESTART_RUNNING_LATE, after.reason)
-    elif phase == "Stopped":
-        step.at_risk = ("True", conditions.SESSION_TIMEOUT_EXCEEDED, after.reason)
-    elif isinstance(decided, ro.RefuseToStart):
-        step.at_risk = ("True", conditions.RESTART_UNSAFE, decided.message)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)

@@ -24,11 +24,11 @@ from typing import Any
 
 from staticfleet import apply, metrics, observe, roller
 from staticfleet.decisions import builders, conditions, timeouts
+from staticfleet.decisions import status as status_decisions
 from staticfleet.decisions.conditions import rfc3339, set_condition
 from staticfleet.decisions.model import ConsumerGroupSpec, SpecError
 
 BOUNDS_TTL_S = 300.0
-MAX_RESTART_SAMPLES = 20
 MEMBER_PORT = builders.HTTP_PORT
 
 
@@ -155,9 +155,9 @@ class _Pass:
         step = roller.advance(spec=spec, view=view, observed=plan, effective=effective,
                               measurements=measurements, old_status=self.old,
                               rebalances_now=rebalances, now=self.now)
-        self._execute(spec, step, plan)
-        self.status = self._build_status(spec, effective, measurements, plan, group,
-                                         partitions, step, rebalances, counters)
+        self._execute(step, plan)
+        self.status = self._build_status(spec, effective, measurements, partitions, step,
+                                         counters)
         self._metrics(spec, effective, plan, partitions, step)
         if step.requeue_after is not None:
             self.requeue = step.requeue_after
@@ -230,15 +230,14 @@ class _Pass:
     def _measurements(self, pods: list[dict[str, Any]],
                       statuses: Mapping[str, Mapping[str, Any]]) -> timeouts.Measurements:
         """Restart samples measured in rollouts, plus each member's own join latency."""
-        recorded = [float(s) for s in
-                    (self.old.get("measurements") or {}).get("restartSecondsRecent") or []]
+        recorded = status_decisions.measurements_from_status(self.old.get("measurements"))
         joins = [roller.join_latency_s(p, statuses.get(p["metadata"]["uid"])) for p in pods]
         join_samples = [j for j in joins if j is not None]
         batch = [float(s.get("batchSecondsMax") or 0) for s in statuses.values()]
         p99 = [float(s["batchSecondsP99"]) for s in statuses.values()
                if s.get("batchSecondsP99") is not None]
         return timeouts.Measurements(
-            restart_seconds=tuple(recorded[-MAX_RESTART_SAMPLES:] + join_samples),
+            restart_seconds=(*recorded.restart_seconds, *join_samples),
             batch_seconds_max=max(batch) if batch else None,
             batch_seconds_p99=max(p99) if p99 else None)
 
@@ -288,8 +287,7 @@ class _Pass:
             self.events.append(Event("Normal", conditions.SCALED_UP,
                                      f"created members {sorted(plan.created)}"))
 
-    def _execute(self, spec: ConsumerGroupSpec, step: roller.Step,
-                 plan: roller.Observed) -> None:
+    def _execute(self, step: roller.Step, plan: roller.Observed) -> None:
         for ordinal in step.restart:
             pod = plan.pod(ordinal)
             if pod is None:
@@ -303,7 +301,7 @@ class _Pass:
         if step.finished_seconds is not None:
             metrics.ROLLOUT_DURATION.labels(self.namespace, self.name).observe(
                 step.finished_seconds)
-            metrics.ROLLOUTS.labels(self.namespace, self.name, step.rollout["phase"]).inc()
+            metrics.ROLLOUTS.labels(self.namespace, self.name, step.state.phase).inc()
 
     def _count_rebalances(self, group: observe.GroupView, pods: list[dict[str, Any]],
                           statuses: Mapping[str, Mapping[str, Any]]
@@ -338,77 +336,33 @@ class _Pass:
     # --- status ----------------------------------------------------------------------------
 
     def _build_status(self, spec: ConsumerGroupSpec, effective: timeouts.EffectiveTimeouts,
-                      measurements: timeouts.Measurements, plan: roller.Observed,
-                      group: observe.GroupView, partitions: Mapping[str, int], step: roller.Step,
-                      rebalances: int, counters: Mapping[str, int]) -> dict[str, Any]:
-        total_partitions = sum(partitions.values())
-        ready = plan.ready_count()
-        idle = max(0, spec.replicas - total_partitions) if partitions else 0
-        conds = list(self.old.get("conditions") or [])
-        g = self.generation
-        if spec.replicas == 0:
-            conds = set_condition(conds, conditions.READY, "True", conditions.SCALED_TO_ZERO,
-                                  "no members requested", self.now, g)
-        elif ready == spec.replicas and group.state == "Stable":
-            conds = set_condition(conds, conditions.READY, "True", conditions.ALL_MEMBERS_READY,
-                                  f"{ready}/{spec.replicas} members ready, group Stable",
-                                  self.now, g)
-        elif ready < spec.replicas:
-            conds = set_condition(conds, conditions.READY, "False", conditions.MEMBERS_NOT_READY,
-                                  f"{ready}/{spec.replicas} members ready", self.now, g)
-        else:
-            conds = set_condition(conds, conditions.READY, "False", conditions.GROUP_NOT_STABLE,
-                                  f"group state {group.state}", self.now, g)
-        conds = set_condition(conds, conditions.PROGRESSING, *step.progressing, self.now, g)
-        conds = set_condition(conds, conditions.DEGRADED, "False", conditions.AS_EXPECTED,
-                              "Kafka reachable, spec valid", self.now, g)
-        conds = set_condition(conds, conditions.ROLLOUT_AT_RISK, *step.at_risk, self.now, g)
-        if idle:
-            msg = (f"{spec.replicas} members but only {total_partitions} partitions: "
-                   f"{idle} member(s) will get no partition")
-            old_idle = conditions.get_condition(self.old.get("conditions") or [],
-                                                conditions.IDLE_MEMBERS)
-            if not old_idle or old_idle.get("status") != "True":
-                self.events.append(Event("Warning", conditions.MORE_MEMBERS_THAN_PARTITIONS, msg))
-            conds = set_condition(conds, conditions.IDLE_MEMBERS, "True",
-                                  conditions.MORE_MEMBERS_THAN_PARTITIONS, msg, self.now, g)
-        else:
-            conds = set_condition(conds, conditions.IDLE_MEMBERS, "False",
-                                  conditions.NO_IDLE_MEMBERS,
-                                  f"{total_partitions} partitions for {spec.replicas} members",
-                                  self.now, g)
-        restart_samples = [float(s) for s in
-                           (self.old.get("measurements") or {}).get("restartSecondsRecent") or []]
-        restart_samples = (restart_samples + list(step.absences))[-MAX_RESTART_SAMPLES:]
-        return {
-            "observedGeneration": g,
-            "replicas": plan.live_count(),
-            "readyReplicas": ready,
-            "selector": builders.selector_string(spec),
-            "groupId": spec.kafka.group_id,
-            "groupState": group.state,
-            "rebalances": rebalances,
-            "memberRebalanceCounters": dict(counters),
-            "partitions": total_partitions,
-            "idleMembers": idle,
-            "conditions": conds,
-            "members": plan.member_status(),
-            "timeouts": effective.to_status(),
-            "measurements": {
-                "restartSamples": int((self.old.get("measurements") or {}).get("restartSamples")
-                                      or 0) + len(step.absences),
-                "restartSecondsRecent": [round(s, 3) for s in restart_samples],
-                "restartSecondsMax": round(max(restart_samples), 3) if restart_samples else None,
-                "firstAssignmentSecondsMax": round(max(measurements.restart_seconds), 3)
-                if measurements.restart_seconds else None,
-                "batchSecondsMax": measurements.batch_seconds_max,
-            },
-            "currentRevision": plan.current_revision(),
-            "updateRevision": plan.update_revision,
-            "rollout": step.rollout,
-            "consecutiveFailures": 0,
-            "lastReconciled": rfc3339(self.now),
-        }
+                      measurements: timeouts.Measurements, partitions: Mapping[str, int],
+                      step: roller.Step, counters: Mapping[str, int]) -> dict[str, Any]:
+        total = sum(partitions.values()) if partitions else None
+        conds = status_decisions.derive_conditions(
+            self.old.get("conditions") or [], group=spec, observed=step.observation,
+            rollout=step.state, timeouts=effective, partitions=total, now=self.now)
+        before = conditions.get_condition(self.old.get("conditions") or [],
+                                          conditions.IDLE_MEMBERS)
+        idle = conditions.get_condition(conds, conditions.IDLE_MEMBERS)
+        if idle and idle["status"] == "True" and (not before or before.get("status") != "True"):
+            self.events.append(Event("Warning", conditions.MORE_MEMBERS_THAN_PARTITIONS,
+                                     str(idle["message"])))
+        recorded: dict[str, Any] = dict(self.old.get("measurements") or {})
+        for absence in step.absences:
+            recorded = status_decisions.record_restart(recorded, absence)
+        if measurements.restart_seconds:
+            recorded["firstAssignmentSecondsMax"] = round(max(measurements.restart_seconds), 3)
+        if measurements.batch_seconds_max is not None:
+            recorded["batchSecondsMax"] = measurements.batch_seconds_max
+        status = status_decisions.build_status(
+            group=spec, observed=step.observation, rollout=step.state,
+            update_revision=step.state.revision or "", current_revision=self.old.get(
+                "currentRevision"), timeouts=effective, partitions=total,
+            measurements=recorded, conditions=conds)
+        status.update({"groupId": spec.kafka.group_id, "memberRebalanceCounters": dict(counters),
+                       "consecutiveFailures": 0, "lastReconciled": rfc3339(self.now)})
+        return status
 
     def degraded(self, reason: str, message: str, *, warn: bool) -> None:
         """Keep what was observed before, mark Degraded, count the failure."""
@@ -441,10 +395,12 @@ class _Pass:
             effective.heartbeat_interval_ms / 1000)
         metrics.EFFECTIVE_TIMEOUT.labels(ns, name, "max_poll").set(
             effective.max_poll_interval_ms / 1000)
-        phase = step.rollout.get("phase")
-        metrics.ROLLOUT_IN_PROGRESS.labels(ns, name).set(1 if phase == "Rolling" else 0)
+        at_risk = conditions.get_condition(self.status.get("conditions") or [],
+                                           conditions.ROLLOUT_AT_RISK)
+        metrics.ROLLOUT_IN_PROGRESS.labels(ns, name).set(
+            1 if step.state.phase in ("Rolling", "AtRisk") else 0)
         metrics.ROLLOUT_AT_RISK.labels(ns, name).set(
-            1 if phase in ("AtRisk", "Refused") else 0)
+            1 if at_risk and at_risk.get("status") == "True" else 0)
 
 
 def _secret_refs(spec: ConsumerGroupSpec) -> list[tuple[str, str]]:

@@ -67,7 +67,7 @@ def build_status(
         "rollout": rollout.to_status(observed.rebalances),
         "conditions": [dict(x) for x in conditions],
     }
-    if rollout.phase == "Complete" and rollout.revision == update_revision:
+    if rollout.phase in ("Complete", "Idle") and rollout.revision == update_revision:
         current_revision = update_revision
     if current_revision is not None:
         status["currentRevision"] = current_revision
@@ -157,8 +157,10 @@ def derive_conditions(
         risk = ("True", c.RESTART_RUNNING_LATE, rollout.reason)
     elif rollout.phase == "Stopped":
         risk = ("True", c.SESSION_TIMEOUT_EXCEEDED, rollout.reason)
+    elif refused:
+        risk = ("True", c.RESTART_UNSAFE, rollout.reason)
     else:
-        risk = ("False", c.RESTARTS_ON_TIME, "")
+        risk = ("False", c.RESTARTS_ON_TIME, "restarts fit the session timeout")
     out = _put(out, c.ROLLOUT_AT_RISK, risk, now, gen)
 
     # IdleMembers

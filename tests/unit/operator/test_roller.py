@@ -121,4 +121,5 @@ def test_advance_restarts_the_highest_outdated_member_and_says_why() -> None:
     assert step.restart == (2,)
     assert step.rollout["phase"] == "Rolling" and step.rollout["rebalancesAtStart"] == 4
     assert [e[1] for e in step.events] == ["RolloutStarted", "MemberRestarting"]
-    assert step.progressing[0] == "True"
+    assert [f.ordinal for f in step.state.in_flight] == [2]
+    assert step.observation.rebalances == 4
