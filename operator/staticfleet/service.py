@@ -329,8 +329,15 @@ class _Pass:
             increase = 1
         if increase:
             metrics.REBALANCES.labels(self.namespace, self.name).inc(increase)
-            self.events.append(Event("Warning", conditions.UNEXPECTED_REBALANCE,
-                                     f"the group rebalanced ({increase}); state {group.state}"))
+            ready = conditions.get_condition(self.old.get("conditions") or [], conditions.READY)
+            if ready and ready.get("status") == "True":
+                self.events.append(Event(
+                    "Warning", conditions.UNEXPECTED_REBALANCE,
+                    f"the group rebalanced ({increase}) while it was Ready; state {group.state}"))
+            else:
+                self.events.append(Event(
+                    "Normal", conditions.REBALANCED,
+                    f"the group rebalanced ({increase}) while forming; state {group.state}"))
         return total + increase, counters
 
     # --- status ----------------------------------------------------------------------------

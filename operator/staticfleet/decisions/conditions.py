@@ -44,6 +44,7 @@ INVALID_TIMEOUTS = "InvalidTimeouts"
 KAFKA_UNREACHABLE = "KafkaUnreachable"
 RESTART_UNSAFE = "RestartUnsafe"
 UNEXPECTED_REBALANCE = "UnexpectedRebalance"
+REBALANCED = "Rebalanced"
 
 # --- reasons: RolloutAtRisk ---
 RESTARTS_ON_TIME = "RestartsOnTime"
