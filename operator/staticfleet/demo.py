@@ -7,8 +7,10 @@ example ConsumerGroup (examples/consumergroup.yaml, pointed at the local broker,
 Parquet under the environment's directory), waits until it is Ready, lets it consume for a while,
 bumps `spec.rollout.restartNonce` and watches the rollout, lets it consume again, stops the
 producer and waits until the group has committed every record. Then it reports, draws the
-throughput per member (`demo-throughput.png`) and either leaves everything running or tears it
-down (`--down`).
+throughput per member (`demo-throughput.png` in the environment's directory; with `--down`, which
+removes that directory, `<cache>/demo/<name>-throughput.png`) and either leaves everything running
+or tears it down. The producer runs in the demo's process and stops with it: what is left running
+is the environment, the operator and the (then idle) members.
 
 "Processed" is what the group committed: the sum over partitions of the committed offsets, the
 topic starting empty. That is what at-least-once guarantees; the Parquet output is counted too
