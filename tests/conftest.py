@@ -149,3 +149,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     rep = yield
     setattr(item, f"rep_{rep.when}", rep)
     return rep
+
+
+@pytest.fixture(scope="session")
+def prometheus(operator: OperatorProcess, kubeconfig: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Prometheus scraping the session operator and every member pod every 2 s and
+    evaluating the shipped rule file (charts/staticfleet/rules/staticfleet-alerts.yaml) as it is."""
+    from tests.support.prometheus import ALERT_RULES, Prometheus, scrape_config
+
+    prom = Prometheus(workdir=tmp_path_factory.mktemp("prometheus"), config=scrape_config(
+        operator_target=f"127.0.0.1:{operator.metrics_port}", kubeconfig=kubeconfig,
+        rule_files=[ALERT_RULES]))
+    try:
+        prom.start()
+    except AssertionError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield prom
+    prom.stop()

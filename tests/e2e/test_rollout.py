@@ -21,11 +21,13 @@ from tests.conftest import unique
 from tests.support import groups
 from tests.support.kube import kubectl
 from tests.support.operator import OperatorProcess
+from tests.support.prometheus import Prometheus
 from tests.support.stream import SteadyProducer, committed_lag, read_all
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
 REPLICAS = 3
+REBALANCE_ALERTS = ("StaticfleetRebalanceRateHigh", "StaticfleetMemberRebalanceRateHigh")
 
 
 class UidTracker:
@@ -58,6 +60,49 @@ class UidTracker:
             try:
                 self._poll()
             except AssertionError:
+                continue
+
+
+class AlertWatcher:
+    """Polls Prometheus' /api/v1/alerts every 2 s and records, per alert name, when (seconds
+    after entering) the group's alert was first seen pending and first seen firing."""
+
+    def __init__(self, prometheus: Prometheus, namespace: str, group: str,
+                 names: tuple[str, ...] = REBALANCE_ALERTS) -> None:
+        self.prometheus, self.namespace, self.group, self.names = (prometheus, namespace, group,
+                                                                   names)
+        self.first: dict[tuple[str, str], float] = {}
+        self.t0 = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> AlertWatcher:
+        self.t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def poll(self) -> dict[str, str]:
+        """The group's watched alerts now: name -> state."""
+        now: dict[str, str] = {}
+        for alert in self.prometheus.alerts():
+            labels = alert["labels"]
+            if (labels.get("alertname") in self.names and labels.get("group") == self.group
+                    and labels.get("namespace") == self.namespace):
+                name, state = labels["alertname"], alert["state"]
+                if now.get(name) != "firing":
+                    now[name] = state
+                self.first.setdefault((name, state), round(time.monotonic() - self.t0, 1))
+        return now
+
+    def _run(self) -> None:
+        while not self._stop.wait(2.0):
+            try:
+                self.poll()
+            except (AssertionError, OSError):
                 continue
 
 
@@ -107,7 +152,7 @@ def drain(kafka: KafkaBroker, group: str, stream: dict[str, Any]) -> tuple[int, 
 
 def test_static_rollout_costs_no_rebalance_and_loses_nothing(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any],
+    stream: dict[str, Any], prometheus: Prometheus,
 ) -> None:
     name = unique("static")
     start_group(kubeconfig, namespace, groups.consumer_group(
@@ -116,11 +161,13 @@ def test_static_rollout_costs_no_rebalance_and_loses_nothing(
     generations_before = kafka.generations(name)
     rebalance_lines_before = len(kafka.rebalance_lines(name))
 
-    with UidTracker(kubeconfig, namespace, name) as tracker:
+    with UidTracker(kubeconfig, namespace, name) as tracker, \
+            AlertWatcher(prometheus, namespace, name) as alerts:
         before = {o: uids[-1] for o, uids in tracker.seen.items()}
         trigger(kubeconfig, namespace, name, env_patch("1"))
         obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 300,
                                  "rolled out")
+        completed = time.monotonic()
         time.sleep(3)
 
     status, rollout = obj["status"], obj["status"]["rollout"]
@@ -140,10 +187,24 @@ def test_static_rollout_costs_no_rebalance_and_loses_nothing(
     missing = set(stream["producer"].produced) - set(out)
     assert produced > 0 and not missing, f"{len(missing)} of {produced} records lost"
 
+    # And through a real Prometheus evaluating the shipped rules: the members are scraped, and
+    # no rebalance alert was ever pending or firing for this group, during or 30 s after.
+    time.sleep(max(0.0, completed + 30 - time.monotonic()))
+    series = prometheus.query(
+        f'staticfleet_member_records_processed_total{{namespace="{namespace}",group="{name}"}}')
+    assert {s["metric"]["member"] for s in series} == {f"{name}-{o}" for o in range(REPLICAS)}, (
+        f"{series}\n{prometheus.targets()}")
+    assert sum(float(s["value"][1]) for s in series) > 0
+    assert prometheus.query(f'staticfleet_group_members{{namespace="{namespace}",'
+                            f'group="{name}",state="ready"}} == {REPLICAS}'), "operator scrape"
+    with AlertWatcher(prometheus, namespace, name) as last:
+        assert last.poll() == {}, last.first
+    assert alerts.first == {}, f"rebalance alerts (s after the rollout started): {alerts.first}"
+
 
 def test_dynamic_rollout_rebalances_once_per_member_at_least(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any],
+    stream: dict[str, Any], prometheus: Prometheus,
 ) -> None:
     name = unique("dynamic")
     start_group(kubeconfig, namespace, groups.consumer_group(
@@ -151,8 +212,21 @@ def test_dynamic_rollout_rebalances_once_per_member_at_least(
         dynamic=True))
     generations_before = kafka.generations(name)
 
-    trigger(kubeconfig, namespace, name, env_patch("1"))
-    obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 300, "rolled out")
+    with AlertWatcher(prometheus, namespace, name) as alerts:
+        trigger(kubeconfig, namespace, name, env_patch("1"))
+        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 300,
+                                 "rolled out")
+        rolled_out_after = round(time.monotonic() - alerts.t0, 1)
+        # The shipped rule (>= 2 rebalances in 5m, for 1m) must fire for this rollout.
+        deadline = alerts.t0 + 240
+        count = f'staticfleet_rebalances_total{{namespace="{namespace}",group="{name}"}}'
+        while ("StaticfleetRebalanceRateHigh", "firing") not in alerts.first:
+            assert time.monotonic() < deadline, (
+                f"StaticfleetRebalanceRateHigh not firing 240 s after the rollout started "
+                f"(rolled out after {rolled_out_after} s); first seen: {alerts.first}; "
+                f"operator's count: {prometheus.query(count)}")
+            time.sleep(2)
+    print(f"rollout complete after {rolled_out_after} s; alerts first seen: {alerts.first}")
 
     new_generations = [g for g in kafka.generations(name) if g not in generations_before]
     assert len(new_generations) >= REPLICAS, f"only {new_generations} new generations"
