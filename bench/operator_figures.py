@@ -26,6 +26,7 @@ import argparse
 import math
 import statistics
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -132,11 +133,15 @@ def main() -> int:
         admin = AdminClient({"bootstrap.servers": env.bootstrap})
         for fut in admin.create_topics([NewTopic(topic, 6, 1)]).values():
             fut.result(timeout=30)
+        del admin  # no client left to complain once the broker is down
         api = config.new_client_from_config(config_file=str(env.kubeconfig))
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
 
-        op = OperatorProcess(kubeconfig=env.kubeconfig, log=env.root / "operator.log")
+        # Outside the environment's directory, which `down` removes.
+        log = Path(tempfile.mkdtemp(prefix="staticfleet-figures-")) / "operator.log"
+        print(f"operator log: {log}", flush=True)
+        op = OperatorProcess(kubeconfig=env.kubeconfig, log=log)
         op.start()
         assert op.proc is not None
         time.sleep(3)
@@ -174,7 +179,7 @@ def main() -> int:
 
         stop_t0 = time.monotonic()
         op.stop()
-        stop_s = time.monotonic() - stop_t0
+        stop_s = time.monotonic() - stop_t0  # OperatorProcess.stop: SIGKILL after 20 s
         # lastReconciled has second precision: restart exactly on a whole second, so "at or
         # after the restart second" means "reconciled by the new process".
         now = time.time()
@@ -210,7 +215,7 @@ def main() -> int:
              f"{cold:.1f} s"),
             (f"operator RSS with {args.groups} groups / {total} members",
              f"{rss_loaded / 1024:.1f} MiB"),
-            ("operator stop (SIGTERM -> exited)", f"{stop_s:.1f} s"),
+            ("operator stop (SIGTERM -> exited; SIGKILL at 20 s)", f"{stop_s:.1f} s"),
             ("operator restart -> healthz answers", f"{healthy:.1f} s"),
             (f"restart -> all {args.groups} groups reconciled (lastReconciled >= restart)",
              f"{catch_up:.1f} s"),
