@@ -18,14 +18,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from consumer_runtime.buffer import BatchBuffer
 from consumer_runtime.config import RuntimeConfig
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import Outcome
+from consumer_runtime.records import Batch, next_offsets
 from consumer_runtime.records import TopicPartition as TP
-from consumer_runtime.records import next_offsets, where
 
 log = logging.getLogger(__name__)
 BUSY_POLL_S = 0.05
@@ -65,19 +65,19 @@ def _tps(partitions: Sequence[TopicPartition]) -> set[TP]:
 @dataclass
 class InFlight:
     batch_id: int
-    records: list[Message]
+    records: Batch
     future: cf.Future[Outcome]
     started: float
     excluded: set[TP] = field(default_factory=set)
     """Partitions revoked or lost while the batch ran: their offsets are not committed."""
 
     def touches(self, partitions: set[TP]) -> bool:
-        return any(where(r) in partitions for r in self.records)
+        return not partitions.isdisjoint(self.records.ranges)
 
 
 class Member:
     def __init__(self, config: RuntimeConfig, telemetry: Telemetry,
-                 handle: Callable[[int, Sequence[Message]], Outcome],
+                 handle: Callable[[int, Batch], Outcome],
                  ready: Callable[[], bool] = lambda: True,
                  startup_check: Callable[[], BaseException | None] = lambda: None) -> None:
         """`handle` processes one batch (in the worker). No batch is handed over before `ready()`
@@ -90,7 +90,7 @@ class Member:
         self.startup_check = startup_check
         self.consumer = Consumer(consumer_settings(config, telemetry))
         self.worker = cf.ThreadPoolExecutor(1, thread_name_prefix="batch")
-        self.buffer: BatchBuffer[Message] = BatchBuffer(config.batch)
+        self.buffer = BatchBuffer(config.batch)
         self.inflight: InFlight | None = None
         self.assignment: set[TP] = set()
         self.paused: set[TP] = set()
@@ -161,15 +161,15 @@ class Member:
             messages = self.consumer.consume(self.buffer.room(), wait)
         after = time.monotonic()
         self.telemetry.polled(after)
-        good = []
-        for msg in messages:
-            err = msg.error()
-            if err is None:
-                good.append(msg)
-            elif err.fatal():
-                self.failure = KafkaException(err)
-            else:
-                log.warning("consumer: %s", err)
+        good = messages
+        errors = [e for m in messages if (e := m.error()) is not None]
+        if errors:
+            good = [m for m in messages if m.error() is None]
+            for err in errors:
+                if err.fatal():
+                    self.failure = KafkaException(err)
+                else:
+                    log.warning("consumer: %s", err)
         if good and not self.stopping.is_set():
             self.buffer.add(good, after)
 
@@ -200,11 +200,12 @@ class Member:
         except Exception as exc:
             self.failure = exc
             return
-        offsets = {tp: o for tp, o in next_offsets(flight.records).items()
+        processed = next_offsets(flight.records)
+        offsets = {tp: o for tp, o in processed.items()
                    if tp in self.assignment and tp not in flight.excluded}
         if offsets:
             self._commit(offsets)
-        if len(offsets) < len(next_offsets(flight.records)):
+        if len(offsets) < len(processed):
             log.info("batch %d: not committing partitions revoked or lost while it ran",
                      flight.batch_id)
         first = self.telemetry.batch_done(outcome.records, outcome.seconds, time.monotonic())

@@ -7,7 +7,7 @@ from tests.unit.runtime.fakes import Rec, recs
 pytestmark = pytest.mark.unit
 
 
-def buffer(records: int = 5, wait_ms: int = 1000, nbytes: int = 1 << 20) -> BatchBuffer[Rec]:
+def buffer(records: int = 5, wait_ms: int = 1000, nbytes: int = 1 << 20) -> BatchBuffer:
     return BatchBuffer(BatchLimits(max_records=records, max_wait_ms=wait_ms, max_bytes=nbytes))
 
 
@@ -41,15 +41,34 @@ def test_due_by_time_since_first_record() -> None:
 def test_take_caps_at_max_records_and_keeps_the_rest_as_a_new_batch() -> None:
     b = buffer(records=3)
     b.add(recs("a", 0, range(5)), now=1.0)
-    assert [r.o for r in b.take(now=2.0)] == [0, 1, 2]
+    assert [r.offset() for r in b.take(now=2.0)] == [0, 1, 2]
     assert len(b) == 2 and b.wait_left(2.0) == pytest.approx(1.0)
-    assert [r.o for r in b.take(now=3.0)] == [3, 4] and len(b) == 0 and b.bytes == 0
+    assert [r.offset() for r in b.take(now=3.0)] == [3, 4] and len(b) == 0 and b.bytes == 0
 
 
 def test_drop_forgets_partitions_no_longer_owned() -> None:
     b = buffer(records=10)
     b.add([*recs("a", 0, range(3)), *recs("a", 1, range(2))], now=1.0)
     assert b.drop({("a", 0)}, now=5.0) == 3
-    assert [(r.p, r.o) for r in b.records] == [(1, 0), (1, 1)]
+    assert [(r.partition(), r.offset()) for r in b.records] == [(1, 0), (1, 1)]
     assert b.wait_left(1.5) == pytest.approx(0.5)
     assert b.drop({("a", 1)}, now=5.0) == 2 and b.wait_left(5.0) is None
+
+
+def test_bytes_follow_take_and_drop() -> None:
+    b = buffer(records=3)
+    b.add([Rec("a", 0, 0, k=b"kk", v=b"x" * 8), Rec("a", 1, 0, k=None, v=b"yyy")], now=0.0)
+    b.add([Rec("a", 0, 1, k=b"k", v=None), Rec("a", 1, 1, k=b"k", v=b"z")], now=0.5)
+    assert b.bytes == 10 + 3 + 1 + 2
+    taken = b.take(now=1.0)
+    assert len(taken) == 3 and taken.payload_bytes == 14 and b.bytes == 2
+    assert b.drop({("a", 1)}, now=2.0) == 1 and len(b) == 0 and b.bytes == 0
+
+
+def test_take_gives_one_batch_with_the_ranges_of_all_polls() -> None:
+    b = buffer(records=10)
+    b.add(recs("a", 0, range(3)), now=1.0)
+    b.add([*recs("a", 0, range(3, 5)), *recs("b", 2, range(7, 9))], now=1.1)
+    batch = b.take(now=1.2)
+    assert batch.ranges == {("a", 0): (0, 4), ("b", 2): (7, 8)}
+    assert batch.table.num_rows == 7
