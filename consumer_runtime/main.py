@@ -68,6 +68,8 @@ def main(env: Mapping[str, str] | None = None) -> int:
     sink = build_sink(config)
     dead_letters = build_dead_letters(config)
     spark: cf.Future[SparkBatch] = cf.Future()
+    spark.add_done_callback(
+        lambda f: setattr(telemetry, "processing_ready", f.exception() is None))
     threading.Thread(target=_start_spark, args=(spark, config, transform, sink),
                      name="spark-start", daemon=True).start()
     processor = BatchProcessor(run=lambda: spark.result().run, retry=config.retry,

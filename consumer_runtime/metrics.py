@@ -42,6 +42,9 @@ class Telemetry:
         self.member_id = ""
         self.assignment: set[TopicPartition] = set()
         self.holds_assignment = False
+        # Spark (or whatever processes batches) is up: until then the member holds its
+        # partitions in the group but cannot process, so it is not ready to serve.
+        self.processing_ready = False
         self.assigns = self.revokes = self.lost = self.rebalances = 0
         self.first_assignment: float | None = None
         self.first_batch: float | None = None
@@ -183,7 +186,9 @@ class Telemetry:
         return now - self.last_poll <= self.max_poll_interval_s
 
     def ready(self, now: float) -> bool:
-        return self.holds_assignment and now - self.last_poll <= READY_POLL_AGE
+        """Serving: holds its assignment, polled recently, and can process batches."""
+        return (self.holds_assignment and self.processing_ready
+                and now - self.last_poll <= READY_POLL_AGE)
 
     def status(self, now: float) -> dict[str, Any]:
         with self._lock:
@@ -206,6 +211,7 @@ class Telemetry:
                 "deadLettered": self.dead_lettered,
                 "lastPollAgeSeconds": max(0.0, now - self.last_poll),
                 "state": self.state,
+                "processingReady": self.processing_ready,
             }
 
     def _since_start(self, now: float) -> float:

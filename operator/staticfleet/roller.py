@@ -211,12 +211,16 @@ def _describe(step: Step, before: ro.RolloutState, decided: ro.Step, after: ro.R
             step.events.append(("Normal", conditions.MEMBER_RESTARTING,
                                 f"restarting member {ordinal} ({code}): {why}"))
         step.requeue_after = 1.0
+    elif isinstance(decided, ro.MemberRejoined):
+        step.events.append(("Normal", conditions.MEMBER_BACK,
+                            f"member {decided.ordinal} back in the group with its partitions "
+                            f"after {decided.absence_s:.1f} s (session timeout "
+                            f"{limits.session_timeout_ms} ms)"))
+        step.requeue_after = 0.5
     elif isinstance(decided, ro.MarkMemberDone):
         step.absences.append(decided.absence_s)
-        step.events.append(("Normal", conditions.MEMBER_BACK,
-                            f"member {decided.ordinal} back in the group after "
-                            f"{decided.absence_s:.1f} s (session timeout "
-                            f"{limits.session_timeout_ms} ms)"))
+        step.events.append(("Normal", conditions.MEMBER_READY,
+                            f"member {decided.ordinal} ready to process again"))
         step.requeue_after = 0.5
     elif isinstance(decided, ro.StopAtRisk):
         reason = (conditions.SESSION_TIMEOUT_EXCEEDED if decided.expired

@@ -59,6 +59,7 @@ PARTITIONS_UNKNOWN = "PartitionsUnknown"
 # --- Event-only reasons (the roller and the timeout tuner) ---
 MEMBER_RESTARTING = "MemberRestarting"
 MEMBER_BACK = "MemberBack"
+MEMBER_READY = "MemberReady"
 TIMEOUTS_CHANGED = "TimeoutsChanged"
 SCALED_DOWN = "ScaledDown"
 SCALED_UP = "ScaledUp"

@@ -89,8 +89,15 @@ class GroupObservation:
 
 @dataclass(frozen=True)
 class InFlight:
+    """A member being restarted: stopped at `stopped_at`, back in the group at `rejoined_at`."""
+
     ordinal: int
     stopped_at: datetime
+    rejoined_at: datetime | None = None
+
+    def absence_s(self, now: datetime) -> float:
+        """Stop to rejoin (or to now, while it is still away)."""
+        return ((self.rejoined_at or now) - self.stopped_at).total_seconds()
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,8 @@ class RolloutState:
             members_restarted=tuple(status.get("membersRestarted") or ()),
             pending=tuple(status.get("pending") or ()),
             in_flight=tuple(
-                InFlight(int(f["ordinal"]), parse_rfc3339(f["stoppedAt"]))
+                InFlight(int(f["ordinal"]), parse_rfc3339(f["stoppedAt"]),
+                         _opt_time(f.get("rejoinedAt")))
                 for f in status.get("inFlight") or ()
             ),
             longest_absence_ms=int(status.get("longestAbsenceMs") or 0),
@@ -139,9 +147,7 @@ class RolloutState:
             "pending": list(self.pending),
             "current": first.ordinal if first else None,
             "currentStoppedAt": rfc3339(first.stopped_at) if first else None,
-            "inFlight": [
-                {"ordinal": f.ordinal, "stoppedAt": rfc3339(f.stopped_at)} for f in self.in_flight
-            ],
+            "inFlight": [_in_flight_status(f) for f in self.in_flight],
             "longestAbsenceMs": self.longest_absence_ms,
         }
         if self.started_at is not None:
@@ -206,8 +212,17 @@ class RestartMembers:
 
 
 @dataclass(frozen=True)
+class MemberRejoined:
+    """The member's replacement is back in the group with its partitions: its absence ended
+    (`absence_s`, stop to rejoin). It is not done before it can process again (ready)."""
+
+    ordinal: int
+    absence_s: float
+
+
+@dataclass(frozen=True)
 class MarkMemberDone:
-    """The member is back; `absence_s` (stop to back) is a restart measurement."""
+    """The member is back and serving; `absence_s` (stop to rejoin) is a restart measurement."""
 
     ordinal: int
     absence_s: float
@@ -239,7 +254,8 @@ class RefuseToStart:
     message: str
 
 
-Step = Wait | RestartMembers | MarkMemberDone | StopAtRisk | Complete | RefuseToStart
+Step = (Wait | RestartMembers | MemberRejoined | MarkMemberDone | StopAtRisk | Complete
+        | RefuseToStart)
 
 
 @dataclass(frozen=True)
@@ -264,6 +280,18 @@ def is_available(member: ObservedMember, group_state: str) -> bool:
         and member.stopped_at is None
         and member.ready
         and (member.in_group or group_state == "Empty")
+    )
+
+
+def has_rejoined(member: ObservedMember | None, update_revision: str) -> bool:
+    """The replacement (new revision) is in the group with an assignment: the broker no longer
+    holds its place against the session timeout."""
+    return (
+        member is not None
+        and member.pod_exists
+        and member.stopped_at is None
+        and member.revision == update_revision
+        and member.in_group
     )
 
 
@@ -303,13 +331,18 @@ def next_step(
     needed = limits.needed_session_ms or session_ms
     in_flight = _in_flight(state, observed)
 
-    # 1. Follow members being restarted: done, late, too late, or wait for them.
+    # 1. Follow members being restarted: done, back in the group, late, too late, or wait.
     for f in in_flight:
         if is_done(observed.member(f.ordinal), update_revision, observed.group_state):
-            return MarkMemberDone(f.ordinal, (now - f.stopped_at).total_seconds())
+            return MarkMemberDone(f.ordinal, f.absence_s(now))
+    for f in in_flight:
+        if f.rejoined_at is None and has_rejoined(observed.member(f.ordinal), update_revision):
+            return MemberRejoined(f.ordinal, f.absence_s(now))
     phase = state.phase if same_rollout else "Pending"
     recheck = MAX_RECHECK_S
     for f in in_flight:
+        if f.rejoined_at is not None:
+            continue  # back in the group: the session timeout no longer matters for it
         absence_s = (now - f.stopped_at).total_seconds()
         absence_ms = absence_s * 1000
         if absence_ms > session_ms and phase != "Stopped":
@@ -334,8 +367,14 @@ def next_step(
         next_mark = risk_ms if absence_ms <= risk_ms else session_ms
         recheck = min(recheck, max(0.5, (next_mark - absence_ms) / 1000))
     if in_flight:
-        waiting = ", ".join(str(f.ordinal) for f in in_flight)
-        return Wait(WAIT_MEMBER, f"waiting for member(s) {waiting} to rejoin the group", recheck)
+        away = [str(f.ordinal) for f in in_flight if f.rejoined_at is None]
+        back = [str(f.ordinal) for f in in_flight if f.rejoined_at is not None]
+        parts = []
+        if away:
+            parts.append(f"member(s) {', '.join(away)} to rejoin the group")
+        if back:
+            parts.append(f"member(s) {', '.join(back)} (back in the group) to be ready to process")
+        return Wait(WAIT_MEMBER, "waiting for " + " and ".join(parts), recheck)
 
     # 2. Nothing in flight: finished, halted, or start the next restart(s).
     plan = plan_rollout(observed.members, update_revision)
@@ -399,6 +438,17 @@ def record_step(
             in_flight=state.in_flight + tuple(InFlight(o, now) for o in step.ordinals),
             pending=tuple(o for o in plan if o not in picked),
         )
+    if isinstance(step, MemberRejoined):
+        return replace(
+            state,
+            # Back before the session timeout: a rollout at risk is no longer at risk.
+            phase="Rolling" if state.phase == "AtRisk" else state.phase,
+            reason=f"member {step.ordinal} back in the group after {step.absence_s:.1f} s",
+            in_flight=tuple(replace(f, rejoined_at=now) if f.ordinal == step.ordinal else f
+                            for f in state.in_flight),
+            longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
+            pending=plan,
+        )
     if isinstance(step, MarkMemberDone):
         absence_ms = round(step.absence_s * 1000)
         return replace(
@@ -406,7 +456,7 @@ def record_step(
             phase="Stopped" if state.phase == "Stopped" else "Rolling",
             reason=state.reason
             if state.phase == "Stopped"
-            else f"member {step.ordinal} back after {step.absence_s:.1f} s",
+            else f"member {step.ordinal} serving again (it was away {step.absence_s:.1f} s)",
             in_flight=tuple(f for f in state.in_flight if f.ordinal != step.ordinal),
             members_restarted=(*state.members_restarted, step.ordinal),
             longest_absence_ms=max(state.longest_absence_ms, absence_ms),
@@ -449,6 +499,13 @@ def _in_flight(state: RolloutState, observed: GroupObservation) -> tuple[InFligh
         if m.stopped_at is not None and m.ordinal not in known:
             known[m.ordinal] = InFlight(m.ordinal, m.stopped_at)
     return tuple(sorted(known.values(), key=lambda f: (f.stopped_at, f.ordinal)))
+
+
+def _in_flight_status(f: InFlight) -> dict[str, Any]:
+    out: dict[str, Any] = {"ordinal": f.ordinal, "stoppedAt": rfc3339(f.stopped_at)}
+    if f.rejoined_at is not None:
+        out["rejoinedAt"] = rfc3339(f.rejoined_at)
+    return out
 
 
 def _opt_time(value: str | None) -> datetime | None:

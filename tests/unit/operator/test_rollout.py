@@ -13,6 +13,7 @@ from staticfleet.decisions.rollout import (
     GroupObservation,
     InFlight,
     MarkMemberDone,
+    MemberRejoined,
     ObservedMember,
     RefuseToStart,
     RestartMembers,
@@ -131,11 +132,11 @@ CASES: list[tuple[str, RolloutState, GroupObservation, RolloutLimits, Step | typ
         MarkMemberDone(2, 12.0),
     ),
     (
-        "back but group not Stable: wait",
+        "back in the group but group not Stable: rejoined, not done",
         rolling((2, 12)),
         group(member(0), member(1), member(2, NEW), state="CompletingRebalance"),
         LIMITS,
-        Wait,
+        MemberRejoined,
     ),
     (
         "back and ready but no assignment yet: wait",
@@ -265,7 +266,7 @@ def test_next_step(
 def test_stop_at_risk_details() -> None:
     late = next_step(
         rolling((2, 37)),
-        group(member(0), member(2, NEW, ready=False)),
+        group(member(0), member(2, NEW, ready=False, in_group=False)),
         NEW,
         replace(LIMITS, needed_session_ms=60000),
         NOW,
@@ -274,13 +275,15 @@ def test_stop_at_risk_details() -> None:
     assert late.ordinal == 2 and late.absence_s == 37 and late.needed_session_ms == 60000
     assert "80%" in late.message
     expired = next_step(
-        rolling((2, 46), phase="AtRisk"), group(member(2, NEW, ready=False)), NEW, LIMITS, NOW
+        rolling((2, 46), phase="AtRisk"), group(member(2, NEW, ready=False, in_group=False)),
+        NEW, LIMITS, NOW,
     )
     assert isinstance(expired, StopAtRisk) and expired.expired
 
 
 def test_wait_recheck_aims_at_the_at_risk_mark() -> None:
-    step = next_step(rolling((2, 34)), group(member(2, NEW, ready=False)), NEW, LIMITS, NOW)
+    step = next_step(rolling((2, 34)), group(member(2, NEW, ready=False, in_group=False)), NEW,
+                     LIMITS, NOW)
     assert isinstance(step, Wait) and step.recheck_after_s == pytest.approx(2.0)
 
 
@@ -342,3 +345,40 @@ def test_restart_records_start_and_rebalances() -> None:
     status = state.to_status(9)
     assert status["current"] == 2 and status["currentStoppedAt"] == "2026-01-01T12:00:00Z"
     assert status["rebalancesDuringRollout"] == 2 and status["pending"] == [1, 0]
+
+
+def rejoined(ordinal: int, stopped_ago: float, rejoined_ago: float) -> RolloutState:
+    return RolloutState(
+        revision=NEW, phase="Rolling", started_at=NOW - timedelta(minutes=5),
+        in_flight=(InFlight(ordinal, NOW - timedelta(seconds=stopped_ago),
+                            NOW - timedelta(seconds=rejoined_ago)),),
+    )
+
+
+def test_back_in_the_group_ends_the_absence_before_the_member_is_ready() -> None:
+    step = next_step(rolling((2, 6)), group(member(0), member(1), member(2, NEW, ready=False)),
+                     NEW, LIMITS, NOW)
+    assert isinstance(step, MemberRejoined) and step.absence_s == 6
+    state = record_step(rolling((2, 6)), step, group(member(0), member(1),
+                                                     member(2, NEW, ready=False)), NEW, NOW)
+    assert state.in_flight[0].rejoined_at == NOW and state.longest_absence_ms == 6000
+    assert state.to_status(0)["inFlight"][0]["rejoinedAt"]
+
+
+def test_a_rejoined_member_is_never_at_risk_while_it_gets_ready() -> None:
+    # 40 s after the stop (past 80 % of the session), but back in the group after 5 s.
+    step = next_step(rejoined(2, 40, 35), group(member(0), member(1), member(2, NEW, ready=False)),
+                     NEW, LIMITS, NOW)
+    assert isinstance(step, Wait) and "ready to process" in step.message
+
+
+def test_done_measures_the_absence_until_the_rejoin() -> None:
+    step = next_step(rejoined(2, 40, 35), group(member(0), member(1), member(2, NEW)), NEW,
+                     LIMITS, NOW)
+    assert isinstance(step, MarkMemberDone) and step.absence_s == 5
+
+
+def test_the_next_member_waits_for_a_rejoined_one_to_be_ready() -> None:
+    members = group(member(0), member(1), member(2, NEW, ready=False))
+    step = next_step(rejoined(2, 10, 5), members, NEW, LIMITS, NOW)
+    assert not isinstance(step, RestartMembers)

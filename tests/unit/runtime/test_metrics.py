@@ -8,7 +8,7 @@ pytestmark = pytest.mark.unit
 CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances", "assigns",
                  "revokes", "lost", "startupSeconds", "processStart", "batchSecondsMax",
                  "batchSecondsP99", "recordsProcessed", "batchesProcessed", "deadLettered",
-                 "lastPollAgeSeconds", "state"}
+                 "lastPollAgeSeconds", "state", "processingReady"}
 
 
 def telemetry() -> Telemetry:
@@ -55,12 +55,15 @@ def test_status_has_exactly_the_contract_fields() -> None:
     assert sample(t, "staticfleet_member_session_timeout_seconds") == 10
 
 
-def test_health_and_readiness_follow_poll_age_and_assignment() -> None:
+def test_health_and_readiness_follow_poll_age_assignment_and_processing() -> None:
     t = telemetry()
     assert t.healthy(now=129.0) and not t.healthy(now=131.0)
     t.polled(now=105.0)
     assert not t.ready(now=105.0)
     t.assigned({("a", 0)}, now=105.0, member_id="m")
+    assert not t.ready(now=106.0), "in the group but Spark is not up: not serving yet"
+    t.processing_ready = True
+    assert t.status(now=106.0)["processingReady"] is True
     assert t.ready(now=114.0) and not t.ready(now=116.0)
     t.revoked({("a", 0)}, lost=False)
     assert not t.ready(now=106.0)
