@@ -36,10 +36,10 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from staticfleet.localenv import environment  # noqa: E402
 from staticfleet.localenv.kafka import KafkaBroker, KafkaSettings  # noqa: E402
+from staticfleet.localenv.stream import SteadyProducer  # noqa: E402
 from tests.support.groups import consumer_group  # noqa: E402
 from tests.support.kube import create_namespace, install_crds, kubectl, to_yaml  # noqa: E402
 from tests.support.operator import OperatorProcess  # noqa: E402
-from tests.support.stream import SteadyProducer  # noqa: E402
 
 MEMBERS, PARTITIONS = 4, 12
 

@@ -28,7 +28,7 @@ def test_partition_counts_and_missing_topics(kafka_admin: AdminClient,
                                              make_topic: Callable[..., str]) -> None:
     topic = make_topic("obs", 4)
     assert observe.partition_counts(kafka_admin, [topic]) == {topic: 4}
-    with pytest.raises(observe.TopicMissing, match="nope-.* do not exist"):
+    with pytest.raises(observe.TopicMissing, match=r"nope-.* do not exist"):
         observe.partition_counts(kafka_admin, [topic, unique("nope")])
     assert observe.matching_topics(kafka_admin, "obs-.*")[topic] == 4
 
