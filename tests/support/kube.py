@@ -31,8 +31,16 @@ def get_json(kubeconfig: Path, *args: str) -> Any:
 def install_crds(kubeconfig: Path) -> None:
     """`kubectl apply --server-side -f crds/` and wait until the CRDs are Established."""
     kubectl(kubeconfig, "apply", "--server-side", "-f", str(REPO / "crds"))
-    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/consumergroups.staticfleet.io")
+    # `kubectl wait` fails outright while a new CRD has no conditions yet; poll instead.
+    path = '{.status.conditions[?(@.type=="Established")].status}'
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        out = kubectl(kubeconfig, "get", "crd", "consumergroups.staticfleet.io", "-o",
+                      f"jsonpath={path}", check=False).stdout
+        if out.strip() == "True":
+            return
+        time.sleep(0.2)
+    raise AssertionError("the ConsumerGroup CRD was not Established within 60 s")
 
 
 def create_namespace(kubeconfig: Path, name: str) -> None:
