@@ -20,7 +20,8 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, metrics_port: i
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if metrics_port:
         start_http_server(metrics_port, addr=metrics_host, registry=REGISTRY)
-    liveness = f"http://{metrics_host}:{health_port}/healthz" if health_port else None
+    host = f"[{metrics_host}]" if ":" in metrics_host else metrics_host  # IPv6 pod IPs
+    liveness = f"http://{host}:{health_port}/healthz" if health_port else None
     kopf.run(
         standalone=True,
         clusterwide=all_namespaces or not namespaces,

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from staticfleet.localenv.kafka import KafkaBroker
+from staticfleet.localenv.stream import SteadyProducer, committed_lag, read_all
 from tests.conftest import unique
 from tests.support import groups
 from tests.support.kube import kubectl
 from tests.support.operator import OperatorProcess
 from tests.support.prometheus import Prometheus
-from tests.support.stream import SteadyProducer, committed_lag, read_all
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 

@@ -41,7 +41,8 @@ Supported
   token (`automountServiceAccountToken` not false: true, or unset with the token volume the
   ServiceAccount admission plugin adds) it requests one through the TokenRequest API
   (`serviceaccounts/<spec.serviceAccountName, default "default">/token`, bound to the pod by
-  name and uid, expirationSeconds 3600), writes `token`, `ca.crt`, `namespace` and a `kubeconfig`
+  name and uid, expirationSeconds 3607 as a kubelet asks), writes `token`, `ca.crt`,
+  `namespace` and a `kubeconfig`
   (server and CA = those of this node's own kubeconfig, user = the token, default namespace = the
   pod's) to `<log-dir>/work/<namespace>_<pod>_<uid>/serviceaccount/` (mode 0600), and sets
   `KUBECONFIG` to that kubeconfig unless the pod sets `KUBECONFIG` itself. Clients that prefer

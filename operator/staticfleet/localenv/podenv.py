@@ -39,7 +39,9 @@ from typing import Any
 
 PYTHON_NAMES = frozenset({"python", "python3"})
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-TOKEN_EXPIRATION_SECONDS = 3600
+# What a kubelet asks for: the API server extends such tokens (to a year by default), so a
+# long-lived client that reads its kubeconfig once keeps working, as it does in a cluster.
+TOKEN_EXPIRATION_SECONDS = 3607
 # The kubelet renews a projected token once 80% of its lifetime has passed.
 TOKEN_REFRESH_FRACTION = 0.8
 
