@@ -144,6 +144,14 @@ def dump_broker_log_on_failure(
         print(f"--- broker log tail ({Path(kafka.record.log)}) ---\n{broker_log_tail(kafka)}")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test carries the marker of its tier (its directory): unit, integration or e2e."""
+    for item in items:
+        tier = Path(str(item.path)).relative_to(Path(__file__).parent).parts[0]
+        if tier in ("unit", "integration", "e2e") and not item.get_closest_marker(tier):
+            item.add_marker(getattr(pytest.mark, tier))
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     rep = yield
