@@ -50,7 +50,7 @@ BATCHES = ((1_000, 30_000), (10_000, 100_000), (100_000, 300_000))
 
 
 def config_for(bootstrap: str, group: str, topic: str, batch: int) -> RuntimeConfig:
-    raw = {
+    raw: dict[str, Any] = {
         "bootstrapServers": bootstrap, "groupId": group, "topics": [topic],
         "topicPattern": None, "namespace": "bench",
         "consumer": {"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
@@ -117,8 +117,9 @@ def bare_loop(bootstrap: str, topic: str, batch: int, count: int) -> float:
 
 
 def runtime_loop(spark_batch: SparkBatch, bootstrap: str, topic: str, batch: int,
-                 count: int) -> tuple[float, int]:
-    """Records/s of the runtime (Member, BatchProcessor, SparkBatch), assignment to last commit."""
+                 count: int) -> tuple[float, int, float]:
+    """Records/s of the runtime (Member, BatchProcessor, SparkBatch), assignment to last commit,
+    batches, and the mean seconds the worker spent on one batch (Spark: createDataFrame, job)."""
     group = f"runtime-{batch}-{time.time_ns()}"
     config = config_for(bootstrap, group, topic, batch)
     started = time.monotonic()
@@ -128,7 +129,16 @@ def runtime_loop(spark_batch: SparkBatch, bootstrap: str, topic: str, batch: int
                           started_at=started)
     processor = BatchProcessor(run=lambda: spark_batch.run, retry=config.retry,
                                dead_letters=None)
-    member = Member(config, telemetry, processor.handle)
+    worker_s: list[float] = []
+
+    def handle(batch_id: int, records: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return processor.handle(batch_id, records)
+        finally:
+            worker_s.append(time.perf_counter() - began)
+
+    member = Member(config, telemetry, handle)
     ended: list[float] = []
 
     def watch() -> None:
@@ -143,7 +153,7 @@ def runtime_loop(spark_batch: SparkBatch, bootstrap: str, topic: str, batch: int
         raise RuntimeError(f"runtime loop failed: {member.failure}")
     processed = telemetry.records_processed
     return processed / (ended[0] - (started + telemetry.first_assignment)), \
-        telemetry.batches_processed
+        telemetry.batches_processed, statistics.mean(worker_s)
 
 
 def fetch(bootstrap: str, topic: str, count: int) -> list[Any]:
@@ -167,16 +177,32 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
-def profile(spark_batch: SparkBatch, records: list[Any]) -> dict[str, float]:
-    """Seconds per phase of one batch: Arrow conversion, DataFrame creation, transform + sink."""
+def measured(fn: Callable[[], object], repeat: int,
+             jvms: list[int]) -> tuple[float, float, float]:
+    """Medians of `repeat` calls: wall seconds, CPU seconds of this process, of the Spark JVM."""
+    walls, pys, jvm_cpu = [], [], []
+    for _ in range(repeat):
+        c0, began = cpu_now(jvms), time.perf_counter()
+        fn()
+        walls.append(time.perf_counter() - began)
+        c1 = cpu_now(jvms)
+        pys.append(c1[0] - c0[0])
+        jvm_cpu.append(c1[1] - c0[1])
+    return statistics.median(walls), statistics.median(pys), statistics.median(jvm_cpu)
+
+
+def profile(spark_batch: SparkBatch, records: list[Any],
+            jvms: list[int]) -> dict[str, tuple[float, float, float]]:
+    """Seconds per phase of one batch: Arrow conversion (done in the poll thread, as records
+    arrive), DataFrame creation, transform + sink (the job, on a DataFrame already created)."""
     table = to_arrow(records)
     sink = NullSink()
     ctx = spark_batch.context(0, ())
+    df = spark_batch.frame(table)
     return {
-        "to_arrow": timed(lambda: to_arrow(records), 3),
-        "createDataFrame": timed(lambda: spark_batch.frame(table), 3),
-        "job (noop write)": timed(lambda: sink.write(identity(spark_batch.frame(table), ctx),
-                                                     "p"), 3),
+        "to_arrow": measured(lambda: to_arrow(records), 5, jvms),
+        "createDataFrame": measured(lambda: spark_batch.frame(table), 5, jvms),
+        "job (noop write)": measured(lambda: sink.write(identity(df, ctx), "p"), 5, jvms),
     }
 
 
@@ -202,11 +228,38 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def spark_jvms() -> list[int]:
+    """The JVM(s) pyspark started for this process (not the broker, also a child)."""
+    out = []
+    for pid in children(os.getpid()):
+        try:
+            if b"pyspark" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def cpu_now(jvms: list[int]) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by this process (every thread: poll loop, worker,
+    librdkafka) and by the Spark JVM: load-independent, unlike the rates."""
+    tck = os.sysconf("SC_CLK_TCK")
+    jvm = 0.0
+    for pid in jvms:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            jvm += (int(fields[11]) + int(fields[12])) / tck
+        except OSError:
+            pass
+    me = os.times()
+    return me.user + me.system, jvm
+
+
 def real_process(bootstrap: str, topic: str, workdir: Path) -> dict[str, Any]:
     """`python -m consumer_runtime` (batch 10k): startup phases, RSS, SIGTERM shutdown."""
     group = f"proc-{time.time_ns()}"
     config = config_for(bootstrap, group, topic, 10_000)
-    raw = {
+    raw: dict[str, Any] = {
         "bootstrapServers": bootstrap, "groupId": group, "topics": [topic], "topicPattern": None,
         "namespace": "bench", "consumer": dict(config.consumer),
         "processing": {"transform": config.transform,
@@ -270,36 +323,60 @@ def main() -> int:
               flush=True)
 
         rows = []
+        cpu_rows = []
+        jvms = spark_jvms()
         for batch, count in BATCHES:
             count = min(count, args.records)
+            c0 = cpu_now(jvms)
             bare = bare_loop(broker.bootstrap, topic, batch, count)
-            runtime, batches = runtime_loop(spark_batch, broker.bootstrap, topic, batch, count)
-            rows.append((batch, count, batches, bare, runtime))
+            c1 = cpu_now(jvms)
+            runtime, batches, worker = runtime_loop(spark_batch, broker.bootstrap, topic, batch,
+                                                    count)
+            c2 = cpu_now(jvms)
+            rows.append((batch, count, batches, bare, runtime, worker))
+            per = 100_000 / count
+            cpu_rows.append((batch, (c1[0] - c0[0]) * per, (c2[0] - c1[0]) * per,
+                             (c2[1] - c1[1]) * per))
             print(f"  batch {batch}: bare {bare:,.0f} rec/s, runtime {runtime:,.0f} rec/s "
-                  f"({batches} batches)", flush=True)
+                  f"({batches} batches; worker {worker:.3f} s of {batch / runtime:.3f} s per "
+                  f"batch; load {os.getloadavg()[0]:.1f})", flush=True)
 
         records = fetch(broker.bootstrap, topic, 100_000)
         tiny = records[:10]
         fixed = timed(lambda: spark_batch.run(0, tiny), 10)
-        phases = {n: profile(spark_batch, records[:n]) for n in (1_000, 10_000, 100_000)}
+        phases = {n: profile(spark_batch, records[:n], jvms) for n in (1_000, 10_000, 100_000)}
         proc = real_process(broker.bootstrap, topic, workdir)
 
         print()
-        print("| batch (records) | records read | bare loop rec/s | runtime rec/s | ratio |")
-        print("|---:|---:|---:|---:|---:|")
-        for batch, count, _batches, bare, runtime in rows:
+        print("| batch (records) | records read | bare loop rec/s | runtime rec/s | ratio | "
+              "worker s/batch | wall s/batch |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for batch, count, _batches, bare, runtime, worker in rows:
             print(f"| {batch:,} | {count:,} | {bare:,.0f} | {runtime:,.0f} | "
-                  f"{runtime / bare:.2f} |")
+                  f"{runtime / bare:.2f} | {worker:.3f} | {batch / runtime:.3f} |")
+        print()
+        print("CPU seconds per 100,000 records (this process: all its threads incl. librdkafka's; "
+              "Spark JVM):")
+        print("| batch | bare loop | runtime Python | runtime JVM | runtime total |")
+        print("|---:|---:|---:|---:|---:|")
+        for batch, bare_cpu, py_cpu, jvm_cpu in cpu_rows:
+            print(f"| {batch:,} | {bare_cpu:.2f} | {py_cpu:.2f} | {jvm_cpu:.2f} | "
+                  f"{py_cpu + jvm_cpu:.2f} |")
         print()
         print(f"fixed cost per Spark batch (10 records, median of 10): {fixed * 1000:.0f} ms")
         print()
-        print("profile of one batch, median of 3 (seconds):")
+        print("profile of one batch, median of 5: wall seconds (CPU seconds Python + JVM); "
+              "to_arrow runs in the poll thread, the rest in the worker:")
         print("| batch | to_arrow | createDataFrame | job (noop write) | total |")
         print("|---:|---:|---:|---:|---:|")
+
+        def cell(wall: float, py: float, jvm: float) -> str:
+            return f"{wall:.3f} ({py:.2f} + {jvm:.2f})"
+
         for n, p in phases.items():
-            total = sum(p.values())
-            print(f"| {n:,} | {p['to_arrow']:.3f} | {p['createDataFrame']:.3f} | "
-                  f"{p['job (noop write)']:.3f} | {total:.3f} |")
+            total = [sum(v[i] for v in p.values()) for i in range(3)]
+            print(f"| {n:,} | {cell(*p['to_arrow'])} | {cell(*p['createDataFrame'])} | "
+                  f"{cell(*p['job (noop write)'])} | {cell(*total)} |")
         print()
         st = proc["status"].get("startupSeconds", {})
         print(f"real process (python -m consumer_runtime, batch 10k): exit {proc['exit']}, "

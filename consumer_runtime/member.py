@@ -112,7 +112,7 @@ class Member:
         stop_began: float | None = None
         try:
             while True:
-                self._finish_inflight()
+                self._finish_inflight(hand_over=True)
                 if self.failure is None:
                     self.failure = self.startup_check()
                 if self.failure is not None:
@@ -189,8 +189,13 @@ class Member:
         future = self.worker.submit(self.handle, self.batch_seq, records)
         self.inflight = InFlight(self.batch_seq, records, future, now)
 
-    def _finish_inflight(self) -> None:
-        """If the batch in flight is done: commit it, or record why the member must stop."""
+    def _finish_inflight(self, hand_over: bool = False) -> None:
+        """If the batch in flight is done: commit it, or record why the member must stop.
+
+        With `hand_over` (the loop, not a rebalance callback) the next batch, when due, goes to
+        the worker before the synchronous commit, so Spark does not wait for the broker's answer.
+        A crash in between leaves both batches uncommitted: they are read again (at-least-once).
+        """
         flight = self.inflight
         if flight is None or not flight.future.done():
             return
@@ -203,6 +208,9 @@ class Member:
         processed = next_offsets(flight.records)
         offsets = {tp: o for tp, o in processed.items()
                    if tp in self.assignment and tp not in flight.excluded}
+        now = time.monotonic()
+        if hand_over and not self.stopping.is_set() and self.buffer.due(now) and self.ready():
+            self._submit(now)
         if offsets:
             self._commit(offsets)
         if len(offsets) < len(processed):

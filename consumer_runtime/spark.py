@@ -33,6 +33,10 @@ LOCAL_DEFAULTS = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "127.0.0.1",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Arrow batches go to the executors as they are (an RDD of Arrow batches, one partition per
+    # `maxRecordsPerBatch`) instead of being turned into rows on the driver first (LocalRelation,
+    # the default below 48 MiB): measured cheaper at every batch size, in wall and CPU time.
+    "spark.sql.execution.arrow.localRelationThreshold": "0",
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.sql.adaptive.enabled": "false",

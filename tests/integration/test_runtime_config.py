@@ -18,6 +18,9 @@ pytestmark = pytest.mark.integration
 
 def run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("STATICFLEET_")}
+    # Any free port on loopback: the default 0.0.0.0:8080 may be taken by another process, and
+    # the librdkafka case only gets its answer after the HTTP server is up.
+    full.update({"STATICFLEET_HTTP_HOST": "127.0.0.1", "STATICFLEET_HTTP_PORT": "0"})
     full.update(env, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "consumer_runtime"], env=full, cwd=REPO,
                           capture_output=True, text=True, timeout=60)
