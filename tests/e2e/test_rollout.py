@@ -269,14 +269,16 @@ def test_a_late_restart_stops_the_rollout_before_the_next_member(
     stream: dict[str, Any], tmp_path: Path,
 ) -> None:
     name = unique("late")
-    session_ms = 15000
+    # Long enough that ordinary restarts fit even on a loaded machine (the operator would
+    # rightly refuse the rollout otherwise); the late member sleeps far past it.
+    session_ms = 45000
     start_group(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, session_ms=session_ms))
     generations_before = kafka.generations(name)
     marker = tmp_path / "slow-once"
-    # The new command makes member 1's replacement (and only its first start) 30 s late.
+    # The new command makes member 1's replacement (and only its first start) 75 s late.
     slow_once = ["sh", "-c", f'if [ "$POD_NAME" = "{name}-1" ] && [ ! -e {marker} ]; then '
-                 f"touch {marker}; sleep 30; fi; exec python -m consumer_runtime"]
+                 f"touch {marker}; sleep 75; fi; exec python -m consumer_runtime"]
 
     with UidTracker(kubeconfig, namespace, name) as tracker:
         first_uid_0 = tracker.seen[0][0]
@@ -285,11 +287,11 @@ def test_a_late_restart_stops_the_rollout_before_the_next_member(
         obj = groups.wait_status(
             kubeconfig, namespace, name,
             lambda o: (o.get("status") or {}).get("rollout", {}).get("phase") == "Stopped",
-            120, "stopped by the late member")
+            240, "stopped by the late member")
         # Member 1 comes back eventually; the roller must still leave member 0 alone.
         groups.wait_status(kubeconfig, namespace, name,
                            lambda o: (o.get("status") or {}).get("readyReplicas") == REPLICAS,
-                           120, "all ready again")
+                           240, "all ready again")
         time.sleep(10)
 
     rollout = obj["status"]["rollout"]
