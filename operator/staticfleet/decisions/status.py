@@ -103,7 +103,13 @@ def derive_conditions(
     # Ready
     ready: Cond
     wanted = group.replicas
+    # A member beyond the partition count is in the group without an assignment (idle): it
+    # serves when the broker lists it, up to the number of idle members there can be.
+    idle_allowed = idle_members(wanted, partitions) if partitions is not None else 0
     serving = [m for m in observed.members if m.ordinal < wanted and m.ready and m.in_group]
+    serving += [m for m in observed.members
+                if m.ordinal < wanted and m.ready and not m.in_group and not m.assignment
+                and m.member_id is not None and m.stopped_at is None][:idle_allowed]
     if wanted == 0:
         ready = ("True", c.SCALED_TO_ZERO, "replicas is 0")
     elif observed.group_state != "Stable":
