@@ -12,6 +12,8 @@ it as on a list of messages, without going back to Python objects per record.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import operator
 from collections.abc import Iterable, Iterator, Sequence
@@ -60,6 +62,25 @@ def to_arrow(records: Sequence[KafkaRecord]) -> pa.Table:
     """
     if isinstance(records, Batch):
         return records.table
+    with _gc_paused():
+        return _to_arrow(records)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a batch is converted: the conversion allocates a few
+    objects per record (none of them in cycles) while the polled messages are alive, which made
+    the collector walk them over and over (measured: a third of the conversion at 100k records)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _to_arrow(records: Sequence[KafkaRecord]) -> pa.Table:
     n = len(records)
     stamps = pa.array([r.timestamp() for r in records], _STAMP)
     timestamps = pc.if_else(pc.equal(stamps.field("kind"), 0), _NO_TIMESTAMP,
