@@ -165,7 +165,7 @@ def test_static_rollout_costs_no_rebalance_and_loses_nothing(
             AlertWatcher(prometheus, namespace, name) as alerts:
         before = {o: uids[-1] for o, uids in tracker.seen.items()}
         trigger(kubeconfig, namespace, name, env_patch("1"))
-        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 300,
+        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
                                  "rolled out")
         completed = time.monotonic()
         time.sleep(3)
@@ -214,7 +214,7 @@ def test_dynamic_rollout_rebalances_once_per_member_at_least(
 
     with AlertWatcher(prometheus, namespace, name) as alerts:
         trigger(kubeconfig, namespace, name, env_patch("1"))
-        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 300,
+        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
                                  "rolled out")
         rolled_out_after = round(time.monotonic() - alerts.t0, 1)
         # The shipped rule (>= 2 rebalances in 5m, for 1m) must fire for this rollout.
@@ -318,11 +318,11 @@ def test_operator_killed_mid_rollout_resumes_without_restarting_twice(
         groups.wait_status(
             kubeconfig, namespace, name,
             lambda o: len((o.get("status") or {}).get("rollout", {}).get("membersRestarted")
-                          or []) >= 1, 120, "one member restarted")
+                          or []) >= 1, 300, "one member restarted")
         operator.kill()
         time.sleep(3)
         operator.start()
-        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 300,
+        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
                                  "rolled out after the operator restart")
         time.sleep(3)
 
