@@ -56,7 +56,11 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q -U pip
 fi
 stamp="$VENV/.staticfleet-$(sha256sum "$REPO/pyproject.toml" | cut -c1-16)"
-if [ ! -e "$stamp" ] || ! "$VENV/bin/python" -c "import staticfleet" 2>/dev/null; then
+# The editable install must point at this checkout (CI clones to a new path each time).
+installed_at="$("$VENV/bin/python" -c 'import os, staticfleet
+print(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(staticfleet.__file__)))))' \
+  2>/dev/null || true)"
+if [ ! -e "$stamp" ] || [ "$installed_at" != "$REPO" ]; then
   log "installing the project and its test dependencies into the venv"
   "$VENV/bin/pip" install -q -e "${REPO}[test]"
   rm -f "$VENV"/.staticfleet-* && touch "$stamp"
