@@ -60,9 +60,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 @kopf.on.cleanup()
 def close(memo: kopf.Memo, **_: Any) -> None:
+    # The member-status pool is left to die with the process: timer passes may still be
+    # finishing while Kopf cleans up, and a closed pool would fail them noisily.
     deps: service.Deps | None = getattr(memo, "deps", None)
     if deps is not None:
-        deps.http_pool.shutdown(wait=False)
         deps.kube.api.close()
 
 

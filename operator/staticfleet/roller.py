@@ -67,7 +67,9 @@ class Observed:
     @classmethod
     def collect(cls, *, spec: ConsumerGroupSpec, view: reasons.MemberSpecView,
                 pods: list[dict[str, Any]], statuses: Mapping[str, Mapping[str, Any]],
-                group: GroupView, now: datetime) -> Observed:
+                group: GroupView, now: datetime, partitions: int | None = None) -> Observed:
+        """`partitions`: the subscribed topics' total; with more members than partitions some
+        members legitimately hold none, so being listed by the broker is enough to be in."""
         live: dict[int, dict[str, Any]] = {}
         stopping: dict[int, dict[str, Any]] = {}
         for pod in pods:
@@ -76,6 +78,7 @@ class Observed:
                 continue
             target = stopping if pod["metadata"].get("deletionTimestamp") else live
             target[ordinal] = pod
+        idle_possible = partitions is not None and spec.replicas > partitions
         by_instance = group.by_instance()
         by_member_id = {m.member_id: m for m in group.members}
         members = []
@@ -91,7 +94,7 @@ class Observed:
                 ordinal=ordinal, pod_exists=ordinal in live or ordinal in stopping,
                 revision=reasons.pod_revision(pod), ready=_ready(pod) and ordinal in live,
                 stopped_at=parse_rfc3339(deleting) - _grace(pod) if deleting else None,
-                in_group=bool(gm and gm.partitions) and ordinal in live,
+                in_group=bool(gm and (gm.partitions or idle_possible)) and ordinal in live,
                 pod_name=meta["name"], pod_phase=(pod.get("status") or {}).get("phase"),
                 member_id=gm.member_id if gm else None,
                 assignment=gm.partitions if gm else ()))

@@ -149,7 +149,8 @@ class _Pass:
             kube.apply(apply.adopt(child, self.body))
 
         plan = roller.Observed.collect(spec=spec, view=view, pods=pods, statuses=statuses,
-                                       group=group, now=self.now)
+                                       group=group, now=self.now,
+                                       partitions=sum(partitions.values()))
         self._scale(spec, view, effective, plan)
         rebalances, counters = self._count_rebalances(group, pods, statuses)
         step = roller.advance(spec=spec, view=view, observed=plan, effective=effective,

@@ -123,3 +123,12 @@ def test_advance_restarts_the_highest_outdated_member_and_says_why() -> None:
     assert [e[1] for e in step.events] == ["RolloutStarted", "MemberRestarting"]
     assert [f.ordinal for f in step.state.in_flight] == [2]
     assert step.observation.rebalances == 4
+
+
+def test_an_idle_member_is_in_the_group_when_there_are_more_members_than_partitions() -> None:
+    group = GroupView("Stable", "classic", (member(0, "orders-0", 2), member(1, "orders-1", 0)))
+    pods = [pod(0), pod(1)]
+    assert not collect(pods, group).members[1].in_group
+    idle = roller.Observed.collect(spec=SPEC, view=VIEW, pods=pods, statuses={}, group=group,
+                                   now=NOW, partitions=2)
+    assert idle.members[1].in_group, "3 replicas on 2 partitions: one member holds nothing"

@@ -171,6 +171,30 @@ def test_refused_rollout_and_unsafe_restarts() -> None:
     assert c.get_condition(conds, c.DEGRADED)["reason"] == c.RESTART_UNSAFE  # type: ignore[index]
 
 
+@pytest.mark.parametrize(("partitions", "ready"), [(2, "True"), (3, "False")])
+def test_an_idle_member_counts_as_ready_only_when_members_outnumber_partitions(
+    partitions: int, ready: str
+) -> None:
+    idle = ObservedMember(ordinal=2, revision="r", ready=True, in_group=False, member_id="m-2")
+    observed = GroupObservation((*members(2, total=2), idle), "Stable")
+    conds = derive_conditions([], group=GROUP, observed=observed, rollout=RolloutState(),
+                              timeouts=TIMEOUTS, partitions=partitions, now=NOW)
+    assert c.get_condition(conds, c.READY)["status"] == ready  # type: ignore[index]
+
+
+def test_refused_rollout_is_a_rollout_at_risk_with_its_reason() -> None:
+    unsafe = EffectiveTimeouts(
+        6000, 2000, 300000, sources={}, restart_safe=False, needed_session_timeout_ms=18000
+    )
+    conds = derive_conditions(
+        [], group=GROUP, observed=GroupObservation(members(3), "Stable"),
+        rollout=RolloutState(phase="Pending", reason="restarts need a session timeout of 18000"),
+        timeouts=unsafe, partitions=6, now=NOW)
+    risk = c.get_condition(conds, c.ROLLOUT_AT_RISK)
+    assert risk is not None and (risk["status"], risk["reason"]) == ("True", c.RESTART_UNSAFE)
+    assert "18000" in risk["message"]
+
+
 def test_build_status() -> None:
     observed = GroupObservation(
         (*members(2, total=2), ObservedMember(2, pod_exists=False)), "Stable", rebalances=4
