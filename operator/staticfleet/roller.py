@@ -90,11 +90,18 @@ class Observed:
             if gm is None and st.get("memberId"):
                 gm = by_member_id.get(str(st["memberId"]))  # dynamic membership (tests)
             deleting = meta.get("deletionTimestamp")
+            # The broker keeps an absent static member's registration (and partitions) until
+            # its session times out, so being listed proves nothing about *this* pod: its own
+            # process must be that member (same member id), or, when it does not answer, be
+            # Ready (its /readyz holds only while it holds its assignment).
+            this_process = gm is not None and (
+                st.get("memberId") == gm.member_id if st.get("memberId") else _ready(pod))
             members.append(ro.ObservedMember(
                 ordinal=ordinal, pod_exists=ordinal in live or ordinal in stopping,
                 revision=reasons.pod_revision(pod), ready=_ready(pod) and ordinal in live,
                 stopped_at=parse_rfc3339(deleting) - _grace(pod) if deleting else None,
-                in_group=bool(gm and (gm.partitions or idle_possible)) and ordinal in live,
+                in_group=bool(gm and (gm.partitions or idle_possible)) and this_process
+                and ordinal in live,
                 pod_name=meta["name"], pod_phase=(pod.get("status") or {}).get("phase"),
                 member_id=gm.member_id if gm else None,
                 assignment=gm.partitions if gm else ()))

@@ -132,3 +132,17 @@ def test_an_idle_member_is_in_the_group_when_there_are_more_members_than_partiti
     idle = roller.Observed.collect(spec=SPEC, view=VIEW, pods=pods, statuses={}, group=group,
                                    now=NOW, partitions=2)
     assert idle.members[1].in_group, "3 replicas on 2 partitions: one member holds nothing"
+
+
+def test_an_absent_static_members_registration_is_not_its_replacement() -> None:
+    """During a restart the broker still lists the old process under the instance id."""
+    group = GroupView("Stable", "classic", (member(1, "orders-1"),))
+    starting = pod(1, revision="new", ready=False)
+    old_process = {"uid-1-new": {"memberId": ""}}
+    assert not collect([starting], group, old_process).members[0].in_group
+    assert not collect([starting], group).members[0].in_group, "no answer and not Ready"
+    joined = {"uid-1-new": {"memberId": "m-1"}}
+    assert collect([starting], group, joined).members[0].in_group
+    other = {"uid-1-new": {"memberId": "someone-else"}}
+    assert not collect([pod(1, revision="new")], group, other).members[0].in_group
+    assert collect([pod(1, revision="new")], group).members[0].in_group, "Ready, no answer"
