@@ -36,7 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from staticfleet.localenv import environment  # noqa: E402
 from staticfleet.localenv.kafka import KafkaBroker, KafkaSettings  # noqa: E402
-from staticfleet.localenv.stream import SteadyProducer  # noqa: E402
+from staticfleet.localenv.stream import SteadyProducer, committed_lag  # noqa: E402
 from tests.support.groups import consumer_group  # noqa: E402
 from tests.support.kube import create_namespace, install_crds, kubectl, to_yaml  # noqa: E402
 from tests.support.operator import OperatorProcess  # noqa: E402
@@ -156,12 +156,16 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
     topic = f"{namespace}-in"
     for fut in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
         fut.result(30)
-    producer = SteadyProducer(env.bootstrap, topic, rate=rate, keys=64).start()
     session = 3000 if scenario == "short" else None
     obj = consumer_group(name, env.bootstrap, topic, replicas=MEMBERS, session_ms=session,
                          dynamic=scenario == "dynamic", max_records=5000)
     kubectl(kc, "-n", namespace, "apply", "-f", "-", input=to_yaml(obj))
     wait(lambda: ready_and_idle(cg(kc, namespace, name)), 300, f"{name} Ready")
+    # Produce only now, and let the members settle on the steady rate before measuring, so the
+    # steady window is not a catch-up of what piled up while their Spark sessions started.
+    producer = SteadyProducer(env.bootstrap, topic, rate=rate, keys=64).start()
+    time.sleep(settle)
+    wait(lambda: committed_lag(env.bootstrap, name, topic) < rate, 300, f"{name} caught up")
     sampler = Sampler(kc, namespace, name).start()
     time.sleep(settle)
     steady_from, steady_to = time.monotonic() - settle + 2, time.monotonic()
