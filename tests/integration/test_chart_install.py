@@ -10,7 +10,6 @@ this module never requests it, and stops it for the duration when another module
 from __future__ import annotations
 
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from staticfleet.localenv.tools import tail
 from tests.conftest import unique
 from tests.support import groups
 from tests.support.kube import REPO, create_namespace, get_json, kubectl
+from tests.support.members import wait_until_true
 from tests.support.operator import OperatorProcess
 
 pytestmark = pytest.mark.integration
@@ -146,16 +146,9 @@ def can_i(kubeconfig: Path, sa: str, verb: str, resource: str, *args: str) -> bo
     return answer == "yes"
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float,
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0,
              interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+    return wait_until_true(what, check, timeout, interval)
 
 
 def http_get(url: str) -> str | None:

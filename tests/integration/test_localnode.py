@@ -19,6 +19,7 @@ from staticfleet.localenv import environment
 from staticfleet.localenv.procs import ProcessRecord
 from tests.conftest import unique
 from tests.support.kube import create_namespace, get_json, kubectl, to_yaml
+from tests.support.members import wait_until_true
 
 pytestmark = pytest.mark.integration
 
@@ -47,14 +48,7 @@ def pod_log(local_env: environment.LocalEnv) -> Callable[[dict[str, Any]], str]:
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0,
              interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+    return wait_until_true(what, check, timeout, interval)
 
 
 def python_pod(name: str, code: str, **spec: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,3 +69,16 @@ def wait_for(check: Any, timeout: float, what: str, interval: float = 0.2) -> An
 def group_state(admin: AdminClient, group: str) -> str:
     desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
     return str(desc.state.name)
+
+
+def wait_until_true(what: str, check: Callable[[], Any], timeout: float = 30.0,
+                    interval: float = 0.1) -> Any:
+    """Poll `check` until it returns something truthy; fail naming `what` and the last value."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")

@@ -68,12 +68,17 @@ def _sign(subject: x509.Name, public_key: ec.EllipticCurvePublicKey, issuer: x50
     return builder.sign(issuer_key, hashes.SHA256())
 
 
+def files_in(directory: Path) -> CertFiles:
+    """Where `generate` writes (and later readers find) each file."""
+    return CertFiles(*(directory / n for n in (
+        "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key",
+        "sa.key", "sa.pub")))
+
+
 def generate(directory: Path) -> CertFiles:
     """Write a fresh CA and the certificates the control plane needs into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    files = CertFiles(*(directory / n for n in (
-        "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key",
-        "sa.key", "sa.pub")))
+    files = files_in(directory)
     ca_key = _key()
     ca_name = _name("staticfleet-local-ca")
     ca_cert = _sign(ca_name, ca_key.public_key(), ca_name, ca_key, ca=True)

@@ -158,9 +158,7 @@ def start_control_plane(workdir: Path, timeout: float = 120.0) -> ControlPlane:
 
 def _default_namespace_ready(cp: ControlPlane) -> bool:
     """The service-account controller has created `default` in `default`: the KCM works."""
-    files = certs.CertFiles(*(cp.workdir / "pki" / n for n in (
-        "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key",
-        "sa.key", "sa.pub")))
+    files = certs.files_in(cp.workdir / "pki")
     return _https_ok(f"{cp.server}/api/v1/namespaces/default/serviceaccounts/default", files)
 
 
