@@ -1,15 +1,26 @@
 """The one layer that talks to the Kubernetes API.
 
-It adopts children (owner references), creates or server-side-applies them, lists and deletes
-member pods, and turns `ApiException` into the project's own errors. Nothing else in the
-operator imports the Kubernetes client.
+It adopts children (owner references), server-side-applies them, creates and deletes member
+pods, writes the ConsumerGroup's status and Events, reads Secrets, and turns `ApiException`
+into the project's own errors. Nothing else in the operator imports the Kubernetes client.
+
+It keeps the API server's load flat at rest: a child is applied again only when its content
+changed or `REAPPLY_S` passed (to correct drift), and a Secret is read at most once per
+`SECRET_TTL_S`.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
+import json
+import threading
+import time
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config
@@ -18,6 +29,9 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ApiException as DynamicApiException
 
 FIELD_MANAGER = "staticfleet"
+PLURAL = "consumergroups"
+REAPPLY_S = 600.0
+SECRET_TTL_S = 60.0
 MEMBER_SELECTOR = (
     "app.kubernetes.io/managed-by=staticfleet,app.kubernetes.io/name=staticfleet-member"
 )
@@ -52,9 +66,9 @@ def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
             "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
-def adopt(obj: dict[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
+def adopt(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of `obj` owned by `owner`, in the owner's namespace."""
-    out = copy.deepcopy(obj)
+    out = copy.deepcopy(dict(obj))
     meta = out.setdefault("metadata", {})
     meta["namespace"] = owner["metadata"]["namespace"]
     meta["ownerReferences"] = [owner_reference(owner)]
@@ -73,37 +87,54 @@ class Kube:
     """Operations on the API server used by the reconciler."""
 
     api: client.ApiClient
+    applied: dict[tuple[str, str, str, str], tuple[str, float]] = field(default_factory=dict)
+    secrets: dict[tuple[str, str], tuple[float, dict[str, str]]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api)
-        self.dynamic = DynamicClient(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self._dynamic: DynamicClient | None = None
 
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply `obj` (create or update the fields staticfleet owns)."""
-        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    @property
+    def dynamic(self) -> DynamicClient:
+        if self._dynamic is None:  # discovery costs requests: only when something is applied
+            self._dynamic = DynamicClient(self.api)
+        return self._dynamic
+
+    def apply(self, obj: Mapping[str, Any]) -> bool:
+        """Server-side apply `obj` (create or update the fields staticfleet owns), unless the
+        same content was applied less than `REAPPLY_S` ago. Returns whether it was sent."""
         meta = obj["metadata"]
+        key = (obj["kind"], meta.get("namespace", ""), meta["name"],
+               str((meta.get("ownerReferences") or [{}])[0].get("uid", "")))
+        digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+        with self.lock:
+            last = self.applied.get(key)
+        if last is not None and last[0] == digest and time.monotonic() - last[1] < REAPPLY_S:
+            return False
+        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         try:
-            result = resource.server_side_apply(
-                body=obj, name=meta["name"], namespace=meta.get("namespace"),
+            resource.server_side_apply(
+                body=dict(obj), name=meta["name"], namespace=meta.get("namespace"),
                 field_manager=FIELD_MANAGER, force_conflicts=True)
         except DynamicApiException as exc:
             raise _error(exc, f"applying {obj['kind']} {meta['name']}") from exc
-        return dict(result.to_dict())
+        with self.lock:
+            self.applied[key] = (digest, time.monotonic())
+        return True
 
-    def member_pods(self, namespace: str, group: str) -> list[dict[str, Any]]:
-        """Every member pod of the ConsumerGroup `group`, terminating ones included."""
-        try:
-            pods = self.core.list_namespaced_pod(
-                namespace, label_selector=f"{MEMBER_SELECTOR},staticfleet.io/group={group}")
-        except ApiException as exc:
-            raise _error(exc, f"listing the member pods of {group}") from exc
-        return [self.api.sanitize_for_serialization(p) for p in pods.items]
+    def forget(self, owner_uid: str) -> None:
+        """Drop what is remembered of a deleted ConsumerGroup's children."""
+        with self.lock:
+            for key in [k for k in self.applied if k[3] == owner_uid]:
+                del self.applied[key]
 
-    def create_pod(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+    def create_pod(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
         """Create a member pod; None when one of that name still exists (e.g. terminating)."""
         try:
             created = self.core.create_namespaced_pod(
-                pod["metadata"]["namespace"], pod)  # type: ignore[arg-type]
+                pod["metadata"]["namespace"], dict(pod))  # type: ignore[arg-type]
         except ApiException as exc:
             if exc.status == 409:
                 return None
@@ -126,33 +157,62 @@ class Kube:
             raise _error(exc, f"deleting pod {name}") from exc
         return True
 
-    def check_secret_keys(self, namespace: str, refs: list[tuple[str, str]]) -> None:
-        """Raise SecretMissing naming the first Secret or key that does not exist."""
-        for name, key in refs:
-            try:
-                secret = self.core.read_namespaced_secret(name, namespace)
-            except ApiException as exc:
-                if exc.status == 404:
-                    raise SecretMissing(f"Secret {namespace}/{name} does not exist", 404) from exc
-                raise _error(exc, f"reading Secret {name}") from exc
-            if key not in (secret.data or {}):
-                raise SecretMissing(f"Secret {namespace}/{name} has no key {key!r}", 404)
+    def patch_status(self, owner: Mapping[str, Any], patch: Mapping[str, Any]) -> None:
+        """Merge-patch the status subresource of a ConsumerGroup."""
+        group, version = owner["apiVersion"].split("/")
+        meta = owner["metadata"]
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                group, version, meta["namespace"], PLURAL, meta["name"],
+                {"status": dict(patch)}, _content_type="application/merge-patch+json")
+        except ApiException as exc:
+            if exc.status == 404:
+                return  # deleted meanwhile
+            raise _error(exc, f"writing the status of {meta['name']}") from exc
+
+    def post_event(self, owner: Mapping[str, Any], type_: str, reason: str,
+                   message: str) -> None:
+        """A core/v1 Event about the ConsumerGroup `owner`."""
+        meta = owner["metadata"]
+        now = datetime.now(UTC)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=f"{meta['name']}.{uuid.uuid4().hex[:16]}",
+                                         namespace=meta["namespace"]),
+            involved_object=client.V1ObjectReference(
+                api_version=owner["apiVersion"], kind=owner["kind"], name=meta["name"],
+                namespace=meta["namespace"], uid=meta["uid"]),
+            type=type_, reason=reason, message=message[:1024], count=1,
+            first_timestamp=now, last_timestamp=now,
+            source=client.V1EventSource(component=FIELD_MANAGER),
+            reporting_component=FIELD_MANAGER, reporting_instance=FIELD_MANAGER)
+        try:
+            self.core.create_namespaced_event(meta["namespace"], event)
+        except ApiException as exc:
+            raise _error(exc, f"posting an Event about {meta['name']}") from exc
+
+    def secret_data(self, namespace: str, name: str) -> dict[str, str]:
+        """A Secret's decoded data, read at most once per `SECRET_TTL_S`."""
+        with self.lock:
+            cached = self.secrets.get((namespace, name))
+        if cached is not None and time.monotonic() - cached[0] < SECRET_TTL_S:
+            return cached[1]
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise SecretMissing(f"Secret {namespace}/{name} does not exist", 404) from exc
+            raise _error(exc, f"reading Secret {name}") from exc
+        data = {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+        with self.lock:
+            self.secrets[(namespace, name)] = (time.monotonic(), data)
+        return data
 
     def secret_value(self, namespace: str, name: str, key: str) -> str:
-        """The decoded value of one key of a Secret (for the operator's own Kafka client)."""
-        import base64
+        """One key of a Secret; SecretMissing names the Secret or the key that is absent."""
+        data = self.secret_data(namespace, name)
+        if key not in data:
+            raise SecretMissing(f"Secret {namespace}/{name} has no key {key!r}", 404)
+        return data[key]
 
-        self.check_secret_keys(namespace, [(name, key)])
-        secret = self.core.read_namespaced_secret(name, namespace)
-        return base64.b64decode((secret.data or {})[key]).decode()
-
-    def delete_children(self, namespace: str, kind_api: list[tuple[str, str]],
-                        names: list[str]) -> None:
-        """Delete named children (used when a feature is turned off, e.g. the PDB at 0)."""
-        for (api_version, kind), name in zip(kind_api, names, strict=True):
-            resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
-            try:
-                resource.delete(name=name, namespace=namespace)
-            except DynamicApiException as exc:
-                if getattr(exc, "status", 0) != 404:
-                    raise _error(exc, f"deleting {kind} {name}") from exc
+    def close(self) -> None:
+        self.api.close()

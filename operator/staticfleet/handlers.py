@@ -1,19 +1,23 @@
-"""Kopf handlers: thin. Each one hands the ConsumerGroup to `service.reconcile`, then writes the
-status it returns and posts its Events. No API calls, no timing math here.
+"""Kopf handlers: thin. They keep an index of member pods, keep one daemon per ConsumerGroup that
+runs `service.reconcile` whenever a pass is due, and wake it when something changes.
 
-Level, not edge: create, update, resume and a timer all run the same pass. The timer ticks every
-second but only runs a pass when one is due: right after a change to a member pod, when the
-previous pass asked to look again (rollouts do, every second or so), or every `RESYNC_S`
-otherwise. One pass at a time per ConsumerGroup.
+Level, not edge: every pass is the same whole pass. A pass is due when the ConsumerGroup's spec
+(or its restart annotation) changed, when one of its member pods changed, when the previous pass
+asked to look again (rollouts do, every second or so), and otherwise every `RESYNC_S`.
+
+Cheap at scale: member pods come from a watch-backed Kopf index (no LIST per pass); the passes
+run in a bounded thread pool, and one Kafka cluster's groups take at most `PER_CLUSTER` of its
+workers, so a slow or dead cluster does not delay the groups of the others.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-import threading
-import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,14 +25,14 @@ import kopf
 
 from staticfleet import apply, metrics, service
 from staticfleet.decisions.builders import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
-from staticfleet.statuspatch import merge_patch
+from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION
 
 GROUP, VERSION, PLURAL = "staticfleet.io", "v1alpha1", "consumergroups"
-TICK_S = 1.0
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))
+WORKERS = int(os.environ.get("STATICFLEET_WORKERS", "16"))
+PER_CLUSTER = max(1, WORKERS // 2)
 
-_due: dict[tuple[str, str], float] = {}
-_due_lock = threading.Lock()
+Key = tuple[str, str]
 
 
 def _plain(value: Any) -> Any:
@@ -40,9 +44,45 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _mark_due(namespace: str, name: str, at: float) -> None:
-    with _due_lock:
-        _due[(namespace, name)] = min(at, _due.get((namespace, name), at))
+@dataclass
+class Runner:
+    """Runs passes in worker threads; wakes the daemons of groups whose pass is due."""
+
+    deps: service.Deps
+    pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(WORKERS, thread_name_prefix="reconcile"))
+    wakeups: dict[Key, asyncio.Event] = field(default_factory=dict)
+    seen: dict[Key, tuple[Any, ...]] = field(default_factory=dict)
+    clusters: dict[str, asyncio.Semaphore] = field(default_factory=dict)
+
+    def wakeup(self, key: Key) -> asyncio.Event:
+        return self.wakeups.setdefault(key, asyncio.Event())
+
+    def wake(self, key: Key) -> None:
+        event = self.wakeups.get(key)
+        if event is not None:
+            event.set()
+
+    async def run(self, body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> float:
+        """One pass; returns when the next one is due (seconds)."""
+        cluster = str(((body.get("spec") or {}).get("kafka") or {}).get("bootstrapServers"))
+        slots = self.clusters.setdefault(cluster, asyncio.Semaphore(PER_CLUSTER))
+        async with slots:
+            loop = asyncio.get_running_loop()
+            plan = await loop.run_in_executor(
+                self.pool, service.reconcile, body, pods, self.deps, datetime.now(UTC))
+        return plan.requeue_after_s if plan.requeue_after_s is not None else RESYNC_S
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.deps.close()
+
+
+def _change_key(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a ConsumerGroup, when it changes, makes a pass due (not its status)."""
+    meta = body.get("metadata") or {}
+    return (meta.get("generation"), (meta.get("annotations") or {}).get(RESTARTED_AT_ANNOTATION),
+            meta.get("deletionTimestamp"))
 
 
 @kopf.on.startup()
@@ -51,71 +91,83 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         prefix="staticfleet.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="staticfleet.io", key="last-handled-configuration")
-    settings.posting.level = logging.INFO
-    settings.execution.max_workers = int(os.environ.get("STATICFLEET_WORKERS", "16"))
+    # Our own Events carry the decisions; Kopf posts only its warnings and errors.
+    settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    memo.deps = service.Deps(kube=apply.Kube(apply.load_client(os.environ.get("KUBECONFIG"))))
+    memo.runner = Runner(service.Deps(kube=apply.Kube(
+        apply.load_client(os.environ.get("KUBECONFIG")))))
 
 
 @kopf.on.cleanup()
 def close(memo: kopf.Memo, **_: Any) -> None:
-    # The member-status pool is left to die with the process: timer passes may still be
-    # finishing while Kopf cleans up, and a closed pool would fail them noisily.
-    deps: service.Deps | None = getattr(memo, "deps", None)
-    if deps is not None:
-        deps.kube.api.close()
+    runner: Runner | None = getattr(memo, "runner", None)
+    if runner is not None:
+        runner.close()
 
 
-def _reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo) -> None:
-    deps: service.Deps = memo.deps
-    plain = _plain(body)
-    meta = plain["metadata"]
-    key = (meta["namespace"], meta["name"])
-    lock = deps.lock_for(meta["uid"])
-    if not lock.acquire(blocking=False):
-        _mark_due(*key, time.monotonic() + 0.5)  # a pass is running; look again right after
-        return
-    try:
-        outcome = service.reconcile(plain, deps, datetime.now(UTC))
-    finally:
-        lock.release()
-    status_patch = merge_patch(plain.get("status") or {}, outcome.status)
-    if status_patch:
-        patch["status"] = status_patch
-    for ev in outcome.events:
-        kopf.event(body, type=ev.type, reason=ev.reason, message=ev.message)
-    with _due_lock:
-        _due[key] = time.monotonic() + (outcome.requeue_after or RESYNC_S)
-
-
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL)
-def on_change(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    _reconcile(body, patch, memo)
-
-
-@kopf.timer(GROUP, VERSION, PLURAL, interval=TICK_S, sharp=False)
-def tick(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    meta = body["metadata"]
-    with _due_lock:
-        due = _due.get((meta["namespace"], meta["name"]), 0.0)
-    if time.monotonic() >= due:
-        _reconcile(body, patch, memo)
-
-
-@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
-def forget(namespace: str | None, name: str, **_: Any) -> None:
-    if namespace is None:
-        return
-    metrics.forget(namespace, name)
-    with _due_lock:
-        _due.pop((namespace, name), None)
+@kopf.index("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGER, GROUP_LABEL: kopf.PRESENT})
+def member_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Body,
+                **_: Any) -> dict[Key, dict[str, Any]]:
+    """Member pods by (namespace, ConsumerGroup), kept current by the pod watch."""
+    return {(namespace or "", labels[GROUP_LABEL]): _plain(body)}
 
 
 @kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGER, GROUP_LABEL: kopf.PRESENT})
-def member_pod_changed(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
-    """A member pod changed (ready, deleted, ...): reconcile its ConsumerGroup soon."""
-    if namespace is not None:
-        _mark_due(namespace, labels[GROUP_LABEL], time.monotonic() + 0.2)
+async def member_pod_changed(namespace: str | None, labels: Mapping[str, str],
+                             memo: kopf.Memo, **_: Any) -> None:
+    """A member pod changed (ready, deleted, ...): its ConsumerGroup's pass is due."""
+    memo.runner.wake((namespace or "", labels[GROUP_LABEL]))
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def group_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """The spec or the restart annotation changed: a pass is due (a status write is not)."""
+    meta = body["metadata"]
+    key = (meta["namespace"], meta["name"])
+    if memo.runner.seen.get(key) != _change_key(body):
+        memo.runner.wake(key)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
+async def keep_reconciled(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
+                          **kwargs: Any) -> None:
+    """One ConsumerGroup's passes, for as long as it exists."""
+    runner: Runner = memo.runner
+    index: kopf.Index[Key, dict[str, Any]] = kwargs["member_pods"]
+    meta = body["metadata"]
+    key = (meta["namespace"], meta["name"])
+    wake = runner.wakeup(key)
+    try:
+        while not stopped:
+            wake.clear()
+            plain = _plain(body)
+            runner.seen[key] = _change_key(plain)
+            pods = list(index.get(key, []))
+            delay = await runner.run(plain, pods)
+            await _sleep(wake, stopped, delay)
+    finally:
+        runner.wakeups.pop(key, None)
+        runner.seen.pop(key, None)
+
+
+async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
+    """Until woken, stopped, or `delay` seconds passed."""
+
+    async def until_stopped() -> None:
+        await stopped.wait()
+
+    waits = {asyncio.ensure_future(wake.wait()), asyncio.ensure_future(until_stopped())}
+    try:
+        await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+def forget(namespace: str | None, name: str, uid: str, memo: kopf.Memo, **_: Any) -> None:
+    if namespace is None:
+        return
+    metrics.forget(namespace, name)
+    memo.runner.deps.forget(uid)

@@ -6,6 +6,8 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from staticfleet.decisions.plan import MetricValues
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 LABELS = ("namespace", "group")
 
@@ -57,3 +59,33 @@ def forget(namespace: str, group: str) -> None:
     for state in ("desired", "ready"):
         with contextlib.suppress(KeyError):
             GROUP_MEMBERS.remove(namespace, group, state)
+
+
+def export(namespace: str, group: str, values: MetricValues) -> None:
+    """Set and count what one pass decided (`plan.MetricValues`)."""
+    labels = (namespace, group)
+    if values.error is not None:
+        RECONCILE_ERRORS.labels(*labels, values.error).inc()
+    for name, value in (("desired", values.members_desired), ("ready", values.members_ready)):
+        if value is not None:
+            GROUP_MEMBERS.labels(*labels, name).set(value)
+    if values.partitions is not None:
+        GROUP_PARTITIONS.labels(*labels).set(values.partitions)
+    if values.idle_members is not None:
+        IDLE_MEMBERS.labels(*labels).set(values.idle_members)
+    for timeout, seconds in values.timeouts_s.items():
+        EFFECTIVE_TIMEOUT.labels(*labels, timeout).set(seconds)
+    if values.rollout_in_progress is not None:
+        ROLLOUT_IN_PROGRESS.labels(*labels).set(1 if values.rollout_in_progress else 0)
+    if values.rollout_at_risk is not None:
+        ROLLOUT_AT_RISK.labels(*labels).set(1 if values.rollout_at_risk else 0)
+    if values.rebalances:
+        REBALANCES.labels(*labels).inc(values.rebalances)
+    for timeout in values.timeout_changes:
+        TIMEOUT_CHANGES.labels(*labels, timeout).inc()
+    for absence in values.absences_s:
+        MEMBER_ABSENCE.labels(*labels).observe(absence)
+    if values.rollout_finished is not None:
+        seconds, result = values.rollout_finished
+        ROLLOUT_DURATION.labels(*labels).observe(seconds)
+        ROLLOUTS.labels(*labels, result).inc()

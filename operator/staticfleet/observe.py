@@ -1,19 +1,23 @@
-"""What the operator reads from outside Kubernetes: the Kafka cluster (through the admin
-client) and the members' own `/status` endpoints.
+"""What the operator reads from (and sets on) outside Kubernetes: the Kafka cluster, through
+the admin client, and the members' own `/status` endpoints.
 
-Everything here blocks; the operator calls it from Kopf's sync handlers, which run in a thread
-pool. Errors become `KafkaUnavailable` / `TopicMissing` with a message a user can act on.
+Everything here blocks; the service calls it from a worker thread. Errors become
+`KafkaUnavailable` / `TopicMissing` with a message a user can act on. A cluster that did not
+answer is not asked again for a while (`AdminPool`): its groups fail fast instead of each
+holding a worker for the whole admin timeout.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -21,6 +25,8 @@ from confluent_kafka.admin import (
     ConfigResource,
     ResourceType,
 )
+
+from staticfleet.decisions.snapshot import GroupMemberView, GroupView
 
 ADMIN_TIMEOUT_S = 10.0
 
@@ -41,37 +47,22 @@ class TopicMissing(RuntimeError):
     """A topic named in the spec does not exist on the cluster."""
 
 
-@dataclass(frozen=True)
-class GroupMemberView:
-    """One member of the group as the broker describes it."""
-
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    host: str
-    partitions: tuple[tuple[str, int], ...]
-
-
-@dataclass(frozen=True)
-class GroupView:
-    """The group as the broker describes it right now."""
-
-    state: str
-    protocol: str
-    members: tuple[GroupMemberView, ...] = ()
-
-    def by_instance(self) -> dict[str, GroupMemberView]:
-        return {m.instance_id: m for m in self.members if m.instance_id}
+FAILED_CLUSTER_HOLD_S = 5.0
+"""After a cluster failed to answer, its groups fail fast for this long (then it is asked
+again), so one dead cluster does not hold the workers the other groups need."""
 
 
 @dataclass
 class AdminPool:
-    """One AdminClient per distinct connection configuration, shared by all groups."""
+    """One AdminClient per distinct connection configuration, shared by all groups, and what
+    each cluster last failed with."""
 
     clients: dict[str, AdminClient] = field(default_factory=dict)
+    failures: dict[str, tuple[float, str]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    hold_s: float = FAILED_CLUSTER_HOLD_S
 
-    def get(self, conf: dict[str, str]) -> AdminClient:
+    def get(self, conf: dict[str, str]) -> Admin:
         key = json.dumps(conf, sort_keys=True)
         with self.lock:
             client = self.clients.get(key)
@@ -79,22 +70,82 @@ class AdminPool:
                 client = AdminClient({**conf, "socket.timeout.ms": 10000,
                                       "client.id": "staticfleet-operator"})
                 self.clients[key] = client
-            return client
+            return Admin(client, conf.get("bootstrap.servers", "?"), key, self)
+
+    def check(self, key: str) -> None:
+        """Raise the cluster's recent failure again instead of waiting for it once more."""
+        with self.lock:
+            failed = self.failures.get(key)
+        if failed is not None and time.monotonic() - failed[0] < self.hold_s:
+            raise KafkaUnavailable(failed[1])
+
+    def record(self, key: str, error: str | None) -> None:
+        with self.lock:
+            if error is None:
+                self.failures.pop(key, None)
+            else:
+                self.failures[key] = (time.monotonic(), error)
+
+    def close(self) -> None:
+        with self.lock:
+            self.clients.clear()
 
 
-def _result(future: Any, what: str) -> Any:
+@dataclass(frozen=True)
+class Admin:
+    """An admin client for one cluster (`bootstrap` names it in errors)."""
+
+    client: AdminClient
+    bootstrap: str
+    key: str
+    pool: AdminPool
+
+
+def _result(admin: Admin, future: Any, what: str) -> Any:
     try:
-        return future.result(timeout=ADMIN_TIMEOUT_S)
+        value = future.result(timeout=ADMIN_TIMEOUT_S)
     except KafkaException as exc:
-        raise KafkaUnavailable(f"{what}: {exc.args[0]}") from exc
+        error = exc.args[0]
+        code = error.code() if isinstance(error, KafkaError) else None
+        message = f"{what} at {admin.bootstrap}: {error}"
+        if code in _UNREACHABLE_CODES:
+            admin.pool.record(admin.key, message)
+        raise KafkaUnavailable(message) from exc
     except TimeoutError as exc:
-        raise KafkaUnavailable(f"{what}: no answer within {ADMIN_TIMEOUT_S:.0f}s") from exc
+        message = f"{what} at {admin.bootstrap}: no answer within {ADMIN_TIMEOUT_S:.0f}s"
+        admin.pool.record(admin.key, message)
+        raise KafkaUnavailable(message) from exc
+    admin.pool.record(admin.key, None)
+    return value
 
 
-def describe_group(admin: AdminClient, group_id: str) -> GroupView:
-    """State and members of a group; a group that does not exist yet is `Dead`/`Empty`."""
-    futures = admin.describe_consumer_groups([group_id], request_timeout=ADMIN_TIMEOUT_S)
-    desc = _result(futures[group_id], f"describing group {group_id}")
+_UNREACHABLE_CODES = frozenset({
+    KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._RESOLVE, KafkaError._AUTHENTICATION, KafkaError._SSL,
+})
+
+
+def _call(admin: Admin, what: str, request: Any) -> Any:
+    """Start an admin request unless the cluster failed just now."""
+    admin.pool.check(admin.key)
+    try:
+        return request()
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"{what} at {admin.bootstrap}: {exc.args[0]}") from exc
+
+
+def describe_group(admin: Admin, group_id: str, protocol: str = "classic") -> GroupView:
+    """State and members of a group; a group the broker does not know yet is `Dead` (with
+    the `protocol` it will be created with)."""
+    what = f"describing group {group_id}"
+    futures = _call(admin, what, lambda: admin.client.describe_consumer_groups(
+        [group_id], request_timeout=ADMIN_TIMEOUT_S))
+    try:
+        desc = _result(admin, futures[group_id], what)
+    except KafkaUnavailable as exc:
+        if is_unknown_group(exc):
+            return GroupView(state="Dead", protocol=protocol)
+        raise
     members = tuple(
         GroupMemberView(
             member_id=m.member_id, instance_id=m.group_instance_id, client_id=m.client_id,
@@ -118,57 +169,74 @@ def _state_name(state: Any) -> str:
     return names.get(name, name.title())
 
 
-def partition_counts(admin: AdminClient, topics: list[str]) -> dict[str, int]:
-    """Partition count of each named topic; raises TopicMissing naming the absent ones."""
-    try:
-        md = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
-    except KafkaException as exc:
-        raise KafkaUnavailable(f"listing topics: {exc.args[0]}") from exc
-    missing = [t for t in topics if t not in md.topics or md.topics[t].error is not None]
+def partition_counts(admin: Admin, topics: Iterable[str]) -> dict[str, int]:
+    """Partition count of each named topic (metadata of these topics only); raises
+    TopicMissing naming the absent ones."""
+    names = sorted(set(topics))
+    what = f"describing topic(s) {', '.join(names)}"
+    futures = _call(admin, what, lambda: admin.client.describe_topics(
+        TopicCollection(names), request_timeout=ADMIN_TIMEOUT_S))
+    counts: dict[str, int] = {}
+    missing = []
+    for name in names:
+        try:
+            desc = _result(admin, futures[name], what)
+        except KafkaUnavailable as exc:
+            cause = exc.__cause__
+            if isinstance(cause, KafkaException) and cause.args[0].code() in (
+                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                missing.append(name)
+                continue
+            raise
+        counts[name] = len(desc.partitions)
     if missing:
-        raise TopicMissing(f"topic(s) {', '.join(sorted(missing))} do not exist on the cluster; "
-                           "create them or fix spec.kafka.topics")
-    return {t: len(md.topics[t].partitions) for t in topics}
+        raise TopicMissing(f"topic(s) {', '.join(missing)} do not exist on the cluster at "
+                           f"{admin.bootstrap}; create them or fix spec.kafka.topics")
+    return counts
 
 
-def matching_topics(admin: AdminClient, pattern: str) -> dict[str, int]:
-    """Topics whose names match a subscription pattern, with their partition counts."""
+def matching_topics(admin: Admin, pattern: str) -> dict[str, int]:
+    """Topics whose names match a subscription pattern, with their partition counts (a
+    pattern needs the cluster's whole topic list)."""
     import re
 
+    admin.pool.check(admin.key)
     try:
-        md = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
+        md = admin.client.list_topics(timeout=ADMIN_TIMEOUT_S)
     except KafkaException as exc:
-        raise KafkaUnavailable(f"listing topics: {exc.args[0]}") from exc
+        message = f"listing topics at {admin.bootstrap}: {exc.args[0]}"
+        admin.pool.record(admin.key, message)
+        raise KafkaUnavailable(message) from exc
+    admin.pool.record(admin.key, None)
     rx = re.compile(pattern)
     return {name: len(t.partitions) for name, t in md.topics.items()
             if not name.startswith("__") and rx.fullmatch(name)}
 
 
-def broker_bounds(admin: AdminClient) -> dict[str, int]:
+def broker_bounds(admin: Admin) -> dict[str, int]:
     """The group-coordinator bounds of the cluster, read from one broker's configuration."""
-    try:
-        md = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
-    except KafkaException as exc:
-        raise KafkaUnavailable(f"reading cluster metadata: {exc.args[0]}") from exc
-    broker_id = str(md.controller_id if md.controller_id >= 0 else next(iter(md.brokers)))
-    resource = ConfigResource(ResourceType.BROKER, broker_id)
-    futures = admin.describe_configs([resource], request_timeout=ADMIN_TIMEOUT_S)
-    entries = _result(futures[resource], f"describing broker {broker_id} configuration")
+    what = "describing the cluster"
+    cluster = _result(admin, _call(admin, what, lambda: admin.client.describe_cluster(
+        request_timeout=ADMIN_TIMEOUT_S)), what)
+    node = cluster.controller if cluster.controller is not None else cluster.nodes[0]
+    resource = ConfigResource(ResourceType.BROKER, str(node.id))
+    what = f"describing broker {node.id} configuration"
+    futures = _call(admin, what, lambda: admin.client.describe_configs(
+        [resource], request_timeout=ADMIN_TIMEOUT_S))
+    entries = _result(admin, futures[resource], what)
     wanted = (*CLASSIC_BOUNDS, *CONSUMER_BOUNDS)
     return {k: int(entries[k].value) for k in wanted if k in entries and entries[k].value}
 
 
-def set_group_timeouts(admin: AdminClient, group_id: str, session_ms: int,
-                       heartbeat_ms: int) -> None:
-    """For KIP-848 groups: session and heartbeat are group configs on the broker."""
+def set_group_configs(admin: Admin, group_id: str, configs: Mapping[str, str]) -> None:
+    """Set per-group broker configs (KIP-848 groups: their session timeout and heartbeat)."""
     resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=[
-        ConfigEntry("consumer.session.timeout.ms", str(session_ms),
-                    incremental_operation=AlterConfigOpType.SET),
-        ConfigEntry("consumer.heartbeat.interval.ms", str(heartbeat_ms),
-                    incremental_operation=AlterConfigOpType.SET),
-    ])
-    futures = admin.incremental_alter_configs([resource], request_timeout=ADMIN_TIMEOUT_S)
-    _result(futures[resource], f"setting the timeouts of group {group_id}")
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in sorted(configs.items())])
+    what = f"setting the configs of group {group_id}"
+    futures = _call(admin, what, lambda: admin.client.incremental_alter_configs(
+        [resource], request_timeout=ADMIN_TIMEOUT_S))
+    _result(admin, futures[resource], what)
 
 
 def is_unknown_group(exc: KafkaUnavailable) -> bool:
@@ -177,7 +245,7 @@ def is_unknown_group(exc: KafkaUnavailable) -> bool:
             and cause.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND)
 
 
-def member_status(host: str, port: int, timeout: float = 2.0) -> dict[str, Any] | None:
+def read_member_status(host: str, port: int, timeout: float = 2.0) -> dict[str, Any] | None:
     """A member's `/status` JSON, or None when it does not answer (yet)."""
     if not host:
         return None

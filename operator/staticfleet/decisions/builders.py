@@ -30,6 +30,9 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 GROUP_LABEL = "staticfleet.io/group"
 ORDINAL_LABEL = "staticfleet.io/ordinal"
 INSTANCE_ID_ANNOTATION = "staticfleet.io/instance-id"
+SESSION_ANNOTATION = "staticfleet.io/session-timeout-ms"
+"""The session timeout the member joins with: the broker holds it to this value while it
+restarts later, whatever the spec says by then."""
 MEMBER_APP = "staticfleet-member"
 MANAGER = "staticfleet"
 
@@ -206,11 +209,6 @@ def member_spec_view(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> M
     return MemberSpecView(revision=short_hash(parts), parts=parts, image=t.image)
 
 
-def member_revision(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> str:
-    """Short stable hash of everything that requires a member restart."""
-    return member_spec_view(group, timeouts).revision
-
-
 # --- member pod ----------------------------------------------------------------------------------
 
 
@@ -264,9 +262,11 @@ def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
 
 
 def build_member_pod(
-    group: ConsumerGroupSpec, ordinal: int, view: MemberSpecView
+    group: ConsumerGroupSpec, ordinal: int, view: MemberSpecView,
+    session_timeout_ms: int | None = None,
 ) -> dict[str, Any]:
-    """Member pod `ordinal` running `view` (from `member_spec_view`), per docs/contracts.md."""
+    """Member pod `ordinal` running `view` (from `member_spec_view`), per docs/contracts.md;
+    `session_timeout_ms`: the one it will join with (recorded as `SESSION_ANNOTATION`)."""
     t = group.template
     container: dict[str, Any] = {
         "name": MEMBER_CONTAINER,
@@ -315,6 +315,8 @@ def build_member_pod(
         FINGERPRINT_ANNOTATION: view.fingerprint_annotation(),
         INSTANCE_ID_ANNOTATION: instance_id(group, ordinal),
     }
+    if session_timeout_ms is not None:
+        annotations[SESSION_ANNOTATION] = str(session_timeout_ms)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

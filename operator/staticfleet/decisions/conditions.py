@@ -42,6 +42,9 @@ AS_EXPECTED = "AsExpected"
 INVALID_SPEC = "InvalidSpec"
 INVALID_TIMEOUTS = "InvalidTimeouts"
 KAFKA_UNREACHABLE = "KafkaUnreachable"
+TOPIC_MISSING = "TopicMissing"
+SECRET_MISSING = "SecretMissing"
+API_ERROR = "ApiError"
 RESTART_UNSAFE = "RestartUnsafe"
 UNEXPECTED_REBALANCE = "UnexpectedRebalance"
 REBALANCED = "Rebalanced"
@@ -57,12 +60,31 @@ MORE_MEMBERS_THAN_PARTITIONS = "MoreMembersThanPartitions"
 PARTITIONS_UNKNOWN = "PartitionsUnknown"
 
 # --- Event-only reasons (the roller and the timeout tuner) ---
+ROLLOUT_STARTED = "RolloutStarted"
 MEMBER_RESTARTING = "MemberRestarting"
 MEMBER_BACK = "MemberBack"
 MEMBER_READY = "MemberReady"
 TIMEOUTS_CHANGED = "TimeoutsChanged"
 SCALED_DOWN = "ScaledDown"
 SCALED_UP = "ScaledUp"
+
+# --- why the roller waits (status.rollout.reason's code, Progressing's message) ---
+WAIT_MEMBER = "WaitingForMember"
+WAIT_GROUP = "GroupNotStable"
+WAIT_AVAILABILITY = "WaitingForAvailability"
+WAIT_PAUSED = "Paused"
+WAIT_STOPPED = "RolloutStopped"
+WAIT_UP_TO_DATE = "UpToDate"
+
+# --- restart reasons (decisions.reasons; each restart's Event names its codes) ---
+IMAGE_CHANGED = "ImageChanged"
+COMMAND_CHANGED = "CommandChanged"
+ENV_CHANGED = "EnvChanged"
+SPARK_CONF_CHANGED = "SparkConfChanged"
+PROCESSING_CHANGED = "ProcessingChanged"
+CLIENT_CONFIG_CHANGED = "ClientConfigChanged"
+TEMPLATE_CHANGED = "TemplateChanged"
+MANUAL_RESTART = "ManualRestart"
 
 
 def rfc3339(moment: datetime) -> str:

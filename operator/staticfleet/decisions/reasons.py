@@ -24,6 +24,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from staticfleet.decisions.conditions import (
+    CLIENT_CONFIG_CHANGED,
+    COMMAND_CHANGED,
+    ENV_CHANGED,
+    IMAGE_CHANGED,
+    MANUAL_RESTART,
+    PROCESSING_CHANGED,
+    SPARK_CONF_CHANGED,
+    TEMPLATE_CHANGED,
+)
+
 REVISION_ANNOTATION = "staticfleet.io/revision"
 FINGERPRINT_ANNOTATION = "staticfleet.io/fingerprint"
 
@@ -38,15 +49,6 @@ FINGERPRINT_PARTS = (
     "nonce",
 )
 
-# Restart reason codes.
-IMAGE_CHANGED = "ImageChanged"
-COMMAND_CHANGED = "CommandChanged"
-ENV_CHANGED = "EnvChanged"
-SPARK_CONF_CHANGED = "SparkConfChanged"
-PROCESSING_CHANGED = "ProcessingChanged"
-CLIENT_CONFIG_CHANGED = "ClientConfigChanged"
-TEMPLATE_CHANGED = "TemplateChanged"
-MANUAL_RESTART = "ManualRestart"
 
 _PART_REASONS: Mapping[str, tuple[str, str]] = {
     "image": (IMAGE_CHANGED, "the image changed"),

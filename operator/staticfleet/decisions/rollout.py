@@ -1,16 +1,20 @@
 """When to restart which member: the roller's pure decision (the "why" is in `reasons`).
 
 State lives in `status.rollout` (`RolloutState.from_status` / `to_status`), so an operator restart
-resumes where it stopped. Each pass the handler calls
+resumes where it stopped. Each pass `plan.decide` calls
 
     step = next_step(state, observation, update_revision, limits, now)
-    ... the apply layer carries out the step (deletes pods for RestartMembers, writes Events) ...
     state = record_step(state, step, observation, update_revision, now)
+
+and turns the step into the plan's pod deletions (each with its member's restart reasons),
+Events and status; the service carries the plan out.
 
 Rules:
 
-* A member needs a restart when its pod exists with a revision other than the update revision and
-  is not already being deleted. Missing pods are not restarted: the reconcile creates them.
+* A member needs a restart when its pod exists, is not already being deleted and has restart
+  reasons (`reasons.restart_reasons`: what of its revision differs from the update revision);
+  no reasons, no restart. Missing pods are not restarted: `plan.decide` creates them, and a
+  restarted member's replacement is created there too (it is missing once its pod is gone).
 * Order (`plan_rollout`): unready members first (restarting them costs nothing), then by ordinal
   descending, as a StatefulSet rolls, so the ordinals a scale-down would remove go first.
 * Up to `max_unavailable` members are restarted together, only while the group is Stable (or Empty)
@@ -36,8 +40,18 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from staticfleet.decisions.conditions import parse_rfc3339, rfc3339
+from staticfleet.decisions.conditions import (
+    WAIT_AVAILABILITY,
+    WAIT_GROUP,
+    WAIT_MEMBER,
+    WAIT_PAUSED,
+    WAIT_STOPPED,
+    WAIT_UP_TO_DATE,
+    parse_rfc3339,
+    rfc3339,
+)
 from staticfleet.decisions.model import RolloutSpec
+from staticfleet.decisions.reasons import RestartReason
 from staticfleet.decisions.timeouts import EffectiveTimeouts
 
 Phase = Literal["Idle", "Pending", "Rolling", "Paused", "AtRisk", "Stopped", "Complete"]
@@ -47,13 +61,6 @@ STARTABLE_STATES = frozenset({"Stable", "Empty"})
 AT_RISK_FRACTION = 0.8
 MAX_RECHECK_S = 5.0
 
-# Wait reasons.
-WAIT_MEMBER = "WaitingForMember"
-WAIT_GROUP = "GroupNotStable"
-WAIT_AVAILABILITY = "WaitingForAvailability"
-WAIT_PAUSED = "Paused"
-WAIT_STOPPED = "RolloutStopped"
-WAIT_UP_TO_DATE = "UpToDate"
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,9 @@ class ObservedMember:
     pod_phase: str | None = None
     member_id: str | None = None
     assignment: tuple[tuple[str, int], ...] = ()
+    restart_reasons: tuple[RestartReason, ...] = ()
+    """Why its pod must be restarted to run the update revision (`reasons.restart_reasons`,
+    computed once per pass); empty when it runs it. No reasons, no restart."""
 
 
 @dataclass(frozen=True)
@@ -268,9 +278,9 @@ class RolloutPlan:
 # --- decisions -----------------------------------------------------------------------------------
 
 
-def needs_restart(member: ObservedMember, update_revision: str) -> bool:
-    """A live pod (not being deleted) whose revision is not the update revision."""
-    return member.pod_exists and member.stopped_at is None and member.revision != update_revision
+def needs_restart(member: ObservedMember) -> bool:
+    """A live pod (not being deleted) with reasons to restart."""
+    return member.pod_exists and member.stopped_at is None and bool(member.restart_reasons)
 
 
 def is_available(member: ObservedMember, group_state: str) -> bool:
@@ -308,10 +318,10 @@ def is_done(member: ObservedMember | None, update_revision: str, group_state: st
     )
 
 
-def plan_rollout(members: Sequence[ObservedMember], update_revision: str) -> RolloutPlan:
+def plan_rollout(members: Sequence[ObservedMember]) -> RolloutPlan:
     """Members needing a restart: unready ones first (ascending), then ready ones by ordinal
     descending."""
-    needing = [m for m in members if needs_restart(m, update_revision)]
+    needing = [m for m in members if needs_restart(m)]
     unready = sorted(m.ordinal for m in needing if not m.ready)
     ready = sorted((m.ordinal for m in needing if m.ready), reverse=True)
     return RolloutPlan(tuple(unready + ready))
@@ -377,7 +387,7 @@ def next_step(
         return Wait(WAIT_MEMBER, "waiting for " + " and ".join(parts), recheck)
 
     # 2. Nothing in flight: finished, halted, or start the next restart(s).
-    plan = plan_rollout(observed.members, update_revision)
+    plan = plan_rollout(observed.members)
     if not plan.ordinals:
         if same_rollout and phase in ("Complete", "Idle"):
             return Wait(WAIT_UP_TO_DATE, f"every member runs revision {update_revision}")
@@ -421,7 +431,7 @@ def record_step(
     if state.revision != update_revision:
         state = RolloutState(revision=update_revision, phase="Pending")
     state = replace(state, in_flight=_in_flight(state, observed))
-    plan = plan_rollout(observed.members, update_revision).ordinals
+    plan = plan_rollout(observed.members).ordinals
     if isinstance(step, RestartMembers):
         picked = set(step.ordinals)
         return replace(

@@ -15,7 +15,6 @@ from staticfleet.decisions.builders import (
     config_json,
     instance_id,
     member_name,
-    member_revision,
     member_spec_view,
     selector_labels,
     selector_string,
@@ -220,7 +219,7 @@ def test_service_and_pdb() -> None:
     assert pdb["spec"]["selector"] == {"matchLabels": selector_labels(g)}
 
 
-BASE_REVISION = member_revision(group(), TIMEOUTS)
+BASE_REVISION = member_spec_view(group(), TIMEOUTS).revision
 
 CHANGES: list[tuple[str, dict[str, Any], bool]] = [
     ("image", with_path(body(), "spec.template.image", "img:2"), True),
@@ -247,9 +246,9 @@ CHANGES: list[tuple[str, dict[str, Any], bool]] = [
 def test_revision_changes_exactly_for_what_needs_a_restart(
     what: str, changed: dict[str, Any], restarts: bool
 ) -> None:
-    assert (member_revision(group(changed), TIMEOUTS) != BASE_REVISION) is restarts
+    assert (member_spec_view(group(changed), TIMEOUTS).revision != BASE_REVISION) is restarts
 
 
 def test_revision_follows_the_timeouts() -> None:
     raised = EffectiveTimeouts(62000, 3000, 300000, sources=TIMEOUTS.sources)
-    assert member_revision(group(), raised) != BASE_REVISION
+    assert member_spec_view(group(), raised).revision != BASE_REVISION

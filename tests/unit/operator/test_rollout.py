@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from staticfleet.decisions.conditions import TEMPLATE_CHANGED
+from staticfleet.decisions.reasons import RestartReason
 from staticfleet.decisions.rollout import (
     Complete,
     GroupObservation,
@@ -35,6 +37,8 @@ LIMITS = RolloutLimits(session_timeout_ms=45000)
 def member(
     o: int, rev: str = OLD, ready: bool = True, in_group: bool = True, **kw: Any
 ) -> ObservedMember:
+    why = () if rev == NEW else (RestartReason(TEMPLATE_CHANGED, f"runs {rev}, not {NEW}"),)
+    kw.setdefault("restart_reasons", why)
     return ObservedMember(ordinal=o, revision=rev, ready=ready, in_group=in_group, **kw)
 
 
@@ -69,7 +73,7 @@ PLANS = [
 
 @pytest.mark.parametrize(("what", "members", "order"), PLANS, ids=[p[0] for p in PLANS])
 def test_plan_order(what: str, members: list[ObservedMember], order: tuple[int, ...]) -> None:
-    assert plan_rollout(members, NEW).ordinals == order
+    assert plan_rollout(members).ordinals == order
 
 
 CASES: list[tuple[str, RolloutState, GroupObservation, RolloutLimits, Step | type]] = [

@@ -1,4 +1,4 @@
-"""The roller's translation of pods, the broker's view and /status into rollout inputs."""
+"""Pods, the broker's view and /status as the roller's inputs (`decisions.members`)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 
-from staticfleet import roller
-from staticfleet.decisions import builders
+from staticfleet.decisions import builders, members
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import REVISION_ANNOTATION, MemberSpecView
-from staticfleet.observe import GroupMemberView, GroupView
-from tests.unit.operator.support import NOW, body
+from staticfleet.decisions.snapshot import GroupMemberView, GroupView
+from tests.unit.operator.support import body
 
 SPEC = ConsumerGroupSpec.from_body(body())
 VIEW = MemberSpecView(revision="new", parts={}, image="img")
@@ -23,7 +22,7 @@ def pod(ordinal: int, *, revision: str = "old", ready: bool = True, ip: str = "1
         created: str = "2026-01-01T11:59:50Z") -> dict[str, Any]:
     annotations = {REVISION_ANNOTATION: revision}
     if session:
-        annotations[roller.SESSION_ANNOTATION] = session
+        annotations[builders.SESSION_ANNOTATION] = session
     meta: dict[str, Any] = {"name": f"orders-{ordinal}", "uid": f"uid-{ordinal}-{revision}",
                             "labels": {builders.ORDINAL_LABEL: str(ordinal)},
                             "annotations": annotations, "creationTimestamp": created}
@@ -41,9 +40,10 @@ def member(ordinal: int, instance: str | None, parts: int = 2) -> GroupMemberVie
 
 
 def collect(pods: list[dict[str, Any]], group: GroupView,
-            statuses: dict[str, Any] | None = None) -> roller.Observed:
-    return roller.Observed.collect(spec=SPEC, view=VIEW, pods=pods, statuses=statuses or {},
-                                   group=group, now=NOW)
+            statuses: dict[str, Any] | None = None,
+            partitions: int | None = None) -> members.MemberTable:
+    return members.observe_members(spec=SPEC, view=VIEW, pods=pods, statuses=statuses or {},
+                                   group=group, partitions=partitions)
 
 
 def test_static_members_are_found_by_instance_id() -> None:
@@ -63,13 +63,22 @@ def test_dynamic_members_are_found_by_the_member_id_they_report() -> None:
 def test_a_deleting_pod_stopped_when_its_grace_period_began() -> None:
     obs = collect([pod(2, deleting="2026-01-01T12:00:30Z")], GroupView("Stable", "classic"))
     assert obs.members[0].stopped_at == datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-    assert obs.terminating(2) and obs.pod(2) is None and not obs.members[0].ready
+    assert 2 in obs.stopping and 2 not in obs.live and not obs.members[0].ready
+    assert obs.members[0].restart_reasons == (), "a pod being deleted is not restarted again"
 
 
 def test_counts_ignore_ordinals_beyond_replicas() -> None:
     obs = collect([pod(0), pod(1), pod(2), pod(3)], GroupView("Stable", "classic"))
-    assert obs.ready_count() == 3 and obs.live_count() == 3
+    assert obs.ready_count(SPEC.replicas) == 3
     assert obs.ordinals() == [0, 1, 2, 3]
+
+
+def test_restart_reasons_are_computed_once_per_member_and_only_for_outdated_ones() -> None:
+    obs = collect([pod(0, revision="new"), pod(1)], GroupView("Stable", "classic"))
+    by = {m.ordinal: m for m in obs.members}
+    assert by[0].restart_reasons == ()
+    assert [r.code for r in by[1].restart_reasons] == ["TemplateChanged"]
+    assert "orders-1" in by[1].restart_reasons[0].message
 
 
 @pytest.mark.parametrize(("sessions", "expected"), [
@@ -77,9 +86,9 @@ def test_counts_ignore_ordinals_beyond_replicas() -> None:
     (["garbage", "45000"], 45000)])
 def test_running_session_timeout_is_the_shortest_a_member_joined_with(
         sessions: list[str | None], expected: int | None) -> None:
-    obs = collect([pod(i, session=s) for i, s in enumerate(sessions)],
-                  GroupView("Stable", "classic"))
-    assert roller.running_session_timeout_ms(obs) == expected
+    pods = [pod(i, session=s) for i, s in enumerate(sessions)]
+    pods.append(pod(9, session="1000", deleting="2026-01-01T12:00:30Z"))
+    assert members.running_session_timeout_ms(pods) == expected
 
 
 @pytest.mark.parametrize(("status", "expected"), [
@@ -90,47 +99,15 @@ def test_running_session_timeout_is_the_shortest_a_member_joined_with(
 ])
 def test_join_latency_counts_from_pod_creation(status: dict[str, Any] | None,
                                                expected: float | None) -> None:
-    value = roller.join_latency_s(pod(0), status)
+    value = members.join_latency_s(pod(0), status)
     assert value == (pytest.approx(expected) if expected is not None else None)
-
-
-def test_advance_reports_no_rollout_on_first_creation() -> None:
-    from staticfleet.decisions import timeouts
-
-    effective = timeouts.compute_timeouts(
-        protocol="classic", explicit=SPEC.membership.timeouts, measurements=timeouts.Measurements(),
-        bounds=timeouts.BrokerBounds.classic_defaults(), current=None, now=NOW)
-    obs = collect([], GroupView("Dead", "classic"))
-    step = roller.advance(spec=SPEC, view=VIEW, observed=obs, effective=effective,
-                          measurements=timeouts.Measurements(), old_status={},
-                          rebalances_now=0, now=NOW)
-    assert step.rollout["phase"] == "Idle" and step.restart == ()
-
-
-def test_advance_restarts_the_highest_outdated_member_and_says_why() -> None:
-    from staticfleet.decisions import timeouts
-
-    effective = timeouts.compute_timeouts(
-        protocol="classic", explicit=SPEC.membership.timeouts, measurements=timeouts.Measurements(),
-        bounds=timeouts.BrokerBounds.classic_defaults(), current=None, now=NOW)
-    group = GroupView("Stable", "classic", tuple(member(i, f"orders-{i}") for i in range(3)))
-    obs = collect([pod(i) for i in range(3)], group)
-    step = roller.advance(spec=SPEC, view=VIEW, observed=obs, effective=effective,
-                          measurements=timeouts.Measurements(), old_status={},
-                          rebalances_now=4, now=NOW)
-    assert step.restart == (2,)
-    assert step.rollout["phase"] == "Rolling" and step.rollout["rebalancesAtStart"] == 4
-    assert [e[1] for e in step.events] == ["RolloutStarted", "MemberRestarting"]
-    assert [f.ordinal for f in step.state.in_flight] == [2]
-    assert step.observation.rebalances == 4
 
 
 def test_an_idle_member_is_in_the_group_when_there_are_more_members_than_partitions() -> None:
     group = GroupView("Stable", "classic", (member(0, "orders-0", 2), member(1, "orders-1", 0)))
     pods = [pod(0), pod(1)]
     assert not collect(pods, group).members[1].in_group
-    idle = roller.Observed.collect(spec=SPEC, view=VIEW, pods=pods, statuses={}, group=group,
-                                   now=NOW, partitions=2)
+    idle = collect(pods, group, partitions=2)
     assert idle.members[1].in_group, "3 replicas on 2 partitions: one member holds nothing"
 
 

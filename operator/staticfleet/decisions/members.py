@@ -1,0 +1,137 @@
+"""The member pods, the broker's view of the group and the members' `/status`, as the roller
+sees them (pure): one `ObservedMember` per ordinal, with its restart reasons computed once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from staticfleet.decisions import builders, reasons
+from staticfleet.decisions.conditions import parse_rfc3339
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.rollout import ObservedMember
+from staticfleet.decisions.snapshot import GroupView
+
+DEFAULT_GRACE_S = 30
+
+
+def ordinal_of(pod: Mapping[str, Any]) -> int | None:
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(builders.ORDINAL_LABEL)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def stop_requested_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's deletion was requested: its deletionTimestamp is the moment the grace
+    period ends, so the stop began that long before."""
+    meta = pod.get("metadata") or {}
+    deleting = meta.get("deletionTimestamp")
+    if not deleting:
+        return None
+    seconds = meta.get("deletionGracePeriodSeconds")
+    if seconds is None:
+        seconds = (pod.get("spec") or {}).get("terminationGracePeriodSeconds") or DEFAULT_GRACE_S
+    return parse_rfc3339(deleting) - timedelta(seconds=int(seconds))
+
+
+def join_latency_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
+    """Seconds from the pod's creation to its member's first assignment (a lower bound of a
+    restart), from the member's `/status`; None until it has been assigned."""
+    if not status:
+        return None
+    first = (status.get("startupSeconds") or {}).get("firstAssignment")
+    start = status.get("processStart")
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    if first is None or start is None or not created:
+        return None
+    latency = float(start) + float(first) - parse_rfc3339(created).timestamp()
+    return max(0.0, latency)
+
+
+def running_session_timeout_ms(pods: Iterable[Mapping[str, Any]]) -> int | None:
+    """The shortest session timeout a live member joined with (the broker holds it to it)."""
+    values = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        raw = (meta.get("annotations") or {}).get(builders.SESSION_ANNOTATION)
+        if raw and str(raw).isdigit():
+            values.append(int(raw))
+    return min(values) if values else None
+
+
+@dataclass(frozen=True)
+class MemberTable:
+    """The member pods by ordinal (live and being deleted) and the observed members."""
+
+    live: Mapping[int, Mapping[str, Any]]
+    stopping: Mapping[int, Mapping[str, Any]]
+    members: tuple[ObservedMember, ...]
+
+    def ordinals(self) -> list[int]:
+        return sorted(set(self.live) | set(self.stopping))
+
+    def member(self, ordinal: int) -> ObservedMember | None:
+        return next((m for m in self.members if m.ordinal == ordinal), None)
+
+    def ready_count(self, replicas: int) -> int:
+        return sum(1 for o, p in self.live.items() if o < replicas and pod_ready(p))
+
+
+def observe_members(
+    *,
+    spec: ConsumerGroupSpec,
+    view: reasons.MemberSpecView,
+    pods: Iterable[Mapping[str, Any]],
+    statuses: Mapping[str, Mapping[str, Any]],
+    group: GroupView,
+    partitions: int | None = None,
+) -> MemberTable:
+    """`partitions`: the subscribed topics' total; with more members than partitions some
+    members legitimately hold none, so being listed by the broker is enough to be in."""
+    live: dict[int, Mapping[str, Any]] = {}
+    stopping: dict[int, Mapping[str, Any]] = {}
+    for pod in pods:
+        ordinal = ordinal_of(pod)
+        if ordinal is None:
+            continue
+        target = stopping if pod["metadata"].get("deletionTimestamp") else live
+        target[ordinal] = pod
+    idle_possible = partitions is not None and spec.replicas > partitions
+    by_instance = group.by_instance()
+    by_member_id = group.by_member_id()
+    members = []
+    for ordinal in sorted(set(live) | set(stopping)):
+        pod = live.get(ordinal) or stopping[ordinal]
+        meta = pod["metadata"]
+        st = statuses.get(meta["uid"]) or {}
+        gm = by_instance.get(builders.instance_id(spec, ordinal))
+        if gm is None and st.get("memberId"):
+            gm = by_member_id.get(str(st["memberId"]))  # dynamic membership (tests)
+        # The broker keeps an absent static member's registration (and partitions) until its
+        # session times out, so being listed proves nothing about *this* pod: its own process
+        # must be that member (same member id), or, when it does not answer, be Ready (its
+        # /readyz holds only while it holds its assignment).
+        this_process = gm is not None and (
+            st.get("memberId") == gm.member_id if st.get("memberId") else pod_ready(pod))
+        is_live = ordinal in live
+        members.append(ObservedMember(
+            ordinal=ordinal, pod_exists=True, revision=reasons.pod_revision(pod),
+            ready=pod_ready(pod) and is_live, stopped_at=stop_requested_at(pod),
+            in_group=bool(gm and (gm.partitions or idle_possible)) and this_process and is_live,
+            pod_name=meta["name"], pod_phase=(pod.get("status") or {}).get("phase"),
+            member_id=gm.member_id if gm else None,
+            assignment=gm.partitions if gm else (),
+            restart_reasons=tuple(reasons.restart_reasons(view, pod)) if is_live else ()))
+    return MemberTable(live=live, stopping=stopping, members=tuple(members))

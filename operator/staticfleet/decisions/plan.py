@@ -1,0 +1,408 @@
+"""`decide(snapshot) -> Plan`: everything one reconcile pass will do, decided in one place (pure).
+
+A pass is gather -> decide -> execute. The service gathers a `Snapshot`; `decide` returns the
+`Plan`: group configs to set on the broker, children to apply, member pods to create and to
+delete (each with why), Events, the new status and the metric values. The service carries the
+plan out and decides nothing.
+
+A member restart lives here from reason to replacement: `members.observe_members` computes each
+member's restart reasons once; the roller (`rollout.next_step`) picks whom to restart now, and
+only members with reasons; `_restarts` turns that into pod deletions carrying those reasons;
+once the old pod is gone the member is missing, and `_creates` makes its replacement (same
+ordinal, same `group.instance.id`, the update revision), saying that it is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from staticfleet.decisions import builders, scaling, timeouts
+from staticfleet.decisions import conditions as c
+from staticfleet.decisions import rollout as ro
+from staticfleet.decisions import status as st
+from staticfleet.decisions.members import (
+    MemberTable,
+    join_latency_s,
+    observe_members,
+    running_session_timeout_ms,
+)
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.reasons import MemberSpecView, RestartReason
+from staticfleet.decisions.rebalances import RebalanceCount, count_rebalances
+from staticfleet.decisions.snapshot import GroupView, Problem, Snapshot
+
+MAX_BACKOFF_S = 60.0
+TIMEOUT_METRIC_NAMES = {timeouts.SESSION: "session", timeouts.HEARTBEAT: "heartbeat",
+                        timeouts.MAX_POLL: "max_poll"}
+PHASES_IN_PROGRESS = ("Rolling", "AtRisk")
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str  # a `conditions` constant
+    message: str
+
+
+@dataclass(frozen=True)
+class PodCreate:
+    ordinal: int
+    pod: Mapping[str, Any]
+    why: str
+
+
+@dataclass(frozen=True)
+class PodDelete:
+    ordinal: int
+    name: str
+    uid: str
+    why: str
+    reasons: tuple[RestartReason, ...] = ()
+    """For a restart: what of the member's revision changed."""
+
+
+@dataclass(frozen=True)
+class MetricValues:
+    """What the pass exports (`metrics.py` names them); None: leave the gauge as it is."""
+
+    members_desired: int | None = None
+    members_ready: int | None = None
+    partitions: int | None = None
+    idle_members: int | None = None
+    timeouts_s: Mapping[str, float] = field(default_factory=dict)
+    rollout_in_progress: bool | None = None
+    rollout_at_risk: bool | None = None
+    rebalances: int = 0
+    """Rebalances seen since the previous pass."""
+    timeout_changes: tuple[str, ...] = ()
+    absences_s: tuple[float, ...] = ()
+    rollout_finished: tuple[float, str] | None = None
+    """(seconds, phase) of a rollout that ended this pass."""
+    error: str | None = None
+    """The Degraded reason of a pass that could not finish."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    status: Mapping[str, Any]
+    group_configs: Mapping[str, str] = field(default_factory=dict)
+    """Broker-side group configs to set (KIP-848 groups) before anything else."""
+    children: tuple[Mapping[str, Any], ...] = ()
+    create: tuple[PodCreate, ...] = ()
+    delete: tuple[PodDelete, ...] = ()
+    events: tuple[Event, ...] = ()
+    metrics: MetricValues = field(default_factory=MetricValues)
+    requeue_after_s: float | None = None
+    """When to look again (None: on the next change or the periodic resync)."""
+
+
+# --- the decision ---------------------------------------------------------------------------
+
+
+def decide(snap: Snapshot) -> Plan:
+    """Everything this pass will do, from what it saw."""
+    if snap.problem is not None:
+        return degraded(snap, snap.problem)
+    spec, group = snap.spec, snap.group
+    if spec is None or group is None or snap.partitions is None:
+        return degraded(snap, Problem(c.API_ERROR, "the pass gathered an incomplete snapshot"))
+    previous = snap.previous
+    measurements = _measurements(snap)
+    before = timeouts.EffectiveTimeouts.from_status(previous.get("timeouts"))
+    try:
+        effective = timeouts.compute_timeouts(
+            protocol=spec.membership.protocol, explicit=spec.membership.timeouts,
+            measurements=measurements,
+            bounds=timeouts.BrokerBounds.from_broker_config(
+                spec.membership.protocol, snap.broker_config or {}),
+            current=before, now=snap.now,
+            margin_percent=spec.membership.auto_tuning.restart_margin_percent,
+            auto_tuning=spec.membership.auto_tuning.enabled)
+    except timeouts.TimeoutRuleError as exc:
+        return degraded(snap, Problem(c.INVALID_TIMEOUTS, str(exc)))
+
+    events: list[Event] = []
+    changed = effective.changed_fields(before)
+    if changed and before is not None:
+        detail = ", ".join(f"{f} {before.value(f)} -> {effective.value(f)} ms" for f in changed)
+        events.append(Event("Normal", c.TIMEOUTS_CHANGED,
+                            f"{detail}: {'; '.join(effective.reasons)}"))
+    configs = (effective.group_configs(spec.membership.protocol)
+               if changed or before is None else {})
+
+    view = builders.member_spec_view(spec, effective)
+    total = sum(snap.partitions.values())
+    table = observe_members(spec=spec, view=view, pods=snap.pods, statuses=snap.statuses,
+                            group=group, partitions=total)
+    rebalances = count_rebalances(previous, group.state, snap.pods, snap.statuses)
+    events += _rebalance_events(previous, rebalances, group)
+
+    roll = _roll(snap, spec, view, effective, table, group.state, rebalances.total)
+    creates = _creates(snap, spec, view, effective, table, roll.state)
+    deletes = _scale_down(spec, table) + roll.deletes
+    if any(p.why == WHY_NEW for p in creates) and previous.get("replicas") is not None:
+        events.append(Event("Normal", c.SCALED_UP, "created members "
+                            f"{[p.ordinal for p in creates if p.why == WHY_NEW]}"))
+    removed = [d.ordinal for d in deletes if d.why == WHY_SCALE_DOWN]
+    if removed:
+        events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
+    events += roll.events
+
+    status = _status(snap, spec, effective, measurements, total, roll, rebalances)
+    idle_before = c.get_condition(previous.get("conditions") or [], c.IDLE_MEMBERS)
+    idle = c.get_condition(status["conditions"], c.IDLE_MEMBERS)
+    if idle and idle["status"] == "True" and (not idle_before or idle_before["status"] != "True"):
+        events.append(Event("Warning", c.MORE_MEMBERS_THAN_PARTITIONS, str(idle["message"])))
+
+    at_risk = c.get_condition(status["conditions"], c.ROLLOUT_AT_RISK)
+    metric_values = MetricValues(
+        members_desired=spec.replicas, members_ready=table.ready_count(spec.replicas),
+        partitions=total, idle_members=scaling.idle_members(spec.replicas, total) if total else 0,
+        timeouts_s={TIMEOUT_METRIC_NAMES[f]: effective.value(f) / 1000
+                    for f in TIMEOUT_METRIC_NAMES},
+        rollout_in_progress=roll.state.phase in PHASES_IN_PROGRESS,
+        rollout_at_risk=bool(at_risk and at_risk["status"] == "True"),
+        rebalances=rebalances.increase,
+        timeout_changes=tuple(TIMEOUT_METRIC_NAMES[f] for f in changed),
+        absences_s=roll.absences, rollout_finished=roll.finished)
+    return Plan(
+        status=_stamped(status, previous, snap), group_configs=configs,
+        children=(builders.build_config_map(spec, effective),
+                  builders.build_headless_service(spec), builders.build_pdb(spec)),
+        create=creates, delete=deletes, events=tuple(events), metrics=metric_values,
+        requeue_after_s=roll.requeue_after_s)
+
+
+def degraded(snap: Snapshot, problem: Problem) -> Plan:
+    """A pass that could not finish: keep what was observed before, mark Degraded with the
+    problem, count the failure, retry with a backoff that doubles while it persists."""
+    previous = snap.previous
+    status: dict[str, Any] = dict(previous)
+    conds = list(status.get("conditions") or [])
+    before = c.get_condition(conds, c.DEGRADED)
+    status["conditions"] = c.set_condition(conds, c.DEGRADED, "True", problem.reason,
+                                           problem.message, snap.now, snap.generation)
+    status["observedGeneration"] = snap.generation
+    failures = int(status.get("consecutiveFailures") or 0)
+    status["consecutiveFailures"] = failures + 1
+    status["lastReconciled"] = c.rfc3339(snap.now)
+    changed = (not before or before.get("status") != "True"
+               or before.get("reason") != problem.reason
+               or before.get("message") != problem.message)
+    events = (Event("Warning", problem.reason, problem.message),) if changed else ()
+    retry = problem.retry_after_s
+    if retry is None and problem.reason in (c.KAFKA_UNREACHABLE, c.API_ERROR):
+        retry = float(min(MAX_BACKOFF_S, 2 ** min(failures + 1, 6)))
+    return Plan(status=status, events=events, metrics=MetricValues(error=problem.reason),
+                requeue_after_s=retry)
+
+
+# --- measurements ---------------------------------------------------------------------------
+
+
+def _measurements(snap: Snapshot) -> timeouts.Measurements:
+    """Restart samples measured in rollouts, plus each member's own join latency."""
+    recorded = st.measurements_from_status(snap.previous.get("measurements"))
+    joins = [join_latency_s(p, snap.statuses.get(p["metadata"]["uid"])) for p in snap.pods]
+    batch = [float(s.get("batchSecondsMax") or 0) for s in snap.statuses.values()]
+    p99 = [float(s["batchSecondsP99"]) for s in snap.statuses.values()
+           if s.get("batchSecondsP99") is not None]
+    return timeouts.Measurements(
+        restart_seconds=(*recorded.restart_seconds, *(j for j in joins if j is not None)),
+        batch_seconds_max=max(batch) if batch else None,
+        batch_seconds_p99=max(p99) if p99 else None)
+
+
+def _rebalance_events(previous: Mapping[str, Any], count: RebalanceCount,
+                      group: GroupView) -> list[Event]:
+    if not count.increase:
+        return []
+    ready = c.get_condition(previous.get("conditions") or [], c.READY)
+    if ready and ready.get("status") == "True":
+        return [Event("Warning", c.UNEXPECTED_REBALANCE,
+                      f"the group rebalanced ({count.increase}) while it was Ready; "
+                      f"state {group.state}")]
+    return [Event("Normal", c.REBALANCED,
+                  f"the group rebalanced ({count.increase}) while forming; state {group.state}")]
+
+
+# --- members: create, scale down, restart ---------------------------------------------------
+
+WHY_NEW = "new member"
+WHY_MISSING = "its pod is missing (deleted outside a rollout, or lost with its node)"
+WHY_REPLACEMENT = "replacement of the restarted member"
+WHY_SCALE_DOWN = "scale down"
+WHY_RESTART = "restart"
+
+
+def _creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
+             effective: timeouts.EffectiveTimeouts, table: MemberTable,
+             state: ro.RolloutState) -> tuple[PodCreate, ...]:
+    """Each desired member without a pod (none of its pods is still terminating)."""
+    restarting = {f.ordinal for f in state.in_flight}
+    before = snap.previous.get("replicas")
+    out = []
+    for ordinal in scaling.ordinals_to_create(table.ordinals(), spec.replicas):
+        if ordinal in restarting:
+            why = f"{WHY_REPLACEMENT} (revision {view.revision})"
+        elif before is None or ordinal >= int(before):
+            why = WHY_NEW
+        else:
+            why = WHY_MISSING
+        pod = builders.build_member_pod(spec, ordinal, view, effective.session_timeout_ms)
+        out.append(PodCreate(ordinal, pod, why))
+    return tuple(out)
+
+
+def _scale_down(spec: ConsumerGroupSpec, table: MemberTable) -> tuple[PodDelete, ...]:
+    """Live members beyond `replicas`, highest ordinal first."""
+    return tuple(
+        PodDelete(o, table.live[o]["metadata"]["name"], table.live[o]["metadata"]["uid"],
+                  WHY_SCALE_DOWN)
+        for o in scaling.ordinals_to_delete(table.live, spec.replicas))
+
+
+@dataclass(frozen=True)
+class _Roll:
+    state: ro.RolloutState
+    observation: ro.GroupObservation
+    deletes: tuple[PodDelete, ...] = ()
+    events: tuple[Event, ...] = ()
+    absences: tuple[float, ...] = ()
+    finished: tuple[float, str] | None = None
+    requeue_after_s: float | None = None
+
+
+def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
+          effective: timeouts.EffectiveTimeouts, table: MemberTable, group_state: str,
+          rebalances: int) -> _Roll:
+    """One rollout step: the roller decides, this says what it means."""
+    now = snap.now
+    state = ro.RolloutState.from_status(snap.previous.get("rollout"))
+    limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout,
+                                            running_session_timeout_ms(snap.pods))
+    obs = ro.GroupObservation(
+        members=tuple(m for m in table.members if m.ordinal < spec.replicas),
+        group_state=group_state, rebalances=rebalances)
+    decided = ro.next_step(state, obs, view.revision, limits, now)
+    after = ro.record_step(state, decided, obs, view.revision, now)
+    if isinstance(decided, ro.Complete) and not state.started_at and not after.started_at:
+        # Nothing was ever restarted for this revision (first creation, scale-up): no rollout.
+        after = ro.RolloutState(revision=view.revision, phase="Idle",
+                                reason=f"every member runs revision {view.revision}")
+    roll = _Roll(state=after, observation=obs)
+
+    if isinstance(decided, ro.RestartMembers):
+        events = []
+        if not state.started_at or state.revision != view.revision:
+            events.append(Event("Normal", c.ROLLOUT_STARTED,
+                                f"rolling to revision {view.revision}: "
+                                f"{len(after.pending) + len(decided.ordinals)} member(s), "
+                                f"at most {limits.max_unavailable} at a time"))
+        deletes = []
+        for ordinal in decided.ordinals:
+            member = table.member(ordinal)
+            pod = table.live[ordinal]
+            why = member.restart_reasons if member else ()
+            codes = ",".join(sorted({r.code for r in why}))
+            events.append(Event("Normal", c.MEMBER_RESTARTING,
+                                f"restarting member {ordinal} ({codes}): "
+                                f"{'; '.join(r.message for r in why)}"))
+            deletes.append(PodDelete(ordinal, pod["metadata"]["name"], pod["metadata"]["uid"],
+                                     WHY_RESTART, why))
+        return replace(roll, deletes=tuple(deletes), events=tuple(events), requeue_after_s=1.0)
+    if isinstance(decided, ro.MemberRejoined):
+        return replace(roll, requeue_after_s=0.5, events=(Event(
+            "Normal", c.MEMBER_BACK,
+            f"member {decided.ordinal} back in the group with its partitions after "
+            f"{decided.absence_s:.1f} s (session timeout {limits.session_timeout_ms} ms)"),))
+    if isinstance(decided, ro.MarkMemberDone):
+        return replace(roll, requeue_after_s=0.5, absences=(decided.absence_s,), events=(Event(
+            "Normal", c.MEMBER_READY, f"member {decided.ordinal} ready to process again"),))
+    if isinstance(decided, ro.StopAtRisk):
+        reason = c.SESSION_TIMEOUT_EXCEEDED if decided.expired else c.RESTART_RUNNING_LATE
+        return replace(roll, requeue_after_s=1.0,
+                       absences=(decided.absence_s,) if decided.expired else (),
+                       events=(Event("Warning", reason, decided.message),))
+    if isinstance(decided, ro.Complete) and after.phase == "Complete":
+        started = after.started_at or now
+        return replace(roll, finished=((now - started).total_seconds(), after.phase), events=(
+            Event("Normal", c.ROLLOUT_COMPLETE,
+                  f"revision {view.revision} rolled out: members "
+                  f"{list(after.members_restarted)} restarted, longest absence "
+                  f"{after.longest_absence_ms} ms, rebalances during the rollout "
+                  f"{after.to_status(rebalances).get('rebalancesDuringRollout', 0)}"),))
+    if isinstance(decided, ro.RefuseToStart):
+        if state.reason != decided.message:
+            return replace(roll, events=(Event("Warning", c.RESTART_UNSAFE, decided.message),))
+        return roll
+    if isinstance(decided, ro.Wait) and decided.recheck_after_s is not None:
+        return replace(roll, requeue_after_s=decided.recheck_after_s)
+    return roll
+
+
+# --- status ---------------------------------------------------------------------------------
+
+
+def _status(snap: Snapshot, spec: ConsumerGroupSpec, effective: timeouts.EffectiveTimeouts,
+            measurements: timeouts.Measurements, total: int, roll: _Roll,
+            rebalances: RebalanceCount) -> dict[str, Any]:
+    previous = snap.previous
+    conds = st.derive_conditions(
+        previous.get("conditions") or [], group=spec, observed=roll.observation,
+        rollout=roll.state, timeouts=effective, partitions=total, now=snap.now)
+    recorded: dict[str, Any] = dict(previous.get("measurements") or {})
+    for absence in roll.absences:
+        recorded = st.record_restart(recorded, absence)
+    if measurements.restart_seconds:
+        recorded["firstAssignmentSecondsMax"] = round(max(measurements.restart_seconds), 3)
+    if measurements.batch_seconds_max is not None:
+        recorded["batchSecondsMax"] = measurements.batch_seconds_max
+    status = st.build_status(
+        group=spec, observed=roll.observation, rollout=roll.state,
+        update_revision=roll.state.revision or "",
+        current_revision=previous.get("currentRevision"), timeouts=effective, partitions=total,
+        measurements=recorded, conditions=conds)
+    status.update({"groupId": spec.kafka.group_id,
+                   "memberRebalanceCounters": dict(rebalances.counters),
+                   "consecutiveFailures": 0})
+    return status
+
+
+def _stamped(status: dict[str, Any], previous: Mapping[str, Any],
+             snap: Snapshot) -> dict[str, Any]:
+    """The status as the API server will store it (no nulls), with `lastReconciled` moved
+    only when something else changed, so a pass that changes nothing writes nothing."""
+    pruned = without_nulls(status)
+    unchanged = _without(pruned, "lastReconciled") == _without(previous, "lastReconciled")
+    stamp = previous.get("lastReconciled") if unchanged else None
+    return {**pruned, "lastReconciled": stamp or c.rfc3339(snap.now)}
+
+
+def _without(obj: Mapping[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k != key}
+
+
+def without_nulls(value: Any) -> Any:
+    """`value` with every null member of an object left out (a null in a merge patch deletes,
+    so the stored status never holds one)."""
+    if isinstance(value, Mapping):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [without_nulls(v) for v in value]
+    return value
+
+
+def summarize(plan: Plan) -> Sequence[str]:
+    """One line per action of the plan, with its reasons (the operator's INFO log)."""
+    lines = [f"set group configs {dict(plan.group_configs)}"] if plan.group_configs else []
+    for d in plan.delete:
+        why = "; ".join(f"{r.code}: {r.message}" for r in d.reasons)
+        lines.append(f"delete pod {d.name} (member {d.ordinal}): {d.why}"
+                     + (f": {why}" if why else ""))
+    for p in plan.create:
+        lines.append(f"create pod {p.pod['metadata']['name']} (member {p.ordinal}): {p.why}")
+    lines += [f"event {e.type} {e.reason}: {e.message}" for e in plan.events]
+    return lines

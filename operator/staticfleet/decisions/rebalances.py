@@ -1,0 +1,50 @@
+"""Counting the group's rebalances from what one pass sees (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+REBALANCING_STATES = frozenset(
+    {"PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"})
+
+
+@dataclass(frozen=True)
+class RebalanceCount:
+    increase: int
+    """Rebalances since the previous pass."""
+    total: int
+    """`status.rebalances` after this pass."""
+    counters: Mapping[str, int]
+    """`status.memberRebalanceCounters`: each member pod's last reported counter, by uid."""
+
+
+def count_rebalances(
+    previous: Mapping[str, Any],
+    group_state: str,
+    pods: Iterable[Mapping[str, Any]],
+    statuses: Mapping[str, Mapping[str, Any]],
+) -> RebalanceCount:
+    """The members' own counters (a static member's rejoin is not a rebalance) give the
+    increase: the largest increase of one member, since every member sees the same rebalance.
+    A group seen leaving Stable while no counter moved counts one."""
+    seen: Mapping[str, int] = previous.get("memberRebalanceCounters") or {}
+    deltas = []
+    counters: dict[str, int] = {}
+    for pod in pods:
+        uid = pod["metadata"]["uid"]
+        st = statuses.get(uid)
+        if st is None:
+            if uid in seen:
+                counters[uid] = int(seen[uid])
+            continue
+        value = int(st.get("rebalances") or 0)
+        counters[uid] = value
+        deltas.append(max(0, value - int(seen[uid])) if uid in seen else value)
+    increase = max(deltas, default=0)
+    if increase == 0 and previous.get("groupState") == "Stable" and (
+            group_state in REBALANCING_STATES):
+        increase = 1
+    total = int(previous.get("rebalances") or 0) + increase
+    return RebalanceCount(increase=increase, total=total, counters=counters)

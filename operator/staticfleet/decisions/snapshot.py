@@ -1,0 +1,90 @@
+"""What one reconcile pass saw: the immutable input of `plan.decide`.
+
+The service gathers a `Snapshot` (Kubernetes through the watch-backed pod index and the
+ConsumerGroup body, Kafka through `observe`, the members through their `/status`); everything
+the pass then does is decided from it and nothing else. A gather that could not finish (the
+spec is invalid, Kafka does not answer, a Secret is missing) still yields a snapshot: its
+`problem` says what stopped it, and `decide` turns that into a Degraded status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from staticfleet.decisions.model import ConsumerGroupSpec
+
+
+@dataclass(frozen=True)
+class GroupMemberView:
+    """One member of the group as the broker describes it."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    host: str
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """The group as the broker describes it right now."""
+
+    state: str
+    protocol: str
+    members: tuple[GroupMemberView, ...] = ()
+
+    def by_instance(self) -> dict[str, GroupMemberView]:
+        return {m.instance_id: m for m in self.members if m.instance_id}
+
+    def by_member_id(self) -> dict[str, GroupMemberView]:
+        return {m.member_id: m for m in self.members}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why gathering stopped: a Degraded reason (a `conditions` constant) and a message that
+    says what to do; `retry_after_s` when looking again soon can help."""
+
+    reason: str
+    message: str
+    retry_after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One pass's view of a ConsumerGroup and everything it owns or talks to."""
+
+    body: Mapping[str, Any]
+    """The ConsumerGroup (metadata, spec and the status as the operator last wrote it)."""
+    now: datetime
+    spec: ConsumerGroupSpec | None = None
+    problem: Problem | None = None
+    pods: tuple[Mapping[str, Any], ...] = ()
+    """Every member pod of the group, terminating ones included."""
+    statuses: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Each answering member's `/status`, by pod uid."""
+    group: GroupView | None = None
+    partitions: Mapping[str, int] | None = None
+    """Partition count of each subscribed topic."""
+    broker_config: Mapping[str, int] | None = None
+    """The broker's group-coordinator bounds (`observe.BOUNDS_KEYS`) as it reports them."""
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    @property
+    def generation(self) -> int:
+        return int(self.body["metadata"].get("generation") or 0)
+
+    @property
+    def previous(self) -> Mapping[str, Any]:
+        """The status the previous pass wrote."""
+        return self.body.get("status") or {}
