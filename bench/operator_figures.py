@@ -1,33 +1,42 @@
-"""Operator figures: reconcile latency, memory at rest, and catching up after a restart.
+"""Operator figures at scale: N ConsumerGroups, the operator restarted, and the cost at rest.
 
 Brings up its own environment (Kafka, kube-apiserver/etcd/kube-controller-manager, the local
 node), installs the CRD and runs the operator as a real process (`staticfleet operator run`,
-default settings), then measures:
+default settings). With `--baseline REV` it runs the same measurements on the operator of an
+earlier commit (a git worktree of REV) first, in the same environment and the same run, and
+prints both columns and their ratio.
 
-1. reconcile latency: from the start of `kubectl apply` of a ConsumerGroup of 3 members to all 3
-   member pods existing in the API (median and p90 of --runs, distinct names, each deleted before
-   the next);
-2. the operator's RSS at rest (VmRSS from /proc/<pid>/status) after those runs;
-3. catching up after a restart: --groups ConsumerGroups of 3 members exist with all their pods;
-   the operator is stopped (SIGTERM) and started again; the figure is the time from the restart
-   moment until every ConsumerGroup's status.lastReconciled is at or after that moment.
+For each variant:
+1. apply -> pods: from `kubectl apply` of a ConsumerGroup of 3 members to all 3 member pods
+   existing (median and p90 of --runs, distinct names, each deleted before the next);
+2. at rest with --groups groups of 3 members, over --window seconds: the API requests the
+   operator makes per group per minute, from the API server's own `apiserver_request_total`
+   (the increase while the operator runs minus the increase over a window with no operator, so
+   the local node's and the controller manager's requests are not counted), the operator's CPU
+   share (utime+stime from /proc) and its RSS;
+3. catching up: the operator is stopped and started again; the figure is the time from the
+   restart until every group was reconciled by the new process (its
+   `staticfleet_reconcile_last_timestamp_seconds` at or after the restart; an operator without
+   that metric is judged by `status.lastReconciled`, which it wrote on every pass).
 
 Members are placeholders, not the member runtime: a ~10-line Python HTTP responder answering the
 probes (200 on /healthz and /readyz, 404 elsewhere), so no Kafka consumer or Spark runs and the
-figures isolate the operator. (A bare `sleep` would fail the liveness probe and be restarted by
-the local node every minute, adding pod churn that is not the operator's doing.)
+figures isolate the operator.
 
-Run: python bench/operator_figures.py [--runs 10] [--groups 100]
+Run: python bench/operator_figures.py [--groups 500] [--runs 10] [--baseline d67b5a7]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -101,33 +110,147 @@ def rss_kib(pid: int) -> int:
     raise SystemExit(f"no VmRSS for pid {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
+def api_requests(kubeconfig: Path) -> float:
+    """The API server's own count of requests it served (apiserver_request_total, summed)."""
+    text = kubectl(kubeconfig, "get", "--raw", "/metrics", timeout=60).stdout
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def requests_per_minute(kubeconfig: Path, window: float) -> float:
+    before = api_requests(kubeconfig)
+    time.sleep(window)
+    return (api_requests(kubeconfig) - before - 1) * 60 / window  # -1: the first scrape
+
+
+@dataclass
+class Variant:
+    """An operator to measure: this checkout, or a worktree of an earlier commit."""
+
+    label: str
+    source: Path | None = None
+
+    def process(self, kubeconfig: Path, log: Path) -> OperatorProcess:
+        env = None
+        if self.source is not None:  # the earlier commit's package wins over the venv's
+            env = {"PYTHONPATH": f"{self.source / 'operator'}:{self.source}"}
+        return OperatorProcess(kubeconfig=kubeconfig, log=log, extra_env=env)
+
+
+def reconciled_since(op: OperatorProcess, custom: client.CustomObjectsApi, groups: int,
+                     since: float) -> bool:
+    """Every group had a pass of this operator process finish at or after `since` (Unix)."""
+    stamps = [line for line in op.metrics().splitlines()
+              if line.startswith("staticfleet_reconcile_last_timestamp_seconds{")
+              and 'group="cg-' in line]
+    if stamps or _has_metric(op):
+        return sum(1 for line in stamps if float(line.rsplit(" ", 1)[1]) >= since) == groups
+    objs = custom.list_namespaced_custom_object(
+        "staticfleet.io", "v1alpha1", NAMESPACE, "consumergroups")["items"]
+    second = datetime.fromtimestamp(math.floor(since), UTC)
+    return sum(1 for o in objs if o["metadata"]["name"].startswith("cg-")
+               and (o.get("status") or {}).get("lastReconciled")
+               and parse_rfc3339(o["status"]["lastReconciled"]) >= second) == groups
+
+
+def _has_metric(op: OperatorProcess) -> bool:
+    return "staticfleet_reconcile_last_timestamp_seconds" in op.metrics()
+
+
+def measure(variant: Variant, env: Any, core: client.CoreV1Api,
+            custom: client.CustomObjectsApi, topic: str, args: argparse.Namespace,
+            idle_rpm: float, logdir: Path) -> dict[str, float]:
+    """The figures of one operator; the --groups groups exist already."""
+    out: dict[str, float] = {}
+    op = variant.process(env.kubeconfig, logdir / f"operator-{variant.label}.log")
+    try:
+        # Catching up with the groups another process (or nobody) reconciled before.
+        t0 = time.time()
+        op.start()
+        wait("every group reconciled", lambda: reconciled_since(op, custom, args.groups, t0),
+             timeout=1800, interval=0.5)
+        out["first start -> all groups reconciled (s)"] = time.time() - t0
+
+        latencies = []
+        for i in range(args.runs):
+            name = f"lat-{variant.label}-{i}"
+            doc = to_yaml(consumer_group(name, env.bootstrap, topic))
+            t1 = time.monotonic()
+            kubectl(env.kubeconfig, "apply", "-f", "-", input=doc)
+            t2 = wait(f"3 pods of {name}", lambda n=name: pods_by_group(core).get(n) == MEMBERS,
+                      timeout=120)
+            latencies.append(t2 - t1)
+            kubectl(env.kubeconfig, "-n", NAMESPACE, "delete", "consumergroup", name,
+                    "--wait=false")
+            wait(f"pods of {name} gone", lambda n=name: n not in pods_by_group(core),
+                 timeout=120, interval=0.2)
+        out[f"apply -> 3 pods, median of {args.runs} (s)"] = statistics.median(latencies)
+        out[f"apply -> 3 pods, p90 of {args.runs} (s)"] = percentile(latencies, 90)
+
+        time.sleep(args.settle)
+        assert op.proc is not None
+        cpu0, t3 = cpu_seconds(op.proc.pid), time.monotonic()
+        rpm = requests_per_minute(env.kubeconfig, args.window)
+        cpu = (cpu_seconds(op.proc.pid) - cpu0) / (time.monotonic() - t3)
+        out["at rest: API requests per group per minute"] = max(0.0, rpm - idle_rpm) / args.groups
+        out["at rest: operator CPU (% of one core)"] = 100 * cpu
+        out["at rest: operator RSS (MiB)"] = rss_kib(op.proc.pid) / 1024
+
+        op.stop()
+        t4 = time.time()
+        op.proc = None
+        op.start()
+        wait("every group reconciled after the restart",
+             lambda: reconciled_since(op, custom, args.groups, t4), timeout=1800, interval=0.5)
+        out["restart -> all groups reconciled (s)"] = time.time() - t4
+        out["member pods after the restart"] = sum(pods_by_group(core).values())
+    finally:
+        op.stop()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--groups", type=int, default=100)
+    ap.add_argument("--groups", type=int, default=500)
+    ap.add_argument("--window", type=float, default=60.0,
+                    help="seconds of each at-rest window")
+    ap.add_argument("--settle", type=float, default=30.0,
+                    help="seconds to wait before measuring at rest")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="also measure the operator of this earlier commit, side by side")
     ap.add_argument("--name", default="figures", help="name of the local environment")
     args = ap.parse_args()
+
+    variants = [Variant("new")]
+    worktree: Path | None = None
+    if args.baseline:
+        worktree = Path(tempfile.mkdtemp(prefix="staticfleet-baseline-")) / "tree"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree),
+                        args.baseline], check=True, capture_output=True)
+        variants.insert(0, Variant(f"baseline {args.baseline}", worktree))
 
     print(f"bringing up environment {args.name!r} (Kafka, control plane, local node) ...",
           flush=True)
     env = environment.up(args.name, kafka_settings=KafkaSettings.for_tests(), with_node=True)
-    op: OperatorProcess | None = None
-    rows: list[tuple[str, str]] = []
+    results: dict[str, dict[str, float]] = {}
     try:
-        for attempt in range(3):  # `kubectl wait` may race the CRD's first status
-            try:
-                install_crds(env.kubeconfig)
-                break
-            except AssertionError:
-                if attempt == 2:
-                    raise
-                time.sleep(1)
+        install_crds(env.kubeconfig)
         create_namespace(env.kubeconfig, NAMESPACE)
         topic = "figures"
         admin = AdminClient({"bootstrap.servers": env.bootstrap})
@@ -137,105 +260,50 @@ def main() -> int:
         api = config.new_client_from_config(config_file=str(env.kubeconfig))
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
+        logdir = Path(tempfile.mkdtemp(prefix="staticfleet-figures-"))
+        print(f"operator logs: {logdir}", flush=True)
 
-        # Outside the environment's directory, which `down` removes.
-        log = Path(tempfile.mkdtemp(prefix="staticfleet-figures-")) / "operator.log"
-        print(f"operator log: {log}", flush=True)
-        op = OperatorProcess(kubeconfig=env.kubeconfig, log=log)
-        op.start()
-        assert op.proc is not None
-        time.sleep(3)
-
-        # 1. Reconcile latency, apply -> 3 pods exist.
-        latencies = []
-        for i in range(args.runs):
-            name = f"lat-{i}"
-            doc = to_yaml(consumer_group(name, env.bootstrap, topic))
-            t0 = time.monotonic()
-            kubectl(env.kubeconfig, "apply", "-f", "-", input=doc)
-            t1 = wait(f"3 pods of {name}", lambda n=name: pods_by_group(core).get(n) == MEMBERS,
-                      timeout=60)
-            latencies.append(t1 - t0)
-            print(f"  run {i + 1}: {t1 - t0:.3f} s", flush=True)
-            kubectl(env.kubeconfig, "-n", NAMESPACE, "delete", "consumergroup", name,
-                    "--wait=false")
-            wait(f"pods of {name} gone", lambda n=name: n not in pods_by_group(core), timeout=60,
-                 interval=0.2)
-        time.sleep(10)  # at rest: no group left, nothing due
-        rss_rest = rss_kib(op.proc.pid)
-
-        # 3. Catch up after a restart with N groups of 3 placeholder members.
+        # The groups, created by the first variant's operator.
+        op = variants[0].process(env.kubeconfig, logdir / "operator-create.log").start()
         docs = "\n---\n".join(to_yaml(consumer_group(f"cg-{i:03d}", env.bootstrap, topic))
                               for i in range(args.groups))
         t0 = time.monotonic()
-        kubectl(env.kubeconfig, "apply", "-f", "-", input=docs, timeout=300)
+        kubectl(env.kubeconfig, "apply", "-f", "-", input=docs, timeout=600)
         total = args.groups * MEMBERS
-        t1 = wait(f"{total} member pods", lambda: sum(pods_by_group(core).values()) == total,
-                  timeout=900, interval=0.5)
-        cold = t1 - t0
-        print(f"  {args.groups} groups applied, {total} pods exist after {cold:.1f} s", flush=True)
-        time.sleep(20)  # let the pods start and settle
-        rss_loaded = rss_kib(op.proc.pid)
-
-        stop_t0 = time.monotonic()
+        wait(f"{total} member pods", lambda: sum(pods_by_group(core).values()) == total,
+             timeout=3600, interval=1)
+        print(f"{args.groups} groups, {total} pods after {time.monotonic() - t0:.1f} s",
+              flush=True)
         op.stop()
-        stop_s = time.monotonic() - stop_t0  # OperatorProcess.stop: SIGKILL after 20 s
-        # lastReconciled has second precision: restart exactly on a whole second, so "at or
-        # after the restart second" means "reconciled by the new process".
-        now = time.time()
-        time.sleep(math.ceil(now) - now + 1.0)
-        restart_wall = datetime.fromtimestamp(math.floor(time.time()), UTC)
-        t_restart = time.monotonic()
-        op.proc = None
-        op.start()
-        healthy = time.monotonic() - t_restart
-
-        def all_caught_up() -> bool:
-            objs = custom.list_namespaced_custom_object(
-                "staticfleet.io", "v1alpha1", NAMESPACE, "consumergroups")["items"]
-            fresh = [o for o in objs if (o.get("status") or {}).get("lastReconciled")
-                     and parse_rfc3339(o["status"]["lastReconciled"]) >= restart_wall]
-            return len(fresh) == args.groups
-
-        t_done = wait("every group reconciled after the restart", all_caught_up, timeout=900,
-                      interval=0.25)
-        catch_up = t_done - t_restart
-        rss_after = rss_kib(op.proc.pid)
-        pods_after = sum(pods_by_group(core).values())
-
-        rows = [
-            ("reconcile latency, apply -> 3 pods exist, median "
-             f"(n={args.runs})", f"{statistics.median(latencies):.3f} s"),
-            (f"reconcile latency, p90 (n={args.runs})", f"{percentile(latencies, 90):.3f} s"),
-            ("reconcile latency, min / max",
-             f"{min(latencies):.3f} / {max(latencies):.3f} s"),
-            ("operator RSS at rest (after the latency runs, no groups)",
-             f"{rss_rest / 1024:.1f} MiB"),
-            (f"cold start: apply {args.groups} groups -> {total} pods exist",
-             f"{cold:.1f} s"),
-            (f"operator RSS with {args.groups} groups / {total} members",
-             f"{rss_loaded / 1024:.1f} MiB"),
-            ("operator stop (SIGTERM -> exited; SIGKILL at 20 s)", f"{stop_s:.1f} s"),
-            ("operator restart -> healthz answers", f"{healthy:.1f} s"),
-            (f"restart -> all {args.groups} groups reconciled (lastReconciled >= restart)",
-             f"{catch_up:.1f} s"),
-            (f"operator RSS after the catch-up ({args.groups} groups)",
-             f"{rss_after / 1024:.1f} MiB"),
-            ("member pods after the restart (none recreated or lost)", f"{pods_after}"),
-        ]
+        time.sleep(args.settle)
+        idle_rpm = requests_per_minute(env.kubeconfig, args.window)
+        print(f"API requests per minute with no operator running: {idle_rpm:.1f}", flush=True)
+        for variant in variants:
+            print(f"measuring {variant.label} ...", flush=True)
+            results[variant.label] = measure(variant, env, core, custom, topic, args, idle_rpm,
+                                             logdir)
+            print(f"  {results[variant.label]}", flush=True)
     finally:
-        if op is not None:
-            op.stop()
         environment.down(args.name)
+        if worktree is not None:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                            str(worktree)], check=False, capture_output=True)
 
-    width = max(len(k) for k, _ in rows)
+    labels = [v.label for v in variants]
+    rows = list(results[labels[-1]])
+    width = max(len(r) for r in rows)
     print()
-    print("members are PLACEHOLDERS (a tiny HTTP responder, no Kafka consumer, no Spark): the "
-          "figures isolate the operator")
-    print(f"{'figure':<{width}}  value")
-    print(f"{'-' * width}  {'-' * 12}")
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+    print(f"{args.groups} groups of {MEMBERS} PLACEHOLDER members (a tiny HTTP responder, no "
+          "Kafka consumer, no Spark): the figures isolate the operator")
+    head = "".join(f"{label:>24}" for label in labels)
+    ratio = f"{'new / baseline':>16}" if len(labels) == 2 else ""
+    print(f"{'figure':<{width}}{head}{ratio}")
+    for row in rows:
+        values = [results[label].get(row) for label in labels]
+        cells = "".join(f"{v:>24.3f}" if v is not None else f"{'-':>24}" for v in values)
+        if len(values) == 2 and values[0] and values[1] is not None:
+            cells += f"{values[1] / values[0]:>16.2f}"
+        print(f"{row:<{width}}{cells}")
     return 0
 
 

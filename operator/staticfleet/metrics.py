@@ -46,11 +46,19 @@ IDLE_MEMBERS = Gauge(
 RECONCILE_ERRORS = Counter(
     "staticfleet_reconcile_errors", "Reconcile passes that ended in an error",
     (*LABELS, "reason"), registry=REGISTRY)
+RECONCILE_LAST = Gauge(
+    "staticfleet_reconcile_last_timestamp_seconds",
+    "When the operator last finished a reconcile pass over the group (Unix time)", LABELS,
+    registry=REGISTRY)
+RECONCILE_DURATION = Histogram(
+    "staticfleet_reconcile_duration_seconds", "One reconcile pass: gather, decide, execute",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=REGISTRY)
 
 
 def forget(namespace: str, group: str) -> None:
     """Drop the series of a deleted ConsumerGroup so they do not linger."""
-    for metric in (ROLLOUT_IN_PROGRESS, ROLLOUT_AT_RISK, GROUP_PARTITIONS, IDLE_MEMBERS):
+    for metric in (ROLLOUT_IN_PROGRESS, ROLLOUT_AT_RISK, GROUP_PARTITIONS, IDLE_MEMBERS,
+                   RECONCILE_LAST):
         with contextlib.suppress(KeyError):
             metric.remove(namespace, group)
     for timeout in ("session", "heartbeat", "max_poll"):
@@ -61,9 +69,11 @@ def forget(namespace: str, group: str) -> None:
             GROUP_MEMBERS.remove(namespace, group, state)
 
 
-def export(namespace: str, group: str, values: MetricValues) -> None:
-    """Set and count what one pass decided (`plan.MetricValues`)."""
+def export(namespace: str, group: str, values: MetricValues, seconds: float) -> None:
+    """Set and count what one pass decided (`plan.MetricValues`); `seconds`: the pass took."""
     labels = (namespace, group)
+    RECONCILE_LAST.labels(*labels).set_to_current_time()
+    RECONCILE_DURATION.observe(seconds)
     if values.error is not None:
         RECONCILE_ERRORS.labels(*labels, values.error).inc()
     for name, value in (("desired", values.members_desired), ("ready", values.members_ready)):

@@ -65,9 +65,10 @@ class Deps:
 def reconcile(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Deps,
               now: datetime) -> Plan:
     """One level-triggered pass over the ConsumerGroup `body` with its member `pods`."""
+    started = time.monotonic()
     snap, admin = gather(body, pods, deps, now)
     plan = decide(snap)
-    return execute(snap, plan, admin, deps)
+    return execute(snap, plan, admin, deps, started)
 
 
 # --- gather ---------------------------------------------------------------------------------
@@ -164,9 +165,10 @@ def _member_statuses(pods: Sequence[Mapping[str, Any]],
 # --- execute --------------------------------------------------------------------------------
 
 
-def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps) -> Plan:
+def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps,
+            started: float) -> Plan:
     """Carry out `plan`; returns the plan that was carried out (a Degraded one when an action
-    was refused)."""
+    was refused). `started`: when the pass began (monotonic), for its duration metric."""
     body, kube = snap.body, deps.kube
     try:
         if plan.group_configs and admin is not None and snap.spec is not None:
@@ -190,7 +192,7 @@ def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps)
             kube.post_event(body, event.type, event.reason, event.message)
         except apply.ApplyError as exc:
             log.warning("%s: could not post the Event %s: %s", prefix, event.reason, exc)
-    metrics.export(snap.namespace, snap.name, plan.metrics)
+    metrics.export(snap.namespace, snap.name, plan.metrics, time.monotonic() - started)
     return plan
 
 

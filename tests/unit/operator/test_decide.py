@@ -1,0 +1,409 @@
+"""`plan.decide` as tables: what one pass does, from what it saw.
+
+Each case builds a `Snapshot` the way the service gathers one (member pods built by the real
+builders, the broker's view of the group, the members' `/status`, the previous status), and
+checks the plan: pods to create and to delete with why, group configs, Events, status and
+metric values. Fleets are made by the decisions themselves: a first pass over an empty group
+says which pods to create, and those pods (made running and ready) are the up-to-date fleet.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from staticfleet.decisions import builders
+from staticfleet.decisions import conditions as c
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.plan import (
+    WHY_MISSING,
+    WHY_NEW,
+    WHY_REPLACEMENT,
+    WHY_RESTART,
+    WHY_SCALE_DOWN,
+    Plan,
+    decide,
+    without_nulls,
+)
+from staticfleet.decisions.snapshot import GroupMemberView, GroupView, Problem, Snapshot
+from staticfleet.statuspatch import merge_patch
+from tests.unit.operator.support import NOW, body, with_path
+
+pytestmark = pytest.mark.unit
+
+PARTITIONS = {"orders": 6}
+
+
+# --- building snapshots ---------------------------------------------------------------------
+
+
+def snapshot(cg: dict[str, Any], pods: list[dict[str, Any]] | None = None, *,
+             state: str = "Stable", previous: dict[str, Any] | None = None,
+             partitions: dict[str, int] | None = None, statuses: dict[str, Any] | None = None,
+             in_group: tuple[int, ...] | None = None, now_offset_s: float = 0,
+             broker_config: dict[str, int] | None = None) -> Snapshot:
+    """A gathered snapshot; `in_group`: ordinals the broker lists (default: every live pod)."""
+    pods = pods or []
+    cg = copy.deepcopy(cg)
+    if previous is not None:
+        cg["status"] = previous
+    spec = ConsumerGroupSpec.from_body(cg)
+    parts = partitions or PARTITIONS
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    listed = [int(p["metadata"]["labels"][builders.ORDINAL_LABEL]) for p in live]
+    if in_group is not None:
+        listed = [o for o in listed if o in in_group]
+    topic, count = next(iter(parts.items()))
+    members = tuple(
+        GroupMemberView(member_id=f"m-{o}", instance_id=builders.instance_id(spec, o),
+                        client_id="c", host="h",
+                        partitions=tuple((topic, p) for p in range(count) if p % len(listed) == i))
+        for i, o in enumerate(sorted(listed)))
+    if statuses is None:
+        statuses = {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 0}
+                    for p in live if _ordinal(p) in listed}
+    return Snapshot(body=cg, now=NOW + timedelta(seconds=now_offset_s), spec=spec,
+                    pods=tuple(pods), statuses=statuses,
+                    group=GroupView(state, spec.membership.protocol, members),
+                    partitions=parts, broker_config=broker_config or {})
+
+
+def _ordinal(pod: dict[str, Any]) -> int:
+    return int(pod["metadata"]["labels"][builders.ORDINAL_LABEL])
+
+
+def running(plan: Plan, *, ready: bool = True, tag: str = "a") -> list[dict[str, Any]]:
+    """The pods a plan creates, as the cluster would run them."""
+    out = []
+    for create in plan.create:
+        pod = copy.deepcopy(dict(create.pod))
+        pod["metadata"]["uid"] = f"uid-{create.ordinal}-{tag}"
+        pod["metadata"]["creationTimestamp"] = "2026-01-01T11:00:00Z"
+        pod["status"] = {"phase": "Running", "podIP": f"127.0.1.{create.ordinal + 2}",
+                         "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+        out.append(pod)
+    return out
+
+
+def settled(cg: dict[str, Any], rounds: int = 3) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A fleet that runs `cg` and the status the passes left: create, then passes until
+    nothing changes."""
+    first = decide(snapshot(cg))
+    pods = running(first)
+    status = without_nulls(dict(first.status))
+    for _ in range(rounds):
+        status = without_nulls(dict(decide(snapshot(cg, pods, previous=status)).status))
+    return pods, status
+
+
+def deleting(pod: dict[str, Any], seconds_ago: float = 0) -> dict[str, Any]:
+    out = copy.deepcopy(pod)
+    out["metadata"]["deletionTimestamp"] = builders_time(30 - seconds_ago)
+    out["metadata"]["deletionGracePeriodSeconds"] = 30
+    return out
+
+
+def builders_time(offset_s: float) -> str:
+    return c.rfc3339(NOW + timedelta(seconds=offset_s))
+
+
+def reasons(plan: Plan) -> list[str]:
+    return [e.reason for e in plan.events]
+
+
+CG = body()
+NEW_IMAGE = with_path(CG, "spec.template.image", "staticfleet/member:0.2.0")
+
+
+# --- creation and scaling -------------------------------------------------------------------
+
+
+def test_a_new_group_creates_every_member_and_no_rollout() -> None:
+    plan = decide(snapshot(CG, state="Dead"))
+    assert [(p.ordinal, p.why) for p in plan.create] == [(0, WHY_NEW), (1, WHY_NEW), (2, WHY_NEW)]
+    assert plan.delete == ()
+    assert "ScaledUp" not in reasons(plan), "creating a new group is not scaling it"
+    assert plan.status["rollout"]["phase"] == "Idle"
+    assert [ch["kind"] for ch in plan.children] == ["ConfigMap", "Service", "PodDisruptionBudget"]
+    pod = plan.create[0].pod
+    assert pod["metadata"]["annotations"][builders.SESSION_ANNOTATION] == str(
+        plan.status["timeouts"]["sessionTimeoutMs"])
+
+
+@pytest.mark.parametrize(("replicas", "create", "delete", "event"), [
+    (5, [(3, WHY_NEW), (4, WHY_NEW)], [], "ScaledUp"),
+    (2, [], [(2, WHY_SCALE_DOWN)], "ScaledDown"),
+    (1, [], [(2, WHY_SCALE_DOWN), (1, WHY_SCALE_DOWN)], "ScaledDown"),
+    (3, [], [], None),
+])
+def test_scaling(replicas: int, create: list[tuple[int, str]], delete: list[tuple[int, str]],
+                 event: str | None) -> None:
+    pods, status = settled(CG)
+    plan = decide(snapshot(with_path(CG, "spec.replicas", replicas), pods, previous=status))
+    assert [(p.ordinal, p.why) for p in plan.create] == create
+    assert [(d.ordinal, d.why) for d in plan.delete] == delete
+    assert ([e for e in reasons(plan) if e.startswith("Scaled")] == [event]) if event else (
+        not [e for e in reasons(plan) if e.startswith("Scaled")])
+
+
+def test_a_member_deleted_outside_a_rollout_is_recreated_and_says_so() -> None:
+    pods, status = settled(CG)
+    plan = decide(snapshot(CG, [p for p in pods if _ordinal(p) != 1], previous=status))
+    assert [(p.ordinal, p.why) for p in plan.create] == [(1, WHY_MISSING)]
+    assert "ScaledUp" not in reasons(plan)
+
+
+def test_a_member_still_terminating_is_not_created_twice() -> None:
+    pods, status = settled(CG)
+    pods = [deleting(p) if _ordinal(p) == 1 else p for p in pods]
+    plan = decide(snapshot(CG, pods, previous=status))
+    assert plan.create == ()
+
+
+# --- rollouts -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("change", "code"), [
+    (("spec.template.image", "staticfleet/member:0.2.0"), "ImageChanged"),
+    (("spec.kafka.topics", ["orders", "payments"]), "ClientConfigChanged"),
+    (("spec.rollout.restartNonce", "2"), "ManualRestart"),
+    (("spec.processing", {"transform": "mymod:fn"}), "ProcessingChanged"),
+])
+def test_a_change_restarts_the_highest_member_first_with_its_reasons(
+        change: tuple[str, Any], code: str) -> None:
+    pods, status = settled(CG)
+    cg = with_path(CG, *change)
+    parts = {"orders": 6, "payments": 6} if "payments" in str(change) else None
+    plan = decide(snapshot(cg, pods, previous=status, partitions=parts))
+    assert [(d.ordinal, d.why) for d in plan.delete] == [(2, WHY_RESTART)]
+    assert [r.code for r in plan.delete[0].reasons] == [code]
+    assert reasons(plan) == ["RolloutStarted", "MemberRestarting"]
+    assert code in plan.events[1].message
+    assert plan.status["rollout"]["phase"] == "Rolling"
+    assert [f["ordinal"] for f in plan.status["rollout"]["inFlight"]] == [2]
+    assert plan.create == (), "the replacement is made once the old pod is gone"
+    assert plan.metrics.rollout_in_progress and plan.requeue_after_s == 1.0
+
+
+def test_no_reasons_no_restart() -> None:
+    pods, status = settled(CG)
+    plan = decide(snapshot(CG, pods, previous=status))
+    assert plan.delete == () and plan.create == ()
+    assert plan.status["rollout"]["phase"] == "Idle"
+
+
+def rolling_fleet() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Old fleet; the first pass after the image change deleted member 2."""
+    pods, status = settled(CG)
+    started = decide(snapshot(NEW_IMAGE, pods, previous=status))
+    return pods, without_nulls(dict(started.status))
+
+
+def test_the_restarted_members_replacement_is_created_with_the_new_revision() -> None:
+    pods, status = rolling_fleet()
+    gone = [p for p in pods if _ordinal(p) != 2]
+    plan = decide(snapshot(NEW_IMAGE, gone, previous=status, now_offset_s=2))
+    assert [p.ordinal for p in plan.create] == [2]
+    assert plan.create[0].why.startswith(WHY_REPLACEMENT)
+    new_revision = plan.status["updateRevision"]
+    assert plan.create[0].pod["metadata"]["annotations"]["staticfleet.io/revision"] == (
+        new_revision)
+    assert plan.delete == (), "one member at a time"
+    assert "ScaledUp" not in reasons(plan)
+
+
+@pytest.mark.parametrize(("situation", "expect_delete", "phase", "event"), [
+    ("replacement starting", [], "Rolling", None),
+    ("replacement back in the group", [], "Rolling", "MemberBack"),
+    ("replacement ready", [], "Rolling", "MemberReady"),
+    ("late", [], "AtRisk", "RestartRunningLate"),
+    ("too late", [], "Stopped", "SessionTimeoutExceeded"),
+])
+def test_following_the_member_in_flight(situation: str, expect_delete: list[int], phase: str,
+                                        event: str | None) -> None:
+    pods, status = rolling_fleet()
+    old = [p for p in pods if _ordinal(p) != 2]
+    ready = situation == "replacement ready"
+    first = decide(snapshot(NEW_IMAGE, old, previous=status, now_offset_s=1))
+    replacement = running(first, ready=ready, tag="b")
+    offsets = {"replacement starting": 5, "replacement back in the group": 8,
+               "replacement ready": 9, "late": 40, "too late": 50}
+    in_group = (0, 1, 2) if situation.startswith("replacement b") or ready else (0, 1)
+    status = without_nulls(dict(first.status))
+    if ready:  # it was back in the group in the pass before
+        back = decide(snapshot(NEW_IMAGE, old + running(first, ready=False, tag="b"),
+                               previous=status, in_group=(0, 1, 2), now_offset_s=8))
+        status = without_nulls(dict(back.status))
+    plan = decide(snapshot(NEW_IMAGE, old + replacement, previous=status, in_group=in_group,
+                           now_offset_s=offsets[situation]))
+    assert [d.ordinal for d in plan.delete] == expect_delete
+    assert plan.status["rollout"]["phase"] == phase
+    if event:
+        assert event in reasons(plan)
+    if situation == "replacement ready":
+        assert plan.metrics.absences_s and 5 < plan.metrics.absences_s[0] < 10
+
+
+def test_a_paused_rollout_restarts_nobody() -> None:
+    pods, status = settled(CG)
+    plan = decide(snapshot(with_path(NEW_IMAGE, "spec.rollout.paused", True), pods,
+                           previous=status))
+    assert plan.delete == ()
+    assert plan.status["rollout"]["phase"] == "Paused"
+    assert c.get_condition(plan.status["conditions"], c.PROGRESSING)["reason"] == (
+        c.ROLLOUT_PAUSED)
+
+
+def test_a_rollout_waits_for_a_stable_group() -> None:
+    pods, status = settled(CG)
+    plan = decide(snapshot(NEW_IMAGE, pods, previous=status, state="PreparingRebalance"))
+    assert plan.delete == ()
+    assert plan.status["rollout"]["reason"] == "the group is PreparingRebalance"
+
+
+def test_restarts_that_cannot_fit_the_session_timeout_are_refused() -> None:
+    pods, status = settled(CG)
+    status["measurements"] = {"restartSecondsRecent": [2000.0], "restartSecondsMax": 2000.0}
+    plan = decide(snapshot(NEW_IMAGE, pods, previous=status))
+    assert plan.delete == ()
+    assert "RestartUnsafe" in reasons(plan)
+    assert c.get_condition(plan.status["conditions"], c.DEGRADED)["reason"] == c.RESTART_UNSAFE
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "not-recorded"])
+def test_operator_restart_mid_rollout_never_restarts_a_member_twice(recorded: bool) -> None:
+    """The operator died after deleting member 2's pod; the new one reads the status it left
+    (with or without the in-flight member recorded) and the pod being deleted."""
+    pods, status = settled(CG)
+    if not recorded:
+        status = without_nulls(dict(decide(snapshot(NEW_IMAGE, pods, previous=status,
+                                                    state="PreparingRebalance")).status))
+    else:
+        status = rolling_fleet()[1]
+    pods = [deleting(p, seconds_ago=3) if _ordinal(p) == 2 else p for p in pods]
+    plan = decide(snapshot(NEW_IMAGE, pods, previous=status, now_offset_s=3))
+    assert plan.delete == ()
+    assert [f["ordinal"] for f in plan.status["rollout"]["inFlight"]] == [2]
+
+
+def test_a_completed_rollout_reports_its_figures() -> None:
+    pods, status = settled(CG)
+    new_pods, _ = settled(NEW_IMAGE)
+    status["rollout"] = {**status["rollout"], "revision": decide(
+        snapshot(NEW_IMAGE, new_pods, previous=status)).status["updateRevision"],
+        "phase": "Rolling", "startedAt": builders_time(-100), "rebalancesAtStart": 0,
+        "membersRestarted": [2, 1, 0], "longestAbsenceMs": 900}
+    plan = decide(snapshot(NEW_IMAGE, new_pods, previous=status))
+    assert plan.status["rollout"]["phase"] == "Complete"
+    assert "RolloutComplete" in reasons(plan)
+    assert plan.metrics.rollout_finished == (100.0, "Complete")
+
+
+# --- idle members ---------------------------------------------------------------------------
+
+
+def test_more_members_than_partitions_warns_once() -> None:
+    cg = with_path(CG, "spec.replicas", 4)
+    first = decide(snapshot(cg, partitions={"orders": 2}))
+    pods = running(first)
+    plan = decide(snapshot(cg, pods, previous=without_nulls(dict(first.status)),
+                           partitions={"orders": 2}))
+    idle = c.get_condition(plan.status["conditions"], c.IDLE_MEMBERS)
+    assert idle["status"] == "True" and "2 of 4" in idle["message"]
+    assert plan.metrics.idle_members == 2
+    again = decide(snapshot(cg, pods, previous=without_nulls(dict(plan.status)),
+                            partitions={"orders": 2}))
+    assert reasons(plan).count(c.MORE_MEMBERS_THAN_PARTITIONS) + reasons(first).count(
+        c.MORE_MEMBERS_THAN_PARTITIONS) == 1
+    assert c.MORE_MEMBERS_THAN_PARTITIONS not in reasons(again)
+
+
+# --- errors and Degraded --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("problem", "retry"), [
+    (Problem(c.KAFKA_UNREACHABLE, "Kafka unreachable: describing group at k:9092: timed out"),
+     2.0),
+    (Problem(c.TOPIC_MISSING, "topic(s) orders do not exist", 10.0), 10.0),
+    (Problem(c.SECRET_MISSING, "Secret shop/creds does not exist", 15.0), 15.0),
+    (Problem(c.INVALID_SPEC, "spec.kafka.topicPattern: is not a valid regex"), None),
+])
+def test_a_problem_degrades_without_touching_children(problem: Problem,
+                                                      retry: float | None) -> None:
+    pods, status = settled(CG)
+    snap = replace(snapshot(CG, pods, previous=status), problem=problem)
+    plan = decide(snap)
+    assert plan.create == plan.delete == plan.children == ()
+    degraded = c.get_condition(plan.status["conditions"], c.DEGRADED)
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == (
+        "True", problem.reason, problem.message)
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", problem.reason)]
+    assert plan.requeue_after_s == retry
+    assert plan.metrics.error == problem.reason
+    assert plan.status["members"] == status["members"], "what was observed before is kept"
+    again = decide(replace(snap, body={**snap.body, "status": without_nulls(dict(plan.status))}))
+    assert again.events == (), "the same problem is not announced twice"
+    assert again.status["consecutiveFailures"] == 2
+
+
+def test_kafka_unreachable_backs_off_exponentially_to_a_minute() -> None:
+    problem = Problem(c.KAFKA_UNREACHABLE, "Kafka unreachable")
+    delays = []
+    status: dict[str, Any] = {}
+    for _ in range(8):
+        plan = decide(replace(snapshot(CG, previous=status), problem=problem))
+        delays.append(plan.requeue_after_s)
+        status = dict(plan.status)
+    assert delays == [2, 4, 8, 16, 32, 60, 60, 60]
+
+
+def test_explicit_timeouts_outside_the_brokers_bounds_are_degraded() -> None:
+    cg = with_path(CG, "spec.membership", {"timeouts": {"sessionTimeoutMs": 3000}})
+    plan = decide(snapshot(cg, broker_config={"group.min.session.timeout.ms": 6000}))
+    degraded = c.get_condition(plan.status["conditions"], c.DEGRADED)
+    assert degraded["reason"] == c.INVALID_TIMEOUTS and "6000" in degraded["message"]
+    assert plan.create == ()
+
+
+# --- timeouts -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_timeout_change_is_announced_and_sent_to_the_broker_for_kip848(protocol: str) -> None:
+    cg = with_path(CG, "spec.membership", {"protocol": protocol})
+    config = {"group.consumer.max.session.timeout.ms": 120000}
+    pods, status = settled(cg)
+    plan = decide(snapshot(cg, pods, previous=status, broker_config=config))
+    assert plan.group_configs == {}, "nothing changed, nothing sent"
+    changed = with_path(cg, "spec.membership.timeouts", {"sessionTimeoutMs": 90000})
+    plan = decide(snapshot(changed, pods, previous=status, broker_config=config))
+    assert "TimeoutsChanged" in reasons(plan)
+    assert "sessionTimeoutMs 45000 -> 90000 ms" in plan.events[0].message
+    assert plan.metrics.timeout_changes == ("session",)
+    if protocol == "consumer":
+        assert plan.group_configs["consumer.session.timeout.ms"] == "90000"
+    else:
+        assert plan.group_configs == {}
+
+
+# --- status writes --------------------------------------------------------------------------
+
+
+def test_a_pass_that_changes_nothing_writes_nothing() -> None:
+    pods, status = settled(CG)
+    later = decide(snapshot(CG, pods, previous=status, now_offset_s=600))
+    assert merge_patch(status, without_nulls(dict(later.status))) == {}
+    assert later.events == ()
+
+
+def test_rebalances_are_counted_from_the_members_counters() -> None:
+    pods, status = settled(CG)
+    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 1}
+                for p in pods}
+    plan = decide(snapshot(CG, pods, previous=status, statuses=statuses))
+    assert plan.metrics.rebalances == 1 and plan.status["rebalances"] == 1
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", c.UNEXPECTED_REBALANCE)]
