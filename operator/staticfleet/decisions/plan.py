@@ -242,12 +242,12 @@ def _creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
              state: ro.RolloutState) -> tuple[PodCreate, ...]:
     """Each desired member without a pod (none of its pods is still terminating)."""
     restarting = {f.ordinal for f in state.in_flight}
-    before = snap.previous.get("replicas")
+    known = {m.get("ordinal") for m in snap.previous.get("members") or ()}
     out = []
     for ordinal in scaling.ordinals_to_create(table.ordinals(), spec.replicas):
         if ordinal in restarting:
             why = f"{WHY_REPLACEMENT} (revision {view.revision})"
-        elif before is None or ordinal >= int(before):
+        elif ordinal not in known:
             why = WHY_NEW
         else:
             why = WHY_MISSING
