@@ -145,7 +145,7 @@ def decide(snap: Snapshot) -> Plan:
     if any(p.why == WHY_NEW for p in creates) and previous.get("replicas") is not None:
         events.append(Event("Normal", c.SCALED_UP, "created members "
                             f"{[p.ordinal for p in creates if p.why == WHY_NEW]}"))
-    removed = [d.ordinal for d in deletes if d.why == WHY_SCALE_DOWN]
+    removed = sorted(d.ordinal for d in deletes if d.why == WHY_SCALE_DOWN)
     if removed:
         events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
     events += roll.events
