@@ -142,20 +142,21 @@ class Kube:
         return dict(self.api.sanitize_for_serialization(created))
 
     def delete_pod(self, namespace: str, name: str, uid: str,
-                   grace_seconds: int | None = None) -> bool:
+                   grace_seconds: int | None = None) -> dict[str, Any] | None:
         """Delete exactly the pod with this uid (a newer pod of the same name is left alone).
 
-        Returns False when it was already gone.
+        Returns the pod as the deletion left it (terminating), None when it was already gone.
         """
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid),
                                       grace_period_seconds=grace_seconds)
         try:
-            self.core.delete_namespaced_pod(name, namespace, body=body)
+            pod = self.core.delete_namespaced_pod(name, namespace, body=body)
         except ApiException as exc:
             if exc.status in (404, 409):
-                return False
+                return None
             raise _error(exc, f"deleting pod {name}") from exc
-        return True
+        out = self.api.sanitize_for_serialization(pod)
+        return dict(out) if isinstance(out, dict) and out.get("kind") == "Pod" else None
 
     def patch_status(self, owner: Mapping[str, Any], patch: Mapping[str, Any]) -> None:
         """Merge-patch the status subresource of a ConsumerGroup."""

@@ -18,6 +18,11 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, metrics_port: i
 
     logging.basicConfig(level=os.environ.get("STATICFLEET_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # INFO is what the operator decided (one line per action, with its reasons); Kopf's own
+    # INFO lines ("Handler ... succeeded." for every watched pod event) go below it.
+    kopf_level = os.environ.get("STATICFLEET_KOPF_LOG_LEVEL", "WARNING")
+    for name in ("kopf", "aiohttp.access"):
+        logging.getLogger(name).setLevel(kopf_level)
     if metrics_port:
         start_http_server(metrics_port, addr=metrics_host, registry=REGISTRY)
     host = f"[{metrics_host}]" if ":" in metrics_host else metrics_host  # IPv6 pod IPs

@@ -31,6 +31,9 @@ from staticfleet.decisions.snapshot import Problem, Snapshot
 from staticfleet.statuspatch import merge_patch
 
 BOUNDS_TTL_S = 300.0
+WRITTEN_POD_TTL_S = 30.0
+"""How long a pod this process created or deleted is taken as the API server answered, while
+the watch has not shown that change yet."""
 TOPIC_RETRY_S = 10.0
 SECRET_RETRY_S = 15.0
 MEMBER_PORT = builders.HTTP_PORT
@@ -49,6 +52,8 @@ class Deps:
     bounds: dict[str, tuple[float, dict[str, int]]] = field(default_factory=dict)
     written: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     """The status this process last wrote, by ConsumerGroup uid (the watch may lag it)."""
+    pods: dict[str, tuple[float, Mapping[str, Any]]] = field(default_factory=dict)
+    """Member pods as this process last created or deleted them, by pod uid."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def forget(self, uid: str) -> None:
@@ -82,6 +87,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         written = deps.written.get(uid)
     if written is not None:
         body = {**body, "status": written}
+    pods = _with_own_writes(body, pods, deps)
     base = Snapshot(body=body, now=now)
     try:
         spec = ConsumerGroupSpec.from_body(body)
@@ -112,6 +118,38 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
                     statuses=_member_statuses(live, deps), group=group, partitions=partitions,
                     broker_config=broker_config)
     return snap, admin
+
+
+def _with_own_writes(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
+                     deps: Deps) -> list[Mapping[str, Any]]:
+    """The member pods from the watch, with this process's own recent creations and deletions
+    that the watch has not delivered yet (so a pass never creates or deletes a pod twice)."""
+    owner = body["metadata"]["uid"]
+    now = time.monotonic()
+    with deps.lock:
+        for uid in [u for u, (t, _) in deps.pods.items() if now - t > WRITTEN_POD_TTL_S]:
+            del deps.pods[uid]
+        mine = [p for _, p in deps.pods.values()
+                if any(r.get("uid") == owner for r in p["metadata"].get("ownerReferences") or ())]
+    return overlay_own_writes(pods, mine)
+
+
+def overlay_own_writes(watched: Sequence[Mapping[str, Any]],
+                       written: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """`watched` pods, where a pod this process deleted still shows as live taken as deleted,
+    plus pods it created that the watch does not list yet (unless one of that name is listed)."""
+    mine = {p["metadata"]["uid"]: p for p in written}
+    out = []
+    for pod in watched:
+        own = mine.pop(pod["metadata"]["uid"], None)
+        if (own is not None and own["metadata"].get("deletionTimestamp")
+                and not pod["metadata"].get("deletionTimestamp")):
+            pod = own  # deleted by this process; the watch has not shown it yet
+        out.append(pod)
+    names = {p["metadata"]["name"] for p in out}
+    out += [p for p in mine.values()
+            if p["metadata"]["name"] not in names and not p["metadata"].get("deletionTimestamp")]
+    return out
 
 
 def _failed(base: Snapshot, spec: ConsumerGroupSpec,
@@ -176,9 +214,9 @@ def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps,
         for child in plan.children:
             kube.apply(apply.adopt(child, body))
         for new in plan.create:
-            kube.create_pod(apply.adopt(new.pod, body))
+            _remember(deps, kube.create_pod(apply.adopt(new.pod, body)))
         for gone in plan.delete:
-            kube.delete_pod(snap.namespace, gone.name, gone.uid)
+            _remember(deps, kube.delete_pod(snap.namespace, gone.name, gone.uid))
     except observe.KafkaUnavailable as exc:
         plan = degraded(snap, Problem(c.KAFKA_UNREACHABLE, f"Kafka unreachable: {exc}"))
     except apply.ApplyError as exc:
@@ -194,6 +232,12 @@ def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps,
             log.warning("%s: could not post the Event %s: %s", prefix, event.reason, exc)
     metrics.export(snap.namespace, snap.name, plan.metrics, time.monotonic() - started)
     return plan
+
+
+def _remember(deps: Deps, pod: Mapping[str, Any] | None) -> None:
+    if pod is not None:
+        with deps.lock:
+            deps.pods[pod["metadata"]["uid"]] = (time.monotonic(), pod)
 
 
 def _write_status(snap: Snapshot, plan: Plan, deps: Deps) -> None:

@@ -291,7 +291,7 @@ def test_operator_restart_mid_rollout_never_restarts_a_member_twice(recorded: bo
 
 
 def test_a_completed_rollout_reports_its_figures() -> None:
-    pods, status = settled(CG)
+    _, status = settled(CG)
     new_pods, _ = settled(NEW_IMAGE)
     status["rollout"] = {**status["rollout"], "revision": decide(
         snapshot(NEW_IMAGE, new_pods, previous=status)).status["updateRevision"],
