@@ -273,6 +273,7 @@ class _Roll:
     absences: tuple[float, ...] = ()
     finished: tuple[float, str] | None = None
     requeue_after_s: float | None = None
+    refusal: str | None = None
 
 
 def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
@@ -281,8 +282,11 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     """One rollout step: the roller decides, this says what it means."""
     now = snap.now
     state = ro.RolloutState.from_status(snap.previous.get("rollout"))
-    limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout,
-                                            running_session_timeout_ms(snap.pods))
+    # A classic member keeps the session timeout it joined with; a KIP-848 group's is a group
+    # config the broker applies at once.
+    running = (running_session_timeout_ms(snap.pods)
+               if spec.membership.protocol == "classic" else None)
+    limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout, running)
     obs = ro.GroupObservation(
         members=tuple(m for m in table.members if m.ordinal < spec.replicas),
         group_state=group_state, rebalances=rebalances)
@@ -335,6 +339,7 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                   f"{after.longest_absence_ms} ms, rebalances during the rollout "
                   f"{after.to_status(rebalances).get('rebalancesDuringRollout', 0)}"),))
     if isinstance(decided, ro.RefuseToStart):
+        roll = replace(roll, refusal=decided.message)
         if state.reason != decided.message:
             return replace(roll, events=(Event("Warning", c.RESTART_UNSAFE, decided.message),))
         return roll
@@ -352,7 +357,8 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, effective: timeouts.Effecti
     previous = snap.previous
     conds = st.derive_conditions(
         previous.get("conditions") or [], group=spec, observed=roll.observation,
-        rollout=roll.state, timeouts=effective, partitions=total, now=snap.now)
+        rollout=roll.state, timeouts=effective, partitions=total, now=snap.now,
+        refusal=roll.refusal)
     recorded: dict[str, Any] = dict(previous.get("measurements") or {})
     for absence in roll.absences:
         recorded = st.record_restart(recorded, absence)

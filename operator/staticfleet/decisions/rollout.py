@@ -179,6 +179,8 @@ class RolloutLimits:
     session_timeout_ms: int
     restart_safe: bool = True
     needed_session_ms: int | None = None
+    running_session_ms: int | None = None
+    """The shortest session timeout a member runs with, when below the effective one."""
     max_unavailable: int = 1
     paused: bool = False
     at_risk_fraction: float = AT_RISK_FRACTION
@@ -193,10 +195,14 @@ class RolloutLimits:
         session = timeouts.session_timeout_ms
         if running_session_timeout_ms is not None:
             session = min(session, running_session_timeout_ms)
+        needed = timeouts.needed_session_timeout_ms
         return cls(
             session_timeout_ms=session,
-            restart_safe=timeouts.restart_safe,
-            needed_session_ms=timeouts.needed_session_timeout_ms,
+            # The broker holds a restarting member to the timeout it joined with: a restart
+            # must fit that one, not only the new effective value.
+            restart_safe=timeouts.restart_safe and (needed is None or needed <= session),
+            running_session_ms=running_session_timeout_ms,
+            needed_session_ms=needed,
             max_unavailable=rollout.max_unavailable,
             paused=rollout.paused,
         )
@@ -327,6 +333,24 @@ def plan_rollout(members: Sequence[ObservedMember]) -> RolloutPlan:
     return RolloutPlan(tuple(unready + ready))
 
 
+def refusal_message(limits: RolloutLimits) -> str:
+    """Why restarts are unsafe and what to do."""
+    needed, session = limits.needed_session_ms, limits.session_timeout_ms
+    if limits.running_session_ms is not None and limits.running_session_ms == session:
+        return (
+            f"restarts need a session timeout of {needed} ms but the members run with "
+            f"{session} ms (the value they joined with; the broker holds a restarting member "
+            "to it, whatever the new value): restarting would rebalance the group once per "
+            "member. Make members start faster, or accept those rebalances by deleting the "
+            "member pods yourself; members that rejoin then run with the new timeout")
+    return (
+        f"restarts need a session timeout of {needed} ms but the effective session timeout is "
+        f"{session} ms (capped by the broker, spec.membership.autoTuning.maxSessionTimeoutMs or "
+        "set in the spec): restarting would cause rebalances. Raise the broker's group max "
+        "session timeout or spec.membership.timeouts.sessionTimeoutMs, or make members start "
+        "faster")
+
+
 def next_step(
     state: RolloutState,
     observed: GroupObservation,
@@ -397,13 +421,7 @@ def next_step(
     if limits.paused:
         return Wait(WAIT_PAUSED, "spec.rollout.paused is true")
     if not limits.restart_safe:
-        return RefuseToStart(
-            needed,
-            f"restarts need a session timeout of {needed} ms but the effective session timeout is "
-            f"{session_ms} ms (capped by the broker or set in the spec): restarting would cause "
-            "rebalances. Raise the broker's group max session timeout or "
-            "spec.membership.timeouts.sessionTimeoutMs, or make members start faster",
-        )
+        return RefuseToStart(needed, refusal_message(limits))
     if observed.group_state not in STARTABLE_STATES:
         return Wait(WAIT_GROUP, f"the group is {observed.group_state}", 2.0)
 

@@ -90,13 +90,10 @@ def derive_conditions(
     timeouts: EffectiveTimeouts | None,
     partitions: int | None,
     now: datetime,
-    problem: tuple[str, str] | None = None,
+    refusal: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The five conditions from this pass's observations.
-
-    `problem` is (reason, message) for something that stopped the reconcile, e.g.
-    (c.INVALID_SPEC, str(spec_error)), (c.INVALID_TIMEOUTS, ...), (c.KAFKA_UNREACHABLE, ...).
-    """
+    """The five conditions from this pass's observations; `refusal`: why the roller refused to
+    start restarting (restarts do not fit a session timeout), if it did."""
     gen = group.generation
     out: list[dict[str, Any]] = [dict(x) for x in previous]
 
@@ -125,7 +122,8 @@ def derive_conditions(
     out = _put(out, c.READY, ready, now, gen)
 
     # Progressing
-    refused = rollout.phase == "Pending" and timeouts is not None and not timeouts.restart_safe
+    refused = refusal is not None or (
+        rollout.phase == "Pending" and timeouts is not None and not timeouts.restart_safe)
     phases: dict[str, tuple[c.Status, str]] = {
         "Idle": ("False", c.ROLLOUT_IDLE),
         "Pending": ("False", c.ROLLOUT_REFUSED) if refused else ("True", c.ROLLOUT_PENDING),
@@ -142,10 +140,10 @@ def derive_conditions(
 
     # Degraded
     degraded: Cond
-    if problem is not None:
-        degraded = ("True", problem[0], problem[1])
-    elif rollout.phase == "Stopped":
+    if rollout.phase == "Stopped":
         degraded = ("True", c.ROLLOUT_STOPPED, rollout.reason)
+    elif refusal is not None:
+        degraded = ("True", c.RESTART_UNSAFE, refusal)
     elif timeouts is not None and not timeouts.restart_safe:
         degraded = (
             "True",

@@ -407,3 +407,29 @@ def test_rebalances_are_counted_from_the_members_counters() -> None:
     plan = decide(snapshot(CG, pods, previous=status, statuses=statuses))
     assert plan.metrics.rebalances == 1 and plan.status["rebalances"] == 1
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", c.UNEXPECTED_REBALANCE)]
+
+
+def test_a_restart_that_fits_the_new_timeout_but_not_the_running_one_is_refused() -> None:
+    """Measured restarts of 60 s raise the automatic timeout to 92 s, but the members joined
+    with 45 s: the broker would evict a restarting member at 45 s."""
+    pods, status = settled(CG)
+    assert all(p["metadata"]["annotations"][builders.SESSION_ANNOTATION] == "45000"
+               for p in pods)
+    status["measurements"] = {"restartSecondsRecent": [60.0], "restartSecondsMax": 60.0}
+    plan = decide(snapshot(NEW_IMAGE, pods, previous=status))
+    assert plan.status["timeouts"]["sessionTimeoutMs"] > 90000
+    assert plan.delete == ()
+    refused = [e for e in plan.events if e.reason == c.RESTART_UNSAFE]
+    assert refused and "members run with 45000 ms" in refused[0].message
+    assert c.get_condition(plan.status["conditions"], c.DEGRADED)["reason"] == c.RESTART_UNSAFE
+    assert c.get_condition(plan.status["conditions"], c.PROGRESSING)["reason"] == (
+        c.ROLLOUT_REFUSED)
+
+
+def test_a_kip848_groups_timeout_applies_at_once_so_the_new_one_counts() -> None:
+    cg = with_path(NEW_IMAGE, "spec.membership", {"protocol": "consumer"})
+    config = {"group.consumer.max.session.timeout.ms": 120000}
+    pods, status = settled(with_path(CG, "spec.membership", {"protocol": "consumer"}))
+    status["measurements"] = {"restartSecondsRecent": [40.0], "restartSecondsMax": 40.0}
+    plan = decide(snapshot(cg, pods, previous=status, broker_config=config))
+    assert [d.ordinal for d in plan.delete] == [2]

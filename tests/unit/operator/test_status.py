@@ -115,10 +115,19 @@ CONDITIONS = [
         GroupObservation(members(3), "Unknown"),
         RolloutState(),
         None,
-        (c.KAFKA_UNREACHABLE, "no broker"),
+        None,
+        {c.IDLE_MEMBERS: ("Unknown", c.PARTITIONS_UNKNOWN)},
+    ),
+    (
+        "refused: restarts do not fit the timeout the members run with",
+        GroupObservation(members(3), "Stable"),
+        RolloutState(phase="Pending"),
+        6,
+        "restarts need a session timeout of 92000 ms but the members run with 45000 ms",
         {
-            c.IDLE_MEMBERS: ("Unknown", c.PARTITIONS_UNKNOWN),
-            c.DEGRADED: ("True", c.KAFKA_UNREACHABLE),
+            c.DEGRADED: ("True", c.RESTART_UNSAFE),
+            c.PROGRESSING: ("False", c.ROLLOUT_REFUSED),
+            c.ROLLOUT_AT_RISK: ("True", c.RESTART_UNSAFE),
         },
     ),
     (
@@ -133,11 +142,11 @@ CONDITIONS = [
 
 
 @pytest.mark.parametrize(
-    ("what", "observed", "rollout", "partitions", "problem", "expected"),
+    ("what", "observed", "rollout", "partitions", "refusal", "expected"),
     CONDITIONS,
     ids=[x[0] for x in CONDITIONS],
 )
-def test_derive_conditions(what, observed, rollout, partitions, problem, expected) -> None:
+def test_derive_conditions(what, observed, rollout, partitions, refusal, expected) -> None:
     conds = derive_conditions(
         [],
         group=GROUP,
@@ -146,7 +155,7 @@ def test_derive_conditions(what, observed, rollout, partitions, problem, expecte
         timeouts=TIMEOUTS,
         partitions=partitions,
         now=NOW,
-        problem=problem,
+        refusal=refusal,
     )
     assert [x["type"] for x in conds] == list(c.CONDITION_TYPES)
     for type_, (status, reason) in expected.items():
