@@ -44,6 +44,37 @@ def stop_requested_at(pod: Mapping[str, Any]) -> datetime | None:
     return parse_rfc3339(deleting) - timedelta(seconds=int(seconds))
 
 
+def member_closed_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When the member container of a pod being deleted exited (its process closed), as the
+    kubelet reports it; None while it runs."""
+    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        if cs.get("name") == builders.MEMBER_CONTAINER:
+            finished = ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt")
+            return parse_rfc3339(finished) if finished else None
+    return None
+
+
+def restart_count(pod: Mapping[str, Any]) -> int:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        if cs.get("name") == builders.MEMBER_CONTAINER:
+            return int(cs.get("restartCount") or 0)
+    return 0
+
+
+def start_wait_s(pod: Mapping[str, Any]) -> float | None:
+    """Seconds from the pod's creation to its member container's start: scheduling, image
+    pulls and volume setup (None while it has not started)."""
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        if cs.get("name") == builders.MEMBER_CONTAINER:
+            started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+            if started and created:
+                return (parse_rfc3339(started) - parse_rfc3339(created)).total_seconds()
+    return None
+
+
 def join_latency_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
     """Seconds from the pod's creation to its member's first assignment (a lower bound of a
     restart), from the member's `/status`; None until it has been assigned."""
@@ -131,6 +162,7 @@ def observe_members(
             ready=pod_ready(pod) and is_live, stopped_at=stop_requested_at(pod),
             in_group=bool(gm and (gm.partitions or idle_possible)) and this_process and is_live,
             pod_name=meta["name"], pod_phase=(pod.get("status") or {}).get("phase"),
+            pod_uid=meta.get("uid"),
             member_id=gm.member_id if gm else None,
             assignment=gm.partitions if gm else (),
             restart_reasons=tuple(reasons.restart_reasons(view, pod)) if is_live else ()))

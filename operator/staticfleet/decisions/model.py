@@ -141,6 +141,9 @@ class TimeoutsSpec:
 class AutoTuningSpec:
     enabled: bool = True
     restart_margin_percent: int = 150
+    max_session_timeout_ms: int | None = None
+    """Cap of the automatic session timeout; None: 120 000 ms for classic groups, the broker's
+    maximum for KIP-848 groups (`timeouts.DEFAULT_CLASSIC_SESSION_CAP_MS`)."""
 
 
 @dataclass(frozen=True)
@@ -517,6 +520,8 @@ def _parse_membership(mem: Mapping[str, Any]) -> MembershipSpec:
         restart_margin_percent=_int(
             a, "restartMarginPercent", f"{path}.autoTuning", default=150, minimum=100, maximum=1000
         ),
+        max_session_timeout_ms=_opt_int(
+            a, "maxSessionTimeoutMs", f"{path}.autoTuning", minimum=1, maximum=3600000),
     )
     return MembershipSpec(
         protocol=protocol,  # type: ignore[arg-type]

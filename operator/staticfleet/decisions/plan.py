@@ -26,7 +26,9 @@ from staticfleet.decisions.members import (
     MemberTable,
     join_latency_s,
     observe_members,
+    restart_count,
     running_session_timeout_ms,
+    start_wait_s,
 )
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import MemberSpecView, RestartReason
@@ -34,6 +36,9 @@ from staticfleet.decisions.rebalances import RebalanceCount, count_rebalances
 from staticfleet.decisions.snapshot import GroupView, Problem, Snapshot
 
 MAX_BACKOFF_S = 60.0
+START_WAIT_LIMIT_S = 10.0
+"""A replacement pod that waited longer than this for scheduling or image pulls before its
+container started measures the cluster, not the member: not a restart sample."""
 TIMEOUT_METRIC_NAMES = {timeouts.SESSION: "session", timeouts.HEARTBEAT: "heartbeat",
                         timeouts.MAX_POLL: "max_poll"}
 PHASES_IN_PROGRESS = ("Rolling", "AtRisk")
@@ -119,9 +124,11 @@ def decide(snap: Snapshot) -> Plan:
                 spec.membership.protocol, snap.broker_config or {}),
             current=before, now=snap.now,
             margin_percent=spec.membership.auto_tuning.restart_margin_percent,
-            auto_tuning=spec.membership.auto_tuning.enabled)
+            auto_tuning=spec.membership.auto_tuning.enabled,
+            max_auto_session_ms=spec.membership.auto_tuning.max_session_timeout_ms)
     except timeouts.TimeoutRuleError as exc:
         return degraded(snap, Problem(c.INVALID_TIMEOUTS, str(exc)))
+    effective = replace(effective, reasons=effective.reasons + _timeout_notes(previous))
 
     events: list[Event] = []
     changed = effective.changed_fields(before)
@@ -166,7 +173,7 @@ def decide(snap: Snapshot) -> Plan:
         rollout_at_risk=bool(at_risk and at_risk["status"] == "True"),
         rebalances=rebalances.increase,
         timeout_changes=tuple(TIMEOUT_METRIC_NAMES[f] for f in changed),
-        absences_s=roll.absences, rollout_finished=roll.finished)
+        absences_s=tuple(r[1] for r in roll.restarts), rollout_finished=roll.finished)
     return Plan(
         status=_stamped(status, previous, snap), group_configs=configs,
         children=(builders.build_config_map(spec, effective),
@@ -203,16 +210,47 @@ def degraded(snap: Snapshot, problem: Problem) -> Plan:
 
 
 def _measurements(snap: Snapshot) -> timeouts.Measurements:
-    """Restart samples measured in rollouts, plus each member's own join latency."""
+    """Restarts the roller made and measured (close of the old process to the replacement back
+    in the group), and the slowest batch the members report. A container that restarts in place
+    (a crash, an OOM kill, a liveness kill) or a pod's age is never a restart sample."""
     recorded = st.measurements_from_status(snap.previous.get("measurements"))
-    joins = [join_latency_s(p, snap.statuses.get(p["metadata"]["uid"])) for p in snap.pods]
     batch = [float(s.get("batchSecondsMax") or 0) for s in snap.statuses.values()]
     p99 = [float(s["batchSecondsP99"]) for s in snap.statuses.values()
            if s.get("batchSecondsP99") is not None]
     return timeouts.Measurements(
-        restart_seconds=(*recorded.restart_seconds, *(j for j in joins if j is not None)),
+        restart_seconds=recorded.restart_seconds,
         batch_seconds_max=max(batch) if batch else None,
         batch_seconds_p99=max(p99) if p99 else None)
+
+
+def _first_assignment_s(snap: Snapshot) -> float | None:
+    """Slowest pod creation -> first assignment among members whose container never restarted
+    (informational: `status.measurements.firstAssignmentSecondsMax`)."""
+    joins = [join_latency_s(p, snap.statuses.get(p["metadata"]["uid"])) for p in snap.pods
+             if restart_count(p) == 0]
+    known = [j for j in joins if j is not None]
+    return max(known) if known else None
+
+
+def _timeout_notes(previous: Mapping[str, Any]) -> tuple[str, ...]:
+    """What `status.timeouts.reasons` says of restarts that were not taken as samples."""
+    ignored = (previous.get("measurements") or {}).get("ignoredRestarts") or ()
+    return tuple(f"ignored the restart of member {i.get('member')} ({i.get('seconds')} s): "
+                 f"{i.get('why')}" for i in ignored)
+
+
+def _sample(table: MemberTable, ordinal: int, seconds: float) -> tuple[int, float, str | None]:
+    """A measured restart of member `ordinal`, and why it is not a sample (None: it is)."""
+    pod = table.live.get(ordinal)
+    why = None
+    if pod is not None and restart_count(pod) > 0:
+        why = (f"its container restarted in place during the restart (restartCount "
+               f"{restart_count(pod)}): a crash, not a restart")
+    elif pod is not None and (wait := start_wait_s(pod)) is not None and (
+            wait > START_WAIT_LIMIT_S):
+        why = (f"its pod waited {wait:.1f} s for scheduling or an image pull before the "
+               "container started")
+    return ordinal, seconds, why
 
 
 def _rebalance_events(previous: Mapping[str, Any], count: RebalanceCount,
@@ -270,7 +308,8 @@ class _Roll:
     observation: ro.GroupObservation
     deletes: tuple[PodDelete, ...] = ()
     events: tuple[Event, ...] = ()
-    absences: tuple[float, ...] = ()
+    restarts: tuple[tuple[int, float, str | None], ...] = ()
+    """Restarts measured this pass: (member, seconds, why it is not a sample or None)."""
     finished: tuple[float, str] | None = None
     requeue_after_s: float | None = None
     refusal: str | None = None
@@ -289,7 +328,7 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout, running)
     obs = ro.GroupObservation(
         members=tuple(m for m in table.members if m.ordinal < spec.replicas),
-        group_state=group_state, rebalances=rebalances)
+        group_state=group_state, rebalances=rebalances, closures=snap.closures)
     decided = ro.next_step(state, obs, view.revision, limits, now)
     after = ro.record_step(state, decided, obs, view.revision, now)
     if isinstance(decided, ro.Complete) and not state.started_at and not after.started_at:
@@ -323,12 +362,14 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             f"member {decided.ordinal} back in the group with its partitions after "
             f"{decided.absence_s:.1f} s (session timeout {limits.session_timeout_ms} ms)"),))
     if isinstance(decided, ro.MarkMemberDone):
-        return replace(roll, requeue_after_s=0.5, absences=(decided.absence_s,), events=(Event(
-            "Normal", c.MEMBER_READY, f"member {decided.ordinal} ready to process again"),))
+        ready = Event("Normal", c.MEMBER_READY, f"member {decided.ordinal} ready to process again")
+        return replace(roll, requeue_after_s=0.5, events=(ready,),
+                       restarts=(_sample(table, decided.ordinal, decided.absence_s),))
     if isinstance(decided, ro.StopAtRisk):
         reason = c.SESSION_TIMEOUT_EXCEEDED if decided.expired else c.RESTART_RUNNING_LATE
         return replace(roll, requeue_after_s=1.0,
-                       absences=(decided.absence_s,) if decided.expired else (),
+                       restarts=((_sample(table, decided.ordinal, decided.absence_s),)
+                                 if decided.expired else ()),
                        events=(Event("Warning", reason, decided.message),))
     if isinstance(decided, ro.Complete) and after.phase == "Complete":
         started = after.started_at or now
@@ -360,10 +401,12 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, effective: timeouts.Effecti
         rollout=roll.state, timeouts=effective, partitions=total, now=snap.now,
         refusal=roll.refusal)
     recorded: dict[str, Any] = dict(previous.get("measurements") or {})
-    for absence in roll.absences:
-        recorded = st.record_restart(recorded, absence)
-    if measurements.restart_seconds:
-        recorded["firstAssignmentSecondsMax"] = round(max(measurements.restart_seconds), 3)
+    for member, seconds, why in roll.restarts:
+        recorded = (st.record_restart(recorded, seconds, member) if why is None
+                    else st.ignore_restart(recorded, seconds, member, why))
+    first = _first_assignment_s(snap)
+    if first is not None:
+        recorded["firstAssignmentSecondsMax"] = round(first, 3)
     if measurements.batch_seconds_max is not None:
         recorded["batchSecondsMax"] = measurements.batch_seconds_max
     status = st.build_status(

@@ -36,7 +36,7 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -79,6 +79,7 @@ class ObservedMember:
     pod_phase: str | None = None
     member_id: str | None = None
     assignment: tuple[tuple[str, int], ...] = ()
+    pod_uid: str | None = None
     restart_reasons: tuple[RestartReason, ...] = ()
     """Why its pod must be restarted to run the update revision (`reasons.restart_reasons`,
     computed once per pass); empty when it runs it. No reasons, no restart."""
@@ -92,6 +93,8 @@ class GroupObservation:
     group_state: str
     rebalances: int = 0
     """The operator's running count of rebalances of this group (status.rebalances)."""
+    closures: Mapping[str, datetime] = field(default_factory=dict)
+    """When each stopped member pod's process closed, by pod uid (as far as seen)."""
 
     def member(self, ordinal: int) -> ObservedMember | None:
         return next((m for m in self.members if m.ordinal == ordinal), None)
@@ -99,15 +102,25 @@ class GroupObservation:
 
 @dataclass(frozen=True)
 class InFlight:
-    """A member being restarted: stopped at `stopped_at`, back in the group at `rejoined_at`."""
+    """A member being restarted: its pod deleted at `stopped_at`, its process closed at
+    `closed_at` (once seen), back in the group at `rejoined_at`."""
 
     ordinal: int
     stopped_at: datetime
     rejoined_at: datetime | None = None
+    pod_uid: str | None = None
+    """The uid of the pod that was deleted."""
+    closed_at: datetime | None = None
+
+    @property
+    def away_since(self) -> datetime:
+        """When the member stopped heartbeating: its process's close (the old pod's drain is
+        not absence), or the deletion while the close is not known."""
+        return self.closed_at or self.stopped_at
 
     def absence_s(self, now: datetime) -> float:
-        """Stop to rejoin (or to now, while it is still away)."""
-        return ((self.rejoined_at or now) - self.stopped_at).total_seconds()
+        """Close to rejoin (or to now, while it is still away)."""
+        return max(0.0, ((self.rejoined_at or now) - self.away_since).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -139,7 +152,8 @@ class RolloutState:
             pending=tuple(status.get("pending") or ()),
             in_flight=tuple(
                 InFlight(int(f["ordinal"]), parse_rfc3339(f["stoppedAt"]),
-                         _opt_time(f.get("rejoinedAt")))
+                         _opt_time(f.get("rejoinedAt")), f.get("podUid"),
+                         _opt_time(f.get("closedAt")))
                 for f in status.get("inFlight") or ()
             ),
             longest_absence_ms=int(status.get("longestAbsenceMs") or 0),
@@ -377,7 +391,7 @@ def next_step(
     for f in in_flight:
         if f.rejoined_at is not None:
             continue  # back in the group: the session timeout no longer matters for it
-        absence_s = (now - f.stopped_at).total_seconds()
+        absence_s = f.absence_s(now)
         absence_ms = absence_s * 1000
         if absence_ms > session_ms and phase != "Stopped":
             return StopAtRisk(
@@ -463,7 +477,8 @@ def record_step(
                 if state.rebalances_at_start is None
                 else state.rebalances_at_start
             ),
-            in_flight=state.in_flight + tuple(InFlight(o, now) for o in step.ordinals),
+            in_flight=state.in_flight + tuple(
+                InFlight(o, now, pod_uid=_uid(observed, o)) for o in step.ordinals),
             pending=tuple(o for o in plan if o not in picked),
         )
     if isinstance(step, MemberRejoined):
@@ -525,12 +540,25 @@ def _in_flight(state: RolloutState, observed: GroupObservation) -> tuple[InFligh
     known = {f.ordinal: f for f in state.in_flight}
     for m in observed.members:
         if m.stopped_at is not None and m.ordinal not in known:
-            known[m.ordinal] = InFlight(m.ordinal, m.stopped_at)
+            known[m.ordinal] = InFlight(m.ordinal, m.stopped_at, pod_uid=m.pod_uid)
+    for ordinal, f in known.items():
+        closed = observed.closures.get(f.pod_uid or "")
+        if f.closed_at is None and closed is not None:
+            known[ordinal] = replace(f, closed_at=closed)
     return tuple(sorted(known.values(), key=lambda f: (f.stopped_at, f.ordinal)))
+
+
+def _uid(observed: GroupObservation, ordinal: int) -> str | None:
+    member = observed.member(ordinal)
+    return member.pod_uid if member else None
 
 
 def _in_flight_status(f: InFlight) -> dict[str, Any]:
     out: dict[str, Any] = {"ordinal": f.ordinal, "stoppedAt": rfc3339(f.stopped_at)}
+    if f.pod_uid is not None:
+        out["podUid"] = f.pod_uid
+    if f.closed_at is not None:
+        out["closedAt"] = rfc3339(f.closed_at)
     if f.rejoined_at is not None:
         out["rejoinedAt"] = rfc3339(f.rejoined_at)
     return out

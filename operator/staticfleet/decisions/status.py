@@ -192,16 +192,45 @@ def _put(
 
 
 def record_restart(
-    measurements: Mapping[str, Any] | None, absence_s: float, keep: int = RECENT_RESTARTS_KEPT
+    measurements: Mapping[str, Any] | None, absence_s: float, member: int | None = None,
+    keep: int = RECENT_RESTARTS_KEPT,
 ) -> dict[str, Any]:
     """`status.measurements` after one more measured restart (kept: the `keep` most recent, so an
-    old slow restart eventually stops driving the automatic session timeout)."""
+    old slow restart eventually stops driving the automatic session timeout), with the member
+    each was measured on."""
     m = dict(measurements or {})
-    recent = [*list(m.get("restartSecondsRecent") or []), round(absence_s, 3)][-keep:]
+    recent = [*list(m.get("restartSecondsRecent") or []), round(absence_s, 3)]
+    members = list(m.get("restartMembersRecent") or [])
+    members = [*([None] * (len(recent) - 1 - len(members))), *members, member][-keep:]
+    recent = recent[-keep:]
     m["restartSecondsRecent"] = recent
+    m["restartMembersRecent"] = [-1 if x is None else x for x in members]
     m["restartSecondsMax"] = max(recent)
     m["restartSamples"] = int(m.get("restartSamples") or 0) + 1
     return m
+
+
+def ignore_restart(measurements: Mapping[str, Any] | None, absence_s: float, member: int,
+                   why: str, keep: int = 5) -> dict[str, Any]:
+    """`status.measurements` noting a restart that is not a sample of the roller's restarts."""
+    m = dict(measurements or {})
+    ignored = [*list(m.get("ignoredRestarts") or []),
+               {"member": member, "seconds": round(absence_s, 3), "why": why}]
+    m["ignoredRestarts"] = ignored[-keep:]
+    return m
+
+
+def slowest_restart(measurements: Mapping[str, Any] | None) -> tuple[int | None, float] | None:
+    """(member, seconds) of the slowest recent restart, if any."""
+    m = measurements or {}
+    recent = [float(x) for x in m.get("restartSecondsRecent") or ()]
+    if not recent:
+        return None
+    members = list(m.get("restartMembersRecent") or [])
+    members = [None] * (len(recent) - len(members)) + members
+    i = max(range(len(recent)), key=lambda k: recent[k])
+    member = members[i]
+    return (None if member is None or member < 0 else int(member)), recent[i]
 
 
 def measurements_from_status(measurements: Mapping[str, Any] | None) -> Measurements:

@@ -11,8 +11,11 @@ Rules (each explicit value is checked against them; automatic values always sati
 * S1 session within the broker bounds (classic: group.min/max.session.timeout.ms; protocol consumer:
   group.consumer.min/max.session.timeout.ms).
 * S2 automatic session >= slowest measured restart x margin + 2 s (margin: autoTuning
-  restartMarginPercent, default 150 %). If that exceeds the broker maximum the session is capped and
-  `restart_safe` is False: the roller refuses to start.
+  restartMarginPercent, default 150 %). The automatic value is capped by autoTuning
+  maxSessionTimeoutMs (default 120 000 ms for classic groups, so a pathological restart cannot
+  make a crash go unnoticed for half an hour; the broker's maximum for KIP-848 groups) and by the
+  broker maximum. A restart that needs more than the cap is not a new timeout: `restart_safe` is
+  False and the roller refuses to start.
 * H1 heartbeat x 3 <= session; for protocol consumer also within
   group.consumer.min/max.heartbeat.interval.ms.
 * P1 max.poll.interval >= session.
@@ -48,6 +51,7 @@ MAX_POLL = "maxPollIntervalMs"
 # librdkafka's own limits on these properties.
 CLIENT_MAX_SESSION_MS = 3600000
 CLIENT_MAX_POLL_MS = 86400000
+DEFAULT_CLASSIC_SESSION_CAP_MS = 120000
 
 
 class TimeoutRuleError(ValueError):
@@ -271,9 +275,13 @@ def compute_timeouts(
     margin_percent: int = 150,
     auto_tuning: bool = True,
     policy: TimeoutPolicy = DEFAULT_POLICY,
+    max_auto_session_ms: int | None = None,
 ) -> EffectiveTimeouts:
     """Choose the effective timeouts. Raises `TimeoutRuleError` for explicit values (or broker
     bounds) that break a rule; automatic values always satisfy every rule.
+
+    `max_auto_session_ms`: the cap of the automatic session timeout (None: the classic default
+    cap for classic, none beyond the broker's for consumer).
 
     `current` is the previous result (from `EffectiveTimeouts.from_status`), for hysteresis.
     """
@@ -326,6 +334,11 @@ def compute_timeouts(
                 f"{hb_explicit} ms, broker minimum {bounds.min_session_ms} ms) and at most "
                 f"{upper} ms (broker maximum {max_session} ms, maxPollIntervalMs {mp_explicit})",
             )
+        cap = max_auto_session_ms
+        if cap is None and protocol == "classic":
+            cap = DEFAULT_CLASSIC_SESSION_CAP_MS
+        if cap is not None:
+            upper = max(lower, min(upper, cap))
         target = lower
         if auto_tuning and restart_need is not None and restart_need > lower:
             target = min(restart_need, upper)
@@ -354,8 +367,9 @@ def compute_timeouts(
         if restart_need is not None and restart_need > upper:
             reasons.append(
                 f"{SESSION}: the slowest restart needs {restart_need} ms but at most {upper} ms is "
-                "possible (broker group max session timeout or maxPollIntervalMs): restarts "
-                "cannot be made safe"
+                "allowed (spec.membership.autoTuning.maxSessionTimeoutMs, the broker group max "
+                "session timeout or maxPollIntervalMs): restarts cannot be made safe; a restart "
+                "that slow is a problem to look at, not a timeout to grow"
             )
     restart_safe = restart_need is None or restart_need <= session
     if explicit.session_timeout_ms is not None and not restart_safe:

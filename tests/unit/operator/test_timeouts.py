@@ -34,6 +34,7 @@ def compute(
     protocol: str = "classic",
     auto_tuning: bool = True,
     now_offset_s: float = 0,
+    max_auto_session_ms: int | None = None,
 ) -> EffectiveTimeouts:
     return compute_timeouts(
         protocol=protocol,  # type: ignore[arg-type]
@@ -43,6 +44,7 @@ def compute(
         current=current,
         now=NOW + timedelta(seconds=now_offset_s),
         auto_tuning=auto_tuning,
+        max_auto_session_ms=max_auto_session_ms,
     )
 
 
@@ -236,7 +238,29 @@ def test_hysteresis_holds_within_sixty_percent_and_resets_the_candidate() -> Non
     near = compute(restarts=(40.0,), current=raised)  # need 62000 >= 60% of 92000
     assert near.session_timeout_ms == 92000 and not near.lower_candidate_since
     higher = compute(restarts=(80.0,), current=near)
-    assert higher.session_timeout_ms == 122000
+    assert higher.session_timeout_ms == 120000, "the classic cap, not the 122000 ms need"
+    assert not higher.restart_safe and higher.needed_session_timeout_ms == 122000
+    uncapped = compute(restarts=(80.0,), current=near, max_auto_session_ms=300000)
+    assert uncapped.session_timeout_ms == 122000 and uncapped.restart_safe
+
+
+@pytest.mark.parametrize(("protocol", "cap", "restart_s", "session", "safe"), [
+    ("classic", None, 60.0, 92000, True),
+    ("classic", None, 168.0, 120000, False),  # a pathological restart is not a new timeout
+    ("classic", 60000, 60.0, 60000, False),
+    ("classic", 600000, 168.0, 254000, True),
+    ("consumer", None, 30.0, 47000, True),
+])
+def test_the_automatic_session_timeout_is_capped(protocol: str, cap: int | None,
+                                                 restart_s: float, session: int,
+                                                 safe: bool) -> None:
+    bounds = (BrokerBounds.classic_defaults() if protocol == "classic"
+              else BrokerBounds(45000, 600000, 5000, 15000))
+    t = compute(protocol=protocol, restarts=(restart_s,), bounds=bounds,
+                max_auto_session_ms=cap)
+    assert (t.session_timeout_ms, t.restart_safe) == (session, safe)
+    if not safe:
+        assert any("not a timeout to grow" in r for r in t.reasons)
 
 
 def test_status_round_trip() -> None:
@@ -304,7 +328,8 @@ def check_rules(
     if restarts:
         need = needed_session_timeout_ms(max(restarts))
         assert t.restart_safe == (need <= t.session_timeout_ms)
-        if need <= bounds.max_session_ms:
+        cap = 120000 if protocol == "classic" else bounds.max_session_ms
+        if need <= min(bounds.max_session_ms, cap):
             assert t.restart_safe
 
 
