@@ -7,12 +7,12 @@ import json
 import sys
 import time
 
-from staticfleet.localenv.tools import BuildFailed, ToolMissing
+from staticfleet_dev.tools import BuildFailed, ToolMissing
 
 
 def _env_up(args: argparse.Namespace) -> int:
-    from staticfleet.localenv import environment
-    from staticfleet.localenv.kafka import KafkaSettings
+    from staticfleet_dev import environment
+    from staticfleet_dev.kafka import KafkaSettings
 
     settings = KafkaSettings.for_tests() if args.test_settings else KafkaSettings()
     started = time.monotonic()
@@ -30,7 +30,7 @@ def _env_up(args: argparse.Namespace) -> int:
 
 
 def _env_status(args: argparse.Namespace) -> int:
-    from staticfleet.localenv import environment
+    from staticfleet_dev import environment
 
     st = environment.status(args.name)
     if args.json:
@@ -47,7 +47,7 @@ def _env_status(args: argparse.Namespace) -> int:
 
 
 def _env_down(args: argparse.Namespace) -> int:
-    from staticfleet.localenv import environment
+    from staticfleet_dev import environment
 
     names = [e.name for e in environment.registered()] if args.all else [args.name]
     for name in names:
@@ -56,7 +56,7 @@ def _env_down(args: argparse.Namespace) -> int:
 
 
 def _env_build(args: argparse.Namespace) -> int:
-    from staticfleet.localenv import build
+    from staticfleet_dev import build
 
     return build.main(args.steps)
 
@@ -70,7 +70,7 @@ def _operator_run(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from staticfleet.demo import run_demo
+    from staticfleet_dev.demo import run_demo
 
     return run_demo(args)
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from staticfleet.localenv import localnode as ln
-from staticfleet.localenv.localnode import ContainerView, ProbeSpec, ProbeTracker, Terminated
+from staticfleet_dev import localnode as ln
+from staticfleet_dev.localnode import ContainerView, ProbeSpec, ProbeTracker, Terminated
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from staticfleet.localenv.localnode import IpPool, listening_ips
+from staticfleet_dev.localnode import IpPool, listening_ips
 
 pytestmark = pytest.mark.unit
 

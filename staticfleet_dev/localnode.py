@@ -2,7 +2,7 @@
 
 Run it as::
 
-    python -m staticfleet.localenv.localnode --kubeconfig PATH --node-name local-node \\
+    python -m staticfleet_dev.localnode --kubeconfig PATH --node-name local-node \\
         --log-dir DIR
 
 It registers a Node (Ready, capacity cpu 2 / the machine's memory / 110 pods, InternalIP
@@ -32,7 +32,7 @@ Supported
   leak into a pod), then HOSTNAME=<pod name>, then the pod's: literal
   values, fieldRef (metadata.name/namespace/uid/labels['x']/annotations['x'], spec.nodeName,
   spec.serviceAccountName, status.podIP(s), status.hostIP(s)), resourceFieldRef (approximated),
-  configMapKeyRef, secretKeyRef, envFrom; see `staticfleet.localenv.podenv`. A missing
+  configMapKeyRef, secretKeyRef, envFrom; see `staticfleet_dev.podenv`. A missing
   non-optional ConfigMap/Secret/key leaves the container Waiting with reason
   CreateContainerConfigError; it is retried every 2 s.
 - Working directory: `workingDir` if set, else `<log-dir>/work/<namespace>_<pod>_<uid>`.
@@ -115,8 +115,8 @@ from kubernetes import config as kube_config
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.watch.watch import iter_resp_lines
 
-from staticfleet.localenv import podenv
-from staticfleet.localenv.procs import spawn
+from staticfleet_dev import podenv
+from staticfleet_dev.procs import spawn
 
 log = logging.getLogger("staticfleet.localnode")
 
@@ -1376,7 +1376,7 @@ def default_ip_lock_dir() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m staticfleet.localenv.localnode",
+    parser = argparse.ArgumentParser(prog="python -m staticfleet_dev.localnode",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--kubeconfig", required=True, type=Path)
     parser.add_argument("--node-name", default="local-node")
