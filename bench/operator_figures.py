@@ -48,8 +48,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 
 from staticfleet.decisions.conditions import parse_rfc3339  # noqa: E402
-from staticfleet.localenv import environment  # noqa: E402
-from staticfleet.localenv.kafka import KafkaSettings  # noqa: E402
+from staticfleet_dev import environment  # noqa: E402
+from staticfleet_dev.kafka import KafkaSettings  # noqa: E402
 from tests.support.kube import create_namespace, install_crds, kubectl, to_yaml  # noqa: E402
 from tests.support.operator import OperatorProcess  # noqa: E402
 

@@ -34,9 +34,9 @@ sys.path.insert(0, str(REPO))
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from staticfleet.localenv import environment  # noqa: E402
-from staticfleet.localenv.kafka import KafkaBroker, KafkaSettings  # noqa: E402
-from staticfleet.localenv.stream import SteadyProducer, committed_lag  # noqa: E402
+from staticfleet_dev import environment  # noqa: E402
+from staticfleet_dev.kafka import KafkaBroker, KafkaSettings  # noqa: E402
+from staticfleet_dev.stream import SteadyProducer, committed_lag  # noqa: E402
 from tests.support.groups import consumer_group  # noqa: E402
 from tests.support.kube import create_namespace, install_crds, kubectl, to_yaml  # noqa: E402
 from tests.support.operator import OperatorProcess  # noqa: E402

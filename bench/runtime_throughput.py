@@ -40,8 +40,8 @@ from consumer_runtime.records import to_arrow
 from consumer_runtime.sinks import NullSink
 from consumer_runtime.spark import SparkBatch, start_session
 from consumer_runtime.transforms import identity
-from staticfleet.localenv.kafka import KafkaSettings, start_kafka
-from staticfleet.localenv.procs import free_port, stop
+from staticfleet_dev.kafka import KafkaSettings, start_kafka
+from staticfleet_dev.procs import free_port, stop
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = 1024

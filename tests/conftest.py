@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from staticfleet.localenv import environment
-from staticfleet.localenv.kafka import KafkaBroker, KafkaSettings
-from staticfleet.localenv.procs import ProcessRecord, ServerFailed, stop
-from staticfleet.localenv.tools import tail
+from staticfleet_dev import environment
+from staticfleet_dev.kafka import KafkaBroker, KafkaSettings
+from staticfleet_dev.procs import ProcessRecord, ServerFailed, stop
+from staticfleet_dev.tools import tail
 from tests.support.kube import create_namespace, install_crds, kubectl
 from tests.support.operator import OperatorProcess
 

@@ -1,64 +1,29 @@
-"""The `staticfleet` command: the local environment, the operator and the demo."""
+"""The `staticfleet` command: the operator, plus the commands of installed plugins.
+
+`operator run` is the operator's own. Further commands come from the entry points of the group
+`staticfleet.commands`: each is a function that takes the argparse subparsers object and adds its
+parser, with `func` set to a function of the parsed arguments returning the exit status. The
+development environment (`staticfleet_dev`) adds `env` and `demo` this way; where it is not
+installed (the operator image) the command simply lacks them. A plugin that fails with a
+`CommandError` exits with that error's status; any other RuntimeError exits with 1.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
+from collections.abc import Iterable
+from importlib.metadata import EntryPoint, entry_points
 
-from staticfleet.localenv.tools import BuildFailed, ToolMissing
-
-
-def _env_up(args: argparse.Namespace) -> int:
-    from staticfleet.localenv import environment
-    from staticfleet.localenv.kafka import KafkaSettings
-
-    settings = KafkaSettings.for_tests() if args.test_settings else KafkaSettings()
-    started = time.monotonic()
-    env = environment.up(args.name, kafka_settings=settings, with_node=not args.no_node)
-    took = time.monotonic() - started
-    if args.json:
-        print(json.dumps({**environment.status(args.name), "seconds": round(took, 1)}))
-    else:
-        print(f"environment {env.name!r} up in {took:.1f}s")
-        print(f"  kafka bootstrap: {env.bootstrap}")
-        print(f"  kubeconfig:      {env.kubeconfig}")
-        print(f"  export KUBECONFIG={env.kubeconfig}")
-        print(f"  pod logs:        {env.pod_log_dir}")
-    return 0
+PLUGIN_GROUP = "staticfleet.commands"
 
 
-def _env_status(args: argparse.Namespace) -> int:
-    from staticfleet.localenv import environment
+class CommandError(Exception):
+    """A command failed in a way its message explains; the process exits with `exit_code`."""
 
-    st = environment.status(args.name)
-    if args.json:
-        print(json.dumps(st))
-    elif not st["processes"]:
-        print(f"environment {args.name!r} is not up")
-    else:
-        print(f"environment {args.name!r}: {'up' if st['up'] else 'DEGRADED'}")
-        print(f"  kafka bootstrap: {st['bootstrap']}\n  kubeconfig:      {st['kubeconfig']}")
-        for p in st["processes"]:
-            print(f"  {p['name']:<24} pid {p['pid']:<8} {'alive' if p['alive'] else 'DEAD'}"
-                  f"  log {p['log']}")
-    return 0 if st["up"] else 1
-
-
-def _env_down(args: argparse.Namespace) -> int:
-    from staticfleet.localenv import environment
-
-    names = [e.name for e in environment.registered()] if args.all else [args.name]
-    for name in names:
-        print(f"environment {name!r}: {'stopped' if environment.down(name) else 'was not up'}")
-    return 0
-
-
-def _env_build(args: argparse.Namespace) -> int:
-    from staticfleet.localenv import build
-
-    return build.main(args.steps)
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _operator_run(args: argparse.Namespace) -> int:
@@ -69,36 +34,35 @@ def _operator_run(args: argparse.Namespace) -> int:
                         metrics_host=args.metrics_host)
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from staticfleet.demo import run_demo
+def installed_plugins() -> list[EntryPoint]:
+    """The entry points of the group `staticfleet.commands`, by name."""
+    return sorted(entry_points(group=PLUGIN_GROUP), key=lambda ep: ep.name)
 
-    return run_demo(args)
+
+def _is_absent(exc: ModuleNotFoundError, ep: EntryPoint) -> bool:
+    """The plugin's own module (or a package above it) is not installed; a module missing
+    further down, e.g. a dependency the plugin imports, is an error worth showing."""
+    parts = ep.module.split(".")
+    return exc.name in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="staticfleet", description=__doc__)
+def _add_plugin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+                         plugins: Iterable[EntryPoint]) -> None:
+    for ep in plugins:
+        try:
+            add_command = ep.load()
+        except ModuleNotFoundError as exc:
+            if _is_absent(exc, ep):
+                continue
+            raise
+        add_command(sub)
+
+
+def parser(plugins: Iterable[EntryPoint] | None = None) -> argparse.ArgumentParser:
+    """The command line: `operator run`, then the commands of `plugins` (default: those
+    installed)."""
+    p = argparse.ArgumentParser(prog="staticfleet", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-
-    env = sub.add_parser("env", help="the embedded local environment (Kafka, Kubernetes, node)")
-    env_sub = env.add_subparsers(dest="env_command", required=True)
-    e_up = env_sub.add_parser("up", help="start a broker, a control plane and the local node")
-    e_up.add_argument("--name", default="default")
-    e_up.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    e_up.add_argument("--test-settings", action="store_true",
-                      help="lower the broker's group minimums and initial rebalance delay")
-    e_up.add_argument("--no-node", action="store_true", help="do not start the local node")
-    e_up.set_defaults(func=_env_up)
-    e_st = env_sub.add_parser("status", help="show what runs")
-    e_st.add_argument("--name", default="default")
-    e_st.add_argument("--json", action="store_true")
-    e_st.set_defaults(func=_env_status)
-    e_dn = env_sub.add_parser("down", help="stop what `env up` started and remove its files")
-    e_dn.add_argument("--name", default="default")
-    e_dn.add_argument("--all", action="store_true", help="every registered environment")
-    e_dn.set_defaults(func=_env_down)
-    e_bd = env_sub.add_parser("build", help="build or download the servers into the cache")
-    e_bd.add_argument("steps", nargs="*", default=["all"])
-    e_bd.set_defaults(func=_env_build)
 
     op = sub.add_parser("operator", help="the Kubernetes operator")
     op_sub = op.add_subparsers(dest="operator_command", required=True)
@@ -112,15 +76,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--health-port", type=int, default=8081)
     run.set_defaults(func=_operator_run)
 
-    demo = sub.add_parser("demo", help="show a rolling restart without a rebalance, locally")
-    demo.add_argument("--down", action="store_true", help="tear everything down at the end")
-    demo.add_argument("--rate", type=int, default=200, help="records produced per second")
-    demo.add_argument("--settle", type=float, default=20.0,
-                      help="seconds of steady consumption before and after the rollout")
-    demo.add_argument("--members", type=int, default=3)
-    demo.add_argument("--json", action="store_true", help="print the final report as JSON")
-    demo.add_argument("--name", default="demo", help="name of the local environment")
-    demo.set_defaults(func=_demo)
+    _add_plugin_commands(sub, installed_plugins() if plugins is None else plugins)
     return p
 
 
@@ -128,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ToolMissing, BuildFailed) as exc:
+    except CommandError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 3
+        return exc.exit_code
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

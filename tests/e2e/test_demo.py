@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from staticfleet.localenv import environment
+from staticfleet_dev import environment
 from tests.conftest import unique
 
 pytestmark = pytest.mark.e2e

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from staticfleet.localenv.kafka import KafkaBroker
-from staticfleet.localenv.stream import SteadyProducer, committed_lag, read_all
+from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
 from tests.conftest import unique
 from tests.support import groups
 from tests.support.kube import kubectl

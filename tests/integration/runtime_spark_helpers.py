@@ -21,7 +21,7 @@ from typing import Any
 import pyspark
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
-from staticfleet.localenv.procs import free_port, port_open
+from staticfleet_dev.procs import free_port, port_open
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from staticfleet.localenv.kafka import KafkaBroker
+from staticfleet_dev.kafka import KafkaBroker
 from tests.conftest import unique
 from tests.support.members import ProbeMember, group_state, wait_for
 

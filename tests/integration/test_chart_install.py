@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from staticfleet.localenv import build, environment, versions
-from staticfleet.localenv.kafka import KafkaBroker
-from staticfleet.localenv.procs import ProcessRecord
-from staticfleet.localenv.tools import tail
+from staticfleet_dev import build, environment, versions
+from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.procs import ProcessRecord
+from staticfleet_dev.tools import tail
 from tests.conftest import unique
 from tests.support import groups
 from tests.support.kube import REPO, create_namespace, get_json, kubectl

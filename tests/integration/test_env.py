@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from staticfleet.localenv import build, environment
-from staticfleet.localenv.kafka import KafkaSettings, start_kafka
-from staticfleet.localenv.procs import ServerFailed, is_alive, spawn, wait_until
+from staticfleet_dev import build, environment
+from staticfleet_dev.kafka import KafkaSettings, start_kafka
+from staticfleet_dev.procs import ServerFailed, is_alive, spawn, wait_until
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
@@ -76,8 +76,8 @@ def test_up_status_down(env_name: str) -> None:
 def test_down_cleans_up_after_the_starter_crashed(env_name: str) -> None:
     starter = textwrap.dedent(f"""
         import os, signal
-        from staticfleet.localenv import environment
-        from staticfleet.localenv.kafka import KafkaSettings
+        from staticfleet_dev import environment
+        from staticfleet_dev.kafka import KafkaSettings
         environment.up({env_name!r}, kafka_settings=KafkaSettings.for_tests(), with_node=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from staticfleet.localenv import environment
-from staticfleet.localenv.procs import ProcessRecord
+from staticfleet_dev import environment
+from staticfleet_dev.procs import ProcessRecord
 from tests.conftest import unique
 from tests.support.kube import create_namespace, get_json, kubectl, to_yaml
 from tests.support.members import wait_until_true

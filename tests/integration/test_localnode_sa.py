@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from staticfleet.localenv.procs import ProcessRecord
+from staticfleet_dev.procs import ProcessRecord
 from tests.conftest import unique
 from tests.support.kube import create_namespace, get_json, kubectl, to_yaml
 

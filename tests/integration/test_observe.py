@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from staticfleet import observe
-from staticfleet.localenv.kafka import TEST_SETTINGS, KafkaBroker
+from staticfleet_dev.kafka import TEST_SETTINGS, KafkaBroker
 from tests.conftest import unique
 from tests.support.members import ProbeMember, wait_for
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from staticfleet.localenv.kafka import KafkaBroker
-from staticfleet.localenv.procs import free_port
+from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.procs import free_port
 from tests.conftest import unique
 from tests.support.kube import get_json, kubectl, load_example, to_yaml
 from tests.support.operator import OperatorProcess

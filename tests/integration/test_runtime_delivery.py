@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from staticfleet.localenv.kafka import KafkaBroker
+from staticfleet_dev.kafka import KafkaBroker
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import (
     committed,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from staticfleet.localenv.kafka import KafkaBroker
+from staticfleet_dev.kafka import KafkaBroker
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import produce, running, runtime_config
 

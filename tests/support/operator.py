@@ -11,8 +11,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from staticfleet.localenv.procs import free_port
-from staticfleet.localenv.tools import tail
+from staticfleet_dev.procs import free_port
+from staticfleet_dev.tools import tail
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """A real Prometheus for tests: scrapes the operator and the member pods, evaluates the shipped
 alert rules, answers through its HTTP API.
 
-The binary is the project's build (`staticfleet.localenv.build.prometheus_bin()`); the web UI's
+The binary is the project's build (`staticfleet_dev.build.prometheus_bin()`); the web UI's
 assets are not embedded, the API works.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from staticfleet.localenv import build
-from staticfleet.localenv.procs import free_port
-from staticfleet.localenv.tools import tail
+from staticfleet_dev import build
+from staticfleet_dev.procs import free_port
+from staticfleet_dev.tools import tail
 
 REPO = Path(__file__).resolve().parents[2]
 ALERT_RULES = REPO / "charts" / "staticfleet" / "rules" / "staticfleet-alerts.yaml"

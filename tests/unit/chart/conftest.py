@@ -1,6 +1,6 @@
 """Fixtures of the chart tests: the real helm and promtool binaries, and a `helm template` runner.
 
-The binaries come from the project's build cache (staticfleet.localenv.build); a missing one is
+The binaries come from the project's build cache (staticfleet_dev.build); a missing one is
 built, never skipped.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from staticfleet.localenv import build, versions
+from staticfleet_dev import build, versions
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "staticfleet"

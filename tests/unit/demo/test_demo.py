@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from staticfleet.demo import (
+from staticfleet_dev.demo import (
     DLQ_TOPIC,
     NAMESPACE,
     TOPIC,
@@ -294,7 +294,7 @@ def test_format_report_is_a_table_that_flags_a_mismatch() -> None:
 
 
 def test_throughput_png_is_written(tmp_path: Path) -> None:
-    from staticfleet.plot import write_throughput_png
+    from staticfleet_dev.plot import write_throughput_png
 
     series = {o: [(T0 + t, 60.0 + o) for t in range(30)] for o in range(3)}
     spans = {0: [(T0 + 5, T0 + 9)], 1: [(T0 + 12, T0 + 17)], 2: [(T0 + 20, None)]}

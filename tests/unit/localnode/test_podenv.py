@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from staticfleet.localenv import podenv
-from staticfleet.localenv.podenv import ConfigError, NoEntrypoint, PodContext
+from staticfleet_dev import podenv
+from staticfleet_dev.podenv import ConfigError, NoEntrypoint, PodContext
 
 pytestmark = pytest.mark.unit
 

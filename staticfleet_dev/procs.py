@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from staticfleet.localenv.tools import tail
+from staticfleet_dev.tools import tail
 
 
 class ServerFailed(RuntimeError):

@@ -3,7 +3,7 @@
 One panel per member, sharing the time axis (seconds since the rollout was triggered). A member's
 restart (from its stop to its return, Ready again) is a red band labelled with how long it was
 away; the rollout as a whole is a grey band behind every panel. The series and spans come from
-`staticfleet.demo`'s pure functions; this module only draws.
+`staticfleet_dev.demo`'s pure functions; this module only draws.
 """
 
 from __future__ import annotations

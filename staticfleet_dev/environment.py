@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from staticfleet.localenv.controlplane import ControlPlane, start_control_plane
-from staticfleet.localenv.kafka import KafkaBroker, KafkaSettings, start_kafka
-from staticfleet.localenv.procs import ProcessRecord, ServerFailed, is_alive, spawn, stop
-from staticfleet.localenv.tools import cache_root, tail
+from staticfleet_dev.controlplane import ControlPlane, start_control_plane
+from staticfleet_dev.kafka import KafkaBroker, KafkaSettings, start_kafka
+from staticfleet_dev.procs import ProcessRecord, ServerFailed, is_alive, spawn, stop
+from staticfleet_dev.tools import cache_root, tail
 
 NODE_NAME = "local-node"
 
@@ -148,10 +148,10 @@ def start_local_node(env: LocalEnv, timeout: float = 60.0) -> ProcessRecord:
     """Run the local node as its own process and wait until its Node is Ready."""
     env.pod_log_dir.mkdir(parents=True, exist_ok=True)
     _proc, rec = spawn("local-node", [
-        sys.executable, "-m", "staticfleet.localenv.localnode", "--kubeconfig",
+        sys.executable, "-m", "staticfleet_dev.localnode", "--kubeconfig",
         str(env.kubeconfig), "--node-name", NODE_NAME, "--log-dir", str(env.pod_log_dir),
     ], log=env.root / "local-node.log")
-    from staticfleet.localenv.procs import wait_until
+    from staticfleet_dev.procs import wait_until
 
     wait_until(lambda: node_ready(env), rec=rec, timeout=timeout, what="registered and Ready")
     return rec

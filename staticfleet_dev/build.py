@@ -2,7 +2,7 @@
 control-plane binaries, etcd, helm and Prometheus built from the Go module proxy.
 
 Every step is idempotent: a finished artifact is marked by a stamp file and reused.
-Run as ``python -m staticfleet.localenv.build [kafka|k8s|helm|prometheus|all]``.
+Run as ``python -m staticfleet_dev.build [kafka|k8s|helm|prometheus|all]``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from staticfleet.localenv import versions
-from staticfleet.localenv.tools import BuildFailed, cache_root, require_tool, run_logged
+from staticfleet_dev import versions
+from staticfleet_dev.tools import BuildFailed, cache_root, require_tool, run_logged
 
 KAFKA_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>

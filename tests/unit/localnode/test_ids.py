@@ -1,4 +1,5 @@
-"""Pod IPs are unique on the machine, also across local nodes sharing the lock directory."""
+"""Pod IP addresses of the local node: the lowest free one in the pod range, unique on the machine,
+also across local nodes sharing the lock directory."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from staticfleet.localenv.localnode import IpPool, listening_ips
+from staticfleet_dev.localnode.ids import IpPool, in_pod_range, listening_ips, next_pod_ip
 
 pytestmark = pytest.mark.unit
 
@@ -44,3 +45,25 @@ PROC_NET_TCP = """\
 
 def test_listening_ips() -> None:
     assert listening_ips(PROC_NET_TCP) == {"127.0.1.2", "127.0.1.4", "127.0.0.1"}
+
+
+@pytest.mark.parametrize(("used", "ip"), [
+    (set(), "127.0.1.2"),
+    ({"127.0.1.2", "127.0.1.3"}, "127.0.1.4"),
+    ({"127.0.1.3"}, "127.0.1.2"),
+    ({f"127.0.1.{i}" for i in range(2, 255)}, "127.0.2.1"),
+])
+def test_next_pod_ip(used: set[str], ip: str) -> None:
+    assert next_pod_ip(used) == ip
+
+
+def test_next_pod_ip_exhausted() -> None:
+    assert next_pod_ip({"127.0.1.2"}, first="127.0.1.2", last="127.0.1.2") is None
+
+
+@pytest.mark.parametrize(("ip", "inside"), [
+    ("127.0.1.2", True), ("127.0.1.1", False), ("127.0.0.1", False), ("127.0.2.0", False),
+    ("10.0.0.1", False), (None, False), ("junk", False),
+])
+def test_in_pod_range(ip: str | None, inside: bool) -> None:
+    assert in_pod_range(ip) is inside

@@ -1,8 +1,8 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver (RBAC on) and
 kube-controller-manager (garbage collector, namespace and service-account controllers, ...),
-built from the Go module proxy by `staticfleet.localenv.build`.
+built from the Go module proxy by `staticfleet_dev.build`.
 
-There is no kubelet and no scheduler; `staticfleet.localenv.localnode` binds and runs pods.
+There is no kubelet and no scheduler; `staticfleet_dev.localnode` binds and runs pods.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from staticfleet.localenv import build, certs
-from staticfleet.localenv.procs import ProcessRecord, free_port, spawn, stop, wait_until
+from staticfleet_dev import build, certs
+from staticfleet_dev.procs import ProcessRecord, free_port, spawn, stop, wait_until
 
 SERVICE_CIDR = "10.0.0.0/24"
 
@@ -31,7 +31,7 @@ class ControlPlane:
     records: list[ProcessRecord] = field(default_factory=list)
 
     def log_tails(self, lines: int = 30) -> str:
-        from staticfleet.localenv.tools import tail
+        from staticfleet_dev.tools import tail
 
         return "\n".join(f"--- {r.name} ({r.log}) ---\n{tail(Path(r.log), lines)}"
                          for r in self.records)

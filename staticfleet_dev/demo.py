@@ -467,8 +467,8 @@ class Demo:
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
 
     def start_operator(self) -> None:
-        from staticfleet.localenv import environment
-        from staticfleet.localenv.procs import free_port, spawn, wait_until
+        from staticfleet_dev import environment
+        from staticfleet_dev.procs import free_port, spawn, wait_until
 
         health = free_port()
         env_vars = {**os.environ, "KUBECONFIG": str(self.env.kubeconfig)}
@@ -511,10 +511,10 @@ class Demo:
     # -- the run ----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        from staticfleet.localenv import environment
-        from staticfleet.localenv.kafka import KafkaSettings
-        from staticfleet.localenv.stream import SteadyProducer, committed_offsets, create_topic
-        from staticfleet.plot import write_throughput_png
+        from staticfleet_dev import environment
+        from staticfleet_dev.kafka import KafkaSettings
+        from staticfleet_dev.plot import write_throughput_png
+        from staticfleet_dev.stream import SteadyProducer, committed_offsets, create_topic
 
         args = self.args
         t = time.monotonic()
@@ -583,7 +583,7 @@ class Demo:
         rollout_samples = [s for s in self.samples if s.t >= trigger - args.settle]
         plot = env.root / PLOT_NAME
         if args.down:
-            from staticfleet.localenv.tools import cache_root
+            from staticfleet_dev.tools import cache_root
 
             plot = cache_root() / "demo" / f"{args.name}-throughput.png"
         session_ms = rollout_view(final).session_ms
@@ -633,7 +633,7 @@ def run_demo(args: argparse.Namespace) -> int:
             demo.say(f"operator log: {demo.env.root / 'operator.log'}, "
                      f"member logs: {demo.env.pod_log_dir}")
             if args.down:
-                from staticfleet.localenv import environment
+                from staticfleet_dev import environment
 
                 environment.down(args.name)
                 demo.say(f"environment {args.name!r} torn down")

@@ -8,8 +8,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from staticfleet.localenv import build
-from staticfleet.localenv.procs import (
+from staticfleet_dev import build
+from staticfleet_dev.procs import (
     ProcessRecord,
     ServerFailed,
     free_port,
@@ -17,7 +17,7 @@ from staticfleet.localenv.procs import (
     spawn,
     wait_until,
 )
-from staticfleet.localenv.tools import require_tool, tail
+from staticfleet_dev.tools import require_tool, tail
 
 LOG4J2 = """status = warn
 appender.out.type = Console

@@ -1,7 +1,7 @@
 """Pure parts of running a pod's first container as a local process: environment and command.
 
 Everything here works on plain dicts shaped like the Kubernetes JSON (camelCase) and never talks
-to the API; the local node (`staticfleet.localenv.localnode`) fetches the ConfigMaps and Secrets
+to the API; the local node (`staticfleet_dev.localnode`) fetches the ConfigMaps and Secrets
 named by `referenced_sources` and passes their `data` in.
 
 Semantics follow the kubelet (`makeEnvironmentVariables`, `expansion.Expand`):
