@@ -421,7 +421,7 @@ class Demo:
 
     def observe(self) -> tuple[Sample, dict[str, Any]]:
         """Pods and the ConsumerGroup in one kubectl call, and each member's /status."""
-        from staticfleet.observe import read_member_status as member_status
+        from staticfleet.observe import read_member_status
 
         t = time.time()
         proc = self.kubectl("-n", NAMESPACE, "get", "pods,consumergroups", "-o", "json",
@@ -431,7 +431,7 @@ class Demo:
         pods = [i for i in items if i.get("kind") == "Pod"]
         cg: dict[str, Any] = next((i for i in items if i.get("kind") == "ConsumerGroup"), {})
         statuses = {
-            p["metadata"]["uid"]: member_status(ip, MEMBER_PORT, timeout=1.0)
+            p["metadata"]["uid"]: read_member_status(ip, MEMBER_PORT, timeout=1.0)
             for p in pods if (ip := (p.get("status") or {}).get("podIP"))
         }
         sample = Sample(t=t, members=member_samples(pods, statuses), rollout=rollout_view(cg))

@@ -27,7 +27,7 @@ class CommandError(Exception):
 
 
 def _operator_run(args: argparse.Namespace) -> int:
-    from staticfleet.main import run_operator
+    from staticfleet.run import run_operator
 
     return run_operator(namespaces=args.namespace, all_namespaces=args.all_namespaces,
                         metrics_port=args.metrics_port, health_port=args.health_port,

@@ -23,7 +23,7 @@ RECENT_RESTARTS_KEPT = 10
 Cond = tuple[c.Status, str, str]
 
 
-def member_status(group: ConsumerGroupSpec, member: ObservedMember) -> dict[str, Any]:
+def member_entry(group: ConsumerGroupSpec, member: ObservedMember) -> dict[str, Any]:
     """One `status.members[]` entry."""
     entry: dict[str, Any] = {
         "ordinal": member.ordinal,
@@ -62,7 +62,7 @@ def build_status(
         "selector": selector_string(group),
         "groupState": observed.group_state,
         "rebalances": observed.rebalances,
-        "members": [member_status(group, m) for m in members],
+        "members": [member_entry(group, m) for m in members],
         "updateRevision": update_revision,
         "rollout": rollout.to_status(observed.rebalances),
         "conditions": [dict(x) for x in conditions],
