@@ -25,12 +25,14 @@ from typing import Any
 from staticfleet import apply, metrics, observe
 from staticfleet.decisions import builders
 from staticfleet.decisions import conditions as c
+from staticfleet.decisions.members import member_closed_at
 from staticfleet.decisions.model import ConsumerGroupSpec, SpecError
 from staticfleet.decisions.plan import Plan, decide, degraded, summarize, without_nulls
 from staticfleet.decisions.snapshot import Problem, Snapshot
 from staticfleet.statuspatch import merge_patch
 
 BOUNDS_TTL_S = 300.0
+CLOSURES_KEPT = 10000
 WRITTEN_POD_TTL_S = 30.0
 """How long a pod this process created or deleted is taken as the API server answered, while
 the watch has not shown that change yet."""
@@ -54,6 +56,20 @@ class Deps:
     """The status this process last wrote, by ConsumerGroup uid (the watch may lag it)."""
     pods: dict[str, tuple[float, Mapping[str, Any]]] = field(default_factory=dict)
     """Member pods as this process last created or deleted them, by pod uid."""
+    closures: dict[str, datetime] = field(default_factory=dict)
+    """When the process of a member pod being deleted closed, by pod uid, as the pod watch saw
+    it (the pod itself may be gone by the next pass)."""
+
+    def note_closure(self, pod: Mapping[str, Any]) -> None:
+        closed = member_closed_at(pod)
+        if closed is None:
+            return
+        with self.lock:
+            self.closures[pod["metadata"]["uid"]] = closed
+            if len(self.closures) > CLOSURES_KEPT:
+                for uid in sorted(self.closures, key=self.closures.__getitem__)[
+                        :len(self.closures) - CLOSURES_KEPT]:
+                    del self.closures[uid]
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def forget(self, uid: str) -> None:
@@ -114,9 +130,13 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         return _failed(base, spec, Problem(
             c.API_ERROR, f"the API server refused a request: {exc}"))
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    for pod in pods:
+        deps.note_closure(pod)
+    with deps.lock:
+        closures = dict(deps.closures)
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=_member_statuses(live, deps), group=group, partitions=partitions,
-                    broker_config=broker_config)
+                    closures=closures, broker_config=broker_config)
     return snap, admin
 
 

@@ -325,7 +325,13 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     # config the broker applies at once.
     running = (running_session_timeout_ms(snap.pods)
                if spec.membership.protocol == "classic" else None)
-    limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout, running)
+    slowest = st.slowest_restart(snap.previous.get("measurements"))
+    which = None
+    if slowest is not None:
+        who = "member ?" if slowest[0] is None else f"member {slowest[0]}"
+        which = (f"the slowest measured restart: {who}, {slowest[1]:.1f} s; its pod's Events "
+                 "and log tell what took the time (scheduling, image pull, Spark start, drain)")
+    limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout, running, which)
     obs = ro.GroupObservation(
         members=tuple(m for m in table.members if m.ordinal < spec.replicas),
         group_state=group_state, rebalances=rebalances, closures=snap.closures)

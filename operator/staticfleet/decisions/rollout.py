@@ -195,6 +195,11 @@ class RolloutLimits:
     needed_session_ms: int | None = None
     running_session_ms: int | None = None
     """The shortest session timeout a member runs with, when below the effective one."""
+    slowest_restart: str | None = None
+    """Which measured restart needs the timeout (for the refusal's message)."""
+    capped: bool = False
+    """The needed timeout is above what the effective one may be (not only the running one)."""
+    effective_session_ms: int | None = None
     max_unavailable: int = 1
     paused: bool = False
     at_risk_fraction: float = AT_RISK_FRACTION
@@ -205,6 +210,7 @@ class RolloutLimits:
         timeouts: EffectiveTimeouts,
         rollout: RolloutSpec,
         running_session_timeout_ms: int | None = None,
+        slowest_restart: str | None = None,
     ) -> RolloutLimits:
         session = timeouts.session_timeout_ms
         if running_session_timeout_ms is not None:
@@ -216,6 +222,9 @@ class RolloutLimits:
             # must fit that one, not only the new effective value.
             restart_safe=timeouts.restart_safe and (needed is None or needed <= session),
             running_session_ms=running_session_timeout_ms,
+            slowest_restart=slowest_restart,
+            capped=not timeouts.restart_safe,
+            effective_session_ms=timeouts.session_timeout_ms,
             needed_session_ms=needed,
             max_unavailable=rollout.max_unavailable,
             paused=rollout.paused,
@@ -350,19 +359,21 @@ def plan_rollout(members: Sequence[ObservedMember]) -> RolloutPlan:
 def refusal_message(limits: RolloutLimits) -> str:
     """Why restarts are unsafe and what to do."""
     needed, session = limits.needed_session_ms, limits.session_timeout_ms
-    if limits.running_session_ms is not None and limits.running_session_ms == session:
+    which = f" ({limits.slowest_restart})" if limits.slowest_restart else ""
+    if not limits.capped and limits.running_session_ms is not None:
         return (
-            f"restarts need a session timeout of {needed} ms but the members run with "
+            f"restarts need a session timeout of {needed} ms{which} but the members run with "
             f"{session} ms (the value they joined with; the broker holds a restarting member "
             "to it, whatever the new value): restarting would rebalance the group once per "
             "member. Make members start faster, or accept those rebalances by deleting the "
             "member pods yourself; members that rejoin then run with the new timeout")
     return (
-        f"restarts need a session timeout of {needed} ms but the effective session timeout is "
-        f"{session} ms (capped by the broker, spec.membership.autoTuning.maxSessionTimeoutMs or "
-        "set in the spec): restarting would cause rebalances. Raise the broker's group max "
-        "session timeout or spec.membership.timeouts.sessionTimeoutMs, or make members start "
-        "faster")
+        f"restarts need a session timeout of {needed} ms{which} but the session timeout can "
+        f"be at most {limits.effective_session_ms or session} ms (capped by the broker, "
+        "spec.membership.autoTuning.maxSessionTimeoutMs or set in the spec): restarting would "
+        "cause rebalances. Look at why that restart was slow, raise the broker's group max "
+        "session timeout, spec.membership.autoTuning.maxSessionTimeoutMs or "
+        "spec.membership.timeouts.sessionTimeoutMs, or make members start faster")
 
 
 def next_step(

@@ -433,3 +433,95 @@ def test_a_kip848_groups_timeout_applies_at_once_so_the_new_one_counts() -> None
     status["measurements"] = {"restartSecondsRecent": [40.0], "restartSecondsMax": 40.0}
     plan = decide(snapshot(cg, pods, previous=status, broker_config=config))
     assert [d.ordinal for d in plan.delete] == [2]
+
+
+# --- what the timeouts learn from -------------------------------------------------------------
+
+
+def crashed(pod: dict[str, Any], *, restarts: int, age_s: float) -> dict[str, Any]:
+    """A pod `age_s` old whose member container restarted in place `restarts` times."""
+    out = copy.deepcopy(pod)
+    out["metadata"]["creationTimestamp"] = builders_time(-age_s)
+    out["status"]["containerStatuses"] = [{"name": builders.MEMBER_CONTAINER,
+                                           "restartCount": restarts, "state": {"running": {
+                                               "startedAt": builders_time(-10)}}}]
+    return out
+
+
+def test_a_crash_restarted_in_place_teaches_the_timeouts_nothing() -> None:
+    """Seen on main: a 3-day-old pod's process killed; its in-place restart was taken as a
+    259,144 s restart, the timeout went to the broker's maximum and a rollout started."""
+    pods, status = settled(CG)
+    pods = [crashed(p, restarts=1, age_s=3 * 86400) if _ordinal(p) == 1 else p for p in pods]
+    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 0,
+                                       "processStart": (NOW - timedelta(seconds=10)).timestamp(),
+                                       "startupSeconds": {"firstAssignment": 1.7}}
+                for p in pods}
+    plan = decide(snapshot(CG, pods, previous=status, statuses=statuses))
+    assert plan.status["timeouts"]["sessionTimeoutMs"] == 45000
+    assert plan.status["timeouts"]["maxPollIntervalMs"] == 300000
+    assert plan.status["updateRevision"] == status["updateRevision"], "no rollout by itself"
+    assert plan.delete == () and "TimeoutsChanged" not in reasons(plan)
+    assert "restartSecondsRecent" not in plan.status.get("measurements", {})
+
+
+def roll_member_2(*, closed_after_s: float | None, replacement: dict[str, Any] | None = None
+                  ) -> Plan:
+    """Member 2 deleted at t=0, its process closed at `closed_after_s`, the replacement back
+    in the group at t=8 and ready at t=9."""
+    pods, status = rolling_fleet()
+    old = [p for p in pods if _ordinal(p) != 2]
+    uid2 = next(p for p in pods if _ordinal(p) == 2)["metadata"]["uid"]
+    closures = {} if closed_after_s is None else {uid2: NOW + timedelta(seconds=closed_after_s)}
+    first = decide(replace(snapshot(NEW_IMAGE, old, previous=status, now_offset_s=1),
+                           closures=closures))
+    new = running(first, ready=False, tag="b")
+    if replacement is not None:
+        new = [replacement(new[0])]
+    back = decide(replace(snapshot(NEW_IMAGE, old + new, previous=without_nulls(
+        dict(first.status)), in_group=(0, 1, 2), now_offset_s=8), closures=closures))
+    for pod in new:
+        pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    return decide(replace(snapshot(NEW_IMAGE, old + new, previous=without_nulls(
+        dict(back.status)), in_group=(0, 1, 2), now_offset_s=9), closures=closures))
+
+
+@pytest.mark.parametrize(("closed_after_s", "absence_s"), [(None, 8.0), (3.0, 5.0)],
+                         ids=["close unknown: from the deletion", "from the old process's close"])
+def test_a_roller_restart_is_measured_from_the_old_process_close(
+        closed_after_s: float | None, absence_s: float) -> None:
+    plan = roll_member_2(closed_after_s=closed_after_s)
+    assert "MemberReady" in reasons(plan)
+    m = plan.status["measurements"]
+    assert m["restartSecondsRecent"] == [absence_s] and m["restartMembersRecent"] == [2]
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda p: crashed(p, restarts=1, age_s=9), "restarted in place"),
+    (lambda p: {**p, "status": {**p["status"], "containerStatuses": [
+        {"name": builders.MEMBER_CONTAINER, "restartCount": 0,
+         "state": {"running": {"startedAt": builders_time(7)}}}]},
+        "metadata": {**p["metadata"], "creationTimestamp": builders_time(-20)}},
+     "waited 27.0 s for scheduling or an image pull"),
+])
+def test_a_restart_that_measures_something_else_is_not_a_sample(change: Any, why: str) -> None:
+    plan = roll_member_2(closed_after_s=None, replacement=change)
+    m = plan.status["measurements"]
+    assert "restartSecondsRecent" not in m
+    assert m["ignoredRestarts"][0]["member"] == 2 and why in m["ignoredRestarts"][0]["why"]
+    later = decide(snapshot(NEW_IMAGE, [], previous=without_nulls(dict(plan.status)),
+                            state="Dead"))
+    assert any("ignored the restart of member 2" in r
+               for r in later.status["timeouts"]["reasons"])
+
+
+def test_a_restart_above_the_cap_refuses_and_names_the_member() -> None:
+    pods, status = settled(CG)
+    status["measurements"] = {"restartSecondsRecent": [12.0, 168.0],
+                              "restartMembersRecent": [0, 3]}
+    plan = decide(snapshot(NEW_IMAGE, pods, previous=status))
+    assert plan.status["timeouts"]["sessionTimeoutMs"] == 120000, "capped, not 254000"
+    assert plan.delete == ()
+    refused = next(e for e in plan.events if e.reason == c.RESTART_UNSAFE)
+    assert "member 3, 168.0 s" in refused.message
+    assert "at most 120000 ms" in refused.message and "maxSessionTimeoutMs" in refused.message
