@@ -122,20 +122,27 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
-def api_requests(kubeconfig: Path) -> float:
-    """The API server's own count of requests it served (apiserver_request_total, summed)."""
+def api_requests(kubeconfig: Path) -> tuple[float, float]:
+    """The API server's own count of requests it served (apiserver_request_total): all of
+    them, and those on consumergroups (which only the operator makes)."""
     text = kubectl(kubeconfig, "get", "--raw", "/metrics", timeout=60).stdout
-    total = 0.0
+    total = groups = 0.0
     for line in text.splitlines():
         if line.startswith("apiserver_request_total{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+            value = float(line.rsplit(" ", 1)[1])
+            total += value
+            if 'resource="consumergroups"' in line:
+                groups += value
+    return total, groups
 
 
-def requests_per_minute(kubeconfig: Path, window: float) -> float:
+def requests_per_minute(kubeconfig: Path, window: float) -> tuple[float, float]:
+    """(all, consumergroups) requests per minute over `window` seconds."""
     before = api_requests(kubeconfig)
     time.sleep(window)
-    return (api_requests(kubeconfig) - before - 1) * 60 / window  # -1: the first scrape
+    after = api_requests(kubeconfig)
+    return ((after[0] - before[0] - 1) * 60 / window,  # -1: the first scrape
+            (after[1] - before[1]) * 60 / window)
 
 
 @dataclass
@@ -144,6 +151,10 @@ class Variant:
 
     label: str
     source: Path | None = None
+
+    @property
+    def slug(self) -> str:
+        return "base" if self.source is not None else "new"
 
     def process(self, kubeconfig: Path, log: Path) -> OperatorProcess:
         env = None
@@ -174,10 +185,10 @@ def _has_metric(op: OperatorProcess) -> bool:
 
 def measure(variant: Variant, env: Any, core: client.CoreV1Api,
             custom: client.CustomObjectsApi, topic: str, args: argparse.Namespace,
-            idle_rpm: float, logdir: Path) -> dict[str, float]:
+            idle_rpm: tuple[float, float], logdir: Path) -> dict[str, float]:
     """The figures of one operator; the --groups groups exist already."""
     out: dict[str, float] = {}
-    op = variant.process(env.kubeconfig, logdir / f"operator-{variant.label}.log")
+    op = variant.process(env.kubeconfig, logdir / f"operator-{variant.slug}.log")
     try:
         # Catching up with the groups another process (or nobody) reconciled before.
         t0 = time.time()
@@ -188,7 +199,7 @@ def measure(variant: Variant, env: Any, core: client.CoreV1Api,
 
         latencies = []
         for i in range(args.runs):
-            name = f"lat-{variant.label}-{i}"
+            name = f"lat-{variant.slug}-{i}"
             doc = to_yaml(consumer_group(name, env.bootstrap, topic))
             t1 = time.monotonic()
             kubectl(env.kubeconfig, "apply", "-f", "-", input=doc)
@@ -207,7 +218,12 @@ def measure(variant: Variant, env: Any, core: client.CoreV1Api,
         cpu0, t3 = cpu_seconds(op.proc.pid), time.monotonic()
         rpm = requests_per_minute(env.kubeconfig, args.window)
         cpu = (cpu_seconds(op.proc.pid) - cpu0) / (time.monotonic() - t3)
-        out["at rest: API requests per group per minute"] = max(0.0, rpm - idle_rpm) / args.groups
+        out["at rest: API requests/min, all clients (operator running)"] = rpm[0]
+        out["at rest: API requests/min, all clients (no operator)"] = idle_rpm[0]
+        out["at rest: operator's API requests per group per minute (difference)"] = (
+            (rpm[0] - idle_rpm[0]) / args.groups)
+        out["at rest: consumergroups requests per group per minute"] = (
+            (rpm[1] - idle_rpm[1]) / args.groups)
         out["at rest: operator CPU (% of one core)"] = 100 * cpu
         out["at rest: operator RSS (MiB)"] = rss_kib(op.proc.pid) / 1024
 
@@ -277,7 +293,8 @@ def main() -> int:
         op.stop()
         time.sleep(args.settle)
         idle_rpm = requests_per_minute(env.kubeconfig, args.window)
-        print(f"API requests per minute with no operator running: {idle_rpm:.1f}", flush=True)
+        print(f"API requests per minute with no operator running: {idle_rpm[0]:.1f}",
+              flush=True)
         for variant in variants:
             print(f"measuring {variant.label} ...", flush=True)
             results[variant.label] = measure(variant, env, core, custom, topic, args, idle_rpm,
