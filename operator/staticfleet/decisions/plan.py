@@ -32,6 +32,7 @@ from staticfleet.decisions.members import (
 )
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import MemberSpecView, RestartReason
+from staticfleet.decisions.reasons import pod_revision as reasons_revision
 from staticfleet.decisions.rebalances import RebalanceCount, count_rebalances
 from staticfleet.decisions.snapshot import GroupView, Problem, Snapshot
 
@@ -128,6 +129,8 @@ def decide(snap: Snapshot) -> Plan:
             max_auto_session_ms=spec.membership.auto_tuning.max_session_timeout_ms)
     except timeouts.TimeoutRuleError as exc:
         return degraded(snap, Problem(c.INVALID_TIMEOUTS, str(exc)))
+    if before is not None and not _rollout_requested(snap, spec, before):
+        effective = timeouts.riding(effective, before, spec.membership.protocol)
     effective = replace(effective, reasons=effective.reasons + _timeout_notes(previous))
 
     events: list[Event] = []
@@ -230,6 +233,24 @@ def _first_assignment_s(snap: Snapshot) -> float | None:
              if restart_count(p) == 0]
     known = [j for j in joins if j is not None]
     return max(known) if known else None
+
+
+def _rollout_requested(snap: Snapshot, spec: ConsumerGroupSpec,
+                       in_force: timeouts.EffectiveTimeouts) -> bool:
+    """Whether this pass starts a rollout the user asked for (so new timeouts may ride with
+    it): explicit timeouts changed, or the spec (with the timeouts in force) makes a revision
+    that live members do not run and that no rollout is under way to yet."""
+    explicit = spec.membership.timeouts
+    for name, value in ((timeouts.SESSION, explicit.session_timeout_ms),
+                        (timeouts.HEARTBEAT, explicit.heartbeat_interval_ms),
+                        (timeouts.MAX_POLL, explicit.max_poll_interval_ms)):
+        if value is not None and value != in_force.value(name):
+            return True
+    revision = builders.member_spec_view(spec, in_force).revision
+    if ro.RolloutState.from_status(snap.previous.get("rollout")).revision == revision:
+        return False
+    return any(reasons_revision(p) != revision for p in snap.pods
+               if not p["metadata"].get("deletionTimestamp"))
 
 
 def _timeout_notes(previous: Mapping[str, Any]) -> tuple[str, ...]:

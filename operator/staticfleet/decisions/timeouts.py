@@ -19,7 +19,12 @@ Rules (each explicit value is checked against them; automatic values always sati
 * H1 heartbeat x 3 <= session; for protocol consumer also within
   group.consumer.min/max.heartbeat.interval.ms.
 * P1 max.poll.interval >= session.
-* P2 automatic max.poll.interval >= slowest measured batch x 200 % + 5 s.
+* P2 automatic max.poll.interval >= slowest measured batch x 200 % + 5 s. The member keeps calling
+  poll with its partitions paused while a batch runs, so no batch holds the poll loop; what must
+  fit is on_revoke, which waits for the batch in flight to finish and commit.
+
+Automatic values rise in coarse steps (x1.5, rounded up to 15 s: 45 s, 75 s, 120 s, 180 s, ...;
+`step_up`), so each new slowest restart or batch does not make a new value.
 
 Defaults when nothing is measured: session 45000 ms (Kafka's client default since 3.0, KIP-735,
 chosen to ride out cloud network stalls; the automatic session never goes below it), heartbeat
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -142,9 +147,23 @@ class TimeoutPolicy:
     batch_slack_ms: int = 5000
     lower_below_ratio: float = 0.6
     lower_hold_s: float = 600.0
+    step_ratio: float = 1.5
+    step_round_ms: int = 15000
 
 
 DEFAULT_POLICY = TimeoutPolicy()
+
+
+def step_up(need: int, floor: int, policy: TimeoutPolicy = DEFAULT_POLICY) -> int:
+    """The smallest value of the ladder floor, floor x 1.5, ... (each rounded up to 15 s) that
+    covers `need`: an automatic value rises in coarse steps with headroom, so a slightly slower
+    restart or batch next time needs no new value."""
+    value = floor
+    while value < need:
+        value = math.ceil(value * policy.step_ratio / policy.step_round_ms) * policy.step_round_ms
+    return value
+
+
 
 
 @dataclass(frozen=True)
@@ -159,6 +178,8 @@ class EffectiveTimeouts:
     restart_safe: bool = True
     needed_session_timeout_ms: int | None = None
     lower_candidate_since: Mapping[str, datetime] = field(default_factory=dict)
+    pending: Mapping[str, int] = field(default_factory=dict)
+    """Values the measurements call for that wait for the next rollout (`riding`)."""
 
     def value(self, name: str) -> int:
         return {
@@ -206,6 +227,8 @@ class EffectiveTimeouts:
         }
         if self.needed_session_timeout_ms is not None:
             status["neededSessionTimeoutMs"] = self.needed_session_timeout_ms
+        if self.pending:
+            status["pending"] = dict(self.pending)
         if self.lower_candidate_since:
             status["lowerCandidateSince"] = {
                 k: rfc3339(v) for k, v in sorted(self.lower_candidate_since.items())
@@ -236,7 +259,30 @@ class EffectiveTimeouts:
             lower_candidate_since={
                 k: parse_rfc3339(v) for k, v in (status.get("lowerCandidateSince") or {}).items()
             },
+            pending=dict(status.get("pending") or {}),
         )
+
+
+def riding(recommended: EffectiveTimeouts, in_force: EffectiveTimeouts,
+           protocol: Protocol) -> EffectiveTimeouts:
+    """The timeouts while `recommended` waits for the next rollout: a timeout change is never a
+    rollout of its own (each one restarted every member, and fresh processes reporting no slow
+    batch made it fall back and rise again). Values in the members' config stay as they are; a
+    KIP-848 group's session and heartbeat are broker-side group configs and follow at once."""
+    broker_side = (SESSION, HEARTBEAT) if protocol == "consumer" else ()
+    values = {n: recommended.value(n) if n in broker_side else in_force.value(n)
+              for n in (SESSION, HEARTBEAT, MAX_POLL)}
+    pending = {n: recommended.value(n) for n in values if recommended.value(n) != values[n]}
+    notes = tuple(f"{n}: {recommended.value(n)} ms pending, it rides with the next rollout "
+                  f"(a spec change or spec.rollout.restartNonce); {values[n]} ms until then"
+                  for n in pending)
+    return replace(
+        recommended, session_timeout_ms=values[SESSION], heartbeat_interval_ms=values[HEARTBEAT],
+        max_poll_interval_ms=values[MAX_POLL],
+        sources={n: (recommended.sources.get(n, "default") if n in broker_side or n not in pending
+                     else in_force.sources.get(n, "default")) for n in values},
+        reasons=recommended.reasons + notes,
+        pending=pending)
 
 
 def needed_session_timeout_ms(
@@ -341,7 +387,7 @@ def compute_timeouts(
             upper = max(lower, min(upper, cap))
         target = lower
         if auto_tuning and restart_need is not None and restart_need > lower:
-            target = min(restart_need, upper)
+            target = min(step_up(restart_need, lower, policy), upper)
         session, since, note = _hysteresis(SESSION, target, current, now, policy)
         session = _clamp(session, lower, upper)
         if since is not None:
@@ -437,7 +483,7 @@ def compute_timeouts(
         lower = max(policy.default_max_poll_ms, session)
         target = lower
         if auto_tuning and batch_need is not None and batch_need > lower:
-            target = min(batch_need, CLIENT_MAX_POLL_MS)
+            target = min(step_up(batch_need, lower, policy), CLIENT_MAX_POLL_MS)
         max_poll, since, note = _hysteresis(MAX_POLL, target, current, now, policy)
         max_poll = _clamp(max_poll, lower, CLIENT_MAX_POLL_MS)
         if since is not None:
@@ -451,8 +497,11 @@ def compute_timeouts(
         else:
             why = "no batch measured" if batch_need is None else "auto-tuning disabled"
         reasons.append(
-            f"{MAX_POLL}={max_poll} ({sources[MAX_POLL]}): {why}; at least "
-            f"{policy.default_max_poll_ms} ms and the session timeout" + note
+            f"{MAX_POLL}={max_poll} ({sources[MAX_POLL]}): what must fit is the wait in "
+            "on_revoke, where a member finishes its batch in flight before it gives up its "
+            "partitions (the poll loop itself keeps polling, partitions paused, while a batch "
+            f"runs); {why}; at least {policy.default_max_poll_ms} ms and the session timeout, "
+            "raised in steps of x1.5" + note
         )
 
     return EffectiveTimeouts(

@@ -525,3 +525,94 @@ def test_a_restart_above_the_cap_refuses_and_names_the_member() -> None:
     refused = next(e for e in plan.events if e.reason == c.RESTART_UNSAFE)
     assert "member 3, 168.0 s" in refused.message
     assert "at most 120000 ms" in refused.message and "maxSessionTimeoutMs" in refused.message
+
+
+# --- a timeout change is never a rollout of its own ------------------------------------------
+
+
+def fleet_for(cg: dict[str, Any], status: dict[str, Any]) -> list[dict[str, Any]]:
+    """Running, ready pods of `cg` with the timeouts in force in `status` (a finished rollout)."""
+    from staticfleet.decisions.timeouts import EffectiveTimeouts
+
+    spec = ConsumerGroupSpec.from_body(cg)
+    in_force = EffectiveTimeouts.from_status(status["timeouts"])
+    assert in_force is not None
+    view = builders.member_spec_view(spec, in_force)
+    plan = replace(decide(snapshot(cg)), create=tuple(
+        replace(p, pod=builders.build_member_pod(spec, p.ordinal, view,
+                                                 in_force.session_timeout_ms))
+        for p in decide(snapshot(cg)).create))
+    return running(plan, tag=view.revision)
+
+
+def batch_statuses(pods: list[dict[str, Any]], batch_s: float) -> dict[str, Any]:
+    return {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 0,
+                                   "batchSecondsMax": batch_s} for p in pods}
+
+
+def test_a_slow_batch_waits_for_the_next_rollout_and_then_rides_with_it() -> None:
+    pods, status = settled(CG)
+    slow = decide(snapshot(CG, pods, previous=status, statuses=batch_statuses(pods, 200.0)))
+    assert slow.delete == () and slow.status["updateRevision"] == status["updateRevision"]
+    assert slow.status["timeouts"]["maxPollIntervalMs"] == 300000
+    assert slow.status["timeouts"]["pending"] == {"maxPollIntervalMs": 450000}
+    assert any("rides with the next rollout" in r for r in slow.status["timeouts"]["reasons"])
+    # The user changes the image: the pending value comes with that rollout.
+    rollout = decide(snapshot(NEW_IMAGE, pods, previous=without_nulls(dict(slow.status)),
+                              statuses=batch_statuses(pods, 200.0)))
+    assert rollout.status["timeouts"]["maxPollIntervalMs"] == 450000
+    assert "pending" not in rollout.status["timeouts"]
+    assert [d.ordinal for d in rollout.delete] == [2]
+    assert "TimeoutsChanged" in reasons(rollout)
+
+
+def test_a_restart_measured_mid_rollout_does_not_change_the_revision() -> None:
+    pods, status = rolling_fleet()
+    revision = status["updateRevision"]
+    status["measurements"] = {"restartSecondsRecent": [60.0], "restartMembersRecent": [2]}
+    plan = decide(snapshot(NEW_IMAGE, [p for p in pods if _ordinal(p) != 2], previous=status,
+                           now_offset_s=2))
+    assert plan.status["updateRevision"] == revision
+    assert plan.status["timeouts"]["sessionTimeoutMs"] == 45000
+    assert plan.status["timeouts"]["pending"]["sessionTimeoutMs"] == 120000
+    assert [p.ordinal for p in plan.create] == [2]
+    assert plan.create[0].pod["metadata"]["annotations"]["staticfleet.io/revision"] == revision
+
+
+def test_a_kip848_groups_session_follows_at_once_without_a_rollout() -> None:
+    cg = with_path(CG, "spec.membership", {"protocol": "consumer"})
+    config = {"group.consumer.max.session.timeout.ms": 300000}
+    pods, status = settled(cg)
+    status["measurements"] = {"restartSecondsRecent": [40.0]}
+    plan = decide(snapshot(cg, pods, previous=status, broker_config=config))
+    assert plan.group_configs["consumer.session.timeout.ms"] == "75000"
+    assert plan.delete == () and plan.status["updateRevision"] == status["updateRevision"]
+
+
+# A day: slow batches come and go, restarts are measured in the user's rollouts, idle hours.
+DAY = [
+    # (hour, slowest batch the members report (s), user changes the image to this tag)
+    (0, 1.0, None), (1, 1.0, None), (2, 200.0, None), (3, 0.0, None), (4, 230.0, None),
+    (5, 0.0, None), (6, 0.0, "0.2.0"), (8, 180.0, None), (9, 0.0, None), (12, 260.0, None),
+    (13, 0.0, None), (14, 0.0, None), (15, 150.0, "0.3.0"), (18, 0.0, None), (20, 300.0, None),
+    (21, 0.0, None), (23, 0.0, None),
+]
+
+
+def test_a_day_of_measurements_makes_only_the_users_revisions() -> None:
+    cg = CG
+    pods, status = settled(cg)
+    revisions = [status["updateRevision"]]
+    for hour, batch_s, tag in DAY:
+        if tag is not None:
+            cg = with_path(CG, "spec.template.image", f"staticfleet/member:{tag}")
+        for minute in (0, 20, 40):  # three passes an hour
+            snap = snapshot(cg, pods, previous=status, statuses=batch_statuses(pods, batch_s),
+                            now_offset_s=hour * 3600 + minute * 60)
+            status = without_nulls(dict(decide(snap).status))
+            if status["updateRevision"] != revisions[-1]:
+                revisions.append(status["updateRevision"])
+                status["rollout"] = {"revision": status["updateRevision"], "phase": "Complete"}
+                pods = fleet_for(cg, status)  # the rollout ran
+    assert len(revisions) == 3, "the first revision and one per image change, nothing more"
+    assert status["timeouts"]["maxPollIntervalMs"] == 450000, "raised once, in a coarse step"

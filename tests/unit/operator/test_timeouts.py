@@ -17,6 +17,7 @@ from staticfleet.decisions.timeouts import (
     compute_timeouts,
     needed_session_timeout_ms,
     restart_fits,
+    step_up,
 )
 from tests.unit.operator.support import NOW
 
@@ -77,14 +78,14 @@ TABLE = [
     (
         "slow restart raises the session",
         {"restarts": (40.0,)},
-        (62000, 3000, 300000),
+        (75000, 3000, 300000),  # needs 62000: the next step of 45 s x 1.5, rounded to 15 s
         ("auto", "default", "default"),
         True,
     ),
     (
         "slow batch raises max poll",
         {"batch": 200.0},
-        (45000, 3000, 405000),
+        (45000, 3000, 450000),  # needs 405000: the next step of 300 s x 1.5
         ("default", "default", "auto"),
         True,
     ),
@@ -219,14 +220,14 @@ def test_rule_breaking_values_are_refused(what: str, kwargs: dict, rule: str) ->
 
 def test_hysteresis_raises_at_once_and_lowers_only_after_the_hold() -> None:
     raised = compute(restarts=(60.0,))
-    assert raised.session_timeout_ms == 92000
-    # Need back to 45000 (< 60% of 92000): held, and the candidate time recorded.
+    assert raised.session_timeout_ms == 120000  # needs 92000: steps 45, 75, 120 s
+    # Need back to 45000 (< 60% of 120000): held, and the candidate time recorded.
     held = compute(restarts=(5.0,), current=raised)
-    assert held.session_timeout_ms == 92000
+    assert held.session_timeout_ms == 120000
     assert held.lower_candidate_since["sessionTimeoutMs"] == NOW
     # Still held 9 minutes later; the candidate time is kept, not reset.
     later = compute(restarts=(5.0,), current=held, now_offset_s=540)
-    assert later.session_timeout_ms == 92000
+    assert later.session_timeout_ms == 120000
     assert later.lower_candidate_since["sessionTimeoutMs"] == NOW
     # After 10 minutes below: lowered to the default floor.
     lowered = compute(restarts=(5.0,), current=later, now_offset_s=600)
@@ -234,22 +235,23 @@ def test_hysteresis_raises_at_once_and_lowers_only_after_the_hold() -> None:
 
 
 def test_hysteresis_holds_within_sixty_percent_and_resets_the_candidate() -> None:
-    raised = compute(restarts=(60.0,))  # 92000
-    near = compute(restarts=(40.0,), current=raised)  # need 62000 >= 60% of 92000
-    assert near.session_timeout_ms == 92000 and not near.lower_candidate_since
+    raised = compute(restarts=(60.0,))  # needs 92000: 120000
+    near = compute(restarts=(40.0,), current=raised)  # step 75000 >= 60% of 120000
+    assert near.session_timeout_ms == 120000 and not near.lower_candidate_since
     higher = compute(restarts=(80.0,), current=near)
-    assert higher.session_timeout_ms == 120000, "the classic cap, not the 122000 ms need"
+    assert higher.session_timeout_ms == 120000, "the classic cap, not the 180000 ms step"
     assert not higher.restart_safe and higher.needed_session_timeout_ms == 122000
     uncapped = compute(restarts=(80.0,), current=near, max_auto_session_ms=300000)
-    assert uncapped.session_timeout_ms == 122000 and uncapped.restart_safe
+    assert uncapped.session_timeout_ms == 180000 and uncapped.restart_safe
 
 
 @pytest.mark.parametrize(("protocol", "cap", "restart_s", "session", "safe"), [
-    ("classic", None, 60.0, 92000, True),
+    ("classic", None, 60.0, 120000, True),
     ("classic", None, 168.0, 120000, False),  # a pathological restart is not a new timeout
     ("classic", 60000, 60.0, 60000, False),
-    ("classic", 600000, 168.0, 254000, True),
-    ("consumer", None, 30.0, 47000, True),
+    ("classic", 600000, 168.0, 270000, True),
+    ("classic", 100000, 60.0, 100000, True),  # the step (120 s) capped; the need (92 s) fits
+    ("consumer", None, 30.0, 75000, True),
 ])
 def test_the_automatic_session_timeout_is_capped(protocol: str, cap: int | None,
                                                  restart_s: float, session: int,
@@ -261,6 +263,14 @@ def test_the_automatic_session_timeout_is_capped(protocol: str, cap: int | None,
     assert (t.session_timeout_ms, t.restart_safe) == (session, safe)
     if not safe:
         assert any("not a timeout to grow" in r for r in t.reasons)
+
+
+@pytest.mark.parametrize(("need", "floor", "value"), [
+    (45000, 45000, 45000), (45001, 45000, 75000), (92000, 45000, 120000),
+    (122000, 45000, 180000), (405000, 300000, 450000), (300000, 300000, 300000),
+])
+def test_automatic_values_rise_in_coarse_steps(need: int, floor: int, value: int) -> None:
+    assert step_up(need, floor) == value
 
 
 def test_status_round_trip() -> None:
