@@ -138,7 +138,8 @@ def config_json(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> str:
 
 
 def build_config_map(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> dict[str, Any]:
-    """The ConfigMap `<cg>-config` holding config.json, read by members via configMapKeyRef."""
+    """The ConfigMap `<cg>-config`: config.json of the update revision, for people to read.
+    Members do not read it: each pod carries its revision's config in STATICFLEET_CONFIG."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -206,22 +207,25 @@ def member_spec_view(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> M
         "nonce": [group.rollout.restart_nonce, group.restarted_at],
     }
     parts = {name: short_hash(raw_parts[name]) for name in FINGERPRINT_PARTS}
-    return MemberSpecView(revision=short_hash(parts), parts=parts, image=t.image)
+    return MemberSpecView(revision=short_hash(parts), parts=parts, image=t.image,
+                          config=config_json(group, timeouts))
 
 
 # --- member pod ----------------------------------------------------------------------------------
 
 
 def _operator_env(
-    group: ConsumerGroupSpec, ordinal: int, *, with_instance_id: bool
+    group: ConsumerGroupSpec, ordinal: int, *, with_instance_id: bool, config: str | None = None
 ) -> list[dict[str, Any]]:
-    """The operator's env vars (docs/contracts.md), in a fixed order."""
-    env: list[dict[str, Any]] = [
-        {
-            "name": "STATICFLEET_CONFIG",
-            "valueFrom": {"configMapKeyRef": {"name": config_map_name(group), "key": CONFIG_KEY}},
-        },
-    ]
+    """The operator's env vars (docs/contracts.md), in a fixed order. `config`: the revision's
+    config.json, carried by the pod itself; None gives the reference form the fingerprint's
+    `env` part has always hashed (the config's content is hashed in the `client`,
+    `processing` and `spark` parts)."""
+    config_env: dict[str, Any] = (
+        {"name": "STATICFLEET_CONFIG",
+         "valueFrom": {"configMapKeyRef": {"name": config_map_name(group), "key": CONFIG_KEY}}}
+        if config is None else {"name": "STATICFLEET_CONFIG", "value": config})
+    env: list[dict[str, Any]] = [config_env]
     if with_instance_id and not group.dynamic_membership_for_testing:
         env.append({"name": "STATICFLEET_GROUP_INSTANCE_ID", "value": instance_id(group, ordinal)})
     env += [
@@ -272,7 +276,8 @@ def build_member_pod(
         "name": MEMBER_CONTAINER,
         "image": t.image,
         "command": list(t.command),
-        "env": _operator_env(group, ordinal, with_instance_id=True) + [dict(v) for v in t.env],
+        "env": _operator_env(group, ordinal, with_instance_id=True, config=view.config)
+        + [dict(v) for v in t.env],
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "http"},

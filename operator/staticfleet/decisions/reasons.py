@@ -86,6 +86,9 @@ class MemberSpecView:
     revision: str
     parts: Mapping[str, str]
     image: str
+    config: str = ""
+    """The runtime configuration of this revision (config.json); each pod carries its own copy,
+    so a container restarted in place runs its revision's config, not the newest."""
 
     def fingerprint_annotation(self) -> str:
         """The value of `staticfleet.io/fingerprint` (canonical JSON)."""

@@ -79,9 +79,10 @@ def test_member_pod_follows_the_contract() -> None:
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     env = env_of(pod)
-    assert env["STATICFLEET_CONFIG"]["valueFrom"] == {
-        "configMapKeyRef": {"name": "orders-config", "key": "config.json"}
-    }
+    # The pod carries its revision's config (a container restarted in place must not read a
+    # newer one from a shared ConfigMap).
+    assert "valueFrom" not in env["STATICFLEET_CONFIG"]
+    assert env["STATICFLEET_CONFIG"]["value"] == config_json(group(), TIMEOUTS)
     assert env["STATICFLEET_GROUP_INSTANCE_ID"]["value"] == "orders-1"
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
