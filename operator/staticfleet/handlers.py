@@ -26,6 +26,7 @@ import kopf
 from staticfleet import apply, metrics, service
 from staticfleet.decisions.builders import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
 from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION
+from staticfleet.decisions.snapshot import Claimant, claim_key
 
 GROUP, VERSION, PLURAL = "staticfleet.io", "v1alpha1", "consumergroups"
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))
@@ -63,14 +64,16 @@ class Runner:
         if event is not None:
             event.set()
 
-    async def run(self, body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> float:
+    async def run(self, body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
+                  claimants: tuple[Claimant, ...] = ()) -> float:
         """One pass; returns when the next one is due (seconds)."""
         cluster = str(((body.get("spec") or {}).get("kafka") or {}).get("bootstrapServers"))
         slots = self.clusters.setdefault(cluster, asyncio.Semaphore(PER_CLUSTER))
         async with slots:
             loop = asyncio.get_running_loop()
             plan = await loop.run_in_executor(
-                self.pool, service.reconcile, body, pods, self.deps, datetime.now(UTC))
+                self.pool, service.reconcile, body, pods, self.deps, datetime.now(UTC),
+                claimants)
         return plan.requeue_after_s if plan.requeue_after_s is not None else RESYNC_S
 
     def close(self) -> None:
@@ -113,6 +116,20 @@ def member_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Bod
     return {(namespace or "", labels[GROUP_LABEL]): _plain(body)}
 
 
+def _claim_key(body: Mapping[str, Any]) -> tuple[str, str]:
+    kafka = (body.get("spec") or {}).get("kafka") or {}
+    return claim_key(str(kafka.get("bootstrapServers") or ""),
+                     str(kafka.get("groupId") or body["metadata"]["name"]))
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def group_ids(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Claimant]:
+    """Every ConsumerGroup by the Kafka group it uses (cluster, group id)."""
+    meta = body["metadata"]
+    return {_claim_key(body): Claimant(meta["namespace"], meta["name"],
+                                       meta["creationTimestamp"], meta["uid"])}
+
+
 @kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGER, GROUP_LABEL: kopf.PRESENT})
 async def member_pod_changed(namespace: str | None, labels: Mapping[str, str],
                              body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -137,6 +154,7 @@ async def keep_reconciled(body: kopf.Body, memo: kopf.Memo, stopped: kopf.Daemon
     """One ConsumerGroup's passes, for as long as it exists."""
     runner: Runner = memo.runner
     index: kopf.Index[Key, dict[str, Any]] = kwargs["member_pods"]
+    claims: kopf.Index[tuple[str, str], Claimant] = kwargs["group_ids"]
     meta = body["metadata"]
     key = (meta["namespace"], meta["name"])
     wake = runner.wakeup(key)
@@ -146,7 +164,8 @@ async def keep_reconciled(body: kopf.Body, memo: kopf.Memo, stopped: kopf.Daemon
             plain = _plain(body)
             runner.seen[key] = _change_key(plain)
             pods = list(index.get(key, []))
-            delay = await runner.run(plain, pods)
+            claimants = tuple(claims.get(_claim_key(plain), []))
+            delay = await runner.run(plain, pods, claimants)
             await _sleep(wake, stopped, delay)
     finally:
         runner.wakeups.pop(key, None)

@@ -28,7 +28,7 @@ from staticfleet.decisions import conditions as c
 from staticfleet.decisions.members import member_closed_at
 from staticfleet.decisions.model import ConsumerGroupSpec, SpecError
 from staticfleet.decisions.plan import Plan, decide, degraded, summarize, without_nulls
-from staticfleet.decisions.snapshot import Problem, Snapshot
+from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
 from staticfleet.statuspatch import merge_patch
 
 BOUNDS_TTL_S = 300.0
@@ -84,10 +84,11 @@ class Deps:
 
 
 def reconcile(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Deps,
-              now: datetime) -> Plan:
-    """One level-triggered pass over the ConsumerGroup `body` with its member `pods`."""
+              now: datetime, claimants: tuple[Claimant, ...] = ()) -> Plan:
+    """One level-triggered pass over the ConsumerGroup `body` with its member `pods`;
+    `claimants`: every ConsumerGroup that uses the same Kafka group on the same cluster."""
     started = time.monotonic()
-    snap, admin = gather(body, pods, deps, now)
+    snap, admin = gather(body, pods, deps, now, claimants)
     plan = decide(snap)
     return execute(snap, plan, admin, deps, started)
 
@@ -96,7 +97,8 @@ def reconcile(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: 
 
 
 def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Deps,
-           now: datetime) -> tuple[Snapshot, observe.Admin | None]:
+           now: datetime, claimants: tuple[Claimant, ...] = ()
+           ) -> tuple[Snapshot, observe.Admin | None]:
     """The snapshot of one pass, and the admin client of the group's cluster (to execute)."""
     uid = body["metadata"]["uid"]
     with deps.lock:
@@ -136,7 +138,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         closures = dict(deps.closures)
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=_member_statuses(live, deps), group=group, partitions=partitions,
-                    closures=closures, broker_config=broker_config)
+                    closures=closures, claimants=claimants, broker_config=broker_config)
     return snap, admin
 
 

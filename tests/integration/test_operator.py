@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.procs import free_port
 from tests.conftest import unique
-from tests.support.kube import get_json, kubectl, load_example, to_yaml
+from tests.support.kube import create_namespace, get_json, kubectl, load_example, to_yaml
 from tests.support.operator import OperatorProcess
 
 pytestmark = pytest.mark.integration
@@ -410,6 +410,7 @@ def test_unreachable_broker_degrades_without_children_and_the_operator_carries_o
     cond = wait_for("Degraded=True KafkaUnreachable", lambda: has_condition(
         kubeconfig, namespace, name, "Degraded", "True", "KafkaUnreachable"), timeout=90)
     assert "Kafka unreachable" in cond["message"]
+    assert f"127.0.0.1:{closed}" in cond["message"], "the message names the address that failed"
     warnings = wait_for("a KafkaUnreachable Event", lambda: events(
         kubeconfig, namespace, name, "KafkaUnreachable"), timeout=30)
     assert warnings[0]["type"] == "Warning"
@@ -510,3 +511,70 @@ def test_session_timeout_below_the_broker_minimum_is_refused(
     assert cg["status"]["timeouts"]["sessionTimeoutMs"] == 6000
     assert cg["status"]["timeouts"]["source"]["sessionTimeoutMs"] == "explicit"
     wait_for("its member pod", lambda: member_pods(kubeconfig, namespace, name))
+
+
+def test_two_groups_with_one_kafka_group_id_the_second_is_refused(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        make_topic: Callable[..., str]) -> None:
+    """`groupId` defaults to metadata.name: two `orders` in two namespaces are one Kafka group,
+    whose members would fence each other (FENCED_INSTANCE_ID) and restart forever."""
+    topic = make_topic("orders", 2)
+    name = unique("orders")
+    apply_cg(kubeconfig, namespace, consumer_group(
+        name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2, command=PLACEHOLDER))
+    wait_for("the first group's pods", lambda: len(member_pods(kubeconfig, namespace, name)) == 2)
+    first = member_pods(kubeconfig, namespace, name)
+    other_ns = unique("other-team")
+    create_namespace(kubeconfig, other_ns)
+    try:
+        apply_cg(kubeconfig, other_ns, consumer_group(
+            name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2, command=PLACEHOLDER))
+        cond = wait_for("Degraded=True GroupIdInUse", lambda: has_condition(
+            kubeconfig, other_ns, name, "Degraded", "True", "GroupIdInUse"), timeout=60)
+        assert f"{namespace}/{name}" in cond["message"] and "spec.kafka.groupId" in cond["message"]
+        assert wait_for("a GroupIdInUse Event", lambda: events(
+            kubeconfig, other_ns, name, "GroupIdInUse"), timeout=30)[0]["type"] == "Warning"
+        time.sleep(5)
+        assert member_pods(kubeconfig, other_ns, name, include_terminating=True) == {}
+        assert {n: p["metadata"]["uid"] for n, p in member_pods(
+            kubeconfig, namespace, name).items()} == {
+            n: p["metadata"]["uid"] for n, p in first.items()}, "the first group was touched"
+        # With a group id of its own it runs.
+        patch_cg(kubeconfig, other_ns, name, {"spec": {"kafka": {"groupId": f"{name}-billing"}}})
+        wait_for("the second group's pods", lambda: len(
+            member_pods(kubeconfig, other_ns, name)) == 2, timeout=60)
+        wait_for("Degraded=False", lambda: has_condition(
+            kubeconfig, other_ns, name, "Degraded", "False"), timeout=60)
+    finally:
+        kubectl(kubeconfig, "delete", "namespace", other_ns, "--wait=false")
+
+
+def test_a_member_stuck_terminating_is_reported_and_never_doubled(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        make_topic: Callable[..., str]) -> None:
+    """A finalizer keeps member 1's pod Terminating after its process stopped, as a node that is
+    gone would: the operator says so and starts no second process with that instance id."""
+    topic = make_topic("stuck", 2)
+    name = unique("stuck")
+    apply_cg(kubeconfig, namespace, consumer_group(
+        name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2, command=PLACEHOLDER))
+    wait_for("2 pods", lambda: len(member_pods(kubeconfig, namespace, name)) == 2)
+    pod = f"{name}-1"
+    kubectl(kubeconfig, "-n", namespace, "patch", "pod", pod, "--type=merge", "-p",
+            '{"metadata": {"finalizers": ["staticfleet.test/hold"]}}')
+    kubectl(kubeconfig, "-n", namespace, "delete", "pod", pod, "--wait=false",
+            "--grace-period=1")
+    try:
+        cond = wait_for("Degraded=True MemberStuckTerminating", lambda: has_condition(
+            kubeconfig, namespace, name, "Degraded", "True", "MemberStuckTerminating"),
+            timeout=150)
+        assert pod in cond["message"] and "--force" in cond["message"]
+        pods = member_pods(kubeconfig, namespace, name, include_terminating=True)
+        assert sorted(pods) == [f"{name}-0", pod]
+        assert pods[pod]["metadata"].get("deletionTimestamp"), "no second member 1"
+    finally:
+        kubectl(kubeconfig, "-n", namespace, "patch", "pod", pod, "--type=merge", "-p",
+                '{"metadata": {"finalizers": null}}', check=False)
+    wait_for("member 1 back", lambda: pod in member_pods(kubeconfig, namespace, name), timeout=60)
+    wait_for("Degraded=False", lambda: has_condition(
+        kubeconfig, namespace, name, "Degraded", "False"), timeout=60)

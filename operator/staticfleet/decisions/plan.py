@@ -26,6 +26,7 @@ from staticfleet.decisions.members import (
     MemberTable,
     join_latency_s,
     observe_members,
+    ordinal_of,
     restart_count,
     running_session_timeout_ms,
     start_wait_s,
@@ -34,7 +35,7 @@ from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import MemberSpecView, RestartReason
 from staticfleet.decisions.reasons import pod_revision as reasons_revision
 from staticfleet.decisions.rebalances import RebalanceCount, count_rebalances
-from staticfleet.decisions.snapshot import GroupView, Problem, Snapshot
+from staticfleet.decisions.snapshot import Claimant, GroupView, Problem, Snapshot
 
 MAX_BACKOFF_S = 60.0
 START_WAIT_LIMIT_S = 10.0
@@ -114,6 +115,9 @@ def decide(snap: Snapshot) -> Plan:
     spec, group = snap.spec, snap.group
     if spec is None or group is None or snap.partitions is None:
         return degraded(snap, Problem(c.API_ERROR, "the pass gathered an incomplete snapshot"))
+    holder = group_id_holder(snap)
+    if holder is not None:
+        return _refuse_group_id(snap, spec, holder)
     previous = snap.previous
     measurements = _measurements(snap)
     before = timeouts.EffectiveTimeouts.from_status(previous.get("timeouts"))
@@ -160,7 +164,10 @@ def decide(snap: Snapshot) -> Plan:
         events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
     events += roll.events
 
-    status = _status(snap, spec, effective, measurements, total, roll, rebalances)
+    problems = _stuck(snap, table)
+    status = _status(snap, spec, effective, measurements, total, roll, rebalances, problems)
+    events += [Event("Warning", reason, message) for reason, message in problems
+               if not _already_said(previous, reason, message)]
     idle_before = c.get_condition(previous.get("conditions") or [], c.IDLE_MEMBERS)
     idle = c.get_condition(status["conditions"], c.IDLE_MEMBERS)
     if idle and idle["status"] == "True" and (not idle_before or idle_before["status"] != "True"):
@@ -207,6 +214,60 @@ def degraded(snap: Snapshot, problem: Problem) -> Plan:
         retry = float(min(MAX_BACKOFF_S, 2 ** min(failures + 1, 6)))
     return Plan(status=status, events=events, metrics=MetricValues(error=problem.reason),
                 requeue_after_s=retry)
+
+
+# --- what stops a group ---------------------------------------------------------------------
+
+STUCK_AFTER_S = 60.0
+"""A member pod still there this long after its grace period ended is stuck (its node is gone,
+or a finalizer holds it)."""
+
+
+def group_id_holder(snap: Snapshot) -> Claimant | None:
+    """The ConsumerGroup that keeps this one's Kafka group id, when it is another (the oldest
+    claimant keeps it; two objects on one group fence each other's members forever)."""
+    if len(snap.claimants) < 2:
+        return None
+    holder = min(snap.claimants, key=lambda k: (k.created, k.namespace, k.name))
+    return None if holder.uid == snap.body["metadata"]["uid"] else holder
+
+
+def _refuse_group_id(snap: Snapshot, spec: ConsumerGroupSpec, holder: Claimant) -> Plan:
+    message = (
+        f"spec.kafka.groupId: the Kafka group {spec.kafka.group_id!r} on "
+        f"{spec.kafka.bootstrap_servers} is already used by ConsumerGroup "
+        f"{holder.namespace}/{holder.name} (created {holder.created}); two objects on one group "
+        "fence each other's members. This one runs no members until spec.kafka.groupId names a "
+        "group of its own (it defaults to metadata.name, which is unique only in a namespace)")
+    plan = degraded(snap, Problem(c.GROUP_ID_IN_USE, message))
+    deletes = tuple(
+        PodDelete(ordinal_of(p) or 0, p["metadata"]["name"], p["metadata"]["uid"],
+                  f"{WHY_GROUP_ID_IN_USE} by {holder.namespace}/{holder.name}")
+        for p in snap.pods if not p["metadata"].get("deletionTimestamp"))
+    return replace(plan, delete=deletes, requeue_after_s=None)
+
+
+def _stuck(snap: Snapshot, table: MemberTable) -> list[tuple[str, str]]:
+    out = []
+    for ordinal, pod in sorted(table.stopping.items()):
+        ends = pod["metadata"]["deletionTimestamp"]
+        late = (snap.now - c.parse_rfc3339(ends)).total_seconds()
+        if late > STUCK_AFTER_S:
+            name = pod["metadata"]["name"]
+            out.append((c.MEMBER_STUCK_TERMINATING, (
+                f"pod {name} (member {ordinal}) is still terminating; its grace period ended at "
+                f"{ends}: its node may be gone, or a finalizer holds it. Member "
+                f"{ordinal} is not started again while that pod may still run (two processes "
+                "with one group.instance.id fence each other). Check the node and the pod's "
+                f"finalizers; if the node is really gone, `kubectl delete pod {name} --force "
+                "--grace-period=0`")))
+    return out
+
+
+def _already_said(previous: Mapping[str, Any], reason: str, message: str) -> bool:
+    cond = c.get_condition(previous.get("conditions") or [], c.DEGRADED)
+    return bool(cond and cond.get("status") == "True" and cond.get("reason") == reason
+                and cond.get("message") == message)
 
 
 # --- measurements ---------------------------------------------------------------------------
@@ -294,6 +355,7 @@ WHY_MISSING = "its pod is missing (deleted outside a rollout, or lost with its n
 WHY_REPLACEMENT = "replacement of the restarted member"
 WHY_SCALE_DOWN = "scale down"
 WHY_RESTART = "restart"
+WHY_GROUP_ID_IN_USE = "its Kafka group id is in use"
 
 
 def _creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
@@ -421,12 +483,13 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
 
 def _status(snap: Snapshot, spec: ConsumerGroupSpec, effective: timeouts.EffectiveTimeouts,
             measurements: timeouts.Measurements, total: int, roll: _Roll,
-            rebalances: RebalanceCount) -> dict[str, Any]:
+            rebalances: RebalanceCount,
+            problems: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
     previous = snap.previous
     conds = st.derive_conditions(
         previous.get("conditions") or [], group=spec, observed=roll.observation,
         rollout=roll.state, timeouts=effective, partitions=total, now=snap.now,
-        refusal=roll.refusal)
+        refusal=roll.refusal, problems=problems)
     recorded: dict[str, Any] = dict(previous.get("measurements") or {})
     for member, seconds, why in roll.restarts:
         recorded = (st.record_restart(recorded, seconds, member) if why is None

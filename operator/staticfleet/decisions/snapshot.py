@@ -44,6 +44,23 @@ class GroupView:
 
 
 @dataclass(frozen=True)
+class Claimant:
+    """A ConsumerGroup object that uses a Kafka group id on a cluster."""
+
+    namespace: str
+    name: str
+    created: str
+    """Its creationTimestamp (RFC 3339): the oldest claimant keeps the group id."""
+    uid: str
+
+
+def claim_key(bootstrap_servers: str, group_id: str) -> tuple[str, str]:
+    """One Kafka group on one cluster, however its bootstrap list is written."""
+    servers = ",".join(sorted(s.strip().lower() for s in bootstrap_servers.split(",") if s))
+    return servers, group_id
+
+
+@dataclass(frozen=True)
 class Problem:
     """Why gathering stopped: a Degraded reason (a `conditions` constant) and a message that
     says what to do; `retry_after_s` when looking again soon can help."""
@@ -72,6 +89,9 @@ class Snapshot:
     closures: Mapping[str, datetime] = field(default_factory=dict)
     """When the process of each member pod that was stopped closed, by pod uid: from the pods
     still terminating and from what the pod watch saw of pods already gone."""
+    claimants: tuple[Claimant, ...] = ()
+    """Every ConsumerGroup the operator watches that uses this group's Kafka group id on the
+    same cluster, this one included."""
     broker_config: Mapping[str, int] | None = None
     """The broker's group-coordinator bounds (`observe.BOUNDS_KEYS`) as it reports them."""
 

@@ -91,9 +91,11 @@ def derive_conditions(
     partitions: int | None,
     now: datetime,
     refusal: str | None = None,
+    problems: Sequence[tuple[str, str]] = (),
 ) -> list[dict[str, Any]]:
     """The five conditions from this pass's observations; `refusal`: why the roller refused to
-    start restarting (restarts do not fit a session timeout), if it did."""
+    start restarting (restarts do not fit a session timeout), if it did; `problems`: (reason,
+    message) of what else this pass found wrong, the first of which is Degraded."""
     gen = group.generation
     out: list[dict[str, Any]] = [dict(x) for x in previous]
 
@@ -140,7 +142,9 @@ def derive_conditions(
 
     # Degraded
     degraded: Cond
-    if rollout.phase == "Stopped":
+    if problems:
+        degraded = ("True", problems[0][0], problems[0][1])
+    elif rollout.phase == "Stopped":
         degraded = ("True", c.ROLLOUT_STOPPED, rollout.reason)
     elif refusal is not None:
         degraded = ("True", c.RESTART_UNSAFE, refusal)

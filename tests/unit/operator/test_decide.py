@@ -616,3 +616,57 @@ def test_a_day_of_measurements_makes_only_the_users_revisions() -> None:
                 pods = fleet_for(cg, status)  # the rollout ran
     assert len(revisions) == 3, "the first revision and one per image change, nothing more"
     assert status["timeouts"]["maxPollIntervalMs"] == 450000, "raised once, in a coarse step"
+
+
+# --- what stops a group -----------------------------------------------------------------------
+
+
+def test_a_member_stuck_terminating_is_reported_and_not_started_twice() -> None:
+    pods, status = settled(CG)
+    stuck = deleting(next(p for p in pods if _ordinal(p) == 1), seconds_ago=120)
+    others = [p for p in pods if _ordinal(p) != 1]
+    plan = decide(snapshot(CG, [*others, stuck], previous=status, in_group=(0, 2)))
+    assert plan.create == (), "a second process with member 1's instance id could fence it"
+    degraded = c.get_condition(plan.status["conditions"], c.DEGRADED)
+    assert degraded["reason"] == c.MEMBER_STUCK_TERMINATING
+    assert "orders-1" in degraded["message"] and "--force" in degraded["message"]
+    assert reasons(plan).count(c.MEMBER_STUCK_TERMINATING) == 1
+    again = decide(snapshot(CG, [*others, stuck], previous=without_nulls(dict(plan.status)),
+                            in_group=(0, 2), now_offset_s=30))
+    assert c.MEMBER_STUCK_TERMINATING not in reasons(again), "said once"
+    third = decide(snapshot(CG, [*others, stuck], previous=without_nulls(dict(again.status)),
+                            in_group=(0, 2), now_offset_s=60))
+    assert merge_patch(without_nulls(dict(again.status)),
+                       without_nulls(dict(third.status))) == {}, "no status write each pass"
+    fresh = deleting(next(p for p in pods if _ordinal(p) == 1), seconds_ago=10)
+    ok = decide(snapshot(CG, [*others, fresh], previous=status, in_group=(0, 2)))
+    assert c.get_condition(ok.status["conditions"], c.DEGRADED)["reason"] != (
+        c.MEMBER_STUCK_TERMINATING)
+
+
+def claimant(namespace: str, name: str, created: str, uid: str) -> Any:
+    from staticfleet.decisions.snapshot import Claimant
+
+    return Claimant(namespace, name, created, uid)
+
+
+@pytest.mark.parametrize(("mine", "other", "refused"), [
+    ("2026-01-02T00:00:00Z", "2026-01-01T00:00:00Z", True),
+    ("2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z", False),
+])
+def test_two_groups_with_one_kafka_group_id_the_younger_is_refused(
+        mine: str, other: str, refused: bool) -> None:
+    cg = with_path(CG, "metadata.uid", "me")
+    pods, status = settled(cg)
+    claimants = (claimant("shop", "orders", mine, "me"),
+                 claimant("billing", "orders", other, "them"))
+    plan = decide(replace(snapshot(cg, pods, previous=status), claimants=claimants))
+    degraded = c.get_condition(plan.status["conditions"], c.DEGRADED)
+    if refused:
+        assert degraded["reason"] == c.GROUP_ID_IN_USE
+        assert "billing/orders" in degraded["message"]
+        assert "spec.kafka.groupId" in degraded["message"]
+        assert sorted(d.ordinal for d in plan.delete) == [0, 1, 2] and plan.create == ()
+        assert plan.children == ()
+    else:
+        assert degraded["status"] == "False" and plan.delete == ()

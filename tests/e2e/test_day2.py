@@ -1,0 +1,154 @@
+"""Day-2 operations against the whole system: a member's process crashes and restarts in place.
+
+Found on the earlier operator: an in-place container restart was measured as a restart as long
+as the pod's age, the automatic session timeout and max.poll.interval.ms rose (x7.8 for a pod
+230 s old), the revision changed, and every member was restarted without anyone asking. And a
+container restarted while a rollout was paused ran the newest spec's config (one ConfigMap for
+all revisions, read at each container start).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.stream import SteadyProducer
+from tests.conftest import unique
+from tests.support import groups
+from tests.support.kube import get_json, kubectl
+from tests.support.operator import OperatorProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+
+REPLICAS = 3
+POD_AGE_S = 100  # the earlier operator took this as a 100 s restart: session timeout 152 s
+
+
+@pytest.fixture
+def stream(kafka: KafkaBroker, make_topic: Callable[..., str]) -> Iterator[dict[str, Any]]:
+    topic = make_topic("in", 6)
+    producer = SteadyProducer(kafka.bootstrap, topic, rate=100).start()
+    yield {"topic": topic, "producer": producer}
+    producer.stop()
+
+
+def member_process(namespace: str, pod: str) -> tuple[int, dict[str, str]]:
+    """The pid and environment of the member process running for `pod` (the local node runs
+    each container as a process with the pod's environment)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"consumer_runtime" not in cmdline:
+            continue
+        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0")
+                   if "=" in item)
+        if env.get("POD_NAME") == pod and env.get("POD_NAMESPACE") == namespace:
+            return int(entry.name), env
+    raise AssertionError(f"no member process for pod {namespace}/{pod}")
+
+
+def restart_count(kubeconfig: Path, namespace: str, pod: str) -> int:
+    obj = get_json(kubeconfig, "-n", namespace, "pod", pod)
+    return sum(int(cs.get("restartCount") or 0)
+               for cs in (obj.get("status") or {}).get("containerStatuses") or ())
+
+
+def crash(kubeconfig: Path, namespace: str, pod: str) -> int:
+    """SIGKILL the member process of `pod`; returns the new process's pid once it is back."""
+    pid, _ = member_process(namespace, pod)
+    before = restart_count(kubeconfig, namespace, pod)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if restart_count(kubeconfig, namespace, pod) > before:
+            try:
+                new_pid, _ = member_process(namespace, pod)
+            except AssertionError:
+                new_pid = 0
+            if new_pid and new_pid != pid:
+                return new_pid
+        time.sleep(0.5)
+    raise AssertionError(f"{pod}'s container was not restarted in place within 120 s")
+
+
+def transform_of(env: dict[str, str]) -> str:
+    return str(json.loads(env["STATICFLEET_CONFIG"])["processing"]["transform"])
+
+
+def events(kubeconfig: Path, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    items = get_json(kubeconfig, "-n", namespace, "events", "--field-selector",
+                     f"involvedObject.kind=ConsumerGroup,involvedObject.name={name}")["items"]
+    return [e for e in items if e.get("reason") == reason]
+
+
+def test_crashes_restarted_in_place_change_no_timeout_and_run_their_own_revision(
+    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
+    stream: dict[str, Any],
+) -> None:
+    name = unique("crash")
+    groups.apply(kubeconfig, namespace, groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS))
+    ready = groups.wait_status(
+        kubeconfig, namespace, name,
+        lambda o: groups.ready(o) and (o["status"].get("rollout") or {}).get("phase") == "Idle",
+        240, "Ready")
+    revision = ready["status"]["updateRevision"]
+    session = ready["status"]["timeouts"]["sessionTimeoutMs"]
+    max_poll = ready["status"]["timeouts"]["maxPollIntervalMs"]
+    created = min(p["metadata"]["creationTimestamp"]
+                  for p in groups.pods(kubeconfig, namespace, name))
+    age = time.time() - time.mktime(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ")) + time.timezone
+    time.sleep(max(0.0, POD_AGE_S - age))
+
+    # 1. A crash restarts member 1's container in place; nothing else may follow from it.
+    crash(kubeconfig, namespace, f"{name}-1")
+    groups.wait_status(kubeconfig, namespace, name, groups.ready, 180, "Ready after the crash")
+    time.sleep(15)  # several passes of the operator
+    after = groups.get(kubeconfig, namespace, name)["status"]
+    assert after["timeouts"]["sessionTimeoutMs"] == session, after["timeouts"]
+    assert after["timeouts"]["maxPollIntervalMs"] == max_poll, after["timeouts"]
+    assert after["updateRevision"] == revision, "the crash changed the revision"
+    assert after["rollout"]["phase"] == "Idle", after["rollout"]
+    assert not events(kubeconfig, namespace, name, "MemberRestarting")
+    assert "restartSecondsRecent" not in (after.get("measurements") or {}), after["measurements"]
+
+    # 2. While a rollout is paused, a crashed member comes back with its own revision's config.
+    kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=merge", "-p", json.dumps(
+        {"spec": {"rollout": {"paused": True},
+                  "processing": {"transform": "consumer_runtime.transforms:count_by_key"}}}))
+    groups.wait_status(kubeconfig, namespace, name,
+                       lambda o: (o["status"].get("rollout") or {}).get("phase") == "Paused",
+                       60, "the rollout paused")
+    crash(kubeconfig, namespace, f"{name}-2")
+    _, env = member_process(namespace, f"{name}-2")
+    assert transform_of(env) == "consumer_runtime.transforms:identity", (
+        "a container restarted during a paused rollout ran the new spec's transform")
+
+    # 3. The requested rollout runs with no rebalance, and every member runs the new config.
+    generations_before = kafka.generations(name)
+    kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
+            '{"spec": {"rollout": {"paused": false}}}')
+    done = groups.wait_status(
+        kubeconfig, namespace, name,
+        lambda o: (o["status"].get("rollout") or {}).get("phase") == "Complete"
+        and o["status"]["rollout"].get("revision") == o["status"].get("updateRevision"),
+        600, "rolled out")
+    assert done["status"]["rollout"]["rebalancesDuringRollout"] == 0
+    assert kafka.generations(name) == generations_before, "the broker formed a new generation"
+    for ordinal in range(REPLICAS):
+        _, env = member_process(namespace, f"{name}-{ordinal}")
+        assert transform_of(env) == "consumer_runtime.transforms:count_by_key"
+    assert done["status"]["timeouts"]["sessionTimeoutMs"] <= 120000
