@@ -281,10 +281,12 @@ def main() -> int:
 
         # The groups, created by the first variant's operator.
         op = variants[0].process(env.kubeconfig, logdir / "operator-create.log").start()
-        docs = "\n---\n".join(to_yaml(consumer_group(f"cg-{i:03d}", env.bootstrap, topic))
-                              for i in range(args.groups))
         t0 = time.monotonic()
-        kubectl(env.kubeconfig, "apply", "-f", "-", input=docs, timeout=600)
+        for first in range(0, args.groups, 25):  # in chunks: one huge apply times out
+            docs = "\n---\n".join(
+                to_yaml(consumer_group(f"cg-{i:03d}", env.bootstrap, topic))
+                for i in range(first, min(first + 25, args.groups)))
+            kubectl(env.kubeconfig, "apply", "-f", "-", input=docs, timeout=900)
         total = args.groups * MEMBERS
         wait(f"{total} member pods", lambda: sum(pods_by_group(core).values()) == total,
              timeout=3600, interval=1)

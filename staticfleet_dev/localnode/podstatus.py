@@ -173,3 +173,20 @@ def status_patch(desired: Mapping[str, Any]) -> dict[str, Any]:
     status["conditions"] = [{"reason": None, "message": None, **c}
                             for c in desired.get("conditions") or []]
     return {"status": status}
+
+
+TERMINATION_MESSAGE_LINES = 80
+TERMINATION_MESSAGE_BYTES = 2048
+START_MARKER = "localnode: starting container"
+
+
+def fallback_termination_message(log_text: str) -> str:
+    """What a kubelet keeps for `terminationMessagePolicy: FallbackToLogsOnError` when the
+    container failed without writing a termination message: the end of this run's log (at most
+    80 lines and 2 KiB), without the local node's own marker lines."""
+    start = log_text.rfind(START_MARKER)
+    if start >= 0:
+        log_text = log_text[log_text.find("\n", start) + 1:]
+    lines = [ln for ln in log_text.splitlines() if not ln.startswith("--- ")]
+    text = "\n".join(lines[-TERMINATION_MESSAGE_LINES:])
+    return text.encode()[-TERMINATION_MESSAGE_BYTES:].decode(errors="ignore")

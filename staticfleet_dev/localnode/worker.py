@@ -35,6 +35,7 @@ from staticfleet_dev.localnode.podstatus import (
     ContainerView,
     Terminated,
     desired_status,
+    fallback_termination_message,
     status_patch,
     terminated_reason,
 )
@@ -370,9 +371,15 @@ class PodWorker(threading.Thread):
         self._marker(f"container {self.view.name} exited with code {code}")
         log.info("pod %s/%s: pid %d exited with code %d after %.1fs", self.ns, self.pod_name,
                  proc.pid, code, ran_for)
+        if message is None and code != 0 and (
+                self.container.get("terminationMessagePolicy") == "FallbackToLogsOnError"):
+            try:
+                message = fallback_termination_message(self.log_path.read_text(errors="replace"))
+            except OSError:
+                message = None
         term = Terminated(exit_code=code, reason=terminated_reason(code),
                           finished_at=rfc3339(time.time()), started_at=self.view.running_since,
-                          message=message, container_id=self.view.container_id)
+                          message=message or None, container_id=self.view.container_id)
         self._after_exit(term, ran_for=ran_for, restart=restart)
         return code
 

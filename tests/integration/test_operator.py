@@ -578,3 +578,30 @@ def test_a_member_stuck_terminating_is_reported_and_never_doubled(
     wait_for("member 1 back", lambda: pod in member_pods(kubeconfig, namespace, name), timeout=60)
     wait_for("Degraded=False", lambda: has_condition(
         kubeconfig, namespace, name, "Degraded", "False"), timeout=60)
+
+
+@pytest.mark.parametrize(("change", "quoted", "field"), [
+    ({"processing": {"transform": "nosuch_module_sf:fn"}}, "nosuch_module_sf",
+     "spec.processing.transform"),
+    ({"kafka": {"clientProperties": {"fetch.max.bites": "1"}}}, "fetch.max.bites",
+     "spec.kafka.clientProperties"),
+], ids=["transform not importable", "unknown client property"])
+def test_a_member_that_cannot_start_says_why_in_the_consumer_group(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        make_topic: Callable[..., str], change: dict[str, Any], quoted: str,
+        field: str) -> None:
+    """The API server admits both (it cannot know); the real member runtime refuses them at
+    start. Its own words reach the ConsumerGroup through the termination message."""
+    topic = make_topic("refuse", 1)
+    name = unique("refuse")
+    cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=1)
+    for key, value in change.items():
+        cg["spec"][key] = {**cg["spec"].get(key, {}), **value}
+    apply_cg(kubeconfig, namespace, cg)
+    cond = wait_for("Degraded=True MemberFailing", lambda: has_condition(
+        kubeconfig, namespace, name, "Degraded", "True", "MemberFailing"), timeout=120,
+        describe=lambda: member_pods(kubeconfig, namespace, name))
+    assert quoted in cond["message"] and f"fix {field}" in cond["message"], cond
+    warnings = wait_for("a MemberFailing Event", lambda: events(
+        kubeconfig, namespace, name, "MemberFailing"), timeout=30)
+    assert quoted in warnings[0]["message"]

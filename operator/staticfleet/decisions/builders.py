@@ -279,6 +279,9 @@ def build_member_pod(
         "env": _operator_env(group, ordinal, with_instance_id=True, config=view.config)
         + [dict(v) for v in t.env],
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        # A member that refuses its config says why on stderr and exits: the kubelet keeps the
+        # end of that log as the container's termination message, which the operator quotes.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "http"},
             "periodSeconds": 2,

@@ -56,6 +56,31 @@ def member_closed_at(pod: Mapping[str, Any]) -> datetime | None:
     return None
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A member container that exited with an error."""
+
+    exit_code: int
+    message: str
+    """What it said (its termination message: with FallbackToLogsOnError, its log's end)."""
+
+
+def member_failure(pod: Mapping[str, Any]) -> Failure | None:
+    """The last failed exit of the member container, while it is not running again (waiting
+    to be restarted, or terminated for good)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        if cs.get("name") != builders.MEMBER_CONTAINER:
+            continue
+        state = cs.get("state") or {}
+        if state.get("running"):
+            return None
+        term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated") or {}
+        code = int(term.get("exitCode") or 0)
+        if code:
+            return Failure(code, str(term.get("message") or term.get("reason") or ""))
+    return None
+
+
 def restart_count(pod: Mapping[str, Any]) -> int:
     for cs in (pod.get("status") or {}).get("containerStatuses") or ():
         if cs.get("name") == builders.MEMBER_CONTAINER:

@@ -25,6 +25,7 @@ from staticfleet.decisions import status as st
 from staticfleet.decisions.members import (
     MemberTable,
     join_latency_s,
+    member_failure,
     observe_members,
     ordinal_of,
     restart_count,
@@ -164,9 +165,10 @@ def decide(snap: Snapshot) -> Plan:
         events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
     events += roll.events
 
-    problems = _stuck(snap, table)
+    problems = _stuck(snap, table) + _failing(spec, table)
     status = _status(snap, spec, effective, measurements, total, roll, rebalances, problems)
-    events += [Event("Warning", reason, message) for reason, message in problems
+    # Degraded shows the first problem; its Event is posted once, when it first shows.
+    events += [Event("Warning", reason, message) for reason, message in problems[:1]
                if not _already_said(previous, reason, message)]
     idle_before = c.get_condition(previous.get("conditions") or [], c.IDLE_MEMBERS)
     idle = c.get_condition(status["conditions"], c.IDLE_MEMBERS)
@@ -248,7 +250,7 @@ def _refuse_group_id(snap: Snapshot, spec: ConsumerGroupSpec, holder: Claimant) 
 
 
 def _stuck(snap: Snapshot, table: MemberTable) -> list[tuple[str, str]]:
-    out = []
+    out: list[tuple[str, str]] = []
     for ordinal, pod in sorted(table.stopping.items()):
         ends = pod["metadata"]["deletionTimestamp"]
         late = (snap.now - c.parse_rfc3339(ends)).total_seconds()
@@ -261,7 +263,59 @@ def _stuck(snap: Snapshot, table: MemberTable) -> list[tuple[str, str]]:
                 "with one group.instance.id fence each other). Check the node and the pod's "
                 f"finalizers; if the node is really gone, `kubectl delete pod {name} --force "
                 "--grace-period=0`")))
-    return out
+    return _one(out)
+
+
+def _one(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Problems of one reason as one (reason, message)."""
+    if len(problems) < 2:
+        return problems
+    return [(problems[0][0], "; ".join(m for _, m in problems))]
+
+
+# Where a member's own refusal points in the ConsumerGroup (its config keys, docs/contracts.md).
+_RUNTIME_FIELDS = (
+    ("processing.", "spec.processing."),
+    ("consumer", "spec.kafka.clientProperties"),
+    ("topicPattern", "spec.kafka.topicPattern"),
+    ("topics", "spec.kafka.topics"),
+    ("bootstrap", "spec.kafka.bootstrapServers"),
+)
+
+
+def refusal_line(message: str) -> str:
+    """The line of a member's log end that says why it stopped."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "refused" in line or "Error" in line or "error" in line:
+            return line[:600]
+    return lines[-1][:600] if lines else ""
+
+
+def spec_field(line: str) -> str | None:
+    """The ConsumerGroup field a member's refusal names, if it names one."""
+    said = line.split("refused: ", 1)[-1]
+    for prefix, field_ in _RUNTIME_FIELDS:
+        if said.startswith(prefix):
+            if field_.endswith("."):
+                return field_ + said[len(prefix):].split(":", 1)[0].split(" ", 1)[0]
+            return field_
+    return None
+
+
+def _failing(spec: ConsumerGroupSpec, table: MemberTable) -> list[tuple[str, str]]:
+    out = []
+    for ordinal, pod in sorted(table.live.items()):
+        failure = member_failure(pod)
+        if failure is None or ordinal >= spec.replicas:
+            continue
+        line = refusal_line(failure.message) or f"exit code {failure.exit_code}"
+        where = spec_field(line)
+        out.append((c.MEMBER_FAILING, (
+            f"member {ordinal} (pod {pod['metadata']['name']}) exited with code "
+            f"{failure.exit_code}: {line}"
+            + (f" (fix {where})" if where else " (see the pod's log)"))))
+    return _one(out)
 
 
 def _already_said(previous: Mapping[str, Any], reason: str, message: str) -> bool:

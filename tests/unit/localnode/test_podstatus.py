@@ -114,3 +114,20 @@ def test_status_patch_nulls_left_states() -> None:
                            "terminated": None}
     assert cs["lastState"] == {"waiting": None, "running": None, "terminated": None}
     assert patch["message"] is None
+
+
+def test_the_fallback_termination_message_is_the_end_of_this_runs_log() -> None:
+    from staticfleet_dev.localnode.podstatus import fallback_termination_message
+
+    log = ("--- t localnode: starting container member (restart 0) ---\n"
+           "old run said this\n"
+           "--- t localnode: container member exited with code 2 ---\n"
+           "--- t localnode: starting container member (restart 1) ---\n"
+           + "".join(f"line {i}\n" for i in range(100))
+           + "consumer_runtime: configuration refused: processing.transform: cannot import\n"
+           "--- t localnode: container member exited with code 2 ---\n")
+    message = fallback_termination_message(log)
+    assert message.endswith("configuration refused: processing.transform: cannot import")
+    assert "old run" not in message and "localnode" not in message
+    assert len(message.splitlines()) == 80
+    assert len(fallback_termination_message("x" * 5000).encode()) == 2048

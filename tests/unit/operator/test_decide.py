@@ -670,3 +670,32 @@ def test_two_groups_with_one_kafka_group_id_the_younger_is_refused(
         assert plan.children == ()
     else:
         assert degraded["status"] == "False" and plan.delete == ()
+
+
+@pytest.mark.parametrize(("said", "field"), [
+    ("consumer_runtime: configuration refused: processing.transform: cannot import module "
+     "'nosuch' (No module named 'nosuch'); install it in the image or fix the name",
+     "spec.processing.transform"),
+    ("consumer_runtime: configuration refused: consumer: librdkafka refused the settings "
+     "(No such configuration property: \"fetch.max.bites\"); fix the consumer properties",
+     "spec.kafka.clientProperties"),
+    ("Traceback (most recent call last):\nValueError: boom", None),
+])
+def test_a_member_that_refuses_to_start_is_quoted_in_the_status(said: str,
+                                                               field: str | None) -> None:
+    pods, status = settled(CG)
+    failing = copy.deepcopy(next(p for p in pods if _ordinal(p) == 0))
+    failing["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    failing["status"]["containerStatuses"] = [{
+        "name": builders.MEMBER_CONTAINER, "restartCount": 3,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 2, "message": "some start-up noise\n" + said}}}]
+    others = [p for p in pods if _ordinal(p) != 0]
+    plan = decide(snapshot(CG, [failing, *others], previous=status, in_group=(1, 2)))
+    degraded = c.get_condition(plan.status["conditions"], c.DEGRADED)
+    assert degraded["reason"] == c.MEMBER_FAILING
+    assert "member 0" in degraded["message"] and "exited with code 2" in degraded["message"]
+    assert said.splitlines()[-1] in degraded["message"]
+    assert (f"fix {field}" in degraded["message"]) if field else (
+        "see the pod's log" in degraded["message"])
+    assert [e.reason for e in plan.events if e.type == "Warning"] == [c.MEMBER_FAILING]
