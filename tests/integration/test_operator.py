@@ -28,7 +28,18 @@ from tests.support.operator import OperatorProcess
 
 pytestmark = pytest.mark.integration
 
-PLACEHOLDER = ["python", "-c", "import time; time.sleep(10**6)"]
+# A member stand-in that answers the probes (a bare sleep is killed by the liveness probe every
+# minute, which the operator rightly reports as a failing member).
+PLACEHOLDER = ["python", "-c", """
+import http.server, os
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path in ("/healthz", "/readyz") else 404)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer((os.environ["STATICFLEET_HTTP_HOST"], 8080), H).serve_forever()
+"""]
 GROUP_LABEL = "staticfleet.io/group"
 CHILD_KINDS = ("configmap", "service", "poddisruptionbudget")
 

@@ -388,7 +388,7 @@ def next_step(
     session_ms = limits.session_timeout_ms
     risk_ms = session_ms * limits.at_risk_fraction
     needed = limits.needed_session_ms or session_ms
-    in_flight = _in_flight(state, observed)
+    in_flight = _in_flight(state, observed, update_revision)
 
     # 1. Follow members being restarted: done, back in the group, late, too late, or wait.
     for f in in_flight:
@@ -473,7 +473,7 @@ def record_step(
     """The rollout state after `step` was carried out (call after the apply layer acted)."""
     if state.revision != update_revision:
         state = RolloutState(revision=update_revision, phase="Pending")
-    state = replace(state, in_flight=_in_flight(state, observed))
+    state = replace(state, in_flight=_in_flight(state, observed, update_revision))
     plan = plan_rollout(observed.members).ordinals
     if isinstance(step, RestartMembers):
         picked = set(step.ordinals)
@@ -545,12 +545,16 @@ def record_step(
     return replace(state, phase=phase, reason=step.message, pending=plan)
 
 
-def _in_flight(state: RolloutState, observed: GroupObservation) -> tuple[InFlight, ...]:
-    """The recorded in-flight members plus any pod found being deleted (resume after a crash
-    between deleting a pod and recording it), oldest first."""
+def _in_flight(state: RolloutState, observed: GroupObservation,
+               update_revision: str) -> tuple[InFlight, ...]:
+    """The recorded in-flight members plus any outdated pod found being deleted (resume after a
+    crash between deleting a pod and recording it), oldest first. A pod of the update revision
+    being deleted is not a restart of the roller's (someone deleted it, or its node went): the
+    member is recreated, and no rollout stops because of it."""
     known = {f.ordinal: f for f in state.in_flight}
     for m in observed.members:
-        if m.stopped_at is not None and m.ordinal not in known:
+        if (m.stopped_at is not None and m.ordinal not in known
+                and m.revision != update_revision):
             known[m.ordinal] = InFlight(m.ordinal, m.stopped_at, pod_uid=m.pod_uid)
     for ordinal, f in known.items():
         closed = observed.closures.get(f.pod_uid or "")

@@ -699,3 +699,14 @@ def test_a_member_that_refuses_to_start_is_quoted_in_the_status(said: str,
     assert (f"fix {field}" in degraded["message"]) if field else (
         "see the pod's log" in degraded["message"])
     assert [e.reason for e in plan.events if e.type == "Warning"] == [c.MEMBER_FAILING]
+
+
+def test_a_deleted_up_to_date_pod_is_not_a_rollout_and_stops_none() -> None:
+    """Someone deletes member 1's pod (or its node goes) while every member is up to date: it
+    is recreated; no rollout is followed, so none can stop at the session timeout."""
+    pods, status = settled(CG)
+    gone = [deleting(p) if _ordinal(p) == 1 else p for p in pods]  # 50 s before now
+    plan = decide(snapshot(CG, gone, previous=status, in_group=(0, 2), now_offset_s=50))
+    assert plan.status["rollout"]["phase"] == "Idle" and plan.status["rollout"]["inFlight"] == []
+    assert c.get_condition(plan.status["conditions"], c.DEGRADED)["status"] == "False"
+    assert "SessionTimeoutExceeded" not in reasons(plan)
