@@ -57,7 +57,7 @@ def test_happy_path_every_record_reaches_the_sink_and_offsets_reach_the_end(
     assert "shutdown took" in log and "first assignment" in log and "first batch" in log
 
 
-def test_kill9_mid_batch_then_restart_loses_nothing_and_repeats_at_most_one_batch(
+def test_kill9_mid_batch_then_restart_loses_nothing_and_repeats_at_most_two_batches(
         kafka: KafkaBroker, make_topic: Callable[..., str], tmp_path: Path) -> None:
     topic, out = make_topic("in", 2), make_topic("out", 2)
     group = unique("g")
@@ -78,7 +78,9 @@ def test_kill9_mid_batch_then_restart_loses_nothing_and_repeats_at_most_one_batc
     written = [m.value() for m in read_all(kafka.bootstrap, out, 2)]
     assert set(written) == {v for _, v, _ in records}
     duplicates = len(written) - len(set(written))
-    assert duplicates <= batch
+    # The batch in flight, plus the one before it when the kill lands between the hand-over of
+    # the next batch and the commit of the finished one (docs/runtime.md, What a crash repeats).
+    assert duplicates <= 2 * batch
 
 
 def test_poison_record_goes_to_the_dead_letter_topic_and_the_partition_moves_on(
