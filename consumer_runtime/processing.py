@@ -4,7 +4,10 @@ The batch is tried `retry.attempts` times with doubling backoff. If it still fai
 dead-letter topic is set, it is bisected: halves that succeed go to the sink, records that fail
 alone go to the dead-letter topic, and the batch counts as done so its offsets can be committed.
 Without a dead-letter topic, or when the failure looks systematic rather than a few poison records,
-the batch fails and the member stops without committing it.
+the batch fails and the member stops without committing it. A `SinkError` (the sink computed the
+batch but could not store it) is retried the same way and then stops the member: it is never
+bisected, since every sub-batch would meet the same storage and good records would be
+dead-lettered and committed.
 """
 
 from __future__ import annotations

@@ -9,24 +9,30 @@ offsets are committed right after.
 - `KafkaSink`: an idempotent producer; rows carry `value` (and `key` when present), or, when the
   result has no `value` column, the whole row as JSON in `value`. Flushed before `write` returns.
 
-Failures to deliver raise `SinkError` (retried, never dead-lettered); failures of the computation
-itself are left as they are, so the batch can be split to find the record that causes them.
+Spark is lazy: the transform runs when its result is first computed. So a sink computes the
+result first and stores it second, and the two fail differently. A failure of the computation is
+the transform's, left as it is, so the batch can be split to find the record that causes it. Any
+failure of the storing (parquet path unwritable, disk full, Spark's write job failing, a producer
+refusing or not acknowledging) raises `SinkError`: retried, then fatal to the member, never split
+nor dead-lettered, because good records would be dead-lettered and committed with it. The null
+sink stores nothing; its one job is the computation.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from confluent_kafka import KafkaError, Message, Producer
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from consumer_runtime.config import RuntimeConfig
 from consumer_runtime.delivery import SinkError, dead_letter_headers
 from consumer_runtime.records import KafkaRecord
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 FLUSH_TIMEOUT_S = 30.0
@@ -34,8 +40,23 @@ SECURITY_PREFIXES = ("security.", "sasl.", "ssl.")
 
 
 class Sink(Protocol):
-    def write(self, df: DataFrame, name: str) -> None: ...
+    def write(self, df: DataFrame, name: str) -> None:
+        """Compute `df` (failures as they are), then store it (failures as SinkError)."""
+        ...
+
     def close(self) -> None: ...
+
+
+PY4J_CALL = "An error occurred while calling "
+
+
+def cause_line(error: BaseException, limit: int = 500) -> str:
+    """What went wrong, in one line: py4j's first line only names the call (`An error occurred
+    while calling o47.parquet.`), so for a JVM exception the line after it, which names it."""
+    lines = [ln.strip(" :\t") for ln in str(error).strip().splitlines() if ln.strip(" :\t")]
+    if len(lines) > 1 and lines[0].startswith(PY4J_CALL):
+        lines = lines[1:]
+    return lines[0][:limit] if lines else type(error).__name__
 
 
 class NullSink:
@@ -51,10 +72,27 @@ class ParquetSink:
         self.path = path.rstrip("/")
 
     def write(self, df: DataFrame, name: str) -> None:
-        df.write.mode("overwrite").parquet(f"{self.path}/{name}")
+        target = f"{self.path}/{name}"
+        computed = df.persist()
+        try:
+            computed.count()  # the transform runs here, every column (the cache holds them all)
+            try:
+                computed.write.mode("overwrite").parquet(target)
+            except Exception as exc:
+                raise SinkError(f"parquet sink: writing {target} failed: "
+                                f"{cause_line(exc)}") from exc
+        finally:
+            _release(computed)
 
     def close(self) -> None:
         pass
+
+
+def _release(df: DataFrame) -> None:
+    try:
+        df.unpersist()
+    except Exception as exc:  # the batch's outcome is decided; a lost cache entry is not news
+        log.warning("could not release the cached batch: %s", cause_line(exc))
 
 
 def producer_settings(config: RuntimeConfig, purpose: str) -> dict[str, Any]:
@@ -75,8 +113,9 @@ def producer_settings(config: RuntimeConfig, purpose: str) -> dict[str, Any]:
 class Delivery:
     """An idempotent producer whose `flush` raises SinkError unless every message was acked."""
 
-    def __init__(self, settings: Mapping[str, Any]) -> None:
-        self.producer = Producer(dict(settings))
+    def __init__(self, settings: Mapping[str, Any],
+                 make: Callable[[dict[str, Any]], Producer] = Producer) -> None:
+        self.producer = make(dict(settings))
         self.failures: list[KafkaError] = []
 
     def _acked(self, err: KafkaError | None, _msg: Message) -> None:
@@ -92,6 +131,8 @@ class Delivery:
                 return
             except BufferError:
                 self.producer.poll(0.05)
+            except KafkaException as exc:
+                raise SinkError(f"producing to {topic} failed: {exc.args[0]}") from exc
 
     def flush(self, what: str) -> None:
         deadline = time.monotonic() + FLUSH_TIMEOUT_S
@@ -114,11 +155,14 @@ class KafkaSink:
         self.delivery = delivery
 
     def write(self, df: DataFrame, name: str) -> None:
+        from pyspark.sql import functions as F
+
         columns = df.columns
         if "value" not in columns:
             keyed = [F.col("key")] if "key" in columns else []
             df = df.select(*keyed, F.to_json(F.struct(*[F.col(c) for c in columns]))
                            .alias("value"))
+        # Computing: the transform runs here. Storing: produce and flush, which raise SinkError.
         table = df.select(*[c for c in ("key", "value") if c in df.columns]).toArrow()
         values = _as_bytes(table.column("value").to_pylist())
         keys = (_as_bytes(table.column("key").to_pylist()) if "key" in table.column_names

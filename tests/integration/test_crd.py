@@ -92,6 +92,7 @@ def test_invalid_object_is_refused_with_its_message(
     code, out = dry_run(kubeconfig, ns, obj)
     assert code != 0, f"{what} was accepted"
     assert message in out, out
+    assert "spec.spec." not in out, out
 
 
 def test_unknown_field_is_refused(kubeconfig: Path, ns: str) -> None:
@@ -110,3 +111,93 @@ def test_explain_teaches_the_fields(kubeconfig: Path, ns: str) -> None:
     assert "DESCRIPTION" in out.upper()
     short = kubectl(kubeconfig, "-n", ns, "get", "cg").stderr
     assert "error" not in short.lower()
+
+
+# -- changes the broker does not take as a static rejoin are refused on update ------------------
+
+def membership(**fields: str) -> dict[str, Any]:
+    return {"membership": fields} if fields else {}
+
+
+def group_id(value: str | None) -> dict[str, Any]:
+    return {"kafka": {"groupId": value}} if value is not None else {}
+
+
+def with_fields(name: str, fields: dict[str, Any]) -> dict[str, Any]:
+    obj = valid()
+    obj["metadata"]["name"] = name
+    for section, values in fields.items():
+        if isinstance(values, dict):
+            obj["spec"].setdefault(section, {}).update(values)
+        else:
+            obj["spec"][section] = values
+    return obj
+
+
+GROUP_ID_REFUSED = "spec.kafka.groupId: Forbidden: cannot be changed"
+PROTOCOL_REFUSED = "spec.membership.protocol: Forbidden: cannot be changed"
+ASSIGNOR_REFUSED = "spec.membership.assignmentStrategy: Forbidden: cannot be changed"
+NAME = "<name>"
+
+# (what, fields before, fields after, the refusal or None when the update is accepted).
+# NAME stands for the object's metadata.name, the default of groupId.
+UPDATES: list[tuple[str, dict[str, Any], dict[str, Any], str | None]] = [
+    ("groupId set to another value", {}, group_id("orders-v2"), GROUP_ID_REFUSED),
+    ("groupId changed", group_id("orders-a"), group_id("orders-b"), GROUP_ID_REFUSED),
+    ("groupId removed, back to the name", group_id("orders-a"), {}, GROUP_ID_REFUSED),
+    ("groupId set to the name it defaults to", {}, group_id(NAME), None),
+    ("groupId equal to the name removed", group_id(NAME), {}, None),
+    ("protocol classic to consumer", {}, membership(protocol="consumer"), PROTOCOL_REFUSED),
+    ("protocol consumer to classic", membership(protocol="consumer"),
+     membership(protocol="classic"), PROTOCOL_REFUSED),
+    ("protocol consumer removed (classic)", membership(protocol="consumer"), {},
+     PROTOCOL_REFUSED),
+    ("protocol set to its default", {}, membership(protocol="classic"), None),
+    ("assignor range to cooperative-sticky", membership(assignmentStrategy="range"),
+     membership(assignmentStrategy="cooperative-sticky"), ASSIGNOR_REFUSED),
+    ("assignor set to roundrobin", {}, membership(assignmentStrategy="roundrobin"),
+     ASSIGNOR_REFUSED),
+    ("assignor roundrobin removed (range)", membership(assignmentStrategy="roundrobin"), {},
+     ASSIGNOR_REFUSED),
+    ("assignor set to its default range", {}, membership(assignmentStrategy="range"), None),
+    ("assignor range removed", membership(assignmentStrategy="range"), {}, None),
+    ("other fields", {"kafka": {"groupId": "orders-a"}, "membership": {"protocol": "consumer"}},
+     {"kafka": {"groupId": "orders-a", "topics": ["orders", "refunds"]}, "replicas": 5,
+      "membership": {"protocol": "consumer", "timeouts": {"maxPollIntervalMs": 600000}},
+      "template": {"image": "staticfleet/member:0.2.0"}}, None),
+]
+
+
+def named(fields: dict[str, Any], name: str) -> dict[str, Any]:
+    return {s: {k: name if v == NAME else v for k, v in values.items()}
+            if isinstance(values, dict) else values for s, values in fields.items()}
+
+
+@pytest.mark.parametrize(("what", "before", "after", "refusal"), UPDATES,
+                         ids=[u[0] for u in UPDATES])
+def test_an_update_the_broker_cannot_take_as_a_static_rejoin_is_refused(
+    kubeconfig: Path, ns: str, what: str, before: dict[str, Any], after: dict[str, Any],
+    refusal: str | None,
+) -> None:
+    name = unique("upd")
+    kubectl(kubeconfig, "-n", ns, "apply", "-f", "-",
+            input=to_yaml(with_fields(name, named(before, name))))
+    code, out = dry_run(kubeconfig, ns, with_fields(name, named(after, name)))
+    if refusal is None:
+        assert code == 0, f"{what} was refused: {out}"
+        return
+    assert code != 0, f"{what} was accepted"
+    assert refusal in out, out
+    field = refusal.split(":")[0]
+    assert out.count(field) == 1, f"the field is named more than once: {out}"
+    assert "instead" in out.lower(), f"the message does not say what to do: {out}"
+
+
+def test_any_group_id_protocol_and_assignor_are_accepted_on_create(
+    kubeconfig: Path, ns: str
+) -> None:
+    for fields in (group_id("orders-v2"), membership(protocol="consumer"),
+                   membership(assignmentStrategy="cooperative-sticky"),
+                   membership(protocol="classic", assignmentStrategy="roundrobin")):
+        code, out = dry_run(kubeconfig, ns, with_fields(unique("new"), fields))
+        assert code == 0, out

@@ -1,4 +1,5 @@
-"""The member runtime against the real broker: happy path, crash mid-batch, poison records."""
+"""The member runtime against the real broker: happy path, crash mid-batch, poison records,
+storage that fails."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.dataset as ds
 import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import (
+    RuntimeProcess,
     committed,
     produce,
     read_all,
@@ -54,7 +57,7 @@ def test_happy_path_every_record_reaches_the_sink_and_offsets_reach_the_end(
     assert "shutdown took" in log and "first assignment" in log and "first batch" in log
 
 
-def test_kill9_mid_batch_then_restart_loses_nothing_and_repeats_at_most_one_batch(
+def test_kill9_mid_batch_then_restart_loses_nothing_and_repeats_at_most_two_batches(
         kafka: KafkaBroker, make_topic: Callable[..., str], tmp_path: Path) -> None:
     topic, out = make_topic("in", 2), make_topic("out", 2)
     group = unique("g")
@@ -75,7 +78,9 @@ def test_kill9_mid_batch_then_restart_loses_nothing_and_repeats_at_most_one_batc
     written = [m.value() for m in read_all(kafka.bootstrap, out, 2)]
     assert set(written) == {v for _, v, _ in records}
     duplicates = len(written) - len(set(written))
-    assert duplicates <= batch
+    # The batch in flight, plus the one before it when the kill lands between the hand-over of
+    # the next batch and the commit of the finished one (docs/runtime.md, What a crash repeats).
+    assert duplicates <= 2 * batch
 
 
 def test_poison_record_goes_to_the_dead_letter_topic_and_the_partition_moves_on(
@@ -104,3 +109,74 @@ def test_poison_record_goes_to_the_dead_letter_topic_and_the_partition_moves_on(
     written = sorted(m.value() for m in read_all(kafka.bootstrap, out, 3))
     assert written == sorted(v for _, v, _ in records if v != POISON)
     assert status["recordsProcessed"] == 900
+
+
+def parquet_values(path: Path) -> list[bytes]:
+    return ds.dataset(str(path), format="parquet").to_table(columns=["value"]) \
+        .column("value").to_pylist()
+
+
+def wait_exit_or_progress(member: RuntimeProcess, moved: Callable[[], str | None],
+                          timeout: float) -> int:
+    """Wait until the member exits; fail as soon as `moved` reports progress it must not make."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = member.proc.poll()
+        if code is not None:
+            return code
+        what = moved()
+        if what is not None:
+            raise AssertionError(f"the member went on past a storage failure: {what}\n"
+                                 f"{member.tail()}")
+        time.sleep(0.5)
+    raise AssertionError(f"the member did not stop within {timeout:.0f}s:\n{member.tail()}")
+
+
+def test_storage_failure_stops_the_member_without_dead_lettering_or_committing(
+        kafka: KafkaBroker, make_topic: Callable[..., str], tmp_path: Path) -> None:
+    """The parquet directory turns into a file (root ignores chmod, so a file is what makes it
+    unwritable here). The batch that meets it is one record: bisection would find that record
+    failing "on its own" and dead-letter it. Instead the member must stop with the storage error,
+    commit nothing of that batch and dead-letter nothing; once the directory is back, a restarted
+    member writes every record."""
+    topic, dlq = make_topic("in", 2), make_topic("dlq", 1)
+    group = unique("g")
+    out = tmp_path / "out"
+    out.mkdir()
+    first = values(40, 2)
+    produce(kafka.bootstrap, topic, first)
+    config = runtime_config(kafka.bootstrap, group, topic,
+                            sink={"type": "parquet", "path": str(out)}, max_records=100,
+                            dead_letter=dlq)
+    with running(config, tmp_path / "first.log", f"{group}-0") as member:
+        before = wait_committed_to_end(kafka.bootstrap, group, topic, 2, member, timeout=400)
+        saved = tmp_path / "out.saved"
+        out.rename(saved)
+        out.write_text("a file where the sink's directory should be\n")
+        late = [(b"late", b"late-record", 0)]
+        produce(kafka.bootstrap, topic, late)
+
+        def moved() -> str | None:
+            got = committed(kafka.bootstrap, group, topic, 2)
+            if got != before:
+                return f"committed {got}, before the failure {before}"
+            dead = read_all(kafka.bootstrap, dlq, 1)
+            return f"dead-lettered {[m.value() for m in dead]}" if dead else None
+
+        code = wait_exit_or_progress(member, moved, timeout=300)
+        log = member.text()
+    assert code != 0, log
+    stops = [line for line in log.splitlines() if "member stops" in line]
+    assert len(stops) == 1 and "sink failed" in stops[0] and "parquet sink: writing" in stops[0] \
+        and stops[0].endswith(f"Parent path is not a directory: file:{out}"), log
+    assert "dead-lettered" not in log and "sub-batches" not in log, log
+    assert read_all(kafka.bootstrap, dlq, 1) == []
+    assert committed(kafka.bootstrap, group, topic, 2) == before
+
+    out.unlink()
+    saved.rename(out)
+    with running(config, tmp_path / "second.log", f"{group}-0") as member:
+        wait_committed_to_end(kafka.bootstrap, group, topic, 2, member, timeout=400)
+    written = parquet_values(out)
+    assert set(written) == {v for _, v, _ in first + late}
+    assert read_all(kafka.bootstrap, dlq, 1) == []

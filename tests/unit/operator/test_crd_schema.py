@@ -123,6 +123,45 @@ def test_cel_rules_look_like_cel(schema: dict[str, Any]) -> None:
             assert rule["message"].strip(), path
 
 
+# Fields whose change the broker does not take as a static rejoin: (node, fieldPath, the CEL
+# expression of their effective value when absent). Checked on the real API server in
+# tests/integration/test_crd.py; here that each rule is a transition rule on the effective value.
+TRANSITIONS = [
+    ("", ".spec.kafka.groupId", "self.metadata.name"),
+    ("spec.membership", ".protocol", "'classic'"),
+    ("spec.membership", ".assignmentStrategy", "'range'"),
+]
+
+
+@pytest.mark.parametrize(("path", "field", "absent"), TRANSITIONS, ids=[t[1] for t in TRANSITIONS])
+def test_fields_the_broker_cannot_roll_are_immutable_by_effective_value(
+    schema: dict[str, Any], path: str, field: str, absent: str
+) -> None:
+    node = at(schema, path) if path else schema
+    rules = [r for r in node.get("x-kubernetes-validations") or [] if r.get("fieldPath") == field]
+    assert len(rules) == 1, node.get("x-kubernetes-validations")
+    rule = rules[0]
+    text = " ".join(rule["rule"].split())
+    old_absent = absent.replace("self.", "oldSelf.")
+    assert f"(has(self{field}) ? self{field} : {absent})" in text, text
+    assert f"(has(oldSelf{field}) ? oldSelf{field} : {old_absent})" in text, text
+    assert " == " in text, text
+    assert rule["reason"] == "FieldValueForbidden"
+    # The API server prefixes the field's path; the message says what to do instead.
+    message = " ".join(rule["message"].split())
+    assert message.startswith("cannot be changed") and "Instead, " in message, message
+
+
+def test_transition_defaults_match_the_model() -> None:
+    body = {"metadata": {"name": "orders"},
+            "spec": {"kafka": {"bootstrapServers": "k:9092", "topics": ["t"]},
+                     "template": {"image": "i"}}}
+    group = ConsumerGroupSpec.from_body(body)
+    assert group.kafka.group_id == "orders"
+    assert group.membership.protocol == "classic"
+    assert group.membership.assignment_strategy == "range"
+
+
 def test_operator_owned_client_properties_match_the_model(schema: dict[str, Any]) -> None:
     from staticfleet.decisions.model import OWNED_CLIENT_PROPERTIES
 
