@@ -51,21 +51,11 @@ from staticfleet.decisions.conditions import parse_rfc3339  # noqa: E402
 from staticfleet_dev import environment  # noqa: E402
 from staticfleet_dev.kafka import KafkaSettings  # noqa: E402
 from tests.support.kube import create_namespace, install_crds, kubectl, to_yaml  # noqa: E402
+from tests.support.members import PLACEHOLDER_MEMBER as PLACEHOLDER  # noqa: E402
 from tests.support.operator import OperatorProcess  # noqa: E402
 
 NAMESPACE = "figures"
 MEMBERS = 3
-PLACEHOLDER_CODE = """
-import http.server, os
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path in ("/healthz", "/readyz") else 404)
-        self.end_headers()
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer((os.environ["STATICFLEET_HTTP_HOST"], 8080), H).serve_forever()
-"""
-PLACEHOLDER = ["python", "-c", PLACEHOLDER_CODE]
 SELECTOR = "app.kubernetes.io/managed-by=staticfleet,app.kubernetes.io/name=staticfleet-member"
 
 

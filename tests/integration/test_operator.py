@@ -24,22 +24,12 @@ from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.procs import free_port
 from tests.conftest import unique
 from tests.support.kube import create_namespace, get_json, kubectl, load_example, to_yaml
+from tests.support.members import PLACEHOLDER_MEMBER
 from tests.support.operator import OperatorProcess
 
 pytestmark = pytest.mark.integration
 
-# A member stand-in that answers the probes (a bare sleep is killed by the liveness probe every
-# minute, which the operator rightly reports as a failing member).
-PLACEHOLDER = ["python", "-c", """
-import http.server, os
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path in ("/healthz", "/readyz") else 404)
-        self.end_headers()
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer((os.environ["STATICFLEET_HTTP_HOST"], 8080), H).serve_forever()
-"""]
+PLACEHOLDER = PLACEHOLDER_MEMBER
 GROUP_LABEL = "staticfleet.io/group"
 CHILD_KINDS = ("configmap", "service", "poddisruptionbudget")
 

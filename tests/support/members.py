@@ -82,3 +82,18 @@ def wait_until_true(what: str, check: Callable[[], Any], timeout: float = 30.0,
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+PLACEHOLDER_MEMBER = ["python", "-c", """
+import http.server, os
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path in ("/healthz", "/readyz") else 404)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer((os.environ["STATICFLEET_HTTP_HOST"], 8080), H).serve_forever()
+"""]
+"""A member stand-in that only answers the probes (200 on /healthz and /readyz): no Kafka
+consumer, no Spark. A bare sleep would be killed by the liveness probe every minute, which the
+operator rightly reports as a failing member."""
