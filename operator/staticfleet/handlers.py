@@ -25,6 +25,7 @@ import kopf
 
 from staticfleet import apply, metrics, service
 from staticfleet.decisions.builders import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
+from staticfleet.decisions.conditions import DEGRADED, GROUP_ID_IN_USE
 from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION
 from staticfleet.decisions.snapshot import Claimant, claim_key
 
@@ -126,8 +127,18 @@ def _claim_key(body: Mapping[str, Any]) -> tuple[str, str]:
 def group_ids(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Claimant]:
     """Every ConsumerGroup by the Kafka group it uses (cluster, group id)."""
     meta = body["metadata"]
-    return {_claim_key(body): Claimant(meta["namespace"], meta["name"],
-                                       meta["creationTimestamp"], meta["uid"])}
+    key = _claim_key(body)
+    holding = ((body.get("status") or {}).get("groupId") == key[1]
+               and _degraded_reason(body) != GROUP_ID_IN_USE)
+    return {key: Claimant(meta["namespace"], meta["name"], meta["creationTimestamp"],
+                          meta["uid"], holding)}
+
+
+def _degraded_reason(body: Mapping[str, Any]) -> str | None:
+    for cond in (body.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == DEGRADED and cond.get("status") == "True":
+            return str(cond.get("reason"))
+    return None
 
 
 @kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGER, GROUP_LABEL: kopf.PRESENT})

@@ -223,8 +223,10 @@ def test_sample_reconciles_recovers_a_member_and_is_garbage_collected(
         pod = pods[f"{name}-{i}"]
         env = pod_env(pod)
         assert env["STATICFLEET_GROUP_INSTANCE_ID"]["value"] == f"{name}-{i}"
-        assert env["STATICFLEET_CONFIG"]["valueFrom"]["configMapKeyRef"] == {
-            "name": f"{name}-config", "key": "config.json"}
+        # The pod carries its revision's config; the ConfigMap shows the same, for people.
+        config_map = get_json(kubeconfig, "-n", namespace, "configmap", f"{name}-config")
+        assert json.loads(env["STATICFLEET_CONFIG"]["value"]) == json.loads(
+            config_map["data"]["config.json"])
         assert pod["metadata"]["annotations"]["staticfleet.io/instance-id"] == f"{name}-{i}"
         assert pod["metadata"]["labels"]["staticfleet.io/ordinal"] == str(i)
         refs = pod["metadata"]["ownerReferences"]
@@ -525,6 +527,7 @@ def test_two_groups_with_one_kafka_group_id_the_second_is_refused(
         name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2, command=PLACEHOLDER))
     wait_for("the first group's pods", lambda: len(member_pods(kubeconfig, namespace, name)) == 2)
     first = member_pods(kubeconfig, namespace, name)
+    time.sleep(1.1)  # creationTimestamps have second precision
     other_ns = unique("other-team")
     create_namespace(kubeconfig, other_ns)
     try:

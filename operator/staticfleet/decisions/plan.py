@@ -227,10 +227,12 @@ or a finalizer holds it)."""
 
 def group_id_holder(snap: Snapshot) -> Claimant | None:
     """The ConsumerGroup that keeps this one's Kafka group id, when it is another (the oldest
-    claimant keeps it; two objects on one group fence each other's members forever)."""
+    claimant keeps it, within one second the one already on it; two objects on one group fence
+    each other's members forever)."""
     if len(snap.claimants) < 2:
         return None
-    holder = min(snap.claimants, key=lambda k: (k.created, k.namespace, k.name))
+    holder = min(snap.claimants,
+                 key=lambda k: (k.created, not k.holding, k.namespace, k.name))
     return None if holder.uid == snap.body["metadata"]["uid"] else holder
 
 

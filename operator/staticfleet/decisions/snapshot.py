@@ -52,6 +52,8 @@ class Claimant:
     created: str
     """Its creationTimestamp (RFC 3339): the oldest claimant keeps the group id."""
     uid: str
+    holding: bool = False
+    """Its status says it reconciled onto this group id already (breaks a tie of seconds)."""
 
 
 def claim_key(bootstrap_servers: str, group_id: str) -> tuple[str, str]:

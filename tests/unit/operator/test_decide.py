@@ -710,3 +710,16 @@ def test_a_deleted_up_to_date_pod_is_not_a_rollout_and_stops_none() -> None:
     assert plan.status["rollout"]["phase"] == "Idle" and plan.status["rollout"]["inFlight"] == []
     assert c.get_condition(plan.status["conditions"], c.DEGRADED)["status"] == "False"
     assert "SessionTimeoutExceeded" not in reasons(plan)
+
+
+def test_within_one_second_the_group_already_on_the_id_keeps_it() -> None:
+    cg = with_path(CG, "metadata.uid", "me")
+    pods, status = settled(cg)
+    same = "2026-01-01T00:00:00Z"
+    claimants = (claimant("zz", "orders", same, "me"),
+                 replace(claimant("aa", "orders", same, "them"), holding=False))
+    mine = replace(claimants[0], holding=True)
+    plan = decide(replace(snapshot(cg, pods, previous=status), claimants=(mine, claimants[1])))
+    assert c.get_condition(plan.status["conditions"], c.DEGRADED)["status"] == "False"
+    plan = decide(replace(snapshot(cg, pods, previous=status), claimants=claimants))
+    assert c.get_condition(plan.status["conditions"], c.DEGRADED)["reason"] == c.GROUP_ID_IN_USE
