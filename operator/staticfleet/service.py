@@ -211,9 +211,12 @@ def _broker_config(admin: observe.Admin, deps: Deps) -> dict[str, int]:
 def _member_statuses(pods: Sequence[Mapping[str, Any]],
                      deps: Deps) -> dict[str, Mapping[str, Any]]:
     """Each running pod's `/status`, by pod uid (absent when it does not answer)."""
-    futures = {p["metadata"]["uid"]: deps.http_pool.submit(
-        observe.read_member_status, ip, MEMBER_PORT)
-        for p in pods if (ip := (p.get("status") or {}).get("podIP"))}
+    try:
+        futures = {p["metadata"]["uid"]: deps.http_pool.submit(
+            observe.read_member_status, ip, MEMBER_PORT)
+            for p in pods if (ip := (p.get("status") or {}).get("podIP"))}
+    except RuntimeError:  # the operator is shutting down: the pool is closed
+        return {}
     out: dict[str, Mapping[str, Any]] = {}
     for uid, fut in futures.items():
         answer = fut.result()

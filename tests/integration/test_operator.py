@@ -543,8 +543,14 @@ def test_two_groups_with_one_kafka_group_id_the_second_is_refused(
         assert {n: p["metadata"]["uid"] for n, p in member_pods(
             kubeconfig, namespace, name).items()} == {
             n: p["metadata"]["uid"] for n, p in first.items()}, "the first group was touched"
-        # With a group id of its own it runs.
-        patch_cg(kubeconfig, other_ns, name, {"spec": {"kafka": {"groupId": f"{name}-billing"}}})
+        # groupId cannot change on an existing object: made again with a group id of its own,
+        # it runs.
+        kubectl(kubeconfig, "-n", other_ns, "delete", "consumergroup", name, "--wait=true",
+                timeout=120)
+        own = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2,
+                             command=PLACEHOLDER)
+        own["spec"]["kafka"]["groupId"] = f"{name}-billing"
+        apply_cg(kubeconfig, other_ns, own)
         wait_for("the second group's pods", lambda: len(
             member_pods(kubeconfig, other_ns, name)) == 2, timeout=60)
         wait_for("Degraded=False", lambda: has_condition(

@@ -241,8 +241,9 @@ def _refuse_group_id(snap: Snapshot, spec: ConsumerGroupSpec, holder: Claimant) 
         f"spec.kafka.groupId: the Kafka group {spec.kafka.group_id!r} on "
         f"{spec.kafka.bootstrap_servers} is already used by ConsumerGroup "
         f"{holder.namespace}/{holder.name} (created {holder.created}); two objects on one group "
-        "fence each other's members. This one runs no members until spec.kafka.groupId names a "
-        "group of its own (it defaults to metadata.name, which is unique only in a namespace)")
+        "fence each other's members. This one runs no members: create it again with a "
+        "spec.kafka.groupId of its own (groupId defaults to metadata.name, which is unique only "
+        "in a namespace, and cannot be changed on an existing ConsumerGroup)")
     plan = degraded(snap, Problem(c.GROUP_ID_IN_USE, message))
     deletes = tuple(
         PodDelete(ordinal_of(p) or 0, p["metadata"]["name"], p["metadata"]["uid"],
