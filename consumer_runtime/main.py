@@ -70,8 +70,6 @@ def main(env: Mapping[str, str] | None = None) -> int:
     spark: cf.Future[SparkBatch] = cf.Future()
     spark.add_done_callback(
         lambda f: setattr(telemetry, "processing_ready", f.exception() is None))
-    threading.Thread(target=_start_spark, args=(spark, config, transform, sink),
-                     name="spark-start", daemon=True).start()
     processor = BatchProcessor(run=lambda: spark.result().run, retry=config.retry,
                                dead_letters=dead_letters.send if dead_letters else None)
     try:
@@ -82,6 +80,10 @@ def main(env: Mapping[str, str] | None = None) -> int:
               f"settings ({exc.args[0].str()}); fix the consumer properties",
               file=sys.stderr, flush=True)
         return 2
+    # Spark starts once librdkafka took the settings (a refused config starts no JVM), in
+    # parallel with joining the group: `ready` holds the first poll's records until it is up.
+    threading.Thread(target=_start_spark, args=(spark, config, transform, sink),
+                     name="spark-start", daemon=True).start()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s", signal.Signals(signum).name)

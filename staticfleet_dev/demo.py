@@ -364,7 +364,7 @@ def format_report(report: Mapping[str, Any]) -> str:
 
 def _repo_file(*parts: str) -> Path:
     """crds/ and examples/ of the source tree this package runs from."""
-    path = Path(__file__).resolve().parents[2].joinpath(*parts)
+    path = Path(__file__).resolve().parents[1].joinpath(*parts)
     if not path.exists():
         raise DemoFailed(f"{path} not found: the demo runs from a source checkout of staticfleet")
     return path

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from staticfleet import observe
+from staticfleet.decisions.timeouts import EffectiveTimeouts
 from staticfleet_dev.kafka import TEST_SETTINGS, KafkaBroker
 from tests.conftest import unique
 from tests.support.members import ProbeMember, wait_for
@@ -15,8 +16,16 @@ from tests.support.members import ProbeMember, wait_for
 pytestmark = pytest.mark.integration
 
 
-def test_broker_bounds_are_read_from_the_broker(kafka_admin: AdminClient) -> None:
-    bounds = observe.broker_bounds(kafka_admin)
+@pytest.fixture(scope="module")
+def admin(kafka: KafkaBroker) -> Iterator[observe.Admin]:
+    """The operator's own admin handle on the test broker (as `AdminPool` hands it out)."""
+    pool = observe.AdminPool()
+    yield pool.get({"bootstrap.servers": kafka.bootstrap})
+    pool.close()
+
+
+def test_broker_bounds_are_read_from_the_broker(admin: observe.Admin) -> None:
+    bounds = observe.broker_bounds(admin)
     assert bounds["group.min.session.timeout.ms"] == int(
         TEST_SETTINGS["group.min.session.timeout.ms"])
     assert bounds["group.max.session.timeout.ms"] == 1800000  # the broker's default
@@ -24,23 +33,23 @@ def test_broker_bounds_are_read_from_the_broker(kafka_admin: AdminClient) -> Non
         TEST_SETTINGS["group.consumer.min.session.timeout.ms"])
 
 
-def test_partition_counts_and_missing_topics(kafka_admin: AdminClient,
+def test_partition_counts_and_missing_topics(admin: observe.Admin,
                                              make_topic: Callable[..., str]) -> None:
     topic = make_topic("obs", 4)
-    assert observe.partition_counts(kafka_admin, [topic]) == {topic: 4}
+    assert observe.partition_counts(admin, [topic]) == {topic: 4}
     with pytest.raises(observe.TopicMissing, match=r"nope-.* do not exist"):
-        observe.partition_counts(kafka_admin, [topic, unique("nope")])
-    assert observe.matching_topics(kafka_admin, "obs-.*")[topic] == 4
+        observe.partition_counts(admin, [topic, unique("nope")])
+    assert observe.matching_topics(admin, "obs-.*")[topic] == 4
 
 
 def test_describe_group_lists_static_members_with_their_partitions(
-    kafka: KafkaBroker, kafka_admin: AdminClient, make_topic: Callable[..., str]
+    kafka: KafkaBroker, admin: observe.Admin, make_topic: Callable[..., str]
 ) -> None:
     topic, group = make_topic("desc", 4), unique("g")
     members = [ProbeMember([kafka.bootstrap, group, topic, "6000", f"{group}-{i}"]).start()
                for i in range(2)]
     try:
-        view = wait_for(lambda: _stable(kafka_admin, group), 60, "a Stable group of two")
+        view = wait_for(lambda: _stable(admin, group), 60, "a Stable group of two")
         by_instance = view.by_instance()
         assert sorted(by_instance) == [f"{group}-0", f"{group}-1"]
         assigned = sorted(p for m in by_instance.values() for p in m.partitions)
@@ -50,7 +59,7 @@ def test_describe_group_lists_static_members_with_their_partitions(
             m.kill()
 
 
-def _stable(admin: AdminClient, group: str) -> observe.GroupView | None:
+def _stable(admin: observe.Admin, group: str) -> observe.GroupView | None:
     try:
         view = observe.describe_group(admin, group)
     except observe.KafkaUnavailable:
@@ -58,9 +67,9 @@ def _stable(admin: AdminClient, group: str) -> observe.GroupView | None:
     return view if view.state == "Stable" and len(view.members) == 2 else None
 
 
-def test_unknown_group_is_reported_as_such_or_dead(kafka_admin: AdminClient) -> None:
+def test_unknown_group_is_reported_as_such_or_dead(admin: observe.Admin) -> None:
     try:
-        view = observe.describe_group(kafka_admin, unique("never"))
+        view = observe.describe_group(admin, unique("never"))
     except observe.KafkaUnavailable as exc:
         assert observe.is_unknown_group(exc)
     else:
@@ -68,10 +77,12 @@ def test_unknown_group_is_reported_as_such_or_dead(kafka_admin: AdminClient) -> 
 
 
 def test_kip848_group_timeouts_are_group_configs_on_the_broker(
-    kafka_admin: AdminClient,
+    admin: observe.Admin, kafka_admin: AdminClient,
 ) -> None:
     group = unique("g848")
-    observe.set_group_timeouts(kafka_admin, group, session_ms=12000, heartbeat_ms=2000)
+    timeouts = EffectiveTimeouts(session_timeout_ms=12000, heartbeat_interval_ms=2000,
+                                 max_poll_interval_ms=300000, sources={})
+    observe.set_group_configs(admin, group, timeouts.group_configs("consumer"))
     resource = ConfigResource(ResourceType.GROUP, group)
     entries = kafka_admin.describe_configs([resource])[resource].result(timeout=10)
     assert entries["consumer.session.timeout.ms"].value == "12000"

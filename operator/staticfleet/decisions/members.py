@@ -100,6 +100,29 @@ def start_wait_s(pod: Mapping[str, Any]) -> float | None:
     return None
 
 
+def container_started_at(pod: Mapping[str, Any]) -> float | None:
+    """When the member container now running started (epoch seconds; None while it is not)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        if cs.get("name") == builders.MEMBER_CONTAINER:
+            started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+            return parse_rfc3339(started).timestamp() if started else None
+    return None
+
+
+def cold_start_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
+    """Seconds from the member container's start to its first assignment, for a container that
+    never restarted in place (None otherwise or until it has been assigned). Scheduling and
+    image pulls are not in it; everything a restarted member repeats before it is back is."""
+    if not status or restart_count(pod) > 0:
+        return None
+    first = (status.get("startupSeconds") or {}).get("firstAssignment")
+    start = status.get("processStart")
+    started = container_started_at(pod)
+    if first is None or start is None or started is None:
+        return None
+    return max(0.0, float(start) + float(first) - started)
+
+
 def join_latency_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
     """Seconds from the pod's creation to its member's first assignment (a lower bound of a
     restart), from the member's `/status`; None until it has been assigned."""

@@ -24,6 +24,7 @@ from staticfleet.decisions import rollout as ro
 from staticfleet.decisions import status as st
 from staticfleet.decisions.members import (
     MemberTable,
+    cold_start_s,
     join_latency_s,
     member_failure,
     observe_members,
@@ -338,10 +339,26 @@ def _measurements(snap: Snapshot) -> timeouts.Measurements:
     batch = [float(s.get("batchSecondsMax") or 0) for s in snap.statuses.values()]
     p99 = [float(s["batchSecondsP99"]) for s in snap.statuses.values()
            if s.get("batchSecondsP99") is not None]
+    slowest_start = _slowest_cold_start(snap)
     return timeouts.Measurements(
         restart_seconds=recorded.restart_seconds,
         batch_seconds_max=max(batch) if batch else None,
-        batch_seconds_p99=max(p99) if p99 else None)
+        batch_seconds_p99=max(p99) if p99 else None,
+        cold_start_s=slowest_start[1] if slowest_start else None)
+
+
+def _slowest_cold_start(snap: Snapshot) -> tuple[int, float] | None:
+    """(member, seconds) of the slowest container start -> first assignment among live
+    members that never restarted in place."""
+    starts = []
+    for pod in snap.pods:
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        ordinal = ordinal_of(pod)
+        seconds = cold_start_s(pod, snap.statuses.get(pod["metadata"]["uid"]))
+        if ordinal is not None and seconds is not None:
+            starts.append((ordinal, seconds))
+    return max(starts, key=lambda s: s[1]) if starts else None
 
 
 def _first_assignment_s(snap: Snapshot) -> float | None:
@@ -442,6 +459,22 @@ def _scale_down(spec: ConsumerGroupSpec, table: MemberTable) -> tuple[PodDelete,
         for o in scaling.ordinals_to_delete(table.live, spec.replicas))
 
 
+def _slowest_text(restart: tuple[int | None, float] | None,
+                  start: tuple[int, float] | None) -> str | None:
+    """Which measurement the needed session timeout comes from, for the refusal's message."""
+    parts = []
+    if restart is not None:
+        who = "member ?" if restart[0] is None else f"member {restart[0]}"
+        parts.append(f"the slowest measured restart: {who}, {restart[1]:.1f} s")
+    if start is not None:
+        parts.append(f"the slowest member start: member {start[0]}, {start[1]:.1f} s from its "
+                     "container's start to its first assignment (a restart is at least that)")
+    if not parts:
+        return None
+    return ("; ".join(parts) + "; the pod's Events and log tell what took the time "
+            "(scheduling, image pull, Spark start, drain)")
+
+
 @dataclass(frozen=True)
 class _Roll:
     state: ro.RolloutState
@@ -465,12 +498,8 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     # config the broker applies at once.
     running = (running_session_timeout_ms(snap.pods)
                if spec.membership.protocol == "classic" else None)
-    slowest = st.slowest_restart(snap.previous.get("measurements"))
-    which = None
-    if slowest is not None:
-        who = "member ?" if slowest[0] is None else f"member {slowest[0]}"
-        which = (f"the slowest measured restart: {who}, {slowest[1]:.1f} s; its pod's Events "
-                 "and log tell what took the time (scheduling, image pull, Spark start, drain)")
+    which = _slowest_text(st.slowest_restart(snap.previous.get("measurements")),
+                          _slowest_cold_start(snap))
     limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout, running, which)
     obs = ro.GroupObservation(
         members=tuple(m for m in table.members if m.ordinal < spec.replicas),

@@ -124,6 +124,11 @@ class Measurements:
     restart_seconds: tuple[float, ...] = ()
     batch_seconds_max: float | None = None
     batch_seconds_p99: float | None = None
+    cold_start_s: float | None = None
+    """The slowest member start (its container's start to its first assignment) among members
+    that never restarted in place: a restart takes at least this long, so it is a floor for the
+    session timeout (without the margin: it is a bound, not a noisy sample). Not a restart
+    sample: the timeout learns its margin only from restarts the roller made."""
 
     @property
     def slowest_restart_s(self) -> float | None:
@@ -292,6 +297,19 @@ def needed_session_timeout_ms(
     return math.ceil(restart_s * margin_percent * 10) + slack_ms
 
 
+def restart_need_ms(measurements: Measurements, margin_percent: int = 150,
+                    policy: TimeoutPolicy = DEFAULT_POLICY) -> int | None:
+    """The session timeout restarts need: the slowest measured restart x margin + slack, and
+    never less than the slowest cold start + slack (a restart is at least a start)."""
+    needs = []
+    if measurements.slowest_restart_s is not None:
+        needs.append(needed_session_timeout_ms(
+            measurements.slowest_restart_s, margin_percent, policy.restart_slack_ms))
+    if measurements.cold_start_s is not None:
+        needs.append(math.ceil(measurements.cold_start_s * 1000) + policy.restart_slack_ms)
+    return max(needs) if needs else None
+
+
 def restart_fits(
     measured_restart_s: float,
     session_timeout_ms: int,
@@ -342,13 +360,7 @@ def compute_timeouts(
     sources: dict[str, Source] = {}
     candidates: dict[str, datetime] = {}
 
-    restart_need = (
-        needed_session_timeout_ms(
-            measurements.slowest_restart_s, margin_percent, policy.restart_slack_ms
-        )
-        if measurements.slowest_restart_s is not None
-        else None
-    )
+    restart_need = restart_need_ms(measurements, margin_percent, policy)
     batch_need = (
         needed_max_poll_interval_ms(measurements.slowest_batch_s, policy)
         if measurements.slowest_batch_s is not None
@@ -420,8 +432,10 @@ def compute_timeouts(
     restart_safe = restart_need is None or restart_need <= session
     if explicit.session_timeout_ms is not None and not restart_safe:
         reasons.append(
-            f"{SESSION}: the slowest restart ({measurements.slowest_restart_s:.1f} s) needs "
-            f"{restart_need} ms; the explicit {session} ms is too short for safe restarts"
+            f"{SESSION}: restarts need {restart_need} ms (slowest restart "
+            f"{_seconds(measurements.slowest_restart_s)}, slowest member start "
+            f"{_seconds(measurements.cold_start_s)}); the explicit {session} ms is too short "
+            "for safe restarts"
         )
 
     # --- heartbeat ---
@@ -559,6 +573,10 @@ def _hysteresis(
     )
 
 
+def _seconds(value: float | None) -> str:
+    return "none measured" if value is None else f"{value:.1f} s"
+
+
 def _session_reason(
     session: int,
     source: Source,
@@ -574,10 +592,15 @@ def _session_reason(
             f"no restart measured yet; Kafka's default {policy.default_session_ms} ms (KIP-735) "
             "inside the broker bounds"
         )
-    need = (
-        f"the slowest restart {measurements.slowest_restart_s:.1f} s x {margin_percent}% + "
-        f"{policy.restart_slack_ms} ms needs {restart_need} ms"
-    )
+    parts = []
+    if measurements.slowest_restart_s is not None:
+        parts.append(f"the slowest restart {measurements.slowest_restart_s:.1f} s x "
+                     f"{margin_percent}% + {policy.restart_slack_ms} ms")
+    if measurements.cold_start_s is not None:
+        parts.append(f"the slowest member start {measurements.cold_start_s:.1f} s (container "
+                     f"start to first assignment; a restart is at least that) + "
+                     f"{policy.restart_slack_ms} ms")
+    need = f"{' and '.join(parts)} need(s) {restart_need} ms"
     if not auto_tuning:
         return head + f"auto-tuning disabled; {need}"
     return head + f"{need}; never below {policy.default_session_ms} ms"

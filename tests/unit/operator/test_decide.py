@@ -527,6 +527,58 @@ def test_a_restart_above_the_cap_refuses_and_names_the_member() -> None:
     assert "at most 120000 ms" in refused.message and "maxSessionTimeoutMs" in refused.message
 
 
+def started(pods: list[dict[str, Any]], start_s: dict[int, float], restarts: int = 0
+            ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Pods whose member containers started 60 s ago and whose members took `start_s[ordinal]`
+    seconds from there to their first assignment (as their `/status` reports)."""
+    out, statuses = [], {}
+    for pod in pods:
+        o = _ordinal(pod)
+        pod = copy.deepcopy(pod)
+        pod["status"]["containerStatuses"] = [{
+            "name": builders.MEMBER_CONTAINER, "restartCount": restarts,
+            "state": {"running": {"startedAt": builders_time(-60)}}}]
+        out.append(pod)
+        statuses[pod["metadata"]["uid"]] = {
+            "memberId": f"m-{o}", "rebalances": 0,
+            "processStart": (NOW - timedelta(seconds=59)).timestamp(),
+            "startupSeconds": {"firstAssignment": start_s.get(o, 1.0) - 1.0}}
+    return out, statuses
+
+
+@pytest.mark.parametrize(("session_ms", "start_s", "restarts", "refused"), [
+    (6000, {1: 10.0}, 0, True),
+    (6000, {1: 3.0}, 0, False),
+    (6000, {1: 10.0}, 2, False),
+    (None, {1: 30.0}, 0, False),
+    (None, {0: 50.0}, 0, True),
+], ids=["a 10 s start cannot restart inside 6 s", "a 3 s start fits 6 s",
+        "a container that restarted in place says nothing",
+        "a 30 s start fits the default 45 s (no margin on a bound)",
+        "a 50 s start cannot restart inside the 45 s the members joined with"])
+def test_a_member_start_is_a_floor_for_a_restart(session_ms: int | None, start_s: dict[int, float],
+                                                 restarts: int, refused: bool) -> None:
+    """Before any restart is measured, a member that took longer from its container's start to
+    its first assignment than the session timeout it runs with cannot restart inside it: the
+    rollout is refused before the first restart, not stopped after a rebalance."""
+    cg = CG if session_ms is None else with_path(
+        CG, "spec.membership.timeouts", {"sessionTimeoutMs": session_ms,
+                                         "heartbeatIntervalMs": session_ms // 3})
+    pods, status = settled(cg)
+    pods, statuses = started(pods, start_s, restarts)
+    changed = with_path(cg, "spec.template.image", "staticfleet/member:0.2.0")
+    plan = decide(snapshot(changed, pods, previous=status, statuses=statuses))
+    unsafe = [e for e in plan.events if e.reason == c.RESTART_UNSAFE]
+    assert bool(unsafe) is refused
+    assert (plan.delete == ()) is refused
+    if refused:
+        slowest = max(start_s, key=start_s.__getitem__)
+        assert f"the slowest member start: member {slowest}, {start_s[slowest]:.1f} s" in (
+            unsafe[0].message)
+        needed = round(start_s[slowest] * 1000) + 2000
+        assert f"need a session timeout of {needed} ms" in unsafe[0].message
+
+
 # --- a timeout change is never a rollout of its own ------------------------------------------
 
 

@@ -17,6 +17,7 @@ from staticfleet.decisions.timeouts import (
     compute_timeouts,
     needed_session_timeout_ms,
     restart_fits,
+    restart_need_ms,
     step_up,
 )
 from tests.unit.operator.support import NOW
@@ -405,3 +406,26 @@ def test_explicit_values_are_kept_or_refused(session: int, heartbeat: int, max_p
         heartbeat,
         max_poll,
     )
+
+
+@pytest.mark.parametrize(("restarts", "cold_start", "need"), [
+    ((), None, None),
+    ((), 10.0, 12000),
+    ((10.0,), 3.0, 17000),
+    ((4.0,), 30.0, 32000),
+], ids=["nothing measured", "a start alone: a bound, no margin", "the restart's margin wins",
+        "a start longer than the restarts"])
+def test_restarts_need_at_least_the_slowest_start(restarts: tuple[float, ...],
+                                                   cold_start: float | None,
+                                                   need: int | None) -> None:
+    m = Measurements(restart_seconds=restarts, cold_start_s=cold_start)
+    assert restart_need_ms(m) == need
+
+
+def test_an_explicit_timeout_shorter_than_a_member_start_is_not_restart_safe() -> None:
+    effective = compute_timeouts(
+        protocol="classic", explicit=TimeoutsSpec(session_timeout_ms=6000,
+                                                  heartbeat_interval_ms=2000),
+        measurements=Measurements(cold_start_s=10.0), bounds=CLASSIC, current=None, now=NOW)
+    assert not effective.restart_safe and effective.needed_session_timeout_ms == 12000
+    assert any("slowest member start 10.0 s" in r for r in effective.reasons)
