@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,28 @@ class KafkaSettings:
     @classmethod
     def for_tests(cls) -> KafkaSettings:
         return cls(overrides=dict(TEST_SETTINGS))
+
+    @classmethod
+    def with_acls(cls, users: Mapping[str, str]) -> KafkaSettings:
+        """A broker whose client listener takes SASL/PLAIN logins (`users`: name -> password,
+        `admin` among them) and authorizes them with ACLs (StandardAuthorizer): `admin` may do
+        anything; any other user only what ACLs grant it."""
+        if "admin" not in users:
+            raise ValueError("with_acls: the users must include 'admin' (the super user)")
+        logins = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+        return cls(overrides={
+            **TEST_SETTINGS,
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.plaintext.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="admin" password="{users["admin"]}" {logins};'),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            # The controller listener is PLAINTEXT on loopback: its principal is ANONYMOUS.
+            "super.users": "User:admin;User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found": "false",
+        })
 
 
 def server_properties(data_dir: Path, port: int, controller_port: int,

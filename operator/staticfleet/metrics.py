@@ -14,6 +14,14 @@ LABELS = ("namespace", "group")
 REBALANCES = Counter(
     "staticfleet_rebalances", "Rebalances of the group the operator observed",
     LABELS, registry=REGISTRY)
+PLANNED_REBALANCES = Counter(
+    "staticfleet_planned_rebalances",
+    "Of the rebalances observed, the ones the operator asked for (scale-down leaves, scale-up "
+    "joins, a rejoin that assigns unowned partitions)", LABELS, registry=REGISTRY)
+UNASSIGNED_PARTITIONS = Gauge(
+    "staticfleet_group_unassigned_partitions",
+    "Partitions of the subscribed topics no member owns while the group is Stable", LABELS,
+    registry=REGISTRY)
 ROLLOUT_DURATION = Histogram(
     "staticfleet_rollout_duration_seconds", "Duration of finished rollouts", LABELS,
     buckets=(10, 30, 60, 120, 300, 600, 1200, 3600), registry=REGISTRY)
@@ -58,7 +66,7 @@ RECONCILE_DURATION = Histogram(
 def forget(namespace: str, group: str) -> None:
     """Drop the series of a deleted ConsumerGroup so they do not linger."""
     for metric in (ROLLOUT_IN_PROGRESS, ROLLOUT_AT_RISK, GROUP_PARTITIONS, IDLE_MEMBERS,
-                   RECONCILE_LAST):
+                   RECONCILE_LAST, UNASSIGNED_PARTITIONS):
         with contextlib.suppress(KeyError):
             metric.remove(namespace, group)
     for timeout in ("session", "heartbeat", "max_poll"):
@@ -91,6 +99,10 @@ def export(namespace: str, group: str, values: MetricValues, seconds: float) -> 
         ROLLOUT_AT_RISK.labels(*labels).set(1 if values.rollout_at_risk else 0)
     if values.rebalances:
         REBALANCES.labels(*labels).inc(values.rebalances)
+    if values.planned_rebalances:
+        PLANNED_REBALANCES.labels(*labels).inc(values.planned_rebalances)
+    if values.unassigned_partitions is not None:
+        UNASSIGNED_PARTITIONS.labels(*labels).set(values.unassigned_partitions)
     for timeout in values.timeout_changes:
         TIMEOUT_CHANGES.labels(*labels, timeout).inc()
     for absence in values.absences_s:

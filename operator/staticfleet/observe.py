@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,11 @@ class KafkaUnavailable(RuntimeError):
 
 class TopicMissing(RuntimeError):
     """A topic named in the spec does not exist on the cluster."""
+
+
+class BoundsDenied(RuntimeError):
+    """The principal may not read the brokers' configuration (DescribeConfigs on the cluster):
+    the group-coordinator bounds are unknown."""
 
 
 FAILED_CLUSTER_HOLD_S = 5.0
@@ -214,16 +220,22 @@ def matching_topics(admin: Admin, pattern: str) -> dict[str, int]:
 
 
 def broker_bounds(admin: Admin) -> dict[str, int]:
-    """The group-coordinator bounds of the cluster, read from one broker's configuration."""
+    """The group-coordinator bounds of the cluster, read from one broker's configuration.
+    Raises `BoundsDenied` when the principal may not read it."""
     what = "describing the cluster"
-    cluster = _result(admin, _call(admin, what, lambda: admin.client.describe_cluster(
-        request_timeout=ADMIN_TIMEOUT_S)), what)
-    node = cluster.controller if cluster.controller is not None else cluster.nodes[0]
-    resource = ConfigResource(ResourceType.BROKER, str(node.id))
-    what = f"describing broker {node.id} configuration"
-    futures = _call(admin, what, lambda: admin.client.describe_configs(
-        [resource], request_timeout=ADMIN_TIMEOUT_S))
-    entries = _result(admin, futures[resource], what)
+    try:
+        cluster = _result(admin, _call(admin, what, lambda: admin.client.describe_cluster(
+            request_timeout=ADMIN_TIMEOUT_S)), what)
+        node = cluster.controller if cluster.controller is not None else cluster.nodes[0]
+        resource = ConfigResource(ResourceType.BROKER, str(node.id))
+        what = f"describing broker {node.id} configuration"
+        futures = _call(admin, what, lambda: admin.client.describe_configs(
+            [resource], request_timeout=ADMIN_TIMEOUT_S))
+        entries = _result(admin, futures[resource], what)
+    except KafkaUnavailable as exc:
+        if _code(exc) in _DENIED_CODES:
+            raise BoundsDenied(str(exc)) from exc
+        raise
     wanted = (*CLASSIC_BOUNDS, *CONSUMER_BOUNDS)
     return {k: int(entries[k].value) for k in wanted if k in entries and entries[k].value}
 
@@ -239,10 +251,21 @@ def set_group_configs(admin: Admin, group_id: str, configs: Mapping[str, str]) -
     _result(admin, futures[resource], what)
 
 
-def is_unknown_group(exc: KafkaUnavailable) -> bool:
+_DENIED_CODES = frozenset({
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+})
+
+
+def _code(exc: KafkaUnavailable) -> int | None:
     cause = exc.__cause__
-    return (isinstance(cause, KafkaException)
-            and cause.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND)
+    if isinstance(cause, KafkaException) and isinstance(cause.args[0], KafkaError):
+        return int(cause.args[0].code())
+    return None
+
+
+def is_unknown_group(exc: KafkaUnavailable) -> bool:
+    return _code(exc) == KafkaError.GROUP_ID_NOT_FOUND
 
 
 def read_member_status(host: str, port: int, timeout: float = 2.0) -> dict[str, Any] | None:
@@ -255,3 +278,18 @@ def read_member_status(host: str, port: int, timeout: float = 2.0) -> dict[str, 
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def ask_member(host: str, port: int, action: str, timeout: float = 5.0) -> str | None:
+    """POST the member's `/leave` or `/rejoin`; None when it accepted, else why not."""
+    if not host:
+        return "the pod has no IP yet"
+    request = urllib.request.Request(f"http://{host}:{port}/{action}", data=b"",
+                                     method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            return None if resp.status == 202 else f"HTTP {resp.status}"
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}: {exc.read()[:200].decode(errors='replace').strip()}"
+    except OSError as exc:
+        return str(exc)

@@ -51,7 +51,8 @@ class Deps:
     admins: observe.AdminPool = field(default_factory=observe.AdminPool)
     http_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="member-status"))
-    bounds: dict[str, tuple[float, dict[str, int]]] = field(default_factory=dict)
+    bounds: dict[str, tuple[float, tuple[dict[str, int], str | None]]] = field(
+        default_factory=dict)
     written: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     """The status this process last wrote, by ConsumerGroup uid (the watch may lag it)."""
     pods: dict[str, tuple[float, Mapping[str, Any]]] = field(default_factory=dict)
@@ -114,7 +115,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     namespace = body["metadata"]["namespace"]
     try:
         admin = deps.admins.get(_admin_conf(spec, namespace, deps.kube))
-        broker_config = _broker_config(admin, deps)
+        broker_config, bounds_denied = _broker_config(admin, deps)
         if spec.kafka.topics is not None:
             partitions = observe.partition_counts(admin, spec.kafka.topics)
         else:
@@ -138,7 +139,8 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         closures = dict(deps.closures)
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=_member_statuses(live, deps), group=group, partitions=partitions,
-                    closures=closures, claimants=claimants, broker_config=broker_config)
+                    closures=closures, claimants=claimants, broker_config=broker_config,
+                    bounds_denied=bounds_denied)
     return snap, admin
 
 
@@ -198,11 +200,16 @@ def _admin_conf(spec: ConsumerGroupSpec, namespace: str, kube: apply.Kube) -> di
     return conf
 
 
-def _broker_config(admin: observe.Admin, deps: Deps) -> dict[str, int]:
+def _broker_config(admin: observe.Admin, deps: Deps) -> tuple[dict[str, int], str | None]:
+    """The cluster's group-coordinator bounds (cached), or none and why they cannot be read."""
     with deps.lock:
         cached = deps.bounds.get(admin.key)
     if cached is None or time.monotonic() - cached[0] > BOUNDS_TTL_S:
-        cached = (time.monotonic(), observe.broker_bounds(admin))
+        try:
+            read: tuple[dict[str, int], str | None] = (observe.broker_bounds(admin), None)
+        except observe.BoundsDenied as exc:
+            read = ({}, str(exc))
+        cached = (time.monotonic(), read)
         with deps.lock:
             deps.bounds[admin.key] = cached
     return cached[1]
@@ -238,6 +245,7 @@ def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps,
             observe.set_group_configs(admin, snap.spec.kafka.group_id, plan.group_configs)
         for child in plan.children:
             kube.apply(apply.adopt(child, body))
+        _ask_members(snap, plan, deps)
         for new in plan.create:
             _remember(deps, kube.create_pod(apply.adopt(new.pod, body)))
         for gone in plan.delete:
@@ -257,6 +265,17 @@ def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps,
             log.warning("%s: could not post the Event %s: %s", prefix, event.reason, exc)
     metrics.export(snap.namespace, snap.name, plan.metrics, time.monotonic() - started)
     return plan
+
+
+def _ask_members(snap: Snapshot, plan: Plan, deps: Deps) -> None:
+    """Tell members to leave the group or to rejoin it (a member that does not answer is
+    deleted after `planned.LEAVE_WAIT_S`, or asked again after `planned.REJOIN_RETRY_S`)."""
+    ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in snap.pods}
+    for call in plan.calls:
+        refused = observe.ask_member(ips.get(call.pod) or "", MEMBER_PORT, call.action)
+        if refused is not None:
+            log.warning("%s/%s: member %d (pod %s) did not take %s: %s", snap.namespace,
+                        snap.name, call.ordinal, call.pod, call.action, refused)
 
 
 def _remember(deps: Deps, pod: Mapping[str, Any] | None) -> None:

@@ -19,7 +19,10 @@ PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 ROLLOUT_AT_RISK = "RolloutAtRisk"
 IDLE_MEMBERS = "IdleMembers"
-CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, ROLLOUT_AT_RISK, IDLE_MEMBERS)
+UNASSIGNED_PARTITIONS = "UnassignedPartitions"
+BROKER_BOUNDS_KNOWN = "BrokerBoundsKnown"
+CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, ROLLOUT_AT_RISK, IDLE_MEMBERS,
+                   UNASSIGNED_PARTITIONS, BROKER_BOUNDS_KNOWN)
 
 # --- reasons: Ready ---
 ALL_MEMBERS_READY = "AllMembersReady"
@@ -62,6 +65,14 @@ NO_IDLE_MEMBERS = "NoIdleMembers"
 MORE_MEMBERS_THAN_PARTITIONS = "MoreMembersThanPartitions"
 PARTITIONS_UNKNOWN = "PartitionsUnknown"
 
+# --- reasons: UnassignedPartitions ---
+ALL_PARTITIONS_ASSIGNED = "AllPartitionsAssigned"
+PARTITIONS_UNASSIGNED = "PartitionsUnassigned"
+
+# --- reasons: BrokerBoundsKnown ---
+READ_FROM_BROKER = "ReadFromBroker"
+DESCRIBE_CONFIGS_DENIED = "DescribeConfigsDenied"
+
 # --- Event-only reasons (the roller and the timeout tuner) ---
 ROLLOUT_STARTED = "RolloutStarted"
 MEMBER_RESTARTING = "MemberRestarting"
@@ -70,6 +81,8 @@ MEMBER_READY = "MemberReady"
 TIMEOUTS_CHANGED = "TimeoutsChanged"
 SCALED_DOWN = "ScaledDown"
 SCALED_UP = "ScaledUp"
+MEMBER_LEAVING = "MemberLeaving"
+PLANNED_REBALANCE = "PlannedRebalance"
 
 # --- why the roller waits (status.rollout.reason's code, Progressing's message) ---
 WAIT_MEMBER = "WaitingForMember"

@@ -10,16 +10,21 @@ member's restart reasons once; the roller (`rollout.next_step`) picks whom to re
 only members with reasons; `_restarts` turns that into pod deletions carrying those reasons;
 once the old pod is gone the member is missing, and `_creates` makes its replacement (same
 ordinal, same `group.instance.id`, the update revision), saying that it is one.
+
+Rebalances the operator makes on purpose (a scale-down's leave, a rejoin that assigns
+partitions nobody owns) are decided here too, with `planned`: the plan's `calls`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from staticfleet.decisions import builders, scaling, timeouts
 from staticfleet.decisions import conditions as c
+from staticfleet.decisions import planned as pl
 from staticfleet.decisions import rollout as ro
 from staticfleet.decisions import status as st
 from staticfleet.decisions.members import (
@@ -85,6 +90,9 @@ class MetricValues:
     rollout_at_risk: bool | None = None
     rebalances: int = 0
     """Rebalances seen since the previous pass."""
+    planned_rebalances: int = 0
+    """Of those, the ones the operator asked for (`planned`)."""
+    unassigned_partitions: int | None = None
     timeout_changes: tuple[str, ...] = ()
     absences_s: tuple[float, ...] = ()
     rollout_finished: tuple[float, str] | None = None
@@ -105,6 +113,8 @@ class Plan:
     metrics: MetricValues = field(default_factory=MetricValues)
     requeue_after_s: float | None = None
     """When to look again (None: on the next change or the periodic resync)."""
+    calls: tuple[pl.MemberCall, ...] = ()
+    """Members to ask to leave the group or to rejoin it (`planned`), before any deletion."""
 
 
 # --- the decision ---------------------------------------------------------------------------
@@ -153,21 +163,45 @@ def decide(snap: Snapshot) -> Plan:
     table = observe_members(spec=spec, view=view, pods=snap.pods, statuses=snap.statuses,
                             group=group, partitions=total)
     rebalances = count_rebalances(previous, group.state, snap.pods, snap.statuses)
-    events += _rebalance_events(previous, rebalances, group)
+    last_planned = pl.PlannedRebalance.from_status(previous.get("plannedRebalance"))
+    planned_now = rebalances.increase if (
+        last_planned is not None and last_planned.explains(snap.now)) else 0
+    events += _rebalance_events(previous, rebalances, group, planned_now, last_planned)
 
     roll = _roll(snap, spec, view, effective, table, group.state, rebalances.total)
     creates = _creates(snap, spec, view, effective, table, roll.state)
-    deletes = _scale_down(spec, table) + roll.deletes
-    if any(p.why == WHY_NEW for p in creates) and previous.get("replicas") is not None:
-        events.append(Event("Normal", c.SCALED_UP, "created members "
-                            f"{[p.ordinal for p in creates if p.why == WHY_NEW]}"))
-    removed = sorted(d.ordinal for d in deletes if d.why == WHY_SCALE_DOWN)
+    down = _scale_down(snap, spec, table, last_planned)
+    deletes = down.deletes + roll.deletes
+    new_members = [p.ordinal for p in creates if p.why == WHY_NEW]
+    if new_members and previous.get("replicas") is not None:
+        events.append(Event("Normal", c.SCALED_UP, f"created members {new_members}: their "
+                            "joins are planned rebalances"))
+        down = replace(down, planned=pl.PlannedRebalance(pl.SCALE_UP, tuple(new_members),
+                                                         snap.now))
+    removed = sorted(d.ordinal for d in deletes if d.why.startswith(WHY_SCALE_DOWN))
     if removed:
         events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
-    events += roll.events
+    events += down.events + roll.events
+
+    missing = (pl.unassigned(snap.partitions, group)
+               if group.state == "Stable" and group.members and not roll.state.in_flight
+               and not down.calls and not down.waiting else ())
+    since = pl.unassigned_since(previous, missing, snap.now)
+    rejoin = _rejoin(snap, table, spec, missing, since, last_planned)
+    planned = down.planned or (rejoin.planned if rejoin else None) or last_planned
+    calls = down.calls + ((rejoin.call,) if rejoin else ())
 
     problems = _stuck(snap, table) + _failing(spec, table)
-    status = _status(snap, spec, effective, measurements, total, roll, rebalances, problems)
+    extra = (_unassigned_condition(missing, since, rejoin, last_planned),
+             _bounds_condition(snap, spec))
+    status = _status(snap, spec, effective, measurements, total, roll, rebalances, problems,
+                     extra)
+    status["plannedRebalance"] = planned.to_status() if planned else None
+    status["plannedRebalances"] = int(previous.get("plannedRebalances") or 0) + planned_now
+    status["unassignedSince"] = c.rfc3339(since) if since else None
+    events += _transition_events(previous.get("conditions") or [], status["conditions"],
+                                 (c.UNASSIGNED_PARTITIONS, "True"),
+                                 (c.BROKER_BOUNDS_KNOWN, "False"))
     # Degraded shows the first problem; its Event is posted once, when it first shows.
     events += [Event("Warning", reason, message) for reason, message in problems[:1]
                if not _already_said(previous, reason, message)]
@@ -184,7 +218,8 @@ def decide(snap: Snapshot) -> Plan:
                     for f in TIMEOUT_METRIC_NAMES},
         rollout_in_progress=roll.state.phase in PHASES_IN_PROGRESS,
         rollout_at_risk=bool(at_risk and at_risk["status"] == "True"),
-        rebalances=rebalances.increase,
+        rebalances=rebalances.increase, planned_rebalances=planned_now,
+        unassigned_partitions=len(missing) if group.state == "Stable" else None,
         timeout_changes=tuple(TIMEOUT_METRIC_NAMES[f] for f in changed),
         absences_s=tuple(r[1] for r in roll.restarts), rollout_finished=roll.finished)
     return Plan(
@@ -192,7 +227,14 @@ def decide(snap: Snapshot) -> Plan:
         children=(builders.build_config_map(spec, effective),
                   builders.build_headless_service(spec), builders.build_pdb(spec)),
         create=creates, delete=deletes, events=tuple(events), metrics=metric_values,
-        requeue_after_s=roll.requeue_after_s)
+        requeue_after_s=_soonest(roll.requeue_after_s, down.requeue_after_s,
+                                 pl.UNASSIGNED_GRACE_S if missing else None),
+        calls=calls)
+
+
+def _soonest(*delays: float | None) -> float | None:
+    known = [d for d in delays if d is not None]
+    return min(known) if known else None
 
 
 def degraded(snap: Snapshot, problem: Problem) -> Plan:
@@ -410,9 +452,14 @@ def _sample(table: MemberTable, ordinal: int, seconds: float) -> tuple[int, floa
 
 
 def _rebalance_events(previous: Mapping[str, Any], count: RebalanceCount,
-                      group: GroupView) -> list[Event]:
+                      group: GroupView, planned: int,
+                      last: pl.PlannedRebalance | None) -> list[Event]:
     if not count.increase:
         return []
+    if planned and last is not None:
+        return [Event("Normal", c.PLANNED_REBALANCE,
+                      f"the group rebalanced ({count.increase}) as planned ({last.reason}: "
+                      f"members {list(last.members)}); state {group.state}")]
     ready = c.get_condition(previous.get("conditions") or [], c.READY)
     if ready and ready.get("status") == "True":
         return [Event("Warning", c.UNEXPECTED_REBALANCE,
@@ -451,12 +498,122 @@ def _creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     return tuple(out)
 
 
-def _scale_down(spec: ConsumerGroupSpec, table: MemberTable) -> tuple[PodDelete, ...]:
-    """Live members beyond `replicas`, highest ordinal first."""
-    return tuple(
-        PodDelete(o, table.live[o]["metadata"]["name"], table.live[o]["metadata"]["uid"],
-                  WHY_SCALE_DOWN)
-        for o in scaling.ordinals_to_delete(table.live, spec.replicas))
+@dataclass(frozen=True)
+class _ScaleDown:
+    deletes: tuple[PodDelete, ...] = ()
+    calls: tuple[pl.MemberCall, ...] = ()
+    waiting: tuple[int, ...] = ()
+    """Members asked to leave that are still in the group."""
+    planned: pl.PlannedRebalance | None = None
+    events: tuple[Event, ...] = ()
+    requeue_after_s: float | None = None
+
+
+def _scale_down(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable,
+                last: pl.PlannedRebalance | None) -> _ScaleDown:
+    """Live members beyond `replicas`, highest ordinal first: a member in the group is first
+    asked to leave it (its partitions move at once, not after the session timeout); its pod is
+    deleted once it is out of the group, or `LEAVE_WAIT_S` after asking."""
+    asked = set(last.members) if last is not None and last.reason == pl.SCALE_DOWN else set()
+    deletes, calls, waiting = [], [], []
+    for o in scaling.ordinals_to_delete(table.live, spec.replicas):
+        pod = table.live[o]
+        member = table.member(o)
+        in_group = member is not None and member.in_group
+        why = None
+        if o in asked and last is not None:
+            if not in_group:
+                why = f"{WHY_SCALE_DOWN}: the member left the group"
+            elif last.age_s(snap.now) >= pl.LEAVE_WAIT_S:
+                why = (f"{WHY_SCALE_DOWN}: the member did not leave the group within "
+                       f"{pl.LEAVE_WAIT_S:.0f} s of being asked; its partitions move when "
+                       "its session times out")
+            else:
+                waiting.append(o)
+        elif in_group and (pod.get("status") or {}).get("podIP"):
+            calls.append(pl.MemberCall(o, pod["metadata"]["name"], "leave", WHY_SCALE_DOWN))
+        else:
+            why = f"{WHY_SCALE_DOWN}: the member is not in the group"
+        if why is not None:
+            deletes.append(PodDelete(o, pod["metadata"]["name"], pod["metadata"]["uid"], why))
+    planned = None
+    events: list[Event] = []
+    if calls:
+        ordinals = tuple(sorted({*(asked & set(waiting)), *(call.ordinal for call in calls)}))
+        planned = pl.PlannedRebalance(pl.SCALE_DOWN, ordinals, snap.now)
+        events.append(Event("Normal", c.MEMBER_LEAVING, "asking members "
+                            f"{[call.ordinal for call in calls]} to leave the group (scale "
+                            f"down to {spec.replicas}): their partitions move at once"))
+    return _ScaleDown(deletes=tuple(deletes), calls=tuple(calls), waiting=tuple(waiting),
+                      planned=planned, events=tuple(events),
+                      requeue_after_s=1.0 if calls or waiting else None)
+
+
+@dataclass(frozen=True)
+class _Rejoin:
+    call: pl.MemberCall
+    planned: pl.PlannedRebalance
+
+
+def _rejoin(snap: Snapshot, table: MemberTable, spec: ConsumerGroupSpec,
+            missing: tuple[tuple[str, int], ...], since: datetime | None,
+            last: pl.PlannedRebalance | None) -> _Rejoin | None:
+    """Ask the lowest serving member to rejoin when partitions stay unowned."""
+    if not missing or not pl.rejoin_due(since, last, snap.now):
+        return None
+    serving = [m for m in table.members if m.ordinal < spec.replicas and m.ready and m.in_group
+               and (table.live[m.ordinal].get("status") or {}).get("podIP")]
+    if not serving:
+        return None
+    member = serving[0]
+    why = f"{len(missing)} partition(s) owned by no member: {pl.describe(missing)}"
+    return _Rejoin(pl.MemberCall(member.ordinal, str(member.pod_name), "rejoin", why),
+                   pl.PlannedRebalance(pl.UNASSIGNED, (member.ordinal,), snap.now))
+
+
+def _unassigned_condition(missing: tuple[tuple[str, int], ...], since: datetime | None,
+                          rejoin: _Rejoin | None, last: pl.PlannedRebalance | None
+                          ) -> tuple[str, st.Cond]:
+    if not missing:
+        return c.UNASSIGNED_PARTITIONS, ("False", c.ALL_PARTITIONS_ASSIGNED,
+                                         "every partition has an owner (or the group is not "
+                                         "Stable)")
+    asked = rejoin.planned if rejoin else last if last and last.reason == pl.UNASSIGNED else None
+    action = (f"member {asked.members[0]} was asked to rejoin the group at "
+              f"{c.rfc3339(asked.requested_at)} (one planned rebalance assigns them)"
+              if asked else f"a member is asked to rejoin once they stay unowned "
+              f"{pl.UNASSIGNED_GRACE_S:.0f} s")
+    return c.UNASSIGNED_PARTITIONS, (
+        "True", c.PARTITIONS_UNASSIGNED,
+        f"{len(missing)} partition(s) owned by no member of the Stable group: "
+        f"{pl.describe(missing)}. A static member that rejoins a Stable group with a new "
+        f"subscription (a topic added) causes no rebalance; {action}")
+
+
+def _bounds_condition(snap: Snapshot, spec: ConsumerGroupSpec) -> tuple[str, st.Cond]:
+    if snap.bounds_denied is None:
+        return c.BROKER_BOUNDS_KNOWN, ("True", c.READ_FROM_BROKER,
+                                       "the group session and heartbeat bounds were read from "
+                                       "the broker's configuration")
+    bounds = timeouts.BrokerBounds.from_broker_config(spec.membership.protocol, {})
+    return c.BROKER_BOUNDS_KNOWN, (
+        "False", c.DESCRIBE_CONFIGS_DENIED,
+        f"{snap.bounds_denied}: the timeouts are chosen inside Kafka's default bounds (session "
+        f"{bounds.min_session_ms}-{bounds.max_session_ms} ms), which this broker may not use. "
+        "Allow the operator's principal DescribeConfigs on the Cluster resource, or set "
+        "spec.membership.timeouts inside the broker's bounds")
+
+
+def _transition_events(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]],
+                       *watched: tuple[str, str]) -> list[Event]:
+    """A Warning when a watched condition turns to the given status (reason and message of
+    the condition)."""
+    out = []
+    for type_, status in watched:
+        old, new = c.get_condition(before, type_), c.get_condition(after, type_)
+        if new and new["status"] == status and (not old or old["status"] != status):
+            out.append(Event("Warning", str(new["reason"]), str(new["message"])))
+    return out
 
 
 def _slowest_text(restart: tuple[int | None, float] | None,
@@ -570,12 +727,13 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
 def _status(snap: Snapshot, spec: ConsumerGroupSpec, effective: timeouts.EffectiveTimeouts,
             measurements: timeouts.Measurements, total: int, roll: _Roll,
             rebalances: RebalanceCount,
-            problems: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+            problems: Sequence[tuple[str, str]] = (),
+            extra: Sequence[tuple[str, st.Cond]] = ()) -> dict[str, Any]:
     previous = snap.previous
     conds = st.derive_conditions(
         previous.get("conditions") or [], group=spec, observed=roll.observation,
         rollout=roll.state, timeouts=effective, partitions=total, now=snap.now,
-        refusal=roll.refusal, problems=problems)
+        refusal=roll.refusal, problems=problems, extra=extra)
     recorded: dict[str, Any] = dict(previous.get("measurements") or {})
     for member, seconds, why in roll.restarts:
         recorded = (st.record_restart(recorded, seconds, member) if why is None
@@ -623,6 +781,8 @@ def without_nulls(value: Any) -> Any:
 def summarize(plan: Plan) -> Sequence[str]:
     """One line per action of the plan, with its reasons (the operator's INFO log)."""
     lines = [f"set group configs {dict(plan.group_configs)}"] if plan.group_configs else []
+    lines += [f"ask member {m.ordinal} (pod {m.pod}) to {m.action}: {m.why}"
+              for m in plan.calls]
     for d in plan.delete:
         why = "; ".join(f"{r.code}: {r.message}" for r in d.reasons)
         lines.append(f"delete pod {d.name} (member {d.ordinal}): {d.why}"

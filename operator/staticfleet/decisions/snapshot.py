@@ -96,6 +96,9 @@ class Snapshot:
     same cluster, this one included."""
     broker_config: Mapping[str, int] | None = None
     """The broker's group-coordinator bounds (`observe.BOUNDS_KEYS`) as it reports them."""
+    bounds_denied: str | None = None
+    """Why the broker's bounds could not be read (the principal may not DescribeConfigs on the
+    cluster); Kafka's default bounds stand in for them."""
 
     @property
     def namespace(self) -> str:

@@ -92,8 +92,10 @@ def derive_conditions(
     now: datetime,
     refusal: str | None = None,
     problems: Sequence[tuple[str, str]] = (),
+    extra: Sequence[tuple[str, Cond]] = (),
 ) -> list[dict[str, Any]]:
-    """The five conditions from this pass's observations; `refusal`: why the roller refused to
+    """The conditions from this pass's observations (`extra`: the ones `plan` derives itself:
+    UnassignedPartitions, BrokerBoundsKnown); `refusal`: why the roller refused to
     start restarting (restarts do not fit a session timeout), if it did; `problems`: (reason,
     message) of what else this pass found wrong, the first of which is Degraded."""
     gen = group.generation
@@ -186,7 +188,10 @@ def derive_conditions(
             if n
             else ("False", c.NO_IDLE_MEMBERS, f"{partitions} partitions for {wanted} members")
         )
-    return _put(out, c.IDLE_MEMBERS, idle, now, gen)
+    out = _put(out, c.IDLE_MEMBERS, idle, now, gen)
+    for type_, cond in extra:
+        out = _put(out, type_, cond, now, gen)
+    return out
 
 
 def _put(

@@ -134,20 +134,91 @@ def test_a_new_group_creates_every_member_and_no_rollout() -> None:
         plan.status["timeouts"]["sessionTimeoutMs"])
 
 
-@pytest.mark.parametrize(("replicas", "create", "delete", "event"), [
-    (5, [(3, WHY_NEW), (4, WHY_NEW)], [], "ScaledUp"),
-    (2, [], [(2, WHY_SCALE_DOWN)], "ScaledDown"),
-    (1, [], [(2, WHY_SCALE_DOWN), (1, WHY_SCALE_DOWN)], "ScaledDown"),
-    (3, [], [], None),
-])
-def test_scaling(replicas: int, create: list[tuple[int, str]], delete: list[tuple[int, str]],
-                 event: str | None) -> None:
+def test_scaling_up_creates_the_new_members_and_plans_their_joins() -> None:
     pods, status = settled(CG)
-    plan = decide(snapshot(with_path(CG, "spec.replicas", replicas), pods, previous=status))
-    assert [(p.ordinal, p.why) for p in plan.create] == create
-    assert [(d.ordinal, d.why) for d in plan.delete] == delete
-    assert ([e for e in reasons(plan) if e.startswith("Scaled")] == [event]) if event else (
-        not [e for e in reasons(plan) if e.startswith("Scaled")])
+    plan = decide(snapshot(with_path(CG, "spec.replicas", 5), pods, previous=status))
+    assert [(p.ordinal, p.why) for p in plan.create] == [(3, WHY_NEW), (4, WHY_NEW)]
+    assert plan.delete == () and plan.calls == ()
+    assert [e for e in reasons(plan) if e.startswith("Scaled")] == ["ScaledUp"]
+    assert plan.status["plannedRebalance"]["reason"] == "ScaleUp"
+    assert plan.status["plannedRebalance"]["members"] == [3, 4]
+
+
+def test_nothing_to_scale() -> None:
+    pods, status = settled(CG)
+    plan = decide(snapshot(CG, pods, previous=status))
+    assert plan.create == () and plan.delete == () and plan.calls == ()
+    assert not [e for e in reasons(plan) if e.startswith("Scaled")]
+
+
+def scale_down(replicas: int, *, after_s: float, left: tuple[int, ...] = ()
+               ) -> tuple[Plan, Plan]:
+    """The pass that asks the members beyond `replicas` to leave, and a pass `after_s` later
+    in which the members `left` are out of the group."""
+    pods, status = settled(CG)
+    cg = with_path(CG, "spec.replicas", replicas)
+    ask = decide(snapshot(cg, pods, previous=status))
+    stays = tuple(o for o in range(3) if o not in left)
+    later = decide(snapshot(cg, pods, previous=without_nulls(dict(ask.status)),
+                            in_group=stays, now_offset_s=after_s))
+    return ask, later
+
+
+@pytest.mark.parametrize("replicas", [2, 1])
+def test_scaling_down_asks_the_members_to_leave_before_deleting_their_pods(
+        replicas: int) -> None:
+    """A static member sends no LeaveGroup when it closes: deleting its pod would leave its
+    partitions unowned for the whole session timeout."""
+    ask, _ = scale_down(replicas, after_s=1)
+    gone = list(range(2, replicas - 1, -1))
+    assert [(m.ordinal, m.action) for m in ask.calls] == [(o, "leave") for o in gone]
+    assert ask.delete == ()
+    assert "MemberLeaving" in reasons(ask) and "ScaledDown" not in reasons(ask)
+    assert ask.status["plannedRebalance"]["reason"] == "ScaleDown"
+    assert ask.status["plannedRebalance"]["members"] == sorted(gone)
+    assert ask.requeue_after_s == 1.0
+
+
+@pytest.mark.parametrize(("after_s", "left", "deleted", "why"), [
+    (2, (2,), [2], "the member left the group"),
+    (2, (), [], None),
+    (31, (), [2], "did not leave the group within 30 s"),
+], ids=["left: its pod goes", "still in the group: wait", "never left: deleted anyway"])
+def test_a_member_asked_to_leave_is_deleted_once_out_of_the_group(
+        after_s: float, left: tuple[int, ...], deleted: list[int], why: str | None) -> None:
+    _, later = scale_down(2, after_s=after_s, left=left)
+    assert [d.ordinal for d in later.delete] == deleted
+    assert later.calls == (), "asked once"
+    if why:
+        assert why in later.delete[0].why
+        assert "ScaledDown" in reasons(later)
+
+
+def test_a_member_not_in_the_group_is_deleted_at_once() -> None:
+    pods, status = settled(CG)
+    plan = decide(snapshot(with_path(CG, "spec.replicas", 2), pods, previous=status,
+                           in_group=(0, 1)))
+    assert [(d.ordinal, d.why) for d in plan.delete] == [
+        (2, f"{WHY_SCALE_DOWN}: the member is not in the group")]
+    assert plan.calls == ()
+
+
+@pytest.mark.parametrize(("after_s", "planned"), [(5, True), (120, False)],
+                         ids=["the leave's rebalance", "long after: unexpected"])
+def test_the_rebalance_a_leave_asked_for_is_counted_as_planned(after_s: float,
+                                                                planned: bool) -> None:
+    pods, status = settled(CG)
+    cg = with_path(CG, "spec.replicas", 2)
+    ask = decide(snapshot(cg, pods, previous=status))
+    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 1}
+                for p in pods if _ordinal(p) < 2}
+    after = decide(snapshot(cg, pods[:2], previous=without_nulls(dict(ask.status)),
+                            statuses=statuses, now_offset_s=after_s))
+    assert after.status["rebalances"] == 1, "every rebalance is counted"
+    assert after.status.get("plannedRebalances", 0) == (1 if planned else 0)
+    assert after.metrics.planned_rebalances == (1 if planned else 0)
+    assert ("PlannedRebalance" in reasons(after)) is planned
+    assert ("UnexpectedRebalance" in reasons(after)) is not planned
 
 
 def test_a_member_deleted_outside_a_rollout_is_recreated_and_says_so() -> None:
@@ -775,3 +846,85 @@ def test_within_one_second_the_group_already_on_the_id_keeps_it() -> None:
     assert c.get_condition(plan.status["conditions"], c.DEGRADED)["status"] == "False"
     plan = decide(replace(snapshot(cg, pods, previous=status), claimants=claimants))
     assert c.get_condition(plan.status["conditions"], c.DEGRADED)["reason"] == c.GROUP_ID_IN_USE
+
+
+# --- partitions nobody owns: one planned rebalance --------------------------------------------
+
+TWO_TOPICS = {"orders": 6, "payments": 2}
+
+
+def unowned_passes(*offsets: float, state: str = "Stable") -> list[Plan]:
+    """Passes at `offsets` seconds over a group whose members own `orders` but not the
+    `payments` topic added to the subscription (a static rejoin in a Stable group)."""
+    pods, status = settled(CG)
+    plans = []
+    for offset in offsets:
+        plan = decide(snapshot(CG, pods, previous=status, partitions=TWO_TOPICS,
+                               state=state, now_offset_s=offset))
+        plans.append(plan)
+        status = without_nulls(dict(plan.status))
+    return plans
+
+
+def test_unowned_partitions_are_a_condition_and_a_warning_at_once() -> None:
+    (first,) = unowned_passes(0)
+    cond = c.get_condition(first.status["conditions"], c.UNASSIGNED_PARTITIONS)
+    assert cond["status"] == "True" and cond["reason"] == c.PARTITIONS_UNASSIGNED
+    assert "payments-0, payments-1" in cond["message"]
+    assert first.metrics.unassigned_partitions == 2
+    assert [e.type for e in first.events if e.reason == c.PARTITIONS_UNASSIGNED] == ["Warning"]
+    assert first.calls == (), "the group may be assigning them right now"
+
+
+@pytest.mark.parametrize(("offsets", "calls"), [
+    ((0, 11), [[], [0]]),
+    ((0, 11, 30), [[], [0], []]),
+    ((0, 11, 30, 75), [[], [0], [], [0]]),
+], ids=["after the grace: member 0 rejoins", "asked once", "asked again a minute later"])
+def test_unowned_partitions_make_one_member_rejoin(offsets: tuple[float, ...],
+                                                   calls: list[list[int]]) -> None:
+    plans = unowned_passes(*offsets)
+    assert [[m.ordinal for m in p.calls if m.action == "rejoin"] for p in plans] == calls
+    asked = plans[1]
+    assert asked.status["plannedRebalance"]["reason"] == "UnassignedPartitions"
+    assert "member 0 was asked to rejoin" in c.get_condition(
+        asked.status["conditions"], c.UNASSIGNED_PARTITIONS)["message"]
+    warnings = [e for p in plans for e in p.events if e.reason == c.PARTITIONS_UNASSIGNED]
+    assert len(warnings) == 1, "the Warning is posted once"
+
+
+def test_partitions_are_not_judged_while_the_group_is_not_stable() -> None:
+    (plan,) = unowned_passes(0, state="PreparingRebalance")
+    assert c.get_condition(plan.status["conditions"], c.UNASSIGNED_PARTITIONS)["status"] == (
+        "False")
+    assert plan.calls == ()
+
+
+def test_owned_again_clears_the_condition() -> None:
+    pods, status = settled(CG)
+    first = decide(snapshot(CG, pods, previous=status, partitions=TWO_TOPICS))
+    again = decide(snapshot(CG, pods, previous=without_nulls(dict(first.status)),
+                            now_offset_s=20))
+    assert c.get_condition(again.status["conditions"], c.UNASSIGNED_PARTITIONS)["status"] == (
+        "False")
+    assert "unassignedSince" not in without_nulls(dict(again.status))
+
+
+# --- broker bounds that cannot be read --------------------------------------------------------
+
+
+def test_bounds_the_principal_may_not_read_fall_back_to_kafkas_defaults() -> None:
+    denied = ("describing broker 1 configuration at kafka:9092: Cluster authorization failed")
+    plan = decide(replace(snapshot(CG, state="Dead"), bounds_denied=denied))
+    assert [p.ordinal for p in plan.create] == [0, 1, 2], "the group still reconciles"
+    cond = c.get_condition(plan.status["conditions"], c.BROKER_BOUNDS_KNOWN)
+    assert cond["status"] == "False" and cond["reason"] == c.DESCRIBE_CONFIGS_DENIED
+    assert denied in cond["message"] and "DescribeConfigs on the Cluster" in cond["message"]
+    assert plan.status["timeouts"]["sessionTimeoutMs"] == 45000
+    assert [e.type for e in plan.events if e.reason == c.DESCRIBE_CONFIGS_DENIED] == ["Warning"]
+    later = decide(replace(snapshot(CG, running(plan), previous=without_nulls(
+        dict(plan.status))), bounds_denied=denied))
+    assert c.DESCRIBE_CONFIGS_DENIED not in reasons(later), "said once"
+    known = decide(snapshot(CG, running(plan), previous=without_nulls(dict(later.status))))
+    assert c.get_condition(known.status["conditions"], c.BROKER_BOUNDS_KNOWN)["status"] == (
+        "True")
