@@ -1,0 +1,161 @@
+"""Rebalances the operator makes on purpose, proven against the whole system.
+
+Found on main: a scale-down left the removed member's partitions unowned for the whole session
+timeout (a static member sends no LeaveGroup when it closes), then warned about a rebalance the
+operator had caused itself; and a topic added to a running group stayed unowned after a rollout
+that ended Complete (a static member that rejoins a Stable group with a new subscription causes
+no rebalance).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
+from tests.conftest import unique
+from tests.support import groups
+from tests.support.kube import get_json, kubectl
+from tests.support.operator import OperatorProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+
+SESSION_MS = 30000  # long, so a hand-over that waits for it cannot pass for a fast one
+HANDOVER_LIMIT_S = 5.0
+
+
+@pytest.fixture
+def stream(kafka: KafkaBroker, make_topic: Callable[..., str]) -> Iterator[dict[str, Any]]:
+    topic, out = make_topic("in", 6), make_topic("out", 6)
+    state: dict[str, Any] = {"topic": topic, "out": out, "producers": [
+        SteadyProducer(kafka.bootstrap, topic, rate=100).start()]}
+    yield state
+    for producer in state["producers"]:
+        producer.stop()
+
+
+def owners(admin: AdminClient, group: str) -> dict[tuple[str, int], str]:
+    """Who owns each partition, as the broker says (instance id by topic-partition)."""
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    return {(tp.topic, tp.partition): m.group_instance_id or m.member_id
+            for m in desc.members for tp in m.assignment.topic_partitions}
+
+
+def wait_owned(admin: AdminClient, group: str, wanted: set[tuple[str, int]],
+               owners_allowed: set[str], timeout: float) -> float:
+    """Seconds until every partition of `wanted` is owned by one of `owners_allowed`."""
+    start = time.monotonic()
+    seen: dict[tuple[str, int], str] = {}
+    while time.monotonic() - start < timeout:
+        try:
+            seen = owners(admin, group)
+        except KafkaException:  # the coordinator may be moving; ask again
+            seen = {}
+        if wanted <= set(seen) and {seen[tp] for tp in wanted} <= owners_allowed:
+            return time.monotonic() - start
+        time.sleep(0.2)
+    raise AssertionError(f"not all of {sorted(wanted)} owned by {owners_allowed} within "
+                         f"{timeout} s; owners: {seen}")
+
+
+def cg_events(kubeconfig: Path, namespace: str, name: str) -> list[dict[str, Any]]:
+    return get_json(kubeconfig, "-n", namespace, "events", "--field-selector",
+                    f"involvedObject.kind=ConsumerGroup,involvedObject.name={name}")["items"]
+
+
+def no_loss(kafka: KafkaBroker, group: str, stream: dict[str, Any], topics: list[str]) -> None:
+    produced: list[bytes] = []
+    for producer in stream["producers"]:
+        producer.stop()
+        assert not producer.failed, producer.failed
+        produced += producer.produced
+    deadline = time.monotonic() + 180
+    while sum(committed_lag(kafka.bootstrap, group, t) for t in topics) > 0:
+        assert time.monotonic() < deadline, "the group did not catch up within 180 s"
+        time.sleep(1)
+    missing = set(produced) - set(read_all(kafka.bootstrap, stream["out"]))
+    assert produced and not missing, f"{len(missing)} of {len(produced)} records lost"
+
+
+def scale(kubeconfig: Path, namespace: str, name: str, replicas: int) -> None:
+    kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
+            f'{{"spec": {{"replicas": {replicas}}}}}')
+
+
+def test_scale_down_hands_partitions_over_at_once_and_scaling_is_planned(
+    kafka: KafkaBroker, kafka_admin: AdminClient, kubeconfig: Path, operator: OperatorProcess,
+    namespace: str, stream: dict[str, Any],
+) -> None:
+    name = unique("scale")
+    groups.apply(kubeconfig, namespace, groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=3, out_topic=stream["out"],
+        session_ms=SESSION_MS))
+    groups.wait_status(kubeconfig, namespace, name, groups.ready, 240, "Ready")
+    time.sleep(3)
+    everything = {(stream["topic"], p) for p in range(6)}
+
+    scale(kubeconfig, namespace, name, 2)
+    handover_s = wait_owned(kafka_admin, name, everything, {f"{name}-0", f"{name}-1"},
+                            SESSION_MS / 1000 + 30)
+    print(f"3 -> 2: every partition owned by the two remaining members {handover_s:.1f} s "
+          f"after the scale-down (session timeout {SESSION_MS} ms)")
+    assert handover_s < HANDOVER_LIMIT_S, (
+        f"partitions owned again after {handover_s:.1f} s, not within {HANDOVER_LIMIT_S} s")
+    down = groups.wait_status(
+        kubeconfig, namespace, name,
+        lambda o: groups.ready(o) and o["status"].get("replicas") == 2, 120, "Ready with 2")
+    assert down["status"]["plannedRebalances"] >= 1, down["status"]
+    assert down["status"]["plannedRebalance"]["reason"] == "ScaleDown"
+
+    scale(kubeconfig, namespace, name, 3)
+    up = groups.wait_status(
+        kubeconfig, namespace, name,
+        lambda o: groups.ready(o) and o["status"].get("replicas") == 3
+        and o["status"].get("plannedRebalances", 0) > down["status"]["plannedRebalances"],
+        240, "Ready with 3 and the join counted as planned")
+    wait_owned(kafka_admin, name, everything, {f"{name}-{o}" for o in range(3)}, 60)
+    assert up["status"]["rebalances"] == up["status"]["plannedRebalances"], (
+        "every rebalance of the scale-down and the scale-up was planned", up["status"])
+    warnings = [(e["reason"], e["message"]) for e in cg_events(kubeconfig, namespace, name)
+                if e["type"] == "Warning"]
+    assert warnings == []
+    no_loss(kafka, name, stream, [stream["topic"]])
+
+
+def test_a_topic_added_to_a_running_group_is_assigned_by_one_planned_rebalance(
+    kafka: KafkaBroker, kafka_admin: AdminClient, kubeconfig: Path, operator: OperatorProcess,
+    namespace: str, stream: dict[str, Any], make_topic: Callable[..., str],
+) -> None:
+    name = unique("topics")
+    groups.apply(kubeconfig, namespace, groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=2, out_topic=stream["out"]))
+    groups.wait_status(kubeconfig, namespace, name, groups.ready, 240, "Ready")
+    added = make_topic("added", 2)
+    stream["producers"].append(SteadyProducer(kafka.bootstrap, added, rate=20).start())
+
+    kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=json", "-p",
+            f'[{{"op": "add", "path": "/spec/kafka/topics/-", "value": "{added}"}}]')
+    wanted = {(stream["topic"], p) for p in range(6)} | {(added, p) for p in range(2)}
+    wait_owned(kafka_admin, name, wanted, {f"{name}-0", f"{name}-1"}, 400)
+
+    obj = groups.wait_status(
+        kubeconfig, namespace, name,
+        lambda o: groups.ready(o) and any(
+            c["type"] == "UnassignedPartitions" and c["status"] == "False"
+            for c in o["status"].get("conditions") or []), 60, "every partition owned")
+    status = obj["status"]
+    assert status["rollout"]["rebalancesDuringRollout"] == 0, status["rollout"]
+    assert status["plannedRebalance"]["reason"] == "UnassignedPartitions", status
+    assert status["plannedRebalances"] >= 1 and status["rebalances"] == status[
+        "plannedRebalances"], status
+    reasons = [(e["type"], e["reason"]) for e in cg_events(kubeconfig, namespace, name)]
+    assert ("Warning", "PartitionsUnassigned") in reasons, "the unowned partitions were shown"
+    assert ("Warning", "UnexpectedRebalance") not in reasons
+    no_loss(kafka, name, stream, [stream["topic"], added])
