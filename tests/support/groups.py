@@ -14,7 +14,7 @@ def consumer_group(name: str, bootstrap: str, topic: str, *, replicas: int = 3,
                    out_topic: str | None = None, session_ms: int | None = None,
                    command: list[str] | None = None, dynamic: bool = False,
                    max_records: int = 2000, env: list[dict[str, str]] | None = None,
-                   ) -> dict[str, Any]:
+                   protocol: str = "classic") -> dict[str, Any]:
     """A small group: identity transform, Kafka sink (or null), one Spark core per member."""
     sink: dict[str, Any] = {"type": "kafka", "topic": out_topic} if out_topic else {"type": "null"}
     timeouts: dict[str, int] = {}
@@ -33,7 +33,7 @@ def consumer_group(name: str, bootstrap: str, topic: str, *, replicas: int = 3,
             "replicas": replicas,
             "kafka": {"bootstrapServers": bootstrap, "topics": [topic]},
             "template": template,
-            "membership": {"timeouts": timeouts},
+            "membership": {"timeouts": timeouts, "protocol": protocol},
             "processing": {
                 "transform": "consumer_runtime.transforms:identity",
                 "spark": {"mode": "local", "master": "local[1]"},

@@ -1,0 +1,126 @@
+"""KIP-848 (`membership.protocol: consumer`) groups end to end.
+
+Found on main: a ConsumerGroup with protocol `consumer` could not start one member (the runtime
+required the session timeout and heartbeat, which librdkafka refuses with group.protocol=consumer
+and the broker owns), every pod crash-looped, and the ConsumerGroup said only "the group is Dead".
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
+from tests.conftest import unique
+from tests.e2e.test_day2 import member_process, restart_count
+from tests.e2e.test_planned import owners
+from tests.support import groups
+from tests.support.kube import kubectl
+from tests.support.operator import OperatorProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+
+REPLICAS = 3
+SESSION_MS = 20000  # a KIP-848 group config; the test broker allows 1-60 s
+
+
+@pytest.fixture
+def stream(kafka: KafkaBroker, make_topic: Callable[..., str]) -> Iterator[dict[str, Any]]:
+    topic, out = make_topic("in", 6), make_topic("out", 6)
+    producer = SteadyProducer(kafka.bootstrap, topic, rate=100).start()
+    yield {"topic": topic, "out": out, "producer": producer}
+    producer.stop()
+
+
+class OwnerWatch:
+    """Polls the broker's assignment every 0.2 s; records each partition's owners in order."""
+
+    def __init__(self, admin: AdminClient, group: str) -> None:
+        self.admin, self.group = admin, group
+        self.history: dict[tuple[str, int], list[str]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> OwnerWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            try:
+                now = owners(self.admin, self.group)
+            except KafkaException:
+                continue
+            for tp, owner in now.items():
+                seen = self.history.setdefault(tp, [])
+                if not seen or seen[-1] != owner:
+                    seen.append(owner)
+
+    def moved(self) -> dict[tuple[str, int], list[str]]:
+        return {tp: o for tp, o in self.history.items() if len(o) > 1}
+
+
+def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_kill_9(
+    kafka: KafkaBroker, kafka_admin: AdminClient, kubeconfig: Path, operator: OperatorProcess,
+    namespace: str, stream: dict[str, Any],
+) -> None:
+    name = unique("k848")
+    groups.apply(kubeconfig, namespace, groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
+        session_ms=SESSION_MS, protocol="consumer"))
+    ready = groups.wait_status(
+        kubeconfig, namespace, name,
+        lambda o: groups.ready(o) and (o["status"].get("rollout") or {}).get("phase") == "Idle",
+        300, "Ready")
+    assert ready["status"]["timeouts"]["sessionTimeoutMs"] == SESSION_MS
+    time.sleep(5)
+
+    # A rolling restart: every partition keeps its owner (absent for a moment, never moved).
+    with OwnerWatch(kafka_admin, name) as watch:
+        kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=json", "-p",
+                '[{"op": "add", "path": "/spec/template/env/-", '
+                '"value": {"name": "ROLLOUT_MARK", "value": "1"}}]')
+        done = groups.wait_status(
+            kubeconfig, namespace, name,
+            lambda o: (o["status"].get("rollout") or {}).get("phase") == "Complete"
+            and o["status"]["rollout"].get("revision") == o["status"].get("updateRevision"),
+            600, "rolled out")
+        time.sleep(2)
+    assert watch.history, "the broker's assignment was never seen"
+    assert watch.moved() == {}, f"partitions changed owner: {watch.moved()}"
+    assert done["status"]["rollout"]["rebalancesDuringRollout"] == 0, done["status"]["rollout"]
+    assert sorted(done["status"]["rollout"]["membersRestarted"]) == list(range(REPLICAS))
+
+    # kill -9: the replacement process waits out the old registration instead of crash-looping.
+    pod = f"{name}-1"
+    pid, _ = member_process(namespace, pod)
+    before = restart_count(kubeconfig, namespace, pod)
+    killed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    groups.wait_status(kubeconfig, namespace, name, groups.ready, SESSION_MS / 1000 + 120,
+                       "Ready again after kill -9")
+    back_s = time.monotonic() - killed
+    print(f"kill -9 of {pod}: Ready again after {back_s:.1f} s (session timeout {SESSION_MS} ms)")
+    assert restart_count(kubeconfig, namespace, pod) == before + 1, "no restart loop"
+
+    produced = stream["producer"].stop()
+    deadline = time.monotonic() + 180
+    while committed_lag(kafka.bootstrap, name, stream["topic"]) > 0:
+        assert time.monotonic() < deadline, "the group did not catch up within 180 s"
+        time.sleep(1)
+    missing = set(stream["producer"].produced) - set(read_all(kafka.bootstrap, stream["out"]))
+    assert produced > 0 and not missing, f"{len(missing)} of {produced} records lost"
