@@ -29,14 +29,13 @@ Run: python bench/operator_figures.py [--groups 500] [--runs 10] [--baseline d67
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,8 @@ sys.path.insert(0, str(REPO))
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 
+from bench import baseline  # noqa: E402
+from bench.baseline import Variant  # noqa: E402
 from staticfleet.decisions.conditions import parse_rfc3339  # noqa: E402
 from staticfleet_dev import environment  # noqa: E402
 from staticfleet_dev.kafka import KafkaSettings  # noqa: E402
@@ -133,24 +134,6 @@ def requests_per_minute(kubeconfig: Path, window: float) -> tuple[float, float]:
     after = api_requests(kubeconfig)
     return ((after[0] - before[0] - 1) * 60 / window,  # -1: the first scrape
             (after[1] - before[1]) * 60 / window)
-
-
-@dataclass
-class Variant:
-    """An operator to measure: this checkout, or a worktree of an earlier commit."""
-
-    label: str
-    source: Path | None = None
-
-    @property
-    def slug(self) -> str:
-        return "base" if self.source is not None else "new"
-
-    def process(self, kubeconfig: Path, log: Path) -> OperatorProcess:
-        env = None
-        if self.source is not None:  # the earlier commit's package wins over the venv's
-            env = {"PYTHONPATH": f"{self.source / 'operator'}:{self.source}"}
-        return OperatorProcess(kubeconfig=kubeconfig, log=log, extra_env=env)
 
 
 def reconciled_since(op: OperatorProcess, custom: client.CustomObjectsApi, groups: int,
@@ -243,13 +226,15 @@ def main() -> int:
     ap.add_argument("--name", default="figures", help="name of the local environment")
     args = ap.parse_args()
 
-    variants = [Variant("new")]
-    worktree: Path | None = None
-    if args.baseline:
-        worktree = Path(tempfile.mkdtemp(prefix="staticfleet-baseline-")) / "tree"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree),
-                        args.baseline], check=True, capture_output=True)
-        variants.insert(0, Variant(f"baseline {args.baseline}", worktree))
+    with contextlib.ExitStack() as stack:
+        variants = [Variant("new")]
+        if args.baseline:
+            tree = stack.enter_context(baseline.worktree(args.baseline))
+            variants.insert(0, Variant(f"baseline {args.baseline}", tree))
+        return run(args, variants)
+
+
+def run(args: argparse.Namespace, variants: list[Variant]) -> int:
 
     print(f"bringing up environment {args.name!r} (Kafka, control plane, local node) ...",
           flush=True)
@@ -294,9 +279,6 @@ def main() -> int:
             print(f"  {results[variant.label]}", flush=True)
     finally:
         environment.down(args.name)
-        if worktree is not None:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
-                            str(worktree)], check=False, capture_output=True)
 
     labels = [v.label for v in variants]
     rows = list(results[labels[-1]])
