@@ -10,6 +10,7 @@ holding a worker for the whole admin timeout.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import urllib.error
@@ -65,6 +66,8 @@ class AdminPool:
 
     clients: dict[str, AdminClient] = field(default_factory=dict)
     failures: dict[str, tuple[float, str]] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
+    """Clusters that answered a request since they last failed (no need to probe them)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     hold_s: float = FAILED_CLUSTER_HOLD_S
 
@@ -78,18 +81,26 @@ class AdminPool:
                 self.clients[key] = client
             return Admin(client, conf.get("bootstrap.servers", "?"), key, self)
 
-    def check(self, key: str) -> None:
-        """Raise the cluster's recent failure again instead of waiting for it once more."""
+    def check(self, key: str, bootstrap: str) -> None:
+        """Raise the cluster's recent failure again instead of waiting for it once more; for a
+        cluster that has not answered yet, fail at once when no bootstrap address accepts a
+        connection (an admin request would wait its whole timeout)."""
         with self.lock:
             failed = self.failures.get(key)
+            answered = key in self.answered
         if failed is not None and time.monotonic() - failed[0] < self.hold_s:
             raise KafkaUnavailable(failed[1])
+        if not answered and (refused := unreachable(bootstrap)) is not None:
+            self.record(key, refused)
+            raise KafkaUnavailable(refused)
 
     def record(self, key: str, error: str | None) -> None:
         with self.lock:
             if error is None:
                 self.failures.pop(key, None)
+                self.answered.add(key)
             else:
+                self.answered.discard(key)
                 self.failures[key] = (time.monotonic(), error)
 
     def close(self) -> None:
@@ -105,6 +116,24 @@ class Admin:
     bootstrap: str
     key: str
     pool: AdminPool
+
+
+PROBE_TIMEOUT_S = 2.0
+
+
+def unreachable(bootstrap: str) -> str | None:
+    """Why none of the bootstrap addresses accepts a TCP connection (None: one does)."""
+    errors = []
+    for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), PROBE_TIMEOUT_S):
+                return None
+        except ValueError:
+            return None  # not host:port; let the client say what it makes of it
+        except OSError as exc:
+            errors.append(f"{address}: {exc.strerror or exc}")
+    return f"no bootstrap server accepts a connection ({'; '.join(errors)})" if errors else None
 
 
 def _result(admin: Admin, future: Any, what: str) -> Any:
@@ -133,7 +162,7 @@ _UNREACHABLE_CODES = frozenset({
 
 def _call(admin: Admin, what: str, request: Any) -> Any:
     """Start an admin request unless the cluster failed just now."""
-    admin.pool.check(admin.key)
+    admin.pool.check(admin.key, admin.bootstrap)
     try:
         return request()
     except KafkaException as exc:
@@ -206,7 +235,7 @@ def matching_topics(admin: Admin, pattern: str) -> dict[str, int]:
     pattern needs the cluster's whole topic list)."""
     import re
 
-    admin.pool.check(admin.key)
+    admin.pool.check(admin.key, admin.bootstrap)
     try:
         md = admin.client.list_topics(timeout=ADMIN_TIMEOUT_S)
     except KafkaException as exc:
