@@ -89,14 +89,15 @@ def scale(kubeconfig: Path, namespace: str, name: str, replicas: int) -> None:
             f'{{"spec": {{"replicas": {replicas}}}}}')
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_scale_down_hands_partitions_over_at_once_and_scaling_is_planned(
     kafka: KafkaBroker, kafka_admin: AdminClient, kubeconfig: Path, operator: OperatorProcess,
-    namespace: str, stream: dict[str, Any],
+    namespace: str, stream: dict[str, Any], protocol: str,
 ) -> None:
     name = unique("scale")
     groups.apply(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=3, out_topic=stream["out"],
-        session_ms=SESSION_MS))
+        session_ms=SESSION_MS, protocol=protocol))
     groups.wait_status(kubeconfig, namespace, name, groups.ready, 240, "Ready")
     time.sleep(3)
     everything = {(stream["topic"], p) for p in range(6)}
@@ -104,7 +105,8 @@ def test_scale_down_hands_partitions_over_at_once_and_scaling_is_planned(
     scale(kubeconfig, namespace, name, 2)
     handover_s = wait_owned(kafka_admin, name, everything, {f"{name}-0", f"{name}-1"},
                             SESSION_MS / 1000 + 30)
-    print(f"3 -> 2: every partition owned by the two remaining members {handover_s:.1f} s "
+    print(f"{protocol} 3 -> 2: every partition owned by the two remaining members "
+          f"{handover_s:.1f} s "
           f"after the scale-down (session timeout {SESSION_MS} ms)")
     assert handover_s < HANDOVER_LIMIT_S, (
         f"partitions owned again after {handover_s:.1f} s, not within {HANDOVER_LIMIT_S} s")
