@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.e2e.test_planned import owners
 from tests.support import groups
 from tests.support.kube import kubectl
 from tests.support.operator import OperatorProcess
+from tests.support.polling import Poller
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -42,33 +42,21 @@ def stream(kafka: KafkaBroker, make_topic: Callable[..., str]) -> Iterator[dict[
     producer.stop()
 
 
-class OwnerWatch:
+class OwnerWatch(Poller):
     """Polls the broker's assignment every 0.2 s; records each partition's owners in order."""
+
+    interval = 0.2
+    transient = (KafkaException,)
 
     def __init__(self, admin: AdminClient, group: str) -> None:
         self.admin, self.group = admin, group
         self.history: dict[tuple[str, int], list[str]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> OwnerWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            try:
-                now = owners(self.admin, self.group)
-            except KafkaException:
-                continue
-            for tp, owner in now.items():
-                seen = self.history.setdefault(tp, [])
-                if not seen or seen[-1] != owner:
-                    seen.append(owner)
+    def poll(self) -> None:
+        for tp, owner in owners(self.admin, self.group).items():
+            seen = self.history.setdefault(tp, [])
+            if not seen or seen[-1] != owner:
+                seen.append(owner)
 
     def moved(self) -> dict[tuple[str, int], list[str]]:
         return {tp: o for tp, o in self.history.items() if len(o) > 1}

@@ -8,7 +8,6 @@ membership must cost at least one per member, so the first proof cannot pass vac
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.conftest import unique
 from tests.support import groups
 from tests.support.kube import kubectl
 from tests.support.operator import OperatorProcess
+from tests.support.polling import Poller
 from tests.support.prometheus import Prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
@@ -30,42 +30,30 @@ REPLICAS = 3
 REBALANCE_ALERTS = ("StaticfleetRebalanceRateHigh", "StaticfleetMemberRebalanceRateHigh")
 
 
-class UidTracker:
+class UidTracker(Poller):
     """Polls the member pods twice a second and records every pod uid seen per ordinal."""
 
     def __init__(self, kubeconfig: Path, namespace: str, name: str) -> None:
         self.args = (kubeconfig, namespace, name)
         self.seen: dict[int, list[str]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> UidTracker:
-        self._poll()
-        self._thread.start()
-        return self
+    def started(self) -> None:
+        self.poll()
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _poll(self) -> None:
+    def poll(self) -> None:
         for pod in groups.pods(*self.args):
             ordinal = int(pod["metadata"]["labels"]["staticfleet.io/ordinal"])
             uids = self.seen.setdefault(ordinal, [])
             if pod["metadata"]["uid"] not in uids:
                 uids.append(pod["metadata"]["uid"])
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            try:
-                self._poll()
-            except AssertionError:
-                continue
 
-
-class AlertWatcher:
+class AlertWatcher(Poller):
     """Polls Prometheus' /api/v1/alerts every 2 s and records, per alert name, when (seconds
     after entering) the group's alert was first seen pending and first seen firing."""
+
+    interval = 2.0
+    transient = (AssertionError, OSError)
 
     def __init__(self, prometheus: Prometheus, namespace: str, group: str,
                  names: tuple[str, ...] = REBALANCE_ALERTS) -> None:
@@ -73,17 +61,9 @@ class AlertWatcher:
                                                                    names)
         self.first: dict[tuple[str, str], float] = {}
         self.t0 = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> AlertWatcher:
+    def started(self) -> None:
         self.t0 = time.monotonic()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=15)
 
     def poll(self) -> dict[str, str]:
         """The group's watched alerts now: name -> state."""
@@ -97,13 +77,6 @@ class AlertWatcher:
                     now[name] = state
                 self.first.setdefault((name, state), round(time.monotonic() - self.t0, 1))
         return now
-
-    def _run(self) -> None:
-        while not self._stop.wait(2.0):
-            try:
-                self.poll()
-            except (AssertionError, OSError):
-                continue
 
 
 @pytest.fixture
