@@ -19,7 +19,20 @@ RUNTIME_OWNED = (
     "bootstrap.servers", "group.id", "group.instance.id", "enable.auto.commit",
     "enable.auto.offset.store", "on_commit", "stats_cb", "error_cb",
 )
-REQUIRED_TIMEOUTS = ("session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms")
+PROTOCOLS = ("classic", "consumer")
+REQUIRED_TIMEOUTS = {
+    "classic": ("session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms"),
+    "consumer": ("max.poll.interval.ms",),
+}
+BROKER_OWNED = {
+    "session.timeout.ms": "the broker owns the session timeout (group config "
+                          "consumer.session.timeout.ms, which the operator sets)",
+    "heartbeat.interval.ms": "the broker owns the heartbeat interval (group config "
+                             "consumer.heartbeat.interval.ms, which the operator sets)",
+    "partition.assignment.strategy": "the broker assigns the partitions (its assignor, "
+                                     "broker config group.consumer.assignors)",
+}
+"""Properties librdkafka refuses with group.protocol consumer (KIP-848), and who owns them."""
 SECRET_ENV = {
     "STATICFLEET_SASL_USERNAME": "sasl.username",
     "STATICFLEET_SASL_PASSWORD": "sasl.password",
@@ -92,8 +105,15 @@ class RuntimeConfig:
         return self.group_instance_id or self.pod_name or self.group_id
 
     @property
-    def session_timeout_ms(self) -> int:
-        return int(self.consumer["session.timeout.ms"])
+    def protocol(self) -> str:
+        """`group.protocol`: classic, or consumer (KIP-848)."""
+        return str(self.consumer.get("group.protocol", "classic"))
+
+    @property
+    def session_timeout_ms(self) -> int | None:
+        """The client's session timeout; None with protocol consumer, where the broker owns it."""
+        value = self.consumer.get("session.timeout.ms")
+        return None if value is None else int(value)
 
     @property
     def max_poll_interval_ms(self) -> int:
@@ -231,13 +251,23 @@ def _consumer(value: Any, env: Mapping[str, str]) -> dict[str, str | int | float
         if not isinstance(item, str | int | float | bool):
             raise ConfigError(f"consumer.{key}: must be a string, number or boolean, got "
                               f"{_kind(item)}; fix the value")
-    for key in REQUIRED_TIMEOUTS:
+    protocol = props.get("group.protocol", "classic")
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"consumer.group.protocol: must be one of {', '.join(PROTOCOLS)}, got "
+                          f"{protocol!r}; choose one")
+    if protocol == "consumer":
+        for key, owner in BROKER_OWNED.items():
+            if key in props:
+                raise ConfigError(f"consumer.{key}: not a client property with group.protocol "
+                                  f"consumer: {owner}; remove it")
+    for key in REQUIRED_TIMEOUTS[protocol]:
         _integer(props.get(key), f"consumer.{key}", 1)
-    session, heartbeat = props["session.timeout.ms"], props["heartbeat.interval.ms"]
-    if heartbeat >= session:
-        raise ConfigError(f"consumer.heartbeat.interval.ms: must be below session.timeout.ms "
-                          f"({heartbeat} >= {session}); set it to about a third of the session "
-                          "timeout")
+    if protocol == "classic":
+        session, heartbeat = props["session.timeout.ms"], props["heartbeat.interval.ms"]
+        if heartbeat >= session:
+            raise ConfigError(f"consumer.heartbeat.interval.ms: must be below session.timeout.ms "
+                              f"({heartbeat} >= {session}); set it to about a third of the "
+                              "session timeout")
     merged: dict[str, str | int | float | bool] = dict(props)
     for env_key, prop in SECRET_ENV.items():
         if env.get(env_key):

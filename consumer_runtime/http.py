@@ -1,4 +1,5 @@
-"""The member's HTTP endpoints: /healthz, /readyz, /status, /metrics (stdlib server, own thread)."""
+"""The member's HTTP endpoints (stdlib server, own thread): the probes /healthz and /readyz,
+/status and /metrics, and the operator's requests POST /leave and POST /rejoin."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -13,10 +15,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from consumer_runtime.metrics import Telemetry
 
 log = logging.getLogger(__name__)
+REQUESTS = ("leave", "rejoin")
 
 
-def serve(telemetry: Telemetry, host: str, port: int) -> ThreadingHTTPServer:
-    """Start serving in a daemon thread; return the server (its port is the bound one)."""
+def serve(telemetry: Telemetry, host: str, port: int,
+          request: Callable[[str], str | None] = lambda action: "not started yet",
+          ) -> ThreadingHTTPServer:
+    """Start serving in a daemon thread; return the server (its port is the bound one).
+    `request(action)` takes a POSTed request ("leave" or "rejoin"): None when accepted (202),
+    else why not (409)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -35,6 +42,21 @@ def serve(telemetry: Telemetry, host: str, port: int) -> ThreadingHTTPServer:
                 self._send(200, generate_latest(telemetry.registry), CONTENT_TYPE_LATEST)
             else:
                 self._send(404, b"not found\n")
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            action = self.path.split("?", 1)[0].strip("/")
+            if action not in REQUESTS:
+                self._send(404, b"not found\n")
+                return
+            refused = request(action)
+            if refused is None:
+                log.info("http: %s accepted", action)
+                self._send(202, json.dumps({"accepted": action}).encode(), "application/json")
+            else:
+                log.info("http: %s refused: %s", action, refused)
+                self._send(409, json.dumps({"refused": action, "reason": refused}).encode(),
+                           "application/json")
 
         def _send(self, code: int, body: bytes, ctype: str = "text/plain") -> None:
             self.send_response(code)

@@ -56,11 +56,18 @@ def main(env: Mapping[str, str] | None = None) -> int:
     telemetry = Telemetry(
         namespace=config.namespace, group=config.group_id, member=config.member,
         instance_id=config.group_instance_id,
-        session_timeout_s=config.session_timeout_ms / 1000.0,
+        session_timeout_s=(None if config.session_timeout_ms is None
+                           else config.session_timeout_ms / 1000.0),
         max_poll_interval_s=config.max_poll_interval_ms / 1000.0,
         process_start=round(wall - age, 3), started_at=started_at, age_at_start=age)
+    member: Member | None = None
+
+    def request(action: str) -> str | None:
+        """POST /leave and /rejoin; the probes answer before the member exists."""
+        return "the member is still starting" if member is None else member.request(action)
+
     try:
-        server = serve(telemetry, config.http_host, config.http_port)
+        server = serve(telemetry, config.http_host, config.http_port, request)
     except OSError as exc:
         print(f"consumer_runtime: cannot listen on {config.http_host}:{config.http_port}: "
               f"{exc.strerror}", file=sys.stderr, flush=True)

@@ -6,6 +6,12 @@ the worker, then pauses the assigned partitions and goes on polling (which fetch
 serves callbacks and keeps `max.poll.interval.ms` satisfied) until the worker is done. Then it
 commits the finished batch's offsets synchronously, hands over the next batch and resumes the
 partitions. Every consumer call happens on this thread.
+
+The operator steers the loop through three requests, each honoured only between batches (the
+batch in flight finishes and is committed first, with the partitions paused): stop (SIGTERM:
+close, a static member keeps its registration), leave (POST /leave: give the partitions up at once
+and stay out of the group) and rejoin (POST /rejoin: leave and subscribe again, so the group's
+assignment is computed anew). membership.py says how a leave and a refused join work.
 """
 
 from __future__ import annotations
@@ -18,10 +24,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from consumer_runtime.buffer import BatchBuffer
 from consumer_runtime.config import RuntimeConfig
+from consumer_runtime.membership import (
+    UNRELEASED,
+    GroupView,
+    is_fatal,
+    is_unreleased_instance_id,
+    join_backoff,
+    leave_subscription,
+)
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import Outcome
 from consumer_runtime.records import Batch, next_offsets
@@ -34,6 +48,13 @@ STATS_INTERVAL_MS = 5000
 HOLD_UNPAUSED_S = 2.0
 """With the next batch full, how long the loop just waits for the worker before it pauses the
 partitions and goes back to polling."""
+LEAVE_CONFIRM_S = 15.0
+"""How long a leave waits for the broker to show the member without partitions before it closes
+anyway (the partitions then move when the registration's session times out)."""
+LEAVE_CHECK_S = 0.2
+STOP = "stop"
+LEAVE = "leave"
+REJOIN = "rejoin"
 
 
 def consumer_settings(config: RuntimeConfig, telemetry: Telemetry) -> dict[str, Any]:
@@ -88,13 +109,25 @@ class Member:
         self.handle = handle
         self.ready = ready
         self.startup_check = startup_check
-        self.consumer = Consumer(consumer_settings(config, telemetry))
+        self.consumer: Consumer | None = Consumer(consumer_settings(config, telemetry))
         self.worker = cf.ThreadPoolExecutor(1, thread_name_prefix="batch")
         self.buffer = BatchBuffer(config.batch)
         self.inflight: InFlight | None = None
         self.assignment: set[TP] = set()
         self.paused: set[TP] = set()
+        self.joined = False
+        """In the group: assigned (possibly nothing) since the last revoke that left it empty."""
         self.stopping = threading.Event()
+        self._requests = threading.Lock()
+        self.leave_requested = False
+        self.rejoin_requested = False
+        self.rejoining = False
+        """Subscribed again after a rejoin, not yet assigned."""
+        self.left = False
+        self.join_refused_at: float | None = None
+        """When the broker first refused this process's instance id (UNRELEASED_INSTANCE_ID)."""
+        self.join_attempts = 0
+        self.next_join_at = 0.0
         self.failure: BaseException | None = None
         self.batch_seq = 0
         self.revoke_wait_s = max(1.0, 0.8 * config.max_poll_interval_ms / 1000.0)
@@ -103,13 +136,44 @@ class Member:
     def request_stop(self) -> None:
         self.stopping.set()
 
+    def request(self, action: str) -> str | None:
+        """Take an operator request (LEAVE or REJOIN; from the HTTP thread): None when accepted,
+        else why not. The loop carries it out between batches."""
+        with self._requests:
+            if action == LEAVE:
+                if self.leave_requested:
+                    return "already leaving the group" if not self.left else "left the group"
+                self.leave_requested = True
+                self.telemetry.leave_accepted()
+                return None
+            if action != REJOIN:
+                return f"unknown request {action!r}"
+            if self.leave_requested:
+                return "leaving the group"
+            if self.stopping.is_set():
+                return "stopping"
+            if self.rejoin_requested or self.rejoining:
+                return "a rejoin is already under way"
+            if not self.joined:
+                return "not in the group"
+            self.rejoin_requested = True
+            return None
+
+    def _action(self) -> str | None:
+        """What the loop is draining for: a leave outranks a stop, which outranks a rejoin."""
+        if self.leave_requested:
+            return LEAVE
+        if self.stopping.is_set():
+            return STOP
+        return REJOIN if self.rejoin_requested else None
+
     # -- the loop --------------------------------------------------------------------------------
 
     def run(self) -> int:
         """Poll until asked to stop or a batch fails for good; return the exit code."""
-        self.consumer.subscribe(self.config.subscription(), on_assign=self._on_assign,
-                                on_revoke=self._on_revoke, on_lost=self._on_lost)
-        stop_began: float | None = None
+        self._subscribe()
+        drain_began: float | None = None
+        draining_for: str | None = None
         try:
             while True:
                 self._finish_inflight(hand_over=True)
@@ -118,29 +182,53 @@ class Member:
                 if self.failure is not None:
                     break
                 now = time.monotonic()
-                if self.stopping.is_set():
-                    if stop_began is None:
-                        stop_began = now
-                        self.telemetry.draining()
-                        log.info("stop requested: finishing the batch in flight")
-                    if self.inflight is None:
+                action = self._action()
+                if action in (STOP, LEAVE) and action != draining_for:
+                    drain_began, draining_for = drain_began or now, action
+                    self.telemetry.draining()
+                    log.info("%s requested: finishing the batch in flight", action)
+                if action is None:
+                    if self.inflight is None and self.buffer.due(now) and self.ready():
+                        self._submit(now)
+                elif self.inflight is None:
+                    if action == REJOIN:
+                        self._rejoin()
+                    else:
+                        if action == LEAVE:
+                            self._leave()
                         break
-                elif self.inflight is None and self.buffer.due(now) and self.ready():
-                    self._submit(now)
-                self._poll(now)
+                if self.consumer is None:
+                    self._wait_to_join(now)
+                else:
+                    self._poll(now)
         finally:
             self._close()
-        if stop_began is not None:
-            log.info("shutdown took %.2f s", time.monotonic() - stop_began)
+        if drain_began is not None:
+            log.info("%s took %.2f s", "leave" if self.left else "shutdown",
+                     time.monotonic() - drain_began)
         if self.failure is not None:
             log.error("member stops: %s", self.failure)
             return 1
+        if self.left and not self.stopping.is_set():
+            # Out of the group for good. Exiting would get the container restarted (restart
+            # policy Always) and the new process would join again; the pod's deletion ends it.
+            log.info("out of the group; waiting for SIGTERM")
+            while not self.stopping.wait(1.0):
+                self.telemetry.polled(time.monotonic())
         return 0
 
+    def _subscribe(self, subscription: list[str] | None = None) -> None:
+        assert self.consumer is not None
+        self.consumer.subscribe(subscription or self.config.subscription(),
+                                on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_lost)
+
     def _poll(self, now: float) -> None:
-        hold = self.stopping.is_set() or self.buffer.full()
+        assert self.consumer is not None
+        draining = self._action() is not None
+        hold = draining or self.buffer.full()
         flight = self.inflight
-        if hold and not self.stopping.is_set() and flight is not None \
+        if hold and not draining and flight is not None \
                 and now - flight.started < self.hold_unpaused_s:
             # A short wait for the worker without polling: pausing would throw away what
             # librdkafka has prefetched, and the batch usually ends well before this.
@@ -161,19 +249,26 @@ class Member:
             messages = self.consumer.consume(self.buffer.room(), wait)
         after = time.monotonic()
         self.telemetry.polled(after)
-        good = messages
-        errors = [e for m in messages if (e := m.error()) is not None]
-        if errors:
-            good = [m for m in messages if m.error() is None]
-            for err in errors:
-                if err.fatal():
-                    self.failure = KafkaException(err)
-                else:
-                    log.warning("consumer: %s", err)
-        if good and not self.stopping.is_set():
+        good = self._records(messages, after)
+        if good and self._action() is None:
             self.buffer.add(good, after)
 
+    def _records(self, messages: list[Message], now: float) -> list[Message]:
+        """The records among `messages`; errors are logged, or end the consumer when fatal."""
+        errors = [e for m in messages if (e := m.error()) is not None]
+        if not errors:
+            return messages
+        for err in errors:
+            if is_unreleased_instance_id(err):
+                self._join_refused(err, now)
+            elif is_fatal(err):
+                self.failure = KafkaException(err)
+            else:
+                log.warning("consumer: %s", err)
+        return [m for m in messages if m.error() is None]
+
     def _set_paused(self, hold: bool) -> None:
+        assert self.consumer is not None
         if hold:
             todo = self.assignment - self.paused
             if todo:
@@ -209,7 +304,7 @@ class Member:
         offsets = {tp: o for tp, o in processed.items()
                    if tp in self.assignment and tp not in flight.excluded}
         now = time.monotonic()
-        if hand_over and not self.stopping.is_set() and self.buffer.due(now) and self.ready():
+        if hand_over and self._action() is None and self.buffer.due(now) and self.ready():
             self._submit(now)
         if offsets:
             self._commit(offsets)
@@ -223,6 +318,7 @@ class Member:
             log.info("first batch processed %.3f s after process start", first)
 
     def _commit(self, offsets: dict[TP, int]) -> None:
+        assert self.consumer is not None  # offsets are only of assigned partitions
         began = time.monotonic()
         try:
             self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in
@@ -239,7 +335,113 @@ class Member:
             log.warning("leaving batch %d unfinished and uncommitted", flight.batch_id)
             self.inflight = None
         self.worker.shutdown(wait=False, cancel_futures=True)
-        self.consumer.close()
+        self._close_consumer()
+
+    def _close_consumer(self) -> None:
+        consumer, self.consumer = self.consumer, None
+        if consumer is None:
+            return
+        try:
+            consumer.close()
+        except KafkaException as exc:  # a consumer that raised a fatal error may refuse
+            log.info("closing the consumer: %s", exc)
+
+    # -- a join the broker refuses for now (UNRELEASED_INSTANCE_ID) ------------------------------
+
+    def _join_refused(self, err: KafkaError, now: float) -> None:
+        """The broker still holds this instance id for an earlier process: give up this
+        consumer (librdkafka made the error fatal) and try a new one after a back-off."""
+        self.join_attempts += 1
+        if self.join_refused_at is None:
+            self.join_refused_at = now
+            log.warning(
+                "group %s still holds instance id %s for an earlier process that stopped "
+                "without leaving (UNRELEASED_INSTANCE_ID); waiting until the broker releases it "
+                "when that registration's session times out (group config "
+                "consumer.session.timeout.ms), trying again every %.1f s at most",
+                self.config.group_id, self.config.group_instance_id, join_backoff(99))
+        self.telemetry.wait_began(
+            UNRELEASED, f"the broker still holds instance id {self.config.group_instance_id} "
+            "for an earlier process that stopped without leaving; it is released when that "
+            f"registration's session times out: {err.str()}", self.join_refused_at)
+        lost = set(self.assignment)
+        if lost:
+            self._on_lost(None, [TopicPartition(t, p) for t, p in sorted(lost)])
+        self.joined = False
+        self.paused.clear()
+        self._close_consumer()
+        self.next_join_at = now + join_backoff(self.join_attempts)
+
+    def _wait_to_join(self, now: float) -> None:
+        """No consumer (a refused join): wait for the back-off, then try a new one."""
+        self.telemetry.polled(now)
+        if now < self.next_join_at:
+            self.stopping.wait(min(BUSY_POLL_S * 4, self.next_join_at - now))
+            return
+        log.debug("trying to join again (attempt %d)", self.join_attempts + 1)
+        self.consumer = Consumer(consumer_settings(self.config, self.telemetry))
+        self._subscribe()
+
+    # -- leave and rejoin (operator requests, between batches) -----------------------------------
+
+    def _leave(self) -> None:
+        """Give the partitions up at once, wait until the broker shows none of ours, close."""
+        self.left = True
+        if self.consumer is not None:
+            began = time.monotonic()
+            member_id = self.consumer.memberid() or ""
+            switch = leave_subscription(self.config.protocol)
+            if switch is None:
+                self.consumer.unsubscribe()
+            else:
+                self._subscribe(switch)
+            held = self._wait_released(member_id, began + LEAVE_CONFIRM_S)
+            if held is None:
+                log.warning("the broker did not describe group %s during the leave; closing "
+                            "anyway (partitions it still shows for this member move when its "
+                            "session times out)", self.config.group_id)
+            elif held:
+                log.warning("the broker still shows partitions %s for this member %.0f s after "
+                            "the leave began; closing anyway (they move when its session times "
+                            "out)", sorted(held), LEAVE_CONFIRM_S)
+            else:
+                log.info("left group %s: the broker shows no partitions of this member %.2f s "
+                         "after the leave began", self.config.group_id, time.monotonic() - began)
+        self._close_consumer()
+        self.joined = False
+        self.telemetry.left()
+
+    def _wait_released(self, member_id: str, deadline: float) -> set[TP] | None:
+        """Serve the consumer (its revoke callback, the heartbeat acknowledging it) while asking
+        the broker what it shows for this member; return what it still shows at the deadline,
+        an empty set once it shows nothing (None: it never answered)."""
+        view = GroupView(self.config)
+        held: set[TP] | None = None
+        next_check = time.monotonic() + BUSY_POLL_S
+        while self.consumer is not None:
+            self._records(self.consumer.consume(1, BUSY_POLL_S), time.monotonic())
+            now = time.monotonic()
+            self.telemetry.polled(now)
+            if now >= next_check:
+                held = view.held(self.config.group_instance_id, member_id, timeout=2.0)
+                if held == set() or now >= deadline:
+                    break
+                next_check = now + LEAVE_CHECK_S
+        return held
+
+    def _rejoin(self) -> None:
+        """Leave the group and subscribe again with the same instance id, so that the group's
+        assignment is computed anew (a static member's restart in a Stable classic group keeps
+        the old one, with new subscription metadata or not)."""
+        with self._requests:
+            self.rejoin_requested = False
+            self.rejoining = self.consumer is not None
+        if self.consumer is None:  # the broker refused a join meanwhile: it joins anew anyway
+            return
+        log.info("rejoin requested: leaving group %s and subscribing again",
+                 self.config.group_id)
+        self.consumer.unsubscribe()
+        self._subscribe()
 
     # -- rebalance callbacks (run inside consume(), on this thread) ------------------------------
 
@@ -247,10 +449,22 @@ class Member:
         tps = _tps(partitions)
         self.assignment |= tps
         self.paused -= tps
+        self.joined = True
         first = self.telemetry.assigned(tps, time.monotonic(), consumer.memberid() or "")
         log.info("assigned %s", sorted(tps))
         if first is not None:
             log.info("first assignment %.3f s after process start", first)
+        if self.join_refused_at is not None:
+            log.info("in the group after waiting %.1f s for the broker to release instance id "
+                     "%s (%d refused tries)", time.monotonic() - self.join_refused_at,
+                     self.config.group_instance_id, self.join_attempts)
+            self.join_refused_at, self.join_attempts = None, 0
+            self.telemetry.wait_over()
+        if self.rejoining and not self.left:
+            with self._requests:
+                self.rejoining = False
+            self.telemetry.rejoined()
+            log.info("rejoined group %s", self.config.group_id)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Finish the batch in flight (bounded by the rebalance timeout) and commit it."""
@@ -268,7 +482,7 @@ class Member:
                 flight.excluded |= tps
         self._forget(tps)
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: Consumer | None, partitions: list[TopicPartition]) -> None:
         """The partitions already belong to others: abandon their work, commit nothing."""
         tps = _tps(partitions)
         self.telemetry.revoked(tps, lost=True)
@@ -278,8 +492,17 @@ class Member:
         self._forget(tps)
 
     def _forget(self, tps: set[TP]) -> None:
+        paused = self.paused & tps
+        if paused and self.consumer is not None:
+            # librdkafka keeps an application's pause across a revoke and a later assign of the
+            # same partition (only resume() clears it): resume now, or it never fetches again.
+            try:
+                self.consumer.resume([TopicPartition(t, p) for t, p in sorted(paused)])
+            except KafkaException as exc:
+                log.info("resuming %s before they go: %s", sorted(paused), exc)
         self.assignment -= tps
         self.paused -= tps
+        self.joined = bool(self.assignment)
         dropped = self.buffer.drop(tps, time.monotonic())
         if dropped:
             log.info("dropped %d polled records of partitions no longer assigned", dropped)

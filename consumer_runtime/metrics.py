@@ -11,6 +11,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -27,10 +28,11 @@ class Telemetry:
     """Counters, gauges and the state behind /healthz, /readyz and /status (thread-safe)."""
 
     def __init__(self, *, namespace: str, group: str, member: str, instance_id: str | None,
-                 session_timeout_s: float, max_poll_interval_s: float, process_start: float,
-                 started_at: float, age_at_start: float = 0.0) -> None:
+                 session_timeout_s: float | None, max_poll_interval_s: float,
+                 process_start: float, started_at: float, age_at_start: float = 0.0) -> None:
         """`process_start` is unix time; `started_at` a monotonic reading taken when the process
-        was already `age_at_start` seconds old."""
+        was already `age_at_start` seconds old. `session_timeout_s` is None with group.protocol
+        consumer (KIP-848), where the broker owns the session timeout."""
         self.registry = CollectorRegistry()
         self.ids = {"namespace": namespace, "group": group, "member": member}
         self.instance_id = instance_id
@@ -53,6 +55,9 @@ class Telemetry:
         self.batch_seconds_max = 0.0
         self.last_poll = started_at
         self.state = "starting"
+        self.waiting: Waiting | None = None
+        self.leaving = False
+        self.rejoins = 0
         self._lag_series: set[TopicPartition] = set()
 
         def metric(kind: Any, name: str, doc: str, extra: tuple[str, ...] = (),
@@ -86,9 +91,10 @@ class Telemetry:
         metric(Gauge, "staticfleet_member_max_poll_interval_seconds",
                "Configured max.poll.interval.ms in seconds").labels(**self.ids).set(
                    max_poll_interval_s)
-        metric(Gauge, "staticfleet_member_session_timeout_seconds",
-               "Configured session.timeout.ms in seconds").labels(**self.ids).set(
-                   session_timeout_s)
+        session = metric(Gauge, "staticfleet_member_session_timeout_seconds",
+                         "Configured session.timeout.ms in seconds (classic protocol only)")
+        if session_timeout_s is not None:
+            session.labels(**self.ids).set(session_timeout_s)
         for event in ("assign", "revoke", "lost"):
             self.m_events.labels(**self.ids, event=event)
         for m in (self.m_assigned, self.m_records, self.m_batches, self.m_batch_s, self.m_poll_s,
@@ -144,6 +150,35 @@ class Telemetry:
         with self._lock:
             self.state = "draining"
 
+    def wait_began(self, reason: str, message: str, now: float) -> None:
+        """The member cannot get into the group yet, for `reason` (a word, e.g.
+        UnreleasedInstanceId); it keeps trying. Not ready meanwhile."""
+        with self._lock:
+            if self.waiting is None or self.waiting.reason != reason:
+                self.waiting = Waiting(reason, message, since=now)
+            self.waiting.attempts += 1
+
+    def wait_over(self) -> None:
+        with self._lock:
+            self.waiting = None
+
+    def leave_accepted(self) -> None:
+        with self._lock:
+            self.leaving = True
+
+    def left(self) -> None:
+        """Out of the group for good (after a leave): no member id, no partitions."""
+        with self._lock:
+            self.state = "left"
+            self.member_id = ""
+            self.assignment.clear()
+            self.holds_assignment = False
+            self.m_assigned.labels(**self.ids).set(0)
+
+    def rejoined(self) -> None:
+        with self._lock:
+            self.rejoins += 1
+
     # -- fed by the batch worker ---------------------------------------------------------------
 
     def batch_done(self, records: int, seconds: float, now: float) -> float | None:
@@ -187,8 +222,8 @@ class Telemetry:
 
     def ready(self, now: float) -> bool:
         """Serving: holds its assignment, polled recently, and can process batches."""
-        return (self.holds_assignment and self.processing_ready
-                and now - self.last_poll <= READY_POLL_AGE)
+        return (self.holds_assignment and self.processing_ready and self.waiting is None
+                and not self.leaving and now - self.last_poll <= READY_POLL_AGE)
 
     def status(self, now: float) -> dict[str, Any]:
         with self._lock:
@@ -212,10 +247,27 @@ class Telemetry:
                 "lastPollAgeSeconds": max(0.0, now - self.last_poll),
                 "state": self.state,
                 "processingReady": self.processing_ready,
+                "waiting": None if self.waiting is None else self.waiting.to_status(now),
+                "leaving": self.leaving,
+                "rejoins": self.rejoins,
             }
 
     def _since_start(self, now: float) -> float:
         return round(now - self.started_at + self.age_at_start, 3)
+
+
+@dataclass
+class Waiting:
+    """Why the member is not in the group yet although it keeps trying (/status `waiting`)."""
+
+    reason: str
+    message: str
+    since: float
+    attempts: int = 0
+
+    def to_status(self, now: float) -> dict[str, Any]:
+        return {"reason": self.reason, "message": self.message,
+                "sinceSeconds": round(max(0.0, now - self.since), 3), "attempts": self.attempts}
 
 
 def p99(values: Iterable[float]) -> float | None:

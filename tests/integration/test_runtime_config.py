@@ -65,6 +65,11 @@ CASES = [
      {"STATICFLEET_CONFIG": with_change("consumer/fetch.wait.max.ms", "soon")},
      "consumer: librdkafka refused the settings (Invalid value for configuration "
      "property \"fetch.wait.max.ms\"); fix the consumer properties"),
+    ("KIP-848 with a session timeout",
+     {"STATICFLEET_CONFIG": with_change("consumer/group.protocol", "consumer")},
+     "consumer.session.timeout.ms: not a client property with group.protocol consumer: the "
+     "broker owns the session timeout (group config consumer.session.timeout.ms, which the "
+     "operator sets); remove it"),
     ("bad port", {"STATICFLEET_CONFIG": json.dumps(good()), "STATICFLEET_HTTP_PORT": "x"},
      "STATICFLEET_HTTP_PORT: must be a port number 0-65535, got 'x'; fix the environment"),
 ]

@@ -174,3 +174,72 @@ def test_invalid_topic_pattern_is_refused() -> None:
     raw = base() | {"topics": None, "topicPattern": "orders("}
     with pytest.raises(ConfigError, match=r"^topicPattern: not a valid regular expression"):
         parse_config(raw, {})
+
+
+def kip848() -> dict[str, Any]:
+    """The consumer properties the operator sends with protocol consumer (KIP-848)."""
+    cfg = base()
+    cfg["consumer"] = {"max.poll.interval.ms": 300000, "group.protocol": "consumer",
+                       "auto.offset.reset": "earliest", "security.protocol": "PLAINTEXT"}
+    return cfg
+
+
+def test_protocol_consumer_needs_no_session_timeout_nor_heartbeat() -> None:
+    cfg = parse_config(kip848(), {})
+    assert cfg.protocol == "consumer"
+    assert cfg.session_timeout_ms is None and cfg.max_poll_interval_ms == 300000
+    classic = parse_config(base(), {})
+    assert classic.protocol == "classic" and classic.session_timeout_ms == 30000
+
+
+BROKER_OWNED = [
+    ("session.timeout.ms", 45000,
+     "consumer.session.timeout.ms: not a client property with group.protocol consumer: the "
+     "broker owns the session timeout (group config consumer.session.timeout.ms, which the "
+     "operator sets); remove it"),
+    ("heartbeat.interval.ms", 3000,
+     "consumer.heartbeat.interval.ms: not a client property with group.protocol consumer: the "
+     "broker owns the heartbeat interval (group config consumer.heartbeat.interval.ms, which the "
+     "operator sets); remove it"),
+    ("partition.assignment.strategy", "range",
+     "consumer.partition.assignment.strategy: not a client property with group.protocol "
+     "consumer: the broker assigns the partitions (its assignor, broker config "
+     "group.consumer.assignors); remove it"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "message"), BROKER_OWNED,
+                         ids=[k for k, _, _ in BROKER_OWNED])
+def test_protocol_consumer_refuses_what_the_broker_owns(key: str, value: Any,
+                                                        message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(set_path(kip848(), f"consumer/{key}", value), {})
+    assert str(info.value) == message
+
+
+def test_unknown_group_protocol_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^consumer\.group\.protocol: must be one of classic, "
+                                          r"consumer, got 'share'; choose one$"):
+        parse_config(set_path(base(), "consumer/group.protocol", "share"), {})
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_the_config_the_operator_builds_is_accepted(protocol: str) -> None:
+    """Contract: what operator/staticfleet/decisions/builders.py puts in STATICFLEET_CONFIG."""
+    from staticfleet.decisions.builders import runtime_config
+    from staticfleet.decisions.model import ConsumerGroupSpec
+    from staticfleet.decisions.timeouts import EffectiveTimeouts
+
+    spec = ConsumerGroupSpec.from_body({
+        "apiVersion": "staticfleet.io/v1alpha1", "kind": "ConsumerGroup",
+        "metadata": {"name": "orders", "namespace": "shop", "generation": 1},
+        "spec": {"replicas": 2, "kafka": {"bootstrapServers": "kafka:9092", "topics": ["o"]},
+                 "template": {"image": "staticfleet/member:0.1.0"},
+                 "membership": {"protocol": protocol}}})
+    timeouts = EffectiveTimeouts(session_timeout_ms=45000, heartbeat_interval_ms=3000,
+                                 max_poll_interval_ms=300000, sources={})
+    raw = json.loads(json.dumps(runtime_config(spec, timeouts)))
+    cfg = parse_config(raw, {"STATICFLEET_GROUP_INSTANCE_ID": "orders-0"})
+    assert cfg.protocol == protocol
+    assert cfg.session_timeout_ms == (45000 if protocol == "classic" else None)
+    assert cfg.max_poll_interval_ms == 300000

@@ -8,7 +8,8 @@ pytestmark = pytest.mark.unit
 CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances", "assigns",
                  "revokes", "lost", "startupSeconds", "processStart", "batchSecondsMax",
                  "batchSecondsP99", "recordsProcessed", "batchesProcessed", "deadLettered",
-                 "lastPollAgeSeconds", "state", "processingReady"}
+                 "lastPollAgeSeconds", "state", "processingReady", "waiting", "leaving",
+                 "rejoins"}
 
 
 def telemetry() -> Telemetry:
@@ -87,3 +88,46 @@ def test_lag_comes_from_statistics_for_assigned_partitions_only() -> None:
                                                    (list(range(1, 1001)), 990)])
 def test_p99_nearest_rank(values: list[float], expected: float | None) -> None:
     assert p99(values) == expected
+
+
+def test_a_member_waiting_to_get_in_says_why_and_is_not_ready() -> None:
+    t = telemetry()
+    t.processing_ready = True
+    t.polled(now=110.0)
+    t.wait_began("UnreleasedInstanceId", "the broker still holds g-0", now=105.0)
+    t.wait_began("UnreleasedInstanceId", "the broker still holds g-0", now=105.0)
+    status = t.status(now=110.0)
+    assert status["waiting"] == {"reason": "UnreleasedInstanceId",
+                                 "message": "the broker still holds g-0",
+                                 "sinceSeconds": 5.0, "attempts": 2}
+    assert t.healthy(now=110.0) and not t.ready(now=110.0)
+    t.wait_over()
+    t.assigned({("a", 0)}, now=111.0, member_id="m")
+    assert t.status(now=111.0)["waiting"] is None and t.ready(now=111.0)
+
+
+def test_leaving_is_not_ready_and_left_holds_nothing() -> None:
+    t = telemetry()
+    t.processing_ready = True
+    t.assigned({("a", 0)}, now=101.0, member_id="m")
+    assert t.ready(now=101.0)
+    t.leave_accepted()
+    assert not t.ready(now=101.0) and t.status(now=101.0)["leaving"] is True
+    t.left()
+    status = t.status(now=102.0)
+    assert (status["state"], status["assignment"], status["memberId"]) == ("left", [], "")
+    assert sample(t, "staticfleet_member_assigned_partitions") == 0
+
+
+def test_rejoins_are_counted() -> None:
+    t = telemetry()
+    t.rejoined()
+    assert t.status(now=101.0)["rejoins"] == 1
+
+
+def test_no_session_timeout_series_when_the_broker_owns_it() -> None:
+    t = Telemetry(namespace="ns", group="g", member="g-0", instance_id="g-0",
+                  session_timeout_s=None, max_poll_interval_s=30, process_start=1000.0,
+                  started_at=100.0)
+    assert sample(t, "staticfleet_member_session_timeout_seconds") is None
+    assert sample(t, "staticfleet_member_max_poll_interval_seconds") == 30

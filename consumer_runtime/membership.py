@@ -1,0 +1,108 @@
+"""Getting into the group and out of it: the rules, and the one broker query a leave needs.
+
+Into the group. A KIP-848 (group.protocol consumer) static member that stopped without leaving
+(kill -9, an OOM kill, a lost node) stays registered under its group.instance.id until the
+broker's session timeout (group config consumer.session.timeout.ms) expires. A replacement with
+the same id is refused with UNRELEASED_INSTANCE_ID, which librdkafka makes a fatal error of the
+whole consumer (rdkafka_cgrp.c, rd_kafka_cgrp_handle_ConsumerGroupHeartbeat: ACTION_FATAL, then
+rd_kafka_set_fatal_error). The application sees it as one consumer error `_FATAL` whose text
+carries the broker's error; that error is not flagged `fatal()`. The consumer is of no use after
+it, so the member closes it and tries again with a new one, backing off, until the old
+registration has expired.
+
+Out of the group for good. A static member's close() sends no leave the broker acts on at once:
+with the classic protocol no LeaveGroup at all; with protocol consumer a heartbeat with member
+epoch -2, a static member's temporary leave, after which the broker keeps its partitions for the
+session timeout. So a member that is removed for good gives its partitions up while it is still a
+member:
+- classic: unsubscribe(). librdkafka revokes everything, then sends LeaveGroup
+  (rd_kafka_cgrp_leave_maybe skips it for a static member only when the consumer terminates);
+  the broker rebalances the others at once.
+- consumer: unsubscribe() would be the epoch -2 leave again, so it subscribes to a regex that no
+  topic name matches. The broker revokes every partition; once the member acknowledged that, it
+  assigns them to the others at their next heartbeat.
+Either way the member then asks the broker until its instance shows no partitions, and only then
+closes (a close that overtook the acknowledgement would leave the partitions held).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from consumer_runtime.config import RuntimeConfig
+from consumer_runtime.records import TopicPartition as TP
+
+UNRELEASED = "UnreleasedInstanceId"
+"""The `waiting.reason` while the broker still holds the instance id for an earlier process."""
+_UNRELEASED_TEXT = KafkaError(KafkaError.UNRELEASED_INSTANCE_ID).str()
+JOIN_BACKOFF_S = 0.5
+JOIN_BACKOFF_MAX_S = 2.0
+"""A try costs one FindCoordinator and one heartbeat; a short cap gets the member in soon after
+the registration expired."""
+NO_TOPIC = "^$"
+"""A subscription regex no topic name matches (names are never empty)."""
+CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "broker.address.")
+
+
+def is_fatal(err: KafkaError) -> bool:
+    """A fatal error of the whole consumer. librdkafka hands a consumer's fatal error to the
+    application as a consumer error with code `_FATAL`, which Python does not flag `fatal()`."""
+    return bool(err.fatal()) or err.code() == KafkaError._FATAL
+
+
+def is_unreleased_instance_id(err: KafkaError) -> bool:
+    """The fatal error of a static member whose instance id the broker still holds for an
+    earlier process (the broker's error code appears only in the text)."""
+    return is_fatal(err) and _UNRELEASED_TEXT in err.str()
+
+
+def join_backoff(attempts: int) -> float:
+    """Seconds to wait after the `attempts`-th refused try: 0.5, 1, 2, 2, ..."""
+    return float(min(JOIN_BACKOFF_MAX_S, JOIN_BACKOFF_S * 2 ** max(0, attempts - 1)))
+
+
+def leave_subscription(protocol: str) -> list[str] | None:
+    """What a member removed for good subscribes to so the broker moves its partitions at once:
+    None means unsubscribe() (classic), else the subscription to switch to (consumer)."""
+    return [NO_TOPIC] if protocol == "consumer" else None
+
+
+def held_by(members: Iterable[Any], instance_id: str | None, member_id: str) -> set[TP]:
+    """Partitions the broker shows for this member (matched by instance id, else by member id)
+    in a group description's `members`; empty when it is not listed."""
+    held: set[TP] = set()
+    for m in members:
+        if (m.group_instance_id == instance_id) if instance_id else (m.member_id == member_id):
+            held |= {(tp.topic, tp.partition) for tp in m.assignment.topic_partitions}
+    return held
+
+
+def connection_settings(config: RuntimeConfig) -> dict[str, Any]:
+    """The consumer's connection settings (address, security) for an admin client."""
+    settings: dict[str, Any] = {k: v for k, v in config.consumer.items()
+                                if k.startswith(CONNECTION_PREFIXES)}
+    settings.update({"bootstrap.servers": config.bootstrap_servers,
+                     "client.id": f"{config.member}-admin"})
+    return settings
+
+
+class GroupView:
+    """The group as the broker describes it, through an admin client made for one leave."""
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        self.group_id = config.group_id
+        self.admin = AdminClient(connection_settings(config))
+
+    def held(self, instance_id: str | None, member_id: str, timeout: float) -> set[TP] | None:
+        """Partitions the broker shows for this member; None when it did not answer."""
+        try:
+            future = self.admin.describe_consumer_groups([self.group_id],
+                                                         request_timeout=timeout)[self.group_id]
+            description = future.result(timeout=timeout + 1)
+        except (KafkaException, TimeoutError):
+            return None
+        return held_by(description.members, instance_id, member_id)

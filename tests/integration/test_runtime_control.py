@@ -1,0 +1,183 @@
+"""The operator's requests to a member, against the real broker.
+
+POST /leave: a member removed for good finishes its batch, commits, and gives its partitions up
+at once, in both protocols (a static member's close() would leave them to the session timeout,
+30 s here). POST /rejoin: after both members of a classic group restarted with a topic added,
+the new topic's partitions belong to nobody (a static member's rejoin with new subscription
+metadata does not rebalance a Stable group) until one member rejoins. Nothing is lost on the way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from staticfleet_dev.kafka import KafkaBroker
+from tests.conftest import unique
+from tests.integration.runtime_spark_helpers import (
+    RuntimeProcess,
+    produce,
+    read_all,
+    running,
+    runtime_config,
+    wait_committed_to_end,
+)
+from tests.integration.test_runtime_kip848 import kip848, set_group_timeouts
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+SESSION_MS = 30000  # long, so a hand-over that waits for it cannot pass for a fast one
+HANDOVER_LIMIT_S = 5.0
+TP = tuple[str, int]
+
+
+def post(member: RuntimeProcess, path: str) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(f"http://127.0.0.1:{member.port}{path}", data=b"",
+                                     method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def owners(admin: AdminClient, group: str) -> dict[TP, str]:
+    """Who owns each partition, as the broker says (instance id by topic-partition)."""
+    try:
+        desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    except KafkaException:  # the coordinator may be moving; ask again
+        return {}
+    return {(tp.topic, tp.partition): m.group_instance_id or m.member_id
+            for m in desc.members for tp in m.assignment.topic_partitions}
+
+
+def wait_owned(admin: AdminClient, group: str, wanted: set[TP], by: set[str],
+               timeout: float) -> float:
+    """Seconds until every partition of `wanted` is owned by one of `by`."""
+    start = time.monotonic()
+    seen: dict[TP, str] = {}
+    while time.monotonic() - start < timeout:
+        seen = owners(admin, group)
+        if wanted <= set(seen) and {seen[tp] for tp in wanted} <= by:
+            return time.monotonic() - start
+        time.sleep(0.1)
+    raise AssertionError(f"not all of {sorted(wanted)} owned by {by} within {timeout} s; "
+                         f"owners: {seen}")
+
+
+def records(topic: str, first: int, n: int, partitions: int) -> list[tuple[bytes, bytes, int]]:
+    return [(b"k", f"{topic}:{i:06d}".encode(), i % partitions)
+            for i in range(first, first + n)]
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_leave_hands_the_partitions_over_at_once_and_loses_nothing(
+        protocol: str, kafka: KafkaBroker, kafka_admin: AdminClient,
+        make_topic: Callable[..., str], tmp_path: Path) -> None:
+    topic, out = make_topic("in", 6), make_topic("out", 6)
+    group = unique("g")
+    # Batches of 100 over a backlog, so one is in flight when the leave comes. Its length adds
+    # twice to the hand-over with the classic protocol (the leaver finishes its batch before it
+    # leaves, the other member finishes its own before it rejoins): 1.5 s batches made it 5.0 s.
+    config = runtime_config(kafka.bootstrap, group, topic, sink={"type": "kafka", "topic": out},
+                            max_records=100, session_ms=SESSION_MS)
+    if protocol == "consumer":
+        config = kip848(config)
+        set_group_timeouts(kafka_admin, group, SESSION_MS)
+    produced = records(topic, 0, 600, 6)
+    produce(kafka.bootstrap, topic, produced)
+    everything = {(topic, p) for p in range(6)}
+    stay, go = f"{group}-0", f"{group}-1"
+    with running(config, tmp_path / "stay.log", stay) as a, \
+            running(config, tmp_path / "go.log", go) as b:
+        wait_owned(kafka_admin, group, everything, {stay, go}, 400)
+        b.wait_status(lambda s: len(s["assignment"]) == 3 and s["batchesProcessed"] > 0, 400,
+                      "processing its half")
+        more = records(topic, 600, 600, 6)
+        produce(kafka.bootstrap, topic, more)  # so that a batch is in flight at the leave
+        produced += more
+        b.wait_status(lambda s: s["batchesProcessed"] > 1, 60, "at work on the backlog")
+
+        asked = time.monotonic()
+        assert post(b, "/leave") == (202, {"accepted": "leave"})
+        again = post(b, "/leave")
+        handover_s = wait_owned(kafka_admin, group, everything, {stay}, SESSION_MS / 1000 + 30)
+        left = b.wait_status(lambda s: s["state"] == "left", 30, "out of the group")
+        assert b.proc.poll() is None, "a member that left stays up until its pod is deleted"
+        assert b.get("/readyz")[0] == 503
+        rejoin = post(b, "/rejoin")
+
+        last = records(topic, 1200, 300, 6)
+        produce(kafka.bootstrap, topic, last)
+        produced += last
+        wait_committed_to_end(kafka.bootstrap, group, topic, 6, a, timeout=400)
+        stopped = time.monotonic()
+        code = b.terminate(timeout=10)
+        stop_s = time.monotonic() - stopped
+        b_log = b.text()
+        assert a.status() is not None and a.terminate() == 0, a.tail()
+    print(f"{protocol}: every partition owned by the remaining member {handover_s:.2f} s after "
+          f"POST /leave (session timeout {SESSION_MS} ms); leave to left "
+          f"{time.monotonic() - asked:.1f} s incl. the rest of the test")
+    assert handover_s < HANDOVER_LIMIT_S, b_log
+    assert again[0] == 409 and again[1]["refused"] == "leave", again
+    assert rejoin[0] == 409 and rejoin[1]["refused"] == "rejoin", rejoin
+    assert left["leaving"] is True and left["assignment"] == [] and left["memberId"] == ""
+    assert code == 0 and stop_s < 5, b_log
+    assert "left group" in b_log and "the broker shows no partitions" in b_log, b_log
+    written = [m.value() for m in read_all(kafka.bootstrap, out, 6)]
+    assert set(written) == {v for _, v, _ in produced}
+
+
+def test_rejoin_assigns_a_topic_that_nobody_owns_after_a_restart_with_it(
+        kafka: KafkaBroker, kafka_admin: AdminClient, make_topic: Callable[..., str],
+        tmp_path: Path) -> None:
+    t1, t2, out = make_topic("t1", 4), make_topic("t2", 2), make_topic("out", 4)
+    group = unique("g")
+    one = runtime_config(kafka.bootstrap, group, t1, sink={"type": "kafka", "topic": out},
+                         session_ms=SESSION_MS)
+    both = json.loads(json.dumps(one))
+    both["topics"] = [t1, t2]
+    produced = records(t1, 0, 400, 4) + records(t2, 0, 200, 2)
+    produce(kafka.bootstrap, t1, records(t1, 0, 400, 4))
+    produce(kafka.bootstrap, t2, records(t2, 0, 200, 2))
+    ids = {f"{group}-0", f"{group}-1"}
+    old = {(t1, p) for p in range(4)}
+    new = {(t2, p) for p in range(2)}
+
+    with running(one, tmp_path / "a1.log", f"{group}-0") as a, \
+            running(one, tmp_path / "b1.log", f"{group}-1") as b:
+        wait_owned(kafka_admin, group, old, ids, 400)
+        assert a.terminate() == 0 and b.terminate() == 0
+    # Both back within the session timeout, now subscribed to t2 as well.
+    with running(both, tmp_path / "a2.log", f"{group}-0") as a, \
+            running(both, tmp_path / "b2.log", f"{group}-1") as b:
+        for m in (a, b):
+            m.wait_status(lambda s: s["assigns"] > 0 and s["processingReady"], 400, "back")
+        time.sleep(3)
+        before = owners(kafka_admin, group)
+        assert set(before) == old, f"expected t2 to belong to nobody: {before}"
+
+        asked = time.monotonic()
+        assert post(a, "/rejoin") == (202, {"accepted": "rejoin"})
+        again = post(a, "/rejoin")
+        rejoin_s = wait_owned(kafka_admin, group, old | new, ids, 60)
+        status = a.wait_status(lambda s: s["rejoins"] == 1, 30, "counting the rejoin")
+        wait_committed_to_end(kafka.bootstrap, group, t2, 2, a, timeout=400)
+        wait_committed_to_end(kafka.bootstrap, group, t1, 4, a, timeout=400)
+        codes = (a.terminate(), b.terminate())
+    print(f"rejoin: every partition of t1 and t2 owned {rejoin_s:.2f} s after POST /rejoin "
+          f"({time.monotonic() - asked:.1f} s incl. the rest of the test)")
+    assert again[0] == 409 and again[1]["reason"] == "a rejoin is already under way", again
+    assert status["leaving"] is False and status["state"] == "running"
+    assert codes == (0, 0)
+    written = [m.value() for m in read_all(kafka.bootstrap, out, 4)]
+    assert set(written) == {v for _, v, _ in produced}
