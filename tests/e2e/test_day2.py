@@ -13,14 +13,12 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
-from staticfleet_dev.stream import SteadyProducer
 from tests.conftest import unique
 from tests.support import groups
 from tests.support.kube import get_json, kubectl
@@ -31,13 +29,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failu
 REPLICAS = 3
 POD_AGE_S = 100  # the earlier operator took this as a 100 s restart: session timeout 152 s
 
-
-@pytest.fixture
-def stream(kafka: KafkaBroker, make_topic: Callable[..., str]) -> Iterator[dict[str, Any]]:
-    topic = make_topic("in", 6)
-    producer = SteadyProducer(kafka.bootstrap, topic, rate=100).start()
-    yield {"topic": topic, "producer": producer}
-    producer.stop()
 
 
 def member_process(namespace: str, pod: str) -> tuple[int, dict[str, str]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from staticfleet_dev.kafka import KafkaBroker
-from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
+from staticfleet_dev.stream import committed_lag, read_all
 from tests.conftest import unique
 from tests.e2e.test_day2 import member_process, restart_count
 from tests.e2e.test_planned import owners
@@ -33,13 +32,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failu
 REPLICAS = 3
 SESSION_MS = 20000  # a KIP-848 group config; the test broker allows 1-60 s
 
-
-@pytest.fixture
-def stream(kafka: KafkaBroker, make_topic: Callable[..., str]) -> Iterator[dict[str, Any]]:
-    topic, out = make_topic("in", 6), make_topic("out", 6)
-    producer = SteadyProducer(kafka.bootstrap, topic, rate=100).start()
-    yield {"topic": topic, "out": out, "producer": producer}
-    producer.stop()
 
 
 class OwnerWatch(Poller):

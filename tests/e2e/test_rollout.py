@@ -9,14 +9,13 @@ membership must cost at least one per member, so the first proof cannot pass vac
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
-from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
+from staticfleet_dev.stream import committed_lag, read_all
 from tests.conftest import unique
 from tests.support import groups
 from tests.support.kube import kubectl
@@ -78,13 +77,6 @@ class AlertWatcher(Poller):
                 self.first.setdefault((name, state), round(time.monotonic() - self.t0, 1))
         return now
 
-
-@pytest.fixture
-def stream(kafka: KafkaBroker, make_topic: Callable[..., str]) -> Iterator[dict[str, Any]]:
-    topic, out = make_topic("in", 6), make_topic("out", 6)
-    producer = SteadyProducer(kafka.bootstrap, topic, rate=100).start()
-    yield {"topic": topic, "out": out, "producer": producer}
-    producer.stop()
 
 
 def start_group(kubeconfig: Path, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:

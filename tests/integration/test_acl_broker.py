@@ -33,6 +33,7 @@ from tests.integration.test_operator import (
     has_condition,
     member_pods,
     wait_for,
+    with_sasl_plain,
 )
 from tests.support.kube import kubectl
 from tests.support.operator import OperatorProcess
@@ -101,10 +102,7 @@ def test_a_group_reconciles_on_default_bounds_and_says_why(
             "--from-literal=username=app", f"--from-literal=password={USERS['app']}")
     cg = consumer_group(name, bootstrap=acl_broker.bootstrap, topics=[topic], replicas=2,
                         command=PLACEHOLDER)
-    cg["spec"]["kafka"]["security"] = {"protocol": "SASL_PLAINTEXT", "sasl": {
-        "mechanism": "PLAIN",
-        "usernameSecretRef": {"name": secret, "key": "username"},
-        "passwordSecretRef": {"name": secret, "key": "password"}}}
+    with_sasl_plain(cg, secret)
     apply_cg(kubeconfig, namespace, cg)
 
     cond = wait_for("BrokerBoundsKnown=False DescribeConfigsDenied", lambda: has_condition(

@@ -76,6 +76,15 @@ def consumer_group(name: str, *, bootstrap: str, topics: list[str], replicas: in
     return cg
 
 
+def with_sasl_plain(cg: dict[str, Any], secret: str) -> dict[str, Any]:
+    """SASL/PLAIN over plaintext, the user name and password read from `secret`."""
+    cg["spec"]["kafka"]["security"] = {"protocol": "SASL_PLAINTEXT", "sasl": {
+        "mechanism": "PLAIN",
+        "usernameSecretRef": {"name": secret, "key": "username"},
+        "passwordSecretRef": {"name": secret, "key": "password"}}}
+    return cg
+
+
 def apply_cg(kubeconfig: Path, namespace: str, cg: dict[str, Any]) -> None:
     kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-", input=to_yaml(cg))
 
@@ -448,10 +457,7 @@ def test_missing_secret_then_missing_topic_then_recovery(
     name = unique("recover")
     cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=1)
     secret = unique("kafka-creds")
-    cg["spec"]["kafka"]["security"] = {"protocol": "SASL_PLAINTEXT", "sasl": {
-        "mechanism": "PLAIN",
-        "usernameSecretRef": {"name": secret, "key": "username"},
-        "passwordSecretRef": {"name": secret, "key": "password"}}}
+    with_sasl_plain(cg, secret)
     apply_cg(kubeconfig, namespace, cg)
 
     cond = wait_for("Degraded=True SecretMissing", lambda: has_condition(
