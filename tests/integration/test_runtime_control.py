@@ -155,7 +155,11 @@ def test_rejoin_assigns_a_topic_that_nobody_owns_after_a_restart_with_it(
 
     with running(one, tmp_path / "a1.log", f"{group}-0") as a, \
             running(one, tmp_path / "b1.log", f"{group}-1") as b:
-        wait_owned(kafka_admin, group, old, ids, 400)
+        # Stable with both in it: stopped during a rebalance, the restart would rebalance too.
+        for m in (a, b):
+            m.wait_status(lambda s: len(s["assignment"]) == 2, 400, "holding half of t1")
+        wait_owned(kafka_admin, group, old, ids, 60)
+        assert set(owners(kafka_admin, group).values()) == ids
         assert a.terminate() == 0 and b.terminate() == 0
     # Both back within the session timeout, now subscribed to t2 as well.
     with running(both, tmp_path / "a2.log", f"{group}-0") as a, \

@@ -113,6 +113,11 @@ def parse_rfc3339(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
 
 
+def parse_optional(value: Any) -> datetime | None:
+    """`parse_rfc3339` of a status field that may be absent or null."""
+    return parse_rfc3339(str(value)) if value else None
+
+
 def set_condition(
     conditions: Sequence[Mapping[str, Any]],
     type_: str,

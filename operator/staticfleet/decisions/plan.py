@@ -183,17 +183,24 @@ def decide(snap: Snapshot) -> Plan:
         events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
     events += down.events + roll.events
 
-    missing = (pl.unassigned(snap.partitions, group)
-               if group.state == "Stable" and group.members and not roll.state.in_flight
-               and not down.calls and not down.waiting else ())
-    since = pl.unassigned_since(previous, missing, snap.now)
+    # Judged only in a Stable group the operator is not changing: during a rollout (a topic
+    # added rolls the members, each with the new subscription) or a scale-down, partitions are
+    # unowned for a moment by design; the condition then keeps what it said before.
+    judged = (group.state == "Stable" and bool(group.members) and not roll.state.in_flight
+              and roll.state.phase not in PHASES_IN_PROGRESS and not down.calls
+              and not down.waiting)
+    missing = pl.unassigned(snap.partitions, group) if judged else ()
+    since = (pl.unassigned_since(previous, missing, snap.now) if judged
+             else c.parse_optional(previous.get("unassignedSince")))
     rejoin = _rejoin(snap, table, spec, missing, since, last_planned)
     planned = down.planned or (rejoin.planned if rejoin else None) or last_planned
     calls = down.calls + ((rejoin.call,) if rejoin else ())
 
     problems = _stuck(snap, table) + _failing(spec, table)
-    extra = (_unassigned_condition(missing, since, rejoin, last_planned),
-             _bounds_condition(snap, spec))
+    unassigned_cond = (_unassigned_condition(missing, since, rejoin, last_planned) if judged
+                       else _kept(previous, c.UNASSIGNED_PARTITIONS)
+                       or _unassigned_condition((), None, None, None))
+    extra = (unassigned_cond, _bounds_condition(snap, spec))
     status = _status(snap, spec, effective, measurements, total, roll, rebalances, problems,
                      extra)
     status["plannedRebalance"] = planned.to_status() if planned else None
@@ -588,6 +595,14 @@ def _unassigned_condition(missing: tuple[tuple[str, int], ...], since: datetime 
         f"{len(missing)} partition(s) owned by no member of the Stable group: "
         f"{pl.describe(missing)}. A static member that rejoins a Stable group with a new "
         f"subscription (a topic added) causes no rebalance; {action}")
+
+
+def _kept(previous: Mapping[str, Any], type_: str) -> tuple[str, st.Cond] | None:
+    """The condition `type_` as the previous status said it."""
+    cond = c.get_condition(previous.get("conditions") or [], type_)
+    if not cond:
+        return None
+    return type_, (cond["status"], str(cond["reason"]), str(cond["message"]))
 
 
 def _bounds_condition(snap: Snapshot, spec: ConsumerGroupSpec) -> tuple[str, st.Cond]:

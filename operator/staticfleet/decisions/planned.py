@@ -105,8 +105,7 @@ def unassigned_since(previous: Mapping[str, Any], missing: tuple[tuple[str, int]
     """Since when partitions have been unowned (None: they are not)."""
     if not missing:
         return None
-    raw = previous.get("unassignedSince")
-    return c.parse_rfc3339(str(raw)) if raw else now
+    return c.parse_optional(previous.get("unassignedSince")) or now
 
 
 def rejoin_due(since: datetime | None, last: PlannedRebalance | None, now: datetime) -> bool:

@@ -47,6 +47,7 @@ from staticfleet.decisions.conditions import (
     WAIT_PAUSED,
     WAIT_STOPPED,
     WAIT_UP_TO_DATE,
+    parse_optional,
     parse_rfc3339,
     rfc3339,
 )
@@ -137,6 +138,9 @@ class RolloutState:
     in_flight: tuple[InFlight, ...] = ()
     longest_absence_ms: int = 0
     rebalances_at_start: int | None = None
+    rebalances_during: int | None = None
+    """Fixed when the rollout finished: rebalances after it (a planned rejoin that assigns a
+    topic the rollout added, say) are not the rollout's."""
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any] | None) -> RolloutState:
@@ -146,18 +150,20 @@ class RolloutState:
             revision=status.get("revision"),
             phase=status.get("phase") or "Idle",
             reason=status.get("reason") or "",
-            started_at=_opt_time(status.get("startedAt")),
-            finished_at=_opt_time(status.get("finishedAt")),
+            started_at=parse_optional(status.get("startedAt")),
+            finished_at=parse_optional(status.get("finishedAt")),
             members_restarted=tuple(status.get("membersRestarted") or ()),
             pending=tuple(status.get("pending") or ()),
             in_flight=tuple(
                 InFlight(int(f["ordinal"]), parse_rfc3339(f["stoppedAt"]),
-                         _opt_time(f.get("rejoinedAt")), f.get("podUid"),
-                         _opt_time(f.get("closedAt")))
+                         parse_optional(f.get("rejoinedAt")), f.get("podUid"),
+                         parse_optional(f.get("closedAt")))
                 for f in status.get("inFlight") or ()
             ),
             longest_absence_ms=int(status.get("longestAbsenceMs") or 0),
             rebalances_at_start=status.get("rebalancesAtStart"),
+            rebalances_during=(status.get("rebalancesDuringRollout")
+                               if status.get("finishedAt") else None),
         )
 
     def to_status(self, rebalances_now: int) -> dict[str, Any]:
@@ -180,7 +186,9 @@ class RolloutState:
             status["finishedAt"] = rfc3339(self.finished_at)
         if self.rebalances_at_start is not None:
             status["rebalancesAtStart"] = self.rebalances_at_start
-            status["rebalancesDuringRollout"] = max(0, rebalances_now - self.rebalances_at_start)
+            status["rebalancesDuringRollout"] = (
+                self.rebalances_during if self.rebalances_during is not None
+                else max(0, rebalances_now - self.rebalances_at_start))
         return status
 
 
@@ -483,6 +491,7 @@ def record_step(
             reason=f"restarting member(s) {', '.join(map(str, step.ordinals))}",
             started_at=state.started_at or now,
             finished_at=None,
+            rebalances_during=None,
             rebalances_at_start=(
                 observed.rebalances
                 if state.rebalances_at_start is None
@@ -522,6 +531,7 @@ def record_step(
             phase="Stopped" if step.expired else "AtRisk",
             reason=step.message,
             finished_at=now if step.expired else None,
+            rebalances_during=_during(state, observed) if step.expired else None,
             longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
             pending=plan,
         )
@@ -531,6 +541,7 @@ def record_step(
             phase="Complete",
             reason=f"every member runs revision {update_revision}",
             finished_at=now,
+            rebalances_during=_during(state, observed),
             in_flight=(),
             pending=(),
         )
@@ -579,5 +590,8 @@ def _in_flight_status(f: InFlight) -> dict[str, Any]:
     return out
 
 
-def _opt_time(value: str | None) -> datetime | None:
-    return parse_rfc3339(value) if value else None
+def _during(state: RolloutState, observed: GroupObservation) -> int | None:
+    """The rebalances of a rollout that finishes now."""
+    if state.rebalances_at_start is None:
+        return None
+    return max(0, observed.rebalances - state.rebalances_at_start)

@@ -145,7 +145,9 @@ class TimeoutPolicy:
     """The constants of the rules above, in one place (tests may use a faster policy)."""
 
     default_session_ms: int = 45000
-    default_heartbeat_ms: int = 3000
+    default_heartbeat_ms: int = 1000
+    """Below Kafka's 3000: in a classic group the other members learn of a member's leave (a
+    scale-down) at their next heartbeat, and the leaver's partitions wait that long."""
     default_max_poll_ms: int = 300000
     restart_slack_ms: int = 2000
     batch_margin_percent: int = 200
@@ -474,8 +476,9 @@ def compute_timeouts(
             )
         sources[HEARTBEAT] = "default" if heartbeat == policy.default_heartbeat_ms else "auto"
         reasons.append(
-            f"{HEARTBEAT}={heartbeat} ({sources[HEARTBEAT]}): Kafka's default "
-            f"{policy.default_heartbeat_ms} ms, at most a third of the session timeout"
+            f"{HEARTBEAT}={heartbeat} ({sources[HEARTBEAT]}): "
+            f"{policy.default_heartbeat_ms} ms (members hear of a rebalance at their next "
+            "heartbeat), at most a third of the session timeout"
             + ("" if hb_min is None else f", inside the broker bounds [{hb_min}, {hb_max}] ms")
         )
 

@@ -10,6 +10,7 @@ says which pods to create, and those pods (made running and ready) are the up-to
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -853,14 +854,16 @@ def test_within_one_second_the_group_already_on_the_id_keeps_it() -> None:
 TWO_TOPICS = {"orders": 6, "payments": 2}
 
 
-def unowned_passes(*offsets: float, state: str = "Stable") -> list[Plan]:
+def unowned_passes(*offsets: float, state: str | Sequence[str] = "Stable") -> list[Plan]:
     """Passes at `offsets` seconds over a group whose members own `orders` but not the
-    `payments` topic added to the subscription (a static rejoin in a Stable group)."""
+    `payments` topic added to the subscription (a static rejoin in a Stable group); `state`:
+    the group's state, one for all passes or one per pass."""
     pods, status = settled(CG)
     plans = []
-    for offset in offsets:
+    states = [state] * len(offsets) if isinstance(state, str) else list(state)
+    for offset, seen in zip(offsets, states, strict=True):
         plan = decide(snapshot(CG, pods, previous=status, partitions=TWO_TOPICS,
-                               state=state, now_offset_s=offset))
+                               state=seen, now_offset_s=offset))
         plans.append(plan)
         status = without_nulls(dict(plan.status))
     return plans
@@ -898,6 +901,17 @@ def test_partitions_are_not_judged_while_the_group_is_not_stable() -> None:
     assert c.get_condition(plan.status["conditions"], c.UNASSIGNED_PARTITIONS)["status"] == (
         "False")
     assert plan.calls == ()
+
+
+def test_a_pass_that_cannot_judge_keeps_the_condition_and_its_start() -> None:
+    """A rebalance seen between two Stable passes neither clears the condition (no second
+    Warning when it shows again) nor restarts the grace."""
+    plans = unowned_passes(0, 5, 8, 11, state=("Stable", "PreparingRebalance", "Stable", "Stable"))
+    conds = [c.get_condition(p.status["conditions"], c.UNASSIGNED_PARTITIONS) for p in plans]
+    assert [cond["status"] for cond in conds] == ["True"] * 4
+    warnings = [e for p in plans for e in p.events if e.reason == c.PARTITIONS_UNASSIGNED]
+    assert len(warnings) == 1
+    assert [[m.ordinal for m in p.calls] for p in plans] == [[], [], [], [0]]
 
 
 def test_owned_again_clears_the_condition() -> None:

@@ -351,6 +351,27 @@ def test_restart_records_start_and_rebalances() -> None:
     assert status["rebalancesDuringRollout"] == 2 and status["pending"] == [1, 0]
 
 
+
+@pytest.mark.parametrize("step, finished", [
+    (Complete(), True),
+    (StopAtRisk(2, 46.0, 60000, "too late", expired=True), True),
+    (StopAtRisk(2, 37.0, 60000, "late"), False),
+])
+def test_rebalances_after_a_rollout_finished_are_not_its_own(step: Any, finished: bool) -> None:
+    """A planned rejoin after the rollout (it assigns a topic the rollout added) is counted in
+    status.rebalances, not in the finished rollout's rebalancesDuringRollout."""
+    started = record_step(RolloutState(), RestartMembers((2,)),
+                          group(member(0), member(1), member(2), rebalances=7), NEW, NOW)
+    ended = record_step(started, step, group(member(0), member(1), member(2, NEW),
+                                             rebalances=8), NEW, NOW)
+    later = RolloutState.from_status(ended.to_status(8))  # the next pass reads it back
+    assert later.to_status(10)["rebalancesDuringRollout"] == (1 if finished else 3)
+    observed = group(member(0), member(1), member(2, NEW), rebalances=10)
+    resumed = record_step(later, RestartMembers((1,)), observed, NEW, NOW)
+    assert resumed.to_status(10)["rebalancesDuringRollout"] == 3  # one rollout, from its start
+    following = record_step(later, RestartMembers((1,)), observed, "0123456789", NOW)
+    assert following.to_status(10)["rebalancesDuringRollout"] == 0
+
 def rejoined(ordinal: int, stopped_ago: float, rejoined_ago: float) -> RolloutState:
     return RolloutState(
         revision=NEW, phase="Rolling", started_at=NOW - timedelta(minutes=5),

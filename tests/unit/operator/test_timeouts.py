@@ -68,67 +68,67 @@ def test_needed_session_timeout(restart_s: float, margin: int, needed: int) -> N
 
 TABLE = [
     # what, kwargs, (session, heartbeat, max_poll), sources, restart_safe
-    ("nothing measured", {}, (45000, 3000, 300000), ("default", "default", "default"), True),
+    ("nothing measured", {}, (45000, 1000, 300000), ("default", "default", "default"), True),
     (
         "fast restarts keep the default",
         {"restarts": (3.0, 5.0)},
-        (45000, 3000, 300000),
+        (45000, 1000, 300000),
         ("default", "default", "default"),
         True,
     ),
     (
         "slow restart raises the session",
         {"restarts": (40.0,)},
-        (75000, 3000, 300000),  # needs 62000: the next step of 45 s x 1.5, rounded to 15 s
+        (75000, 1000, 300000),  # needs 62000: the next step of 45 s x 1.5, rounded to 15 s
         ("auto", "default", "default"),
         True,
     ),
     (
         "slow batch raises max poll",
         {"batch": 200.0},
-        (45000, 3000, 450000),  # needs 405000: the next step of 300 s x 1.5
+        (45000, 1000, 450000),  # needs 405000: the next step of 300 s x 1.5
         ("default", "default", "auto"),
         True,
     ),
     (
         "auto-tuning off ignores measurements",
         {"restarts": (40.0,), "auto_tuning": False},
-        (45000, 3000, 300000),
+        (45000, 1000, 300000),
         ("default", "default", "default"),
         False,
     ),
     (
         "need beyond the broker max is capped and unsafe",
         {"restarts": (100.0,), "bounds": BrokerBounds(6000, 120000)},
-        (120000, 3000, 300000),
+        (120000, 1000, 300000),
         ("auto", "default", "default"),
         False,
     ),
     (
         "small broker max clamps the default",
         {"bounds": BrokerBounds(1000, 20000)},
-        (20000, 3000, 300000),
+        (20000, 1000, 300000),
         ("default", "default", "default"),
         True,
     ),
     (
         "explicit session",
         {"explicit": TimeoutsSpec(session_timeout_ms=9000)},
-        (9000, 3000, 300000),
+        (9000, 1000, 300000),
         ("explicit", "default", "default"),
         True,
     ),
     (
         "explicit short session gives heartbeat a third",
-        {"explicit": TimeoutsSpec(session_timeout_ms=6000)},
-        (6000, 2000, 300000),
+        {"explicit": TimeoutsSpec(session_timeout_ms=2400), "bounds": BrokerBounds(1000, 20000)},
+        (2400, 800, 300000),
         ("explicit", "auto", "default"),
         True,
     ),
     (
         "explicit session too short for restarts is unsafe, not refused",
         {"explicit": TimeoutsSpec(session_timeout_ms=10000), "restarts": (20.0,)},
-        (10000, 3000, 300000),
+        (10000, 1000, 300000),
         ("explicit", "default", "default"),
         False,
     ),
@@ -142,7 +142,7 @@ TABLE = [
     (
         "explicit max poll caps the auto session",
         {"explicit": TimeoutsSpec(max_poll_interval_ms=50000), "restarts": (60.0,)},
-        (50000, 3000, 50000),
+        (50000, 1000, 50000),
         ("auto", "default", "explicit"),
         False,
     ),
@@ -289,7 +289,7 @@ def test_changed_fields_and_client_views() -> None:
     assert a.client_properties("classic")["session.timeout.ms"] == 45000
     assert a.group_configs("consumer") == {
         "consumer.session.timeout.ms": "45000",
-        "consumer.heartbeat.interval.ms": "3000",
+        "consumer.heartbeat.interval.ms": "1000",
     }
     assert a.group_configs("classic") == {}
 
