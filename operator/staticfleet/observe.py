@@ -55,6 +55,9 @@ class BoundsDenied(RuntimeError):
 
 
 FAILED_CLUSTER_HOLD_S = 5.0
+IDLE_CLIENT_CLOSE_S = 900.0
+"""An admin client no pass asked for this long is closed: the groups on its cluster are gone
+(deleted, or moved to other servers), and librdkafka would reconnect to it forever."""
 """After a cluster failed to answer, its groups fail fast for this long (then it is asked
 again), so one dead cluster does not hold the workers the other groups need."""
 
@@ -70,10 +73,20 @@ class AdminPool:
     """Clusters that answered a request since they last failed (no need to probe them)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     hold_s: float = FAILED_CLUSTER_HOLD_S
+    idle_s: float = IDLE_CLIENT_CLOSE_S
+    last_used: dict[str, float] = field(default_factory=dict)
 
     def get(self, conf: dict[str, str]) -> Admin:
         key = json.dumps(conf, sort_keys=True)
+        now = time.monotonic()
         with self.lock:
+            for idle in [k for k, t in self.last_used.items() if now - t > self.idle_s]:
+                # Dropping the last reference destroys the librdkafka handle.
+                self.clients.pop(idle, None)
+                self.last_used.pop(idle, None)
+                self.failures.pop(idle, None)
+                self.answered.discard(idle)
+            self.last_used[key] = now
             client = self.clients.get(key)
             if client is None:
                 client = AdminClient({**conf, "socket.timeout.ms": 10000,
@@ -106,6 +119,7 @@ class AdminPool:
     def close(self) -> None:
         with self.lock:
             self.clients.clear()
+            self.last_used.clear()
 
 
 @dataclass(frozen=True)

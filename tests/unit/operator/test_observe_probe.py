@@ -49,3 +49,17 @@ def test_a_cluster_that_never_answered_fails_fast(closed: str) -> None:
         observe.broker_bounds(admin)
     assert time.monotonic() - started < 3, "not the admin client's 10 s timeout"
     pool.close()
+
+
+def test_a_client_no_pass_asked_for_is_closed(closed: str, listening: str) -> None:
+    """A deleted group's cluster: its admin client goes once idle (librdkafka would reconnect
+    to it forever); clients still asked for stay."""
+    pool = observe.AdminPool(idle_s=0.2)
+    gone, kept = pool.get({"bootstrap.servers": closed}), pool.get({"bootstrap.servers": listening})
+    pool.record(gone.key, "refused")
+    time.sleep(0.3)
+    again = pool.get({"bootstrap.servers": listening})
+    assert set(pool.clients) == {kept.key} and gone.key not in pool.failures
+    assert again.client is not kept.client, "idle too: a new client"
+    assert pool.get({"bootstrap.servers": listening}).client is again.client
+    pool.close()
