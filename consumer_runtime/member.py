@@ -450,7 +450,8 @@ class Member:
         self.assignment |= tps
         self.paused -= tps
         self.joined = True
-        first = self.telemetry.assigned(tps, time.monotonic(), consumer.memberid() or "")
+        first = self.telemetry.assigned(tps, time.monotonic(), consumer.memberid() or "",
+                                        rebalance=not self.left)
         log.info("assigned %s", sorted(tps))
         if first is not None:
             log.info("first assignment %.3f s after process start", first)

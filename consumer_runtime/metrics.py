@@ -109,8 +109,10 @@ class Telemetry:
             self.last_poll = now
 
     def assigned(self, partitions: Iterable[TopicPartition], now: float,
-                 member_id: str) -> float | None:
-        """Count an assign callback; return seconds since process start if it is the first."""
+                 member_id: str, *, rebalance: bool = True) -> float | None:
+        """Count an assign callback; return seconds since process start if it is the first.
+        `rebalance=False`: not a rebalance of the group's (the empty assignment a leaving
+        KIP-848 member gets: the others' assigns count the one rebalance its leave makes)."""
         with self._lock:
             self.assigns += 1
             self.m_events.labels(**self.ids, event="assign").inc()
@@ -119,7 +121,7 @@ class Telemetry:
             if self.first_assignment is None:
                 first = self.first_assignment = self._since_start(now)
                 self.m_startup.labels(**self.ids, phase="first_assignment").set(first)
-            else:
+            elif rebalance:
                 self.rebalances += 1
                 self.m_rebalances.labels(**self.ids).inc()
             self.assignment |= set(partitions)

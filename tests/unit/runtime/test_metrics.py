@@ -40,6 +40,16 @@ def test_first_assignment_is_not_a_rebalance_later_ones_are() -> None:
     assert sample(t, "staticfleet_member_startup_seconds", phase="first_assignment") == 2.0
 
 
+def test_the_assign_a_leaving_member_gets_is_not_a_rebalance() -> None:
+    t = telemetry()
+    t.assigned({("a", 0)}, now=101.0, member_id="m1")
+    t.revoked({("a", 0)}, lost=False)
+    t.assigned(set(), now=110.0, member_id="m1", rebalance=False)
+    status = t.status(now=110.0)
+    assert (status["assigns"], status["rebalances"]) == (2, 0)
+    assert sample(t, "staticfleet_member_rebalances_total") in (None, 0)
+
+
 def test_status_has_exactly_the_contract_fields() -> None:
     t = telemetry()
     t.batch_done(records=10, seconds=0.2, now=103.0)
