@@ -621,3 +621,35 @@ def test_a_member_that_cannot_start_says_why_in_the_consumer_group(
     warnings = wait_for("a MemberFailing Event", lambda: events(
         kubeconfig, namespace, name, "MemberFailing"), timeout=30)
     assert quoted in warnings[0]["message"]
+
+
+def test_a_group_at_rest_is_not_written(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        make_topic: Callable[..., str]) -> None:
+    """Passes keep running at rest (every 5 s here); a status they rebuild unchanged is not
+    written. A field the API server prunes or rewrites (one the schema lacks, a null) would
+    make every pass a write: API load that grows with the number of groups."""
+    topic = make_topic("rest", 2)
+    name = unique("rest")
+    apply_cg(kubeconfig, namespace, consumer_group(name, bootstrap=kafka.bootstrap,
+                                                   topics=[topic], replicas=2,
+                                                   command=PLACEHOLDER))
+    wait_for("2 members listed", lambda: len(
+        (get_cg(kubeconfig, namespace, name).get("status") or {}).get("members") or []) == 2,
+        timeout=120)
+    rest_s = 25.0  # five passes
+    last: dict[str, Any] = {}
+
+    def settled() -> bool:
+        """The object did not change for `rest_s`."""
+        nonlocal last
+        first = get_cg(kubeconfig, namespace, name)
+        time.sleep(rest_s)
+        last = get_cg(kubeconfig, namespace, name)
+        changed = {k: (first["status"].get(k), v) for k, v in last["status"].items()
+                   if first["status"].get(k) != v}
+        last["changed"] = changed
+        return first["metadata"]["resourceVersion"] == last["metadata"]["resourceVersion"]
+
+    wait_for(f"{rest_s:.0f} s without a write", settled, timeout=150, interval=0,
+             describe=lambda: f"status fields that moved: {last.get('changed')}")
