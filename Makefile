@@ -15,6 +15,7 @@ lint:
 	mypy
 	lint-imports
 	python scripts/sync-crds.py --check
+	python -m staticfleet_dev.dashboard --check
 
 unit: setup
 	pytest -m unit -q

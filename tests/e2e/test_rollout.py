@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from staticfleet_dev import dashboard
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.stream import committed_lag, read_all
 from tests.conftest import unique
@@ -21,7 +22,7 @@ from tests.support import groups
 from tests.support.kube import kubectl
 from tests.support.operator import OperatorProcess
 from tests.support.polling import Poller
-from tests.support.prometheus import Prometheus
+from tests.support.prometheus import Prometheus, dashboard_answers, legend_labels
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -129,6 +130,7 @@ def test_static_rollout_costs_no_rebalance_and_loses_nothing(
     with UidTracker(kubeconfig, namespace, name) as tracker, \
             AlertWatcher(prometheus, namespace, name) as alerts:
         before = {o: uids[-1] for o, uids in tracker.seen.items()}
+        started = time.time()
         trigger(kubeconfig, namespace, name, env_patch("1"))
         obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
                                  "rolled out")
@@ -165,6 +167,28 @@ def test_static_rollout_costs_no_rebalance_and_loses_nothing(
     with AlertWatcher(prometheus, namespace, name) as last:
         assert last.poll() == {}, last.first
     assert alerts.first == {}, f"rebalance alerts (s after the rollout started): {alerts.first}"
+    check_dashboard(prometheus, namespace, name, started)
+
+
+def check_dashboard(prometheus: Prometheus, namespace: str, group: str, started: float) -> None:
+    """The shipped dashboard's panels, asked of the Prometheus that scraped this rollout: each
+    panel shows data, with the labels its legends name; the rollout panel moved during it."""
+    answers = dashboard_answers(prometheus, namespace, group)
+    empty = [title for title, results in answers.items() if not any(s for _, s in results)]
+    assert not empty, f"panels with no series for {namespace}/{group}: {empty}"
+    legends = {expr: legend for g in dashboard.graphs() for expr, legend in g.queries}
+    for title, results in answers.items():
+        for expr, series in results:
+            for one in series:
+                missing = legend_labels(legends[expr]) - set(one["metric"])
+                assert not missing, f"{title!r}: {expr} has no label {missing}: {one}"
+    print("dashboard queries with no series here (counters of events that did not happen):",
+          [expr for results in answers.values() for expr, s in results if not s])
+    panel = next(g for g in dashboard.graphs() if g.title == "Rollout in progress / at risk")
+    in_progress = prometheus.query_range(dashboard.substitute(
+        panel.queries[0][0], namespace, group), started, time.time())
+    values = {float(v) for series in in_progress for _, v in series["values"]}
+    assert values == {0.0, 1.0}, f"rollout in progress never moved: {in_progress}"
 
 
 def test_dynamic_rollout_rebalances_once_per_member_at_least(

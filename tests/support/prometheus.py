@@ -128,6 +128,13 @@ class Prometheus:
         data = self._get("/api/v1/query", {"query": expr})
         return list(data["result"])
 
+    def query_range(self, expr: str, start: float, end: float,
+                    step: float = 2.0) -> list[dict[str, Any]]:
+        """A range query; the matrix's series ({"metric": {...}, "values": [[t, "v"], ...]})."""
+        data = self._get("/api/v1/query_range",
+                         {"query": expr, "start": start, "end": end, "step": step})
+        return list(data["result"])
+
     def alerts(self) -> list[dict[str, Any]]:
         """Active alerts (pending and firing): labels, state, activeAt, value."""
         return list(self._get("/api/v1/alerts")["alerts"])
@@ -137,3 +144,20 @@ class Prometheus:
 
     def rules(self) -> list[dict[str, Any]]:
         return [r for g in self._get("/api/v1/rules")["groups"] for r in g["rules"]]
+
+
+def dashboard_answers(prometheus: Prometheus, namespace: str,
+                      group: str) -> dict[str, list[tuple[str, list[dict[str, Any]]]]]:
+    """Every panel query of the shipped dashboard as Grafana sends it with `namespace` and
+    `group` selected, and Prometheus' answer: {panel title: [(query, series), ...]}."""
+    from staticfleet_dev import dashboard
+
+    return {g.title: [(expr, prometheus.query(dashboard.substitute(expr, namespace, group)))
+                      for expr, _ in g.queries] for g in dashboard.graphs()}
+
+
+def legend_labels(legend: str) -> set[str]:
+    """The labels a legend format names ({{group}} -> group)."""
+    import re
+
+    return set(re.findall(r"{{\s*(\w+)\s*}}", legend))
