@@ -115,6 +115,14 @@ PANELS: tuple[Row | Graph, ...] = (
           "short", 12, (
               (q("sum by (group, member) (staticfleet_member_consumer_lag{SEL})"),
                "{{member}}"),)),
+    Graph("timeseries", "Lag as the broker sees it",
+          "End offset minus the group's committed offset, read by the operator from the "
+          "broker: it shows while every member is down (kafka_exporter's consumergroup lag).",
+          "short", 24, (
+              (q("sum by (namespace, group) (staticfleet_consumergroup_lag_sum{SEL})"),
+               "{{namespace}}/{{group}}"),
+              (q("max by (group, topic, partition) (staticfleet_consumergroup_lag{SEL})"),
+               "{{group}} {{topic}}-{{partition}}"))),
     Graph("timeseries", "Throughput (records/s)", "Records processed per second.", "rps", 12, (
         (q("sum by (namespace, group) "
            "(rate(staticfleet_member_records_processed_total{SEL}[$__rate_interval]))"),

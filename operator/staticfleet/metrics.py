@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -58,6 +59,18 @@ RECONCILE_LAST = Gauge(
     "staticfleet_reconcile_last_timestamp_seconds",
     "When the operator last finished a reconcile pass over the group (Unix time)", LABELS,
     registry=REGISTRY)
+# Lag from the broker's side (committed offsets against end offsets), named the way
+# kafka_exporter users know it: a per-partition lag and a per-group sum, label `consumergroup`.
+CONSUMERGROUP_LAG = Gauge(
+    "staticfleet_consumergroup_lag",
+    "End offset minus the group's committed offset, per partition (as the broker sees it: "
+    "shown while every member is down)", (*LABELS, "consumergroup", "topic", "partition"),
+    registry=REGISTRY)
+CONSUMERGROUP_LAG_SUM = Gauge(
+    "staticfleet_consumergroup_lag_sum", "The group's lag summed over its partitions",
+    (*LABELS, "consumergroup"), registry=REGISTRY)
+_LAG_SERIES: dict[tuple[str, str], set[tuple[str, ...]]] = {}
+"""The partition series each ConsumerGroup exported last, to drop the ones that went."""
 RECONCILE_DURATION = Histogram(
     "staticfleet_reconcile_duration_seconds", "One reconcile pass: gather, decide, execute",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=REGISTRY)
@@ -75,6 +88,37 @@ def forget(namespace: str, group: str) -> None:
     for state in ("desired", "ready"):
         with contextlib.suppress(KeyError):
             GROUP_MEMBERS.remove(namespace, group, state)
+    for labels in _LAG_SERIES.pop((namespace, group), set()):
+        with contextlib.suppress(KeyError):
+            CONSUMERGROUP_LAG.remove(*labels)
+    for labels in _sum_labels(namespace, group):
+        with contextlib.suppress(KeyError):
+            CONSUMERGROUP_LAG_SUM.remove(*labels)
+    for counter in (REBALANCES, PLANNED_REBALANCES):
+        with contextlib.suppress(KeyError):
+            counter.remove(namespace, group)
+    for timeout in ("session", "heartbeat", "max_poll"):
+        with contextlib.suppress(KeyError):
+            TIMEOUT_CHANGES.remove(namespace, group, timeout)
+
+
+def _sum_labels(namespace: str, group: str) -> list[tuple[str, ...]]:
+    return [tuple(s.labels.values()) for family in CONSUMERGROUP_LAG_SUM.collect()
+            for s in family.samples
+            if s.labels.get("namespace") == namespace and s.labels.get("group") == group]
+
+
+def _export_lag(namespace: str, group: str, group_id: str,
+                lag: Mapping[tuple[str, int], int]) -> None:
+    now = {(namespace, group, group_id, topic, str(partition)): value
+           for (topic, partition), value in lag.items()}
+    for gone in _LAG_SERIES.get((namespace, group), set()) - set(now):
+        with contextlib.suppress(KeyError):
+            CONSUMERGROUP_LAG.remove(*gone)
+    for labels, value in now.items():
+        CONSUMERGROUP_LAG.labels(*labels).set(value)
+    _LAG_SERIES[(namespace, group)] = set(now)
+    CONSUMERGROUP_LAG_SUM.labels(namespace, group, group_id).set(sum(lag.values()))
 
 
 def export(namespace: str, group: str, values: MetricValues, seconds: float) -> None:
@@ -97,10 +141,14 @@ def export(namespace: str, group: str, values: MetricValues, seconds: float) -> 
         ROLLOUT_IN_PROGRESS.labels(*labels).set(1 if values.rollout_in_progress else 0)
     if values.rollout_at_risk is not None:
         ROLLOUT_AT_RISK.labels(*labels).set(1 if values.rollout_at_risk else 0)
-    if values.rebalances:
-        REBALANCES.labels(*labels).inc(values.rebalances)
-    if values.planned_rebalances:
-        PLANNED_REBALANCES.labels(*labels).inc(values.planned_rebalances)
+    # Counters start at 0 with the group, so panels and rates show 0, not "no data".
+    REBALANCES.labels(*labels).inc(values.rebalances)
+    PLANNED_REBALANCES.labels(*labels).inc(values.planned_rebalances)
+    if values.error is None:
+        for timeout in ("session", "heartbeat", "max_poll"):
+            TIMEOUT_CHANGES.labels(*labels, timeout)
+    if values.lag is not None and values.group_id is not None:
+        _export_lag(namespace, group, values.group_id, values.lag)
     if values.unassigned_partitions is not None:
         UNASSIGNED_PARTITIONS.labels(*labels).set(values.unassigned_partitions)
     for timeout in values.timeout_changes:

@@ -19,12 +19,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    OffsetSpec,
     ResourceType,
 )
 
@@ -207,6 +214,34 @@ def describe_group(admin: Admin, group_id: str, protocol: str = "classic") -> Gr
     group_type = getattr(desc, "type", None)
     protocol = getattr(group_type, "name", "CLASSIC").lower()
     return GroupView(state=_state_name(desc.state), protocol=protocol, members=members)
+
+
+def group_lag(admin: Admin, group_id: str,
+              partitions: Mapping[str, int]) -> dict[tuple[str, int], int]:
+    """Each subscribed partition's lag as the broker sees it: its end offset minus the group's
+    committed offset (partitions the group never committed are left out, as kafka_exporter
+    does). Two admin requests, whatever the members are doing: lag shows while all are down."""
+    tps = [TopicPartition(t, p) for t, count in sorted(partitions.items()) for p in range(count)]
+    if not tps:
+        return {}
+    what = f"reading the committed offsets of group {group_id}"
+    futures = _call(admin, what, lambda: admin.client.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group_id, tps)], request_timeout=ADMIN_TIMEOUT_S))
+    committed = {(tp.topic, tp.partition): tp.offset
+                 for tp in _result(admin, futures[group_id], what).topic_partitions
+                 if tp.error is None and tp.offset >= 0}
+    if not committed:
+        return {}
+    what = f"reading the end offsets of the topics of group {group_id}"
+    ends = _call(admin, what, lambda: admin.client.list_offsets(
+        {TopicPartition(t, p): OffsetSpec.latest() for t, p in committed},
+        request_timeout=ADMIN_TIMEOUT_S))
+    lag = {}
+    for tp, future in ends.items():
+        end = _result(admin, future, what).offset
+        key = (tp.topic, tp.partition)
+        lag[key] = max(0, end - committed[key])
+    return lag
 
 
 def _state_name(state: Any) -> str:

@@ -132,6 +132,11 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     except apply.ApplyError as exc:
         return _failed(base, spec, Problem(
             c.API_ERROR, f"the API server refused a request: {exc}"))
+    lag: dict[tuple[str, int], int] | None = None
+    try:
+        lag = observe.group_lag(admin, spec.kafka.group_id, partitions)
+    except observe.KafkaUnavailable as exc:  # a metric only: the pass goes on without it
+        log.debug("%s/%s: no lag this pass: %s", namespace, body["metadata"]["name"], exc)
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     for pod in pods:
         deps.note_closure(pod)
@@ -140,7 +145,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=_member_statuses(live, deps), group=group, partitions=partitions,
                     closures=closures, claimants=claimants, broker_config=broker_config,
-                    bounds_denied=bounds_denied)
+                    bounds_denied=bounds_denied, lag=lag)
     return snap, admin
 
 

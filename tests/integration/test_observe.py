@@ -93,3 +93,21 @@ def test_unreachable_cluster_is_a_clear_error() -> None:
     admin = observe.AdminPool().get({"bootstrap.servers": "127.0.0.1:1"})
     with pytest.raises(observe.KafkaUnavailable):
         observe.broker_bounds(admin)
+
+
+def test_lag_is_end_offset_minus_committed_for_committed_partitions(
+        admin: observe.Admin, kafka: KafkaBroker, make_topic: Callable[..., str]) -> None:
+    """Read from the broker alone (no member runs): a group that committed 3 of the 10 records
+    of partition 0 lags 7 there; partition 1, never committed, has no lag series."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+
+    topic, group = make_topic("lag", 2), unique("lag")
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(14):
+        producer.produce(topic, value=b"%d" % i, partition=0 if i < 10 else 1)
+    assert producer.flush(10) == 0
+    assert observe.group_lag(admin, group, {topic: 2}) == {}, "nothing committed yet"
+    done = admin.client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, 0, 3)])])[group].result(timeout=10)
+    assert [tp.error for tp in done.topic_partitions] == [None]
+    assert observe.group_lag(admin, group, {topic: 2}) == {(topic, 0): 7}

@@ -93,6 +93,10 @@ class MetricValues:
     planned_rebalances: int = 0
     """Of those, the ones the operator asked for (`planned`)."""
     unassigned_partitions: int | None = None
+    lag: Mapping[tuple[str, int], int] | None = None
+    """Each committed partition's lag as the broker sees it (None: not read this pass)."""
+    group_id: str | None = None
+    """The Kafka group id (the `consumergroup` label of the lag series)."""
     timeout_changes: tuple[str, ...] = ()
     absences_s: tuple[float, ...] = ()
     rollout_finished: tuple[float, str] | None = None
@@ -227,6 +231,7 @@ def decide(snap: Snapshot) -> Plan:
         rollout_at_risk=bool(at_risk and at_risk["status"] == "True"),
         rebalances=rebalances.increase, planned_rebalances=planned_now,
         unassigned_partitions=len(missing) if group.state == "Stable" else None,
+        lag=snap.lag, group_id=spec.kafka.group_id,
         timeout_changes=tuple(TIMEOUT_METRIC_NAMES[f] for f in changed),
         absences_s=tuple(r[1] for r in roll.restarts), rollout_finished=roll.finished)
     return Plan(

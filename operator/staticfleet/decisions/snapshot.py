@@ -99,6 +99,9 @@ class Snapshot:
     bounds_denied: str | None = None
     """Why the broker's bounds could not be read (the principal may not DescribeConfigs on the
     cluster); Kafka's default bounds stand in for them."""
+    lag: Mapping[tuple[str, int], int] | None = None
+    """Each partition's lag as the broker sees it (end offset minus committed offset), for the
+    partitions the group committed; None when it could not be read."""
 
     @property
     def namespace(self) -> str:

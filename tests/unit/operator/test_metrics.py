@@ -1,0 +1,41 @@
+"""The operator's metric series: broker-side lag, counters that start at 0, series of deleted
+groups dropped."""
+
+from __future__ import annotations
+
+import pytest
+
+from staticfleet import metrics
+from staticfleet.decisions.plan import MetricValues
+
+pytestmark = pytest.mark.unit
+
+
+def value(name: str, **labels: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value(name, labels)
+
+
+def test_lag_per_partition_and_its_sum_and_partitions_that_went_are_dropped() -> None:
+    ids = {"namespace": "ns", "group": "lagging", "consumergroup": "orders"}
+    metrics.export("ns", "lagging", MetricValues(
+        lag={("t", 0): 5, ("t", 1): 0, ("u", 0): 7}, group_id="orders"), 0.1)
+    assert value("staticfleet_consumergroup_lag", **ids, topic="t", partition="0") == 5
+    assert value("staticfleet_consumergroup_lag_sum", **ids) == 12
+    metrics.export("ns", "lagging", MetricValues(lag={("t", 0): 1}, group_id="orders"), 0.1)
+    assert value("staticfleet_consumergroup_lag", **ids, topic="u", partition="0") is None
+    assert value("staticfleet_consumergroup_lag_sum", **ids) == 1
+    metrics.export("ns", "lagging", MetricValues(lag=None, group_id="orders"), 0.1)
+    assert value("staticfleet_consumergroup_lag_sum", **ids) == 1, "not read: kept as it was"
+    metrics.forget("ns", "lagging")
+    assert value("staticfleet_consumergroup_lag", **ids, topic="t", partition="0") is None
+    assert value("staticfleet_consumergroup_lag_sum", **ids) is None
+
+
+def test_counters_show_zero_from_the_first_pass() -> None:
+    metrics.export("ns", "quiet", MetricValues(), 0.1)
+    ids = {"namespace": "ns", "group": "quiet"}
+    assert value("staticfleet_rebalances_total", **ids) == 0
+    assert value("staticfleet_planned_rebalances_total", **ids) == 0
+    assert value("staticfleet_timeout_changes_total", **ids, timeout="session") == 0
+    metrics.forget("ns", "quiet")
+    assert value("staticfleet_rebalances_total", **ids) is None
