@@ -16,6 +16,7 @@ lint:
 	lint-imports
 	python scripts/sync-crds.py --check
 	python -m staticfleet_dev.dashboard --check
+	python -m staticfleet_dev.grafana_alerts --check
 
 unit: setup
 	pytest -m unit -q

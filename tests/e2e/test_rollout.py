@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from staticfleet_dev import dashboard
+from staticfleet_dev import dashboard, grafana_alerts
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.stream import committed_lag, read_all
 from tests.conftest import unique
@@ -189,6 +189,12 @@ def check_dashboard(prometheus: Prometheus, namespace: str, group: str, started:
         panel.queries[0][0], namespace, group), started, time.time())
     values = {float(v) for series in in_progress for _, v in series["values"]}
     assert values == {0.0, 1.0}, f"rollout in progress never moved: {in_progress}"
+    # The Grafana-managed rules' queries (the PrometheusRule's expressions as Grafana sends
+    # them): Prometheus takes each, and the rebalance ones find nothing after a static rollout.
+    for rule in grafana_alerts.provisioning()["groups"][0]["rules"]:
+        found = prometheus.query(rule["data"][0]["model"]["expr"])
+        if "Rebalance" in rule["title"]:
+            assert not [s for s in found if s["metric"].get("group") == group], (rule, found)
 
 
 def test_dynamic_rollout_rebalances_once_per_member_at_least(

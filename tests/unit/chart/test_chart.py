@@ -165,6 +165,34 @@ def test_grafana_dashboard_config_map(render: Callable[..., Rendered]) -> None:
     assert json.loads(cm["data"]["staticfleet.json"]) == source
 
 
+def test_grafana_alert_rules_config_map(render: Callable[..., Rendered]) -> None:
+    """The Grafana-managed rules are the PrometheusRule's alerts: same names, expressions, for,
+    labels and runbook links; they query the data source the value names."""
+    from staticfleet_dev import grafana_alerts
+
+    assert not [d for d in render().docs if d["kind"] == "ConfigMap"
+                and d["metadata"]["name"].endswith("-grafana-alerts")], "optional, off"
+    cm = render("--set", "grafanaAlerts.enabled=true",
+                "--set", "grafanaAlerts.datasourceUid=prom-1").one("ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_alert"] == "1"
+    doc = yaml.safe_load(cm["data"]["staticfleet-alerts.yaml"])
+    (group,) = doc["groups"]
+    assert doc["apiVersion"] == 1 and group["folder"] == "staticfleet"
+    rules = {r["title"]: r for r in group["rules"]}
+    alerts = {a["alert"]: a for a in grafana_alerts.prometheus_alerts()}
+    assert set(rules) == set(alerts)
+    for name, alert in alerts.items():
+        ours = rules[name]
+        query, threshold = ours["data"]
+        assert query["datasourceUid"] == "prom-1" and threshold["datasourceUid"] == "__expr__"
+        assert query["model"]["expr"] == " ".join(alert["expr"].split())
+        assert ours["condition"] == threshold["refId"] == "B"
+        assert threshold["model"]["expression"] == "A"
+        assert ours["for"] == alert["for"] and ours["labels"] == alert["labels"]
+        assert ours["annotations"]["runbook_url"] == alert["annotations"]["runbook_url"]
+        assert "$value " not in ours["annotations"]["description"].replace("$values", "")
+
+
 # --- RBAC: exactly what the operator needs -----------------------------------------------------
 
 NAMESPACED_RULES = {
