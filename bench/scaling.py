@@ -112,15 +112,19 @@ class Step:
 def scale_step(kc: Path, namespace: str, name: str, env: environment.LocalEnv, topic: str,
                replicas: int, settle: float) -> tuple[float, float, int, int]:
     """Scale to `replicas`; the longest unowned and unprocessed times (s) until `settle` s after
-    the group is Ready again, and the rebalances (all, planned) the operator counted."""
+    the group is Ready again, and never before the session timeout plus `settle` has passed
+    since the scale (a removed static member that did not leave holds its partitions, listed
+    by the broker as owned, until its session times out), and the rebalances (all, planned) the
+    operator counted."""
     before = cg(kc, namespace, name)["status"]
     watch = Watch(env.bootstrap, name, topic).start()
     time.sleep(2)
+    scaled = time.monotonic()
     kubectl(kc, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
             f'{{"spec": {{"replicas": {replicas}}}}}')
     wait(lambda: (o := cg(kc, namespace, name)) and ready_and_idle(o)
          and o["status"].get("replicas") == replicas, 300, f"{name} Ready with {replicas}")
-    time.sleep(settle)
+    time.sleep(max(settle, scaled + SESSION_MS / 1000 + settle - time.monotonic()))
     watch.stop()
     after = cg(kc, namespace, name)["status"]
     rebalances = int(after.get("rebalances") or 0) - int(before.get("rebalances") or 0)
