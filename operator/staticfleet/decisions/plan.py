@@ -770,6 +770,7 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, effective: timeouts.Effecti
         measurements=recorded, conditions=conds)
     status.update({"groupId": spec.kafka.group_id,
                    "memberRebalanceCounters": dict(rebalances.counters),
+                   "rebalancesFromState": rebalances.from_state or None,
                    "consecutiveFailures": 0})
     return status
 

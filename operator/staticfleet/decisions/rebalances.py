@@ -18,6 +18,9 @@ class RebalanceCount:
     """`status.rebalances` after this pass."""
     counters: Mapping[str, int]
     """`status.memberRebalanceCounters`: each member pod's last reported counter, by uid."""
+    from_state: int = 0
+    """`status.rebalancesFromState`: rebalances counted from the group's state that no
+    member's counter has shown yet (a later counter increase is the same rebalance)."""
 
 
 def count_rebalances(
@@ -42,9 +45,14 @@ def count_rebalances(
         value = int(st.get("rebalances") or 0)
         counters[uid] = value
         deltas.append(max(0, value - int(seen[uid])) if uid in seen else value)
-    increase = max(deltas, default=0)
-    if increase == 0 and previous.get("groupState") == "Stable" and (
+    seen_by_members = max(deltas, default=0)
+    # A rebalance counted from the state in an earlier pass shows in the counters later: it
+    # is not counted twice.
+    credit = int(previous.get("rebalancesFromState") or 0)
+    increase = max(0, seen_by_members - credit)
+    credit = max(0, credit - seen_by_members)
+    if seen_by_members == 0 and previous.get("groupState") == "Stable" and (
             group_state in REBALANCING_STATES):
-        increase = 1
+        increase, credit = 1, credit + 1
     total = int(previous.get("rebalances") or 0) + increase
-    return RebalanceCount(increase=increase, total=total, counters=counters)
+    return RebalanceCount(increase=increase, total=total, counters=counters, from_state=credit)
