@@ -3,8 +3,9 @@
 4 members on 12 partitions under a steady produce rate, for each protocol (classic, consumer):
 scale 4 -> 3, then 3 -> 4. For each step: the longest time a partition had no owner in the
 broker's assignment, the longest time a partition's committed offset did not move while records
-arrived (unprocessed), beside the session timeout; rebalances (the operator's count, and how many
-of them it planned); records lost (must be 0).
+arrived (unprocessed), and the same for the partitions that kept their owner (what a join
+costs the others), beside the session timeout; rebalances (the operator's count, and how many of
+them it planned); records lost (must be 0).
 
 `--baseline REV` runs the same steps with the operator of git revision REV (from a worktree; the
 members run this checkout's runtime either way), first, in the same run: today's figures beside the
@@ -52,6 +53,8 @@ class Watch:
     topic: str
     unowned_s: dict[int, float] = field(default_factory=dict)
     stalled_s: dict[int, float] = field(default_factory=dict)
+    owners: dict[int, set[str]] = field(default_factory=dict)
+    """Every member seen owning each partition (one: it never moved)."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -79,8 +82,10 @@ class Watch:
                 now = time.monotonic()
                 try:
                     desc = admin.describe_consumer_groups([self.group])[self.group].result(10)
-                    owned = {tp.partition for m in desc.members
-                             for tp in m.assignment.topic_partitions if tp.topic == self.topic}
+                    holder = {tp.partition: m.group_instance_id or m.member_id
+                              for m in desc.members for tp in m.assignment.topic_partitions
+                              if tp.topic == self.topic}
+                    owned = set(holder)
                     committed = {tp.partition: tp.offset
                                  for tp in reader.committed(parts, timeout=10)}
                 except KafkaException:
@@ -88,6 +93,7 @@ class Watch:
                 for p in range(PARTITIONS):
                     if p in owned:
                         owned_at[p] = now
+                        self.owners.setdefault(p, set()).add(holder[p])
                     self.unowned_s[p] = max(self.unowned_s.get(p, 0.0), now - owned_at[p])
                     if committed.get(p) != last.get(p):
                         moved_at[p], last[p] = now, committed.get(p, -1)
@@ -103,6 +109,8 @@ class Step:
     step: str
     unowned_s: float
     unprocessed_s: float
+    kept_unprocessed_s: float
+    """The longest unprocessed time of the partitions that kept their owner."""
     session_ms: int
     rebalances: int
     planned: int
@@ -129,7 +137,9 @@ def scale_step(kc: Path, namespace: str, name: str, env: environment.LocalEnv, t
     after = cg(kc, namespace, name)["status"]
     rebalances = int(after.get("rebalances") or 0) - int(before.get("rebalances") or 0)
     planned = int(after.get("plannedRebalances") or 0) - int(before.get("plannedRebalances") or 0)
-    return (max(watch.unowned_s.values()), max(watch.stalled_s.values()), rebalances, planned)
+    kept = [watch.stalled_s[p] for p, seen in watch.owners.items() if len(seen) == 1]
+    return (max(watch.unowned_s.values()), max(watch.stalled_s.values()), max(kept, default=0.0),
+            rebalances, planned)
 
 
 def run_protocol(label: str, protocol: str, env: environment.LocalEnv, admin: AdminClient,
@@ -151,9 +161,9 @@ def run_protocol(label: str, protocol: str, env: environment.LocalEnv, admin: Ad
     steps = []
     for replicas, step in ((MEMBERS - 1, f"{MEMBERS} -> {MEMBERS - 1}"),
                            (MEMBERS, f"{MEMBERS - 1} -> {MEMBERS}")):
-        unowned, stalled, rebalances, planned = scale_step(kc, namespace, name, env, topic,
+        unowned, stalled, kept, rebalances, planned = scale_step(kc, namespace, name, env, topic,
                                                            replicas, settle)
-        steps.append(Step(label, protocol, step, unowned, stalled, SESSION_MS, rebalances,
+        steps.append(Step(label, protocol, step, unowned, stalled, kept, SESSION_MS, rebalances,
                           planned, 0))
         print(steps[-1], flush=True)
     produced = producer.stop()
@@ -201,12 +211,13 @@ def main() -> int:
     print(f"\n{MEMBERS} members, {PARTITIONS} partitions, {args.rate:.0f} records/s, session "
           f"timeout {SESSION_MS} ms\n")
     head = ("operator", "protocol", "step", "unowned s (max)", "unprocessed s (max)",
-            "session s", "rebalances", "planned", "lost")
-    print("  ".join(f"{h:>19}" for h in head))
+            "kept owner: unproc. s", "session s", "rebalances", "planned", "lost")
+    print("  ".join(f"{h:>21}" for h in head))
     for r in results:
-        print("  ".join(f"{v:>19}" for v in (
+        print("  ".join(f"{v:>21}" for v in (
             r.operator, r.protocol, r.step, f"{r.unowned_s:.1f}", f"{r.unprocessed_s:.1f}",
-            f"{r.session_ms / 1000:.0f}", r.rebalances, r.planned, r.lost)))
+            f"{r.kept_unprocessed_s:.1f}", f"{r.session_ms / 1000:.0f}", r.rebalances,
+            r.planned, r.lost)))
     if args.baseline:
         print("\nratio (staticfleet / baseline) of the longest unprocessed time:")
         for r in results:
