@@ -7,7 +7,6 @@ panels' queries are also what the e2e runs against a real Prometheus (`PANELS`, 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ from grafana_foundation_sdk.models.dashboard import (
     VariableRefresh,
     VariableSort,
 )
+
+from staticfleet_dev import generated
 
 OUT = Path(__file__).resolve().parents[1] / "charts" / "staticfleet" / "dashboards" / \
     "staticfleet.json"
@@ -264,21 +265,9 @@ def graphs() -> list[Graph]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="fail when the shipped JSON differs from what this builds")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT} is not what staticfleet_dev/dashboard.py builds: run "
-                  "`python -m staticfleet_dev.dashboard` and commit the result", file=sys.stderr)
-            return 1
-        print(f"dashboard in sync with staticfleet_dev/dashboard.py ({len(graphs())} panels)")
-        return 0
-    OUT.write_text(text)
-    print(f"wrote {OUT}")
-    return 0
+    return generated.main(__doc__ or "", OUT, render, "staticfleet_dev.dashboard",
+                          f"dashboard in sync with staticfleet_dev/dashboard.py "
+                          f"({len(graphs())} panels)", argv)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ Grafana's `$values.A.Value`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -23,6 +22,8 @@ import yaml
 from grafana_foundation_sdk.builders import alerting, prometheus
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.alerting import RelativeTimeRange
+
+from staticfleet_dev import generated
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "charts" / "staticfleet" / "rules" / "staticfleet-alerts.yaml"
@@ -82,22 +83,9 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="fail when the shipped file differs from what this builds")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT} is not what staticfleet_dev/grafana_alerts.py builds: run "
-                  "`python -m staticfleet_dev.grafana_alerts` and commit the result",
-                  file=sys.stderr)
-            return 1
-        print(f"Grafana alert rules in sync with the PrometheusRule ({len(prometheus_alerts())})")
-        return 0
-    OUT.write_text(text)
-    print(f"wrote {OUT}")
-    return 0
+    return generated.main(__doc__ or "", OUT, render, "staticfleet_dev.grafana_alerts",
+                          "Grafana alert rules in sync with the PrometheusRule "
+                          f"({len(prometheus_alerts())})", argv)
 
 
 if __name__ == "__main__":
