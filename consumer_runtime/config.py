@@ -98,6 +98,9 @@ class RuntimeConfig:
     pod_name: str | None
     http_host: str
     http_port: int
+    standby: bool = False
+    """Start in standby (`STATICFLEET_STANDBY`): start Spark and warm it up, configure the
+    consumer, but join the group only when the operator says so (POST /activate)."""
 
     @property
     def member(self) -> str:
@@ -183,7 +186,17 @@ def parse_config(raw: Any, env: Mapping[str, str]) -> RuntimeConfig:
         pod_name=env.get("POD_NAME") or None,
         http_host=env.get("STATICFLEET_HTTP_HOST") or "0.0.0.0",
         http_port=_port(env.get("STATICFLEET_HTTP_PORT", "8080")),
+        standby=_flag(env.get("STATICFLEET_STANDBY", ""), "STATICFLEET_STANDBY"),
     )
+
+
+def _flag(value: str, key: str) -> bool:
+    text = value.strip().lower()
+    if text in ("", "false", "0"):
+        return False
+    if text in ("true", "1"):
+        return True
+    raise ConfigError(f"{key}: must be true or false, got {value!r}; fix the pod's environment")
 
 
 def _object(value: Any, key: str) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The member's HTTP endpoints (stdlib server, own thread): the probes /healthz and /readyz,
-/status and /metrics, and the operator's requests POST /leave and POST /rejoin."""
+/status and /metrics, and the operator's requests POST /leave, /rejoin and /activate."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from consumer_runtime.metrics import Telemetry
 
 log = logging.getLogger(__name__)
-REQUESTS = ("leave", "rejoin")
+REQUESTS = ("leave", "rejoin", "activate")
 
 
 def serve(telemetry: Telemetry, host: str, port: int,
           request: Callable[[str], str | None] = lambda action: "not started yet",
           ) -> ThreadingHTTPServer:
     """Start serving in a daemon thread; return the server (its port is the bound one).
-    `request(action)` takes a POSTed request ("leave" or "rejoin"): None when accepted (202),
-    else why not (409)."""
+    `request(action)` takes a POSTed request ("leave", "rejoin" or "activate"): None when
+    accepted (202), else why not (409)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

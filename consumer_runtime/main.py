@@ -59,11 +59,12 @@ def main(env: Mapping[str, str] | None = None) -> int:
         session_timeout_s=(None if config.session_timeout_ms is None
                            else config.session_timeout_ms / 1000.0),
         max_poll_interval_s=config.max_poll_interval_ms / 1000.0,
-        process_start=round(wall - age, 3), started_at=started_at, age_at_start=age)
+        process_start=round(wall - age, 3), started_at=started_at, age_at_start=age,
+        standby=config.standby)
     member: Member | None = None
 
     def request(action: str) -> str | None:
-        """POST /leave and /rejoin; the probes answer before the member exists."""
+        """POST /leave, /rejoin and /activate; the probes answer before the member exists."""
         return "the member is still starting" if member is None else member.request(action)
 
     try:
@@ -98,9 +99,9 @@ def main(env: Mapping[str, str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    log.info("member %s of group %s starting (instance id %s, spark %s, sink %s)",
-             config.member, config.group_id, config.group_instance_id or "none: dynamic",
-             config.spark.mode, config.sink.type)
+    log.info("member %s of group %s starting%s (instance id %s, spark %s, sink %s)",
+             config.member, config.group_id, " in standby" if config.standby else "",
+             config.group_instance_id or "none: dynamic", config.spark.mode, config.sink.type)
     code = member.run()
     _close(sink, dead_letters, spark, config)
     server.shutdown()

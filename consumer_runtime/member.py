@@ -12,6 +12,11 @@ batch in flight finishes and is committed first, with the partitions paused): st
 close, a static member keeps its registration), leave (POST /leave: give the partitions up at once
 and stay out of the group) and rejoin (POST /rejoin: leave and subscribe again, so the group's
 assignment is computed anew). membership.py says how a leave and a refused join work.
+
+A standby process (a warm handoff's replacement, `config.standby`) does not subscribe before a
+fourth request, activate (POST /activate): it starts Spark and warms it up meanwhile, with its
+consumer made but outside the group, so the old member of its instance id runs undisturbed until
+it has closed. Joining earlier would fence the old member (classic) or be refused (KIP-848).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ LEAVE_CHECK_S = 0.2
 STOP = "stop"
 LEAVE = "leave"
 REJOIN = "rejoin"
+ACTIVATE = "activate"
 
 
 def consumer_settings(config: RuntimeConfig, telemetry: Telemetry) -> dict[str, Any]:
@@ -118,6 +124,9 @@ class Member:
         self.joined = False
         """In the group: assigned (possibly nothing) since the last revoke that left it empty."""
         self.stopping = threading.Event()
+        self.activation = threading.Event()
+        if not config.standby:
+            self.activation.set()
         self._requests = threading.Lock()
         self.leave_requested = False
         self.rejoin_requested = False
@@ -137,9 +146,19 @@ class Member:
         self.stopping.set()
 
     def request(self, action: str) -> str | None:
-        """Take an operator request (LEAVE or REJOIN; from the HTTP thread): None when accepted,
-        else why not. The loop carries it out between batches."""
+        """Take an operator request (ACTIVATE, LEAVE or REJOIN; from the HTTP thread): None
+        when accepted, else why not. The loop carries it out between batches."""
         with self._requests:
+            if action == ACTIVATE:
+                if self.activation.is_set():
+                    return "not in standby: already active"
+                if self.stopping.is_set():
+                    return "stopping"
+                self.telemetry.activated(time.monotonic())
+                self.activation.set()
+                return None
+            if not self.activation.is_set():
+                return "in standby: not in the group (POST /activate first)"
             if action == LEAVE:
                 if self.leave_requested:
                     return "already leaving the group" if not self.left else "left the group"
@@ -171,6 +190,13 @@ class Member:
 
     def run(self) -> int:
         """Poll until asked to stop or a batch fails for good; return the exit code."""
+        if not self._stand_by():
+            self._close()
+            if self.failure is not None:
+                log.error("member stops in standby: %s", self.failure)
+                return 1
+            log.info("stopped in standby, never in the group")
+            return 0
         self._subscribe()
         drain_began: float | None = None
         draining_for: str | None = None
@@ -216,6 +242,27 @@ class Member:
             while not self.stopping.wait(1.0):
                 self.telemetry.polled(time.monotonic())
         return 0
+
+    def _stand_by(self) -> bool:
+        """In standby, wait for activation while Spark starts: True once activated (at once for
+        a process that is not a standby), False when stopped or Spark failed first."""
+        if self.activation.is_set():
+            return True
+        log.info("standby: starting Spark; joining group %s only when activated (POST /activate)",
+                 self.config.group_id)
+        while not self.activation.is_set():
+            now = time.monotonic()
+            self.telemetry.polled(now)
+            self.failure = self.startup_check()
+            if self.failure is not None or self.stopping.is_set():
+                return False
+            if self.ready() and self.telemetry.standby == "warming":
+                self.telemetry.became_standby_ready(now)
+                log.info("standby ready %.3f s after process start: Spark is up and warm",
+                         self.telemetry.standby_ready_s or 0.0)
+            self.activation.wait(BUSY_POLL_S)
+        log.info("activated: joining group %s", self.config.group_id)
+        return True
 
     def _subscribe(self, subscription: list[str] | None = None) -> None:
         assert self.consumer is not None

@@ -29,10 +29,12 @@ class Telemetry:
 
     def __init__(self, *, namespace: str, group: str, member: str, instance_id: str | None,
                  session_timeout_s: float | None, max_poll_interval_s: float,
-                 process_start: float, started_at: float, age_at_start: float = 0.0) -> None:
+                 process_start: float, started_at: float, age_at_start: float = 0.0,
+                 standby: bool = False) -> None:
         """`process_start` is unix time; `started_at` a monotonic reading taken when the process
         was already `age_at_start` seconds old. `session_timeout_s` is None with group.protocol
-        consumer (KIP-848), where the broker owns the session timeout."""
+        consumer (KIP-848), where the broker owns the session timeout. `standby`: the process
+        waits for POST /activate before it joins the group (a warm handoff's replacement)."""
         self.registry = CollectorRegistry()
         self.ids = {"namespace": namespace, "group": group, "member": member}
         self.instance_id = instance_id
@@ -54,7 +56,13 @@ class Telemetry:
         self.batch_seconds: deque[float] = deque(maxlen=1000)
         self.batch_seconds_max = 0.0
         self.last_poll = started_at
-        self.state = "starting"
+        self.state = "standby" if standby else "starting"
+        self.standby: str | None = "warming" if standby else None
+        """A standby process: "warming" until Spark is up and warm, then "ready"; None once
+        activated (or when it never was one)."""
+        self.standby_ready_s: float | None = None
+        self.activated_s: float | None = None
+        self.last_batch_s: float | None = None
         self.waiting: Waiting | None = None
         self.leaving = False
         self.rejoins = 0
@@ -177,6 +185,23 @@ class Telemetry:
             self.holds_assignment = False
             self.m_assigned.labels(**self.ids).set(0)
 
+    def became_standby_ready(self, now: float) -> None:
+        """A standby process has Spark up and warm: activation costs only the join now."""
+        with self._lock:
+            if self.standby != "warming":
+                return
+            self.standby = "ready"
+            self.standby_ready_s = self._since_start(now)
+            self.m_startup.labels(**self.ids, phase="standby_ready").set(self.standby_ready_s)
+
+    def activated(self, now: float) -> None:
+        """A standby process was told to join the group."""
+        with self._lock:
+            self.standby = None
+            self.state = "starting" if self.state == "standby" else self.state
+            self.activated_s = self._since_start(now)
+            self.m_startup.labels(**self.ids, phase="activated").set(self.activated_s)
+
     def rejoined(self) -> None:
         with self._lock:
             self.rejoins += 1
@@ -193,6 +218,7 @@ class Telemetry:
             self.m_records.labels(**self.ids).inc(records)
             self.m_batches.labels(**self.ids).inc()
             self.m_batch_s.labels(**self.ids).observe(seconds)
+            self.last_batch_s = self._since_start(now)
             first = None
             if self.first_batch is None:
                 first = self.first_batch = self._since_start(now)
@@ -239,7 +265,12 @@ class Telemetry:
                 "revokes": self.revokes,
                 "lost": self.lost,
                 "startupSeconds": {"firstAssignment": self.first_assignment,
-                                   "firstBatch": self.first_batch},
+                                   "firstBatch": self.first_batch,
+                                   "standbyReady": self.standby_ready_s,
+                                   "activated": self.activated_s},
+                "lastBatchAt": (None if self.last_batch_s is None
+                                else round(self.process_start + self.last_batch_s, 3)),
+                "standby": self.standby,
                 "processStart": self.process_start,
                 "batchSecondsMax": self.batch_seconds_max,
                 "batchSecondsP99": p99(self.batch_seconds),

@@ -64,9 +64,10 @@ class RuntimeProcess:
     log: Path
 
     @classmethod
-    def start(cls, config: dict[str, Any], log: Path, instance_id: str | None) -> RuntimeProcess:
+    def start(cls, config: dict[str, Any], log: Path, instance_id: str | None,
+              extra_env: dict[str, str] | None = None) -> RuntimeProcess:
         port = free_port()
-        env = {**os.environ, "STATICFLEET_CONFIG": json.dumps(config),
+        env = {**os.environ, **(extra_env or {}), "STATICFLEET_CONFIG": json.dumps(config),
                "STATICFLEET_GROUP_INSTANCE_ID": instance_id or "",
                "POD_NAME": instance_id or "dynamic-member", "POD_NAMESPACE": "test",
                "STATICFLEET_HTTP_HOST": "127.0.0.1", "STATICFLEET_HTTP_PORT": str(port),
@@ -127,8 +128,9 @@ class RuntimeProcess:
 
 
 @contextmanager
-def running(config: dict[str, Any], log: Path, instance_id: str | None) -> Iterator[RuntimeProcess]:
-    member = RuntimeProcess.start(config, log, instance_id)
+def running(config: dict[str, Any], log: Path, instance_id: str | None,
+            extra_env: dict[str, str] | None = None) -> Iterator[RuntimeProcess]:
+    member = RuntimeProcess.start(config, log, instance_id, extra_env)
     try:
         yield member
     finally:

@@ -185,3 +185,85 @@ def test_rejoin_assigns_a_topic_that_nobody_owns_after_a_restart_with_it(
     assert codes == (0, 0)
     written = [m.value() for m in read_all(kafka.bootstrap, out, 4)]
     assert set(written) == {v for _, v, _ in produced}
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_standby_stays_out_of_the_group_until_activated_then_takes_over_in_a_second(
+        protocol: str, kafka: KafkaBroker, kafka_admin: AdminClient,
+        make_topic: Callable[..., str], tmp_path: Path) -> None:
+    """A warm handoff's two processes of one instance id: the standby warms Spark up while the
+    old member processes undisturbed; after the old one closed, POST /activate puts the standby
+    in the group with the same partitions, no rebalance, nothing lost."""
+    topic, out = make_topic("in", 4), make_topic("out", 4)
+    group = unique("g")
+    config = runtime_config(kafka.bootstrap, group, topic, sink={"type": "kafka", "topic": out},
+                            max_records=100, session_ms=SESSION_MS)
+    if protocol == "consumer":
+        config = kip848(config)
+        set_group_timeouts(kafka_admin, group, SESSION_MS)
+    instance = f"{group}-0"
+    everything = {(topic, p) for p in range(4)}
+    produced = records(topic, 0, 400, 4)
+    produce(kafka.bootstrap, topic, produced)
+    with running(config, tmp_path / "old.log", instance) as old, \
+            running(config, tmp_path / "new.log", instance, {"STATICFLEET_STANDBY": "true"}) as new:
+        old.wait_status(lambda s: len(s["assignment"]) == 4 and s["batchesProcessed"] > 0, 400,
+                        "processing")
+        warm = new.wait_status(lambda s: s["standby"] == "ready", 400, "standby-ready")
+        old_member = owners(kafka_admin, group)
+        refused = [post(new, path) for path in ("/leave", "/rejoin")]
+        assert new.get("/readyz")[0] == 503, "a standby is not Ready before it owns partitions"
+        more = records(topic, 400, 400, 4)
+        produce(kafka.bootstrap, topic, more)
+        produced += more
+        old.wait_status(lambda s: s["recordsProcessed"] >= 500, 120, "processing the rest")
+        before = old.status() or {}
+        assert old.terminate(timeout=30) == 0, old.tail()
+        closed = time.time()
+        activated = post(new, "/activate")
+        again = post(new, "/activate")
+        handoff_s = wait_owned(kafka_admin, group, everything, {instance}, SESSION_MS / 1000)
+        serving = new.wait_status(lambda s: s["startupSeconds"]["firstAssignment"] is not None,
+                                  60, "in the group")
+        in_group_s = serving["processStart"] + serving["startupSeconds"]["firstAssignment"] - closed
+        last = records(topic, 800, 200, 4)
+        produce(kafka.bootstrap, topic, last)
+        produced += last
+        wait_committed_to_end(kafka.bootstrap, group, topic, 4, new, timeout=200)
+        after = new.status() or {}
+        assert new.terminate(timeout=30) == 0, new.tail()
+    print(f"{protocol}: standby ready {warm['startupSeconds']['standbyReady']:.1f} s after its "
+          f"start; old member closed -> standby in the group {in_group_s:.2f} s "
+          f"(owner seen by the broker after {handoff_s:.2f} s)")
+    # While the standby waited, the old member alone held the instance id and its partitions.
+    assert warm["memberId"] == "" and warm["assignment"] == [] and warm["assigns"] == 0
+    assert set(old_member) == everything and set(old_member.values()) == {instance}
+    assert before["rebalances"] == 0, "the standby disturbed the old member"
+    assert [r[0] for r in refused] == [409, 409], refused
+    assert activated == (202, {"accepted": "activate"}) and again[0] == 409, (activated, again)
+    # The same partitions, as a static member's return: no rebalance seen by the new process.
+    assert after["standby"] is None and after["rebalances"] == 0 and after["assigns"] == 1
+    assert {tuple(tp) for tp in after["assignment"]} == everything
+    assert in_group_s < 3.0, new.tail()
+    written = [m.value() for m in read_all(kafka.bootstrap, out, 4)]
+    assert set(written) == {v for _, v, _ in produced}
+
+
+def test_a_standby_stopped_before_activation_never_joins(
+        kafka: KafkaBroker, kafka_admin: AdminClient, make_topic: Callable[..., str],
+        tmp_path: Path) -> None:
+    topic = make_topic("in", 2)
+    group = unique("g")
+    config = runtime_config(kafka.bootstrap, group, topic, sink={"type": "null"},
+                            session_ms=SESSION_MS)
+    with running(config, tmp_path / "standby.log", f"{group}-0",
+                 {"STATICFLEET_STANDBY": "true"}) as standby:
+        status = standby.wait_status(lambda s: s["standby"] == "ready", 400, "standby-ready")
+        began = time.monotonic()
+        code = standby.terminate(timeout=30)
+        stop_s = time.monotonic() - began
+    desc = kafka_admin.describe_consumer_groups([group])[group].result(timeout=10)
+    assert status["state"] == "standby" and status["processingReady"] is True
+    assert code == 0 and stop_s < 10, standby.tail()
+    assert "stopped in standby, never in the group" in standby.text()
+    assert list(desc.members) == [], "a standby that was never activated joined the group"

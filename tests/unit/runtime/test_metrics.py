@@ -9,13 +9,13 @@ CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances"
                  "revokes", "lost", "startupSeconds", "processStart", "batchSecondsMax",
                  "batchSecondsP99", "recordsProcessed", "batchesProcessed", "deadLettered",
                  "lastPollAgeSeconds", "state", "processingReady", "waiting", "leaving",
-                 "rejoins"}
+                 "rejoins", "standby", "lastBatchAt"}
 
 
-def telemetry() -> Telemetry:
+def telemetry(standby: bool = False) -> Telemetry:
     return Telemetry(namespace="ns", group="g", member="g-0", instance_id="g-0",
                      session_timeout_s=10, max_poll_interval_s=30, process_start=1000.0,
-                     started_at=100.0, age_at_start=0.5)
+                     started_at=100.0, age_at_start=0.5, standby=standby)
 
 
 def sample(t: Telemetry, name: str, **labels: str) -> float | None:
@@ -58,7 +58,9 @@ def test_status_has_exactly_the_contract_fields() -> None:
     status = t.status(now=104.0)
     assert set(status) == CONTRACT_KEYS
     json.dumps(status)
-    assert status["startupSeconds"] == {"firstAssignment": None, "firstBatch": 3.5}
+    assert status["startupSeconds"] == {"firstAssignment": None, "firstBatch": 3.5,
+                                        "standbyReady": None, "activated": None}
+    assert status["lastBatchAt"] == 1004.5 and status["standby"] is None
     assert (status["recordsProcessed"], status["batchesProcessed"], status["deadLettered"]) == \
         (15, 2, 1)
     assert status["batchSecondsMax"] == 0.4 and status["state"] == "starting"
@@ -141,3 +143,24 @@ def test_no_session_timeout_series_when_the_broker_owns_it() -> None:
                   started_at=100.0)
     assert sample(t, "staticfleet_member_session_timeout_seconds") is None
     assert sample(t, "staticfleet_member_max_poll_interval_seconds") == 30
+
+
+def test_a_standby_warms_then_is_ready_then_activated_and_is_never_ready_before() -> None:
+    t = telemetry(standby=True)
+    assert t.status(now=101.0)["state"] == "standby"
+    assert t.status(now=101.0)["standby"] == "warming"
+    t.processing_ready = True
+    t.became_standby_ready(now=104.0)
+    status = t.status(now=104.0)
+    assert status["standby"] == "ready" and status["startupSeconds"]["standbyReady"] == 4.5
+    assert not t.ready(now=104.0), "a standby holds no partitions: not Ready"
+    assert sample(t, "staticfleet_member_startup_seconds", phase="standby_ready") == 4.5
+    t.activated(now=110.0)
+    t.assigned({("a", 0)}, now=110.5, member_id="m")
+    t.polled(now=110.5)
+    status = t.status(now=110.5)
+    assert status["standby"] is None and status["state"] == "running"
+    assert status["startupSeconds"]["activated"] == 10.5
+    assert status["rebalances"] == 0 and t.ready(now=110.5)
+    t.became_standby_ready(now=111.0)
+    assert t.status(now=111.0)["standby"] is None, "ready after activation changes nothing"
