@@ -26,6 +26,8 @@ DEFAULT_TRANSFORM = "consumer_runtime.transforms:identity"
 MAX_NAME_LENGTH = 50
 
 Protocol = Literal["classic", "consumer"]
+RolloutStrategy = Literal["WarmHandoff", "Recreate"]
+STRATEGIES: tuple[RolloutStrategy, ...] = ("WarmHandoff", "Recreate")
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -199,6 +201,14 @@ class RolloutSpec:
     max_unavailable: int = 1
     restart_nonce: str | None = None
     paused: bool = False
+    strategy: RolloutStrategy = "WarmHandoff"
+    """WarmHandoff: the replacement starts in standby beside the old member and joins once the
+    old one closed. Recreate: stop the old member, then start the replacement."""
+    max_surge: int = 1
+    """WarmHandoff: most replacement pods running beside their old members at once."""
+    standby_timeout_s: int = 600
+    """WarmHandoff: how long a replacement may take to be standby-ready before the rollout
+    stops (the old member keeps running)."""
 
 
 @dataclass(frozen=True)
@@ -600,8 +610,15 @@ def _parse_rollout(ro: Mapping[str, Any]) -> RolloutSpec:
     paused = ro.get("paused", False)
     if not isinstance(paused, bool):
         raise SpecError(f"{path}.paused", "must be a boolean")
+    strategy = ro.get("strategy", "WarmHandoff")
+    if strategy not in STRATEGIES:
+        raise SpecError(f"{path}.strategy",
+                        f"must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     return RolloutSpec(
         max_unavailable=_int(ro, "maxUnavailable", path, default=1, minimum=1),
         restart_nonce=_opt_str(ro, "restartNonce", path),
         paused=paused,
+        strategy=strategy,
+        max_surge=_int(ro, "maxSurge", path, default=1, minimum=1),
+        standby_timeout_s=_int(ro, "standbyTimeoutSeconds", path, default=600, minimum=10),
     )
