@@ -31,7 +31,11 @@ ROLLOUTS = Counter(
 MEMBER_ABSENCE = Histogram(
     "staticfleet_member_absence_seconds",
     "From a member's stop to its return to the group with its partitions", LABELS,
-    buckets=(1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300), registry=REGISTRY)
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300), registry=REGISTRY)
+MEMBER_PROCESSING_GAP = Histogram(
+    "staticfleet_member_processing_gap_seconds",
+    "From a restarted member's last processed batch to its replacement's first", LABELS,
+    buckets=(0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 45, 60, 120, 300), registry=REGISTRY)
 ROLLOUT_IN_PROGRESS = Gauge(
     "staticfleet_rollout_in_progress", "1 while a rollout runs", LABELS, registry=REGISTRY)
 ROLLOUT_AT_RISK = Gauge(
@@ -155,6 +159,8 @@ def export(namespace: str, group: str, values: MetricValues, seconds: float) -> 
         TIMEOUT_CHANGES.labels(*labels, timeout).inc()
     for absence in values.absences_s:
         MEMBER_ABSENCE.labels(*labels).observe(absence)
+    for gap in values.processing_gaps_s:
+        MEMBER_PROCESSING_GAP.labels(*labels).observe(gap)
     if values.rollout_finished is not None:
         seconds, result = values.rollout_finished
         ROLLOUT_DURATION.labels(*labels).observe(seconds)

@@ -142,8 +142,12 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         deps.note_closure(pod)
     with deps.lock:
         closures = dict(deps.closures)
+    # Members being stopped are read too while their process runs: a warm handoff's processing
+    # gap starts at the old process's last batch.
+    running = live + [p for p in pods if p["metadata"].get("deletionTimestamp")
+                      and member_closed_at(p) is None and p["metadata"]["uid"] not in closures]
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
-                    statuses=_member_statuses(live, deps), group=group, partitions=partitions,
+                    statuses=_member_statuses(running, deps), group=group, partitions=partitions,
                     closures=closures, claimants=claimants, broker_config=broker_config,
                     bounds_denied=bounds_denied, lag=lag)
     return snap, admin

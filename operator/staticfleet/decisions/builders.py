@@ -25,6 +25,7 @@ HTTP_PORT = 8080
 CONFIG_KEY = "config.json"
 
 NAME_LABEL = "app.kubernetes.io/name"
+STANDBY_ENV = "STATICFLEET_STANDBY"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 GROUP_LABEL = "staticfleet.io/group"
@@ -43,6 +44,12 @@ MANAGER = "staticfleet"
 def member_name(group: ConsumerGroupSpec, ordinal: int) -> str:
     """Pod name of member `ordinal`: `<cg-name>-<ordinal>`."""
     return f"{group.name}-{ordinal}"
+
+
+def replacement_name(group: ConsumerGroupSpec, ordinal: int, revision: str) -> str:
+    """Pod name of member `ordinal`'s warm-handoff replacement for `revision`:
+    `<cg-name>-<ordinal>-<first 5 characters of the revision>` (it runs beside the old pod)."""
+    return f"{member_name(group, ordinal)}-{revision[:5]}"
 
 
 def instance_id(group: ConsumerGroupSpec, ordinal: int) -> str:
@@ -267,16 +274,21 @@ def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
 
 def build_member_pod(
     group: ConsumerGroupSpec, ordinal: int, view: MemberSpecView,
-    session_timeout_ms: int | None = None,
+    session_timeout_ms: int | None = None, *, standby: bool = False,
 ) -> dict[str, Any]:
     """Member pod `ordinal` running `view` (from `member_spec_view`), per docs/contracts.md;
-    `session_timeout_ms`: the one it will join with (recorded as `SESSION_ANNOTATION`)."""
+    `session_timeout_ms`: the one it will join with (recorded as `SESSION_ANNOTATION`).
+    `standby`: a warm handoff's replacement (`replacement_name`), whose process waits for
+    POST /activate before it joins the group (`STATICFLEET_STANDBY`)."""
     t = group.template
+    name = replacement_name(group, ordinal, view.revision) if standby else member_name(
+        group, ordinal)
     container: dict[str, Any] = {
         "name": MEMBER_CONTAINER,
         "image": t.image,
         "command": list(t.command),
         "env": _operator_env(group, ordinal, with_instance_id=True, config=view.config)
+        + ([{"name": STANDBY_ENV, "value": "true"}] if standby else [])
         + [dict(v) for v in t.env],
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         # A member that refuses its config says why on stderr and exits: the kubelet keeps the
@@ -303,7 +315,7 @@ def build_member_pod(
     if t.resources is not None:
         container["resources"] = dict(t.resources)
     spec: dict[str, Any] = {
-        "hostname": member_name(group, ordinal),
+        "hostname": name,
         "subdomain": service_name(group),
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": t.termination_grace_period_seconds,
@@ -329,7 +341,7 @@ def build_member_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": member_name(group, ordinal),
+            "name": name,
             "namespace": group.namespace,
             "labels": member_labels(group, ordinal),
             "annotations": annotations,

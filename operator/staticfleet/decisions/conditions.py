@@ -78,6 +78,10 @@ ROLLOUT_STARTED = "RolloutStarted"
 MEMBER_RESTARTING = "MemberRestarting"
 MEMBER_BACK = "MemberBack"
 MEMBER_READY = "MemberReady"
+HANDOFF_STARTED = "HandoffStarted"
+HANDOFF_FAILED = "HandoffFailed"
+HANDOFF_FALLBACK = "HandoffFellBackToColdStart"
+MEMBER_ACTIVATING = "MemberActivating"
 TIMEOUTS_CHANGED = "TimeoutsChanged"
 SCALED_DOWN = "ScaledDown"
 SCALED_UP = "ScaledUp"
@@ -106,6 +110,12 @@ MANUAL_RESTART = "ManualRestart"
 def rfc3339(moment: datetime) -> str:
     """Format an aware datetime as the RFC 3339 UTC string Kubernetes uses (second precision)."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rfc3339_ms(moment: datetime) -> str:
+    """Like `rfc3339`, with milliseconds (for measurements made of differences of moments)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + (
+        f"{moment.astimezone(UTC).microsecond // 1000:03d}Z")
 
 
 def parse_rfc3339(value: str) -> datetime:

@@ -5,8 +5,8 @@ sees them (pure): one `ObservedMember` per ordinal, with its restart reasons com
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from staticfleet.decisions import builders, reasons
@@ -157,6 +157,9 @@ class MemberTable:
     live: Mapping[int, Mapping[str, Any]]
     stopping: Mapping[int, Mapping[str, Any]]
     members: tuple[ObservedMember, ...]
+    standby: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    """A second live pod of an ordinal (the newer one): a warm handoff's replacement while the
+    old member still runs. `live` holds the older, the member."""
 
     def ordinals(self) -> list[int]:
         return sorted(set(self.live) | set(self.stopping))
@@ -180,19 +183,23 @@ def observe_members(
     """`partitions`: the subscribed topics' total; with more members than partitions some
     members legitimately hold none, so being listed by the broker is enough to be in."""
     live: dict[int, Mapping[str, Any]] = {}
+    standby: dict[int, Mapping[str, Any]] = {}
     stopping: dict[int, Mapping[str, Any]] = {}
-    for pod in pods:
+    for pod in sorted(pods, key=_age_order):
         ordinal = ordinal_of(pod)
         if ordinal is None:
             continue
-        target = stopping if pod["metadata"].get("deletionTimestamp") else live
-        target[ordinal] = pod
+        if pod["metadata"].get("deletionTimestamp"):
+            stopping.setdefault(ordinal, pod)
+        elif ordinal in live:
+            standby.setdefault(ordinal, pod)  # a newer pod beside the member: its replacement
+        else:
+            live[ordinal] = pod
     idle_possible = partitions is not None and spec.replicas > partitions
     by_instance = group.by_instance()
     by_member_id = group.by_member_id()
-    members = []
-    for ordinal in sorted(set(live) | set(stopping)):
-        pod = live.get(ordinal) or stopping[ordinal]
+
+    def observe(ordinal: int, pod: Mapping[str, Any], is_live: bool) -> ObservedMember:
         meta = pod["metadata"]
         st = statuses.get(meta["uid"]) or {}
         gm = by_instance.get(builders.instance_id(spec, ordinal))
@@ -204,8 +211,8 @@ def observe_members(
         # /readyz holds only while it holds its assignment).
         this_process = gm is not None and (
             st.get("memberId") == gm.member_id if st.get("memberId") else pod_ready(pod))
-        is_live = ordinal in live
-        members.append(ObservedMember(
+        failure = member_failure(pod)
+        return ObservedMember(
             ordinal=ordinal, pod_exists=True, revision=reasons.pod_revision(pod),
             ready=pod_ready(pod) and is_live, stopped_at=stop_requested_at(pod),
             in_group=bool(gm and (gm.partitions or idle_possible)) and this_process and is_live,
@@ -213,5 +220,45 @@ def observe_members(
             pod_uid=meta.get("uid"),
             member_id=gm.member_id if gm else None,
             assignment=gm.partitions if gm else (),
-            restart_reasons=tuple(reasons.restart_reasons(view, pod)) if is_live else ()))
-    return MemberTable(live=live, stopping=stopping, members=tuple(members))
+            restart_reasons=tuple(reasons.restart_reasons(view, pod)) if is_live else (),
+            standby_state=st.get("standby") if st else None,
+            failure=(f"exit code {failure.exit_code}: {_last_line(failure.message)}"
+                     if failure else None),
+            standby_ready_at=_moment(st, "standbyReady"),
+            first_batch_at=_moment(st, "firstBatch"),
+            answers=bool(st))
+
+    members = []
+    for ordinal in sorted(set(live) | set(stopping)):
+        if ordinal in live:
+            member = observe(ordinal, live[ordinal], True)
+            if ordinal in standby:
+                member = replace(member, standby=observe(ordinal, standby[ordinal], True))
+        else:
+            member = observe(ordinal, stopping[ordinal], False)
+        members.append(member)
+    return MemberTable(live=live, stopping=stopping, members=tuple(members), standby=standby)
+
+
+def _age_order(pod: Mapping[str, Any]) -> tuple[str, str]:
+    meta = pod["metadata"]
+    return (str(meta.get("creationTimestamp") or ""), str(meta.get("name")))
+
+
+def _moment(status: Mapping[str, Any], phase: str) -> datetime | None:
+    """Unix time of a startup phase of the process (`processStart` + `startupSeconds`)."""
+    seconds = (status.get("startupSeconds") or {}).get(phase)
+    start = status.get("processStart")
+    if seconds is None or start is None:
+        return None
+    return datetime.fromtimestamp(float(start) + float(seconds), UTC)
+
+
+def last_batch_at(status: Mapping[str, Any]) -> datetime | None:
+    value = status.get("lastBatchAt")
+    return None if value is None else datetime.fromtimestamp(float(value), UTC)
+
+
+def _last_line(message: str) -> str:
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    return lines[-1][:400] if lines else "(no message)"

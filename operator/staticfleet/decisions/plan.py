@@ -31,6 +31,8 @@ from staticfleet.decisions.members import (
     MemberTable,
     cold_start_s,
     join_latency_s,
+    last_batch_at,
+    member_closed_at,
     member_failure,
     observe_members,
     ordinal_of,
@@ -99,6 +101,7 @@ class MetricValues:
     """The Kafka group id (the `consumergroup` label of the lag series)."""
     timeout_changes: tuple[str, ...] = ()
     absences_s: tuple[float, ...] = ()
+    processing_gaps_s: tuple[float, ...] = ()
     rollout_finished: tuple[float, str] | None = None
     """(seconds, phase) of a rollout that ended this pass."""
     error: str | None = None
@@ -198,7 +201,7 @@ def decide(snap: Snapshot) -> Plan:
              else c.parse_optional(previous.get("unassignedSince")))
     rejoin = _rejoin(snap, table, spec, missing, since, last_planned)
     planned = down.planned or (rejoin.planned if rejoin else None) or last_planned
-    calls = down.calls + ((rejoin.call,) if rejoin else ())
+    calls = _activations(snap, table) + down.calls + ((rejoin.call,) if rejoin else ())
 
     problems = _stuck(snap, table) + _failing(spec, table)
     unassigned_cond = (_unassigned_condition(missing, since, rejoin, last_planned) if judged
@@ -233,7 +236,8 @@ def decide(snap: Snapshot) -> Plan:
         unassigned_partitions=len(missing) if group.state == "Stable" else None,
         lag=snap.lag, group_id=spec.kafka.group_id,
         timeout_changes=tuple(TIMEOUT_METRIC_NAMES[f] for f in changed),
-        absences_s=tuple(r[1] for r in roll.restarts), rollout_finished=roll.finished)
+        absences_s=tuple(r[1] for r in roll.restarts), processing_gaps_s=roll.gaps,
+        rollout_finished=roll.finished)
     return Plan(
         status=_stamped(status, previous, snap), group_configs=configs,
         children=(builders.build_config_map(spec, effective),
@@ -488,6 +492,9 @@ WHY_MISSING = "its pod is missing (deleted outside a rollout, or lost with its n
 WHY_REPLACEMENT = "replacement of the restarted member"
 WHY_SCALE_DOWN = "scale down"
 WHY_RESTART = "restart"
+WHY_HANDOFF = "restart: its standby replacement is ready (warm handoff)"
+WHY_HANDOFF_ABORTED = "warm handoff abandoned: the replacement is deleted"
+WHY_STANDBY = "standby replacement (warm handoff)"
 WHY_GROUP_ID_IN_USE = "its Kafka group id is in use"
 
 
@@ -507,6 +514,36 @@ def _creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             why = WHY_MISSING
         pod = builders.build_member_pod(spec, ordinal, view, effective.session_timeout_ms)
         out.append(PodCreate(ordinal, pod, why))
+    names = {p["metadata"]["name"] for p in snap.pods}
+    for f in state.in_flight:
+        if f.mode == "warm" and f.stopped_at is None and f.replacement not in names \
+                and f.ordinal in table.live:
+            pod = builders.build_member_pod(spec, f.ordinal, view, effective.session_timeout_ms,
+                                            standby=True)
+            out.append(PodCreate(f.ordinal, pod, f"{WHY_STANDBY} (revision {view.revision})"))
+    return tuple(out)
+
+
+def _activations(snap: Snapshot, table: MemberTable) -> tuple[pl.MemberCall, ...]:
+    """Standby processes that are their ordinal's only member now: activate them once no
+    older process of the ordinal still runs (two processes of one instance id in the group
+    fence each other). This finishes a warm handoff, and brings back a replacement whose
+    container restarted in place after its activation (it starts in standby again)."""
+    out = []
+    for m in table.members:
+        pod = table.live.get(m.ordinal)
+        if pod is None or m.standby_state is None or pod["metadata"]["name"] != m.pod_name:
+            continue
+        if not (pod.get("status") or {}).get("podIP"):
+            continue
+        older = [p for p in snap.pods if ordinal_of(p) == m.ordinal
+                 and p["metadata"].get("deletionTimestamp")
+                 and p["metadata"]["uid"] not in snap.closures
+                 and member_closed_at(p) is None]
+        if older:
+            continue
+        out.append(pl.MemberCall(m.ordinal, str(m.pod_name), "activate",
+                                 "the old member process of this instance id has closed"))
     return tuple(out)
 
 
@@ -663,6 +700,8 @@ class _Roll:
     finished: tuple[float, str] | None = None
     requeue_after_s: float | None = None
     refusal: str | None = None
+    gaps: tuple[float, ...] = ()
+    """Processing gaps measured this pass (warm handoffs)."""
 
 
 def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
@@ -680,7 +719,11 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout, running, which)
     obs = ro.GroupObservation(
         members=tuple(m for m in table.members if m.ordinal < spec.replicas),
-        group_state=group_state, rebalances=rebalances, closures=snap.closures)
+        group_state=group_state, rebalances=rebalances, closures=snap.closures,
+        last_batches={uid: at for uid, st_ in snap.statuses.items()
+                      if (at := last_batch_at(st_)) is not None},
+        replacement_names={o: builders.replacement_name(spec, o, view.revision)
+                           for o in range(spec.replicas)})
     decided = ro.next_step(state, obs, view.revision, limits, now)
     after = ro.record_step(state, decided, obs, view.revision, now)
     if isinstance(decided, ro.Complete) and not state.started_at and not after.started_at:
@@ -708,15 +751,69 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             deletes.append(PodDelete(ordinal, pod["metadata"]["name"], pod["metadata"]["uid"],
                                      WHY_RESTART, why))
         return replace(roll, deletes=tuple(deletes), events=tuple(events), requeue_after_s=1.0)
+    if isinstance(decided, ro.PrepareReplacements):
+        events = []
+        if not state.started_at or state.revision != view.revision:
+            events.append(Event("Normal", c.ROLLOUT_STARTED,
+                                f"rolling to revision {view.revision} by warm handoff: "
+                                f"{len(after.pending) + len(decided.ordinals)} member(s), "
+                                f"at most {limits.max_surge} replacement(s) at a time"))
+        for ordinal in decided.ordinals:
+            member = table.member(ordinal)
+            why = member.restart_reasons if member else ()
+            codes = ",".join(sorted({r.code for r in why}))
+            events.append(Event(
+                "Normal", c.HANDOFF_STARTED,
+                f"starting the replacement of member {ordinal} in standby "
+                f"(pod {builders.replacement_name(spec, ordinal, view.revision)}; {codes}): "
+                f"{'; '.join(r.message for r in why)}"))
+        return replace(roll, events=tuple(events), requeue_after_s=1.0)
+    if isinstance(decided, ro.HandOver):
+        old = table.live.get(decided.ordinal)
+        stops: tuple[PodDelete, ...] = ()
+        if decided.delete_uid is not None and old is not None and (
+                old["metadata"]["uid"] == decided.delete_uid):
+            member = table.member(decided.ordinal)
+            stops = (PodDelete(decided.ordinal, old["metadata"]["name"],
+                               old["metadata"]["uid"], WHY_HANDOFF,
+                               member.restart_reasons if member else ()),)
+        flight = next((f for f in after.in_flight if f.ordinal == decided.ordinal), None)
+        warm_s = ((decided.standby_ready_at - flight.prepared_at).total_seconds()
+                  if flight and flight.prepared_at and decided.standby_ready_at else None)
+        return replace(roll, deletes=stops, requeue_after_s=0.2, events=(Event(
+            "Normal", c.MEMBER_RESTARTING,
+            f"member {decided.ordinal}: its replacement is standby-ready"
+            + (f" ({warm_s:.1f} s after it was created)" if warm_s is not None else "")
+            + "; stopping the old member (it finishes and commits its batch), then the "
+            "replacement joins with the same instance id"),))
+    if isinstance(decided, ro.HandoffFailed | ro.FallBackCold):
+        dropped = ((decided.ordinal, *decided.ordinals) if isinstance(decided, ro.HandoffFailed)
+                   else (decided.ordinal,))
+        names = {f.replacement for f in state.in_flight if f.ordinal in dropped}
+        aborted = tuple(
+            PodDelete(ordinal_of(p) or 0, p["metadata"]["name"], p["metadata"]["uid"],
+                      WHY_HANDOFF_ABORTED)
+            for p in snap.pods if p["metadata"]["name"] in names
+            and not p["metadata"].get("deletionTimestamp"))
+        reason = (c.HANDOFF_FAILED if isinstance(decided, ro.HandoffFailed)
+                  else c.HANDOFF_FALLBACK)
+        return replace(roll, deletes=aborted, requeue_after_s=1.0,
+                       events=(Event("Warning", reason, decided.message),))
     if isinstance(decided, ro.MemberRejoined):
         return replace(roll, requeue_after_s=0.5, events=(Event(
             "Normal", c.MEMBER_BACK,
             f"member {decided.ordinal} back in the group with its partitions after "
             f"{decided.absence_s:.1f} s (session timeout {limits.session_timeout_ms} ms)"),))
     if isinstance(decided, ro.MarkMemberDone):
-        ready = Event("Normal", c.MEMBER_READY, f"member {decided.ordinal} ready to process again")
+        gap = ("" if decided.processing_gap_s is None else
+               f" (processing gap {decided.processing_gap_s:.1f} s: the old process's last "
+               "batch to the replacement's first)")
+        ready = Event("Normal", c.MEMBER_READY,
+                      f"member {decided.ordinal} ready to process again{gap}")
         return replace(roll, requeue_after_s=0.5, events=(ready,),
-                       restarts=(_sample(table, decided.ordinal, decided.absence_s),))
+                       restarts=(_sample(table, decided.ordinal, decided.absence_s),),
+                       gaps=(() if decided.processing_gap_s is None
+                             else (decided.processing_gap_s,)))
     if isinstance(decided, ro.StopAtRisk):
         reason = c.SESSION_TIMEOUT_EXCEEDED if decided.expired else c.RESTART_RUNNING_LATE
         return replace(roll, requeue_after_s=1.0,

@@ -45,12 +45,12 @@ SCALE_UP = "ScaleUp"
 UNASSIGNED = "UnassignedPartitions"
 SHOWN_PARTITIONS = 8
 
-Action = Literal["leave", "rejoin"]
+Action = Literal["leave", "rejoin", "activate"]
 
 
 @dataclass(frozen=True)
 class MemberCall:
-    """Ask the member of pod `pod` (its `/leave` or `/rejoin` endpoint) to act."""
+    """Ask the member of pod `pod` (its `/leave`, `/rejoin` or `/activate` endpoint) to act."""
 
     ordinal: int
     pod: str

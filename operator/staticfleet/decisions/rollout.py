@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from staticfleet.decisions.conditions import (
@@ -48,8 +48,8 @@ from staticfleet.decisions.conditions import (
     WAIT_STOPPED,
     WAIT_UP_TO_DATE,
     parse_optional,
-    parse_rfc3339,
     rfc3339,
+    rfc3339_ms,
 )
 from staticfleet.decisions.model import RolloutSpec
 from staticfleet.decisions.reasons import RestartReason
@@ -61,6 +61,13 @@ STABLE_STATES = frozenset({"Stable"})
 STARTABLE_STATES = frozenset({"Stable", "Empty"})
 AT_RISK_FRACTION = 0.8
 MAX_RECHECK_S = 5.0
+WARM_HANDOFF = "WarmHandoff"
+GAP_WAIT_S = 5.0
+"""How long a warm replacement back in the group may go without a first batch before it is done
+anyway (no records were waiting: its processing gap is not known)."""
+ACTIVATION_GIVE_UP_S = 5.0
+"""How long after the old process's close a standby replacement may go without taking the
+activation (not answering, or still in standby) before a cold start replaces it."""
 
 
 
@@ -84,6 +91,18 @@ class ObservedMember:
     restart_reasons: tuple[RestartReason, ...] = ()
     """Why its pod must be restarted to run the update revision (`reasons.restart_reasons`,
     computed once per pass); empty when it runs it. No reasons, no restart."""
+    standby_state: str | None = None
+    """What its process says in /status `standby`: "warming" or "ready" while it waits for
+    activation (a warm handoff's replacement), None when active or not answering."""
+    failure: str | None = None
+    """Its member container's last failed exit, while it is not running again."""
+    standby_ready_at: datetime | None = None
+    first_batch_at: datetime | None = None
+    """When its process finished its first batch (from /status)."""
+    answers: bool = False
+    """Its process answered /status this pass."""
+    standby: ObservedMember | None = None
+    """A newer live pod of this ordinal beside it: a warm handoff's replacement."""
 
 
 @dataclass(frozen=True)
@@ -96,32 +115,90 @@ class GroupObservation:
     """The operator's running count of rebalances of this group (status.rebalances)."""
     closures: Mapping[str, datetime] = field(default_factory=dict)
     """When each stopped member pod's process closed, by pod uid (as far as seen)."""
+    last_batches: Mapping[str, datetime] = field(default_factory=dict)
+    """When each member pod's process last finished a batch, by pod uid (as last read)."""
+    replacement_names: Mapping[int, str] = field(default_factory=dict)
+    """The name a warm replacement of each ordinal gets for the update revision."""
 
     def member(self, ordinal: int) -> ObservedMember | None:
         return next((m for m in self.members if m.ordinal == ordinal), None)
 
 
+HandoffPhase = Literal["Preparing", "Stopping", "Activating", "Rejoining", "Serving"]
+
+
 @dataclass(frozen=True)
 class InFlight:
-    """A member being restarted: its pod deleted at `stopped_at`, its process closed at
-    `closed_at` (once seen), back in the group at `rejoined_at`."""
+    """A member being restarted: its old pod deleted at `stopped_at`, its process closed at
+    `closed_at` (once seen), back in the group at `rejoined_at`. A warm handoff starts earlier:
+    its replacement `replacement` is created at `prepared_at` and the old pod is deleted once
+    the replacement is standby-ready (`stopped_at` is None until then)."""
 
     ordinal: int
-    stopped_at: datetime
+    stopped_at: datetime | None
     rejoined_at: datetime | None = None
     pod_uid: str | None = None
-    """The uid of the pod that was deleted."""
+    """The uid of the old pod (deleted, or to be deleted by a warm handoff)."""
     closed_at: datetime | None = None
+    mode: Literal["warm", "cold"] = "cold"
+    replacement: str | None = None
+    prepared_at: datetime | None = None
+    standby_ready_at: datetime | None = None
+    old_last_batch_at: datetime | None = None
 
     @property
-    def away_since(self) -> datetime:
+    def away_since(self) -> datetime | None:
         """When the member stopped heartbeating: its process's close (the old pod's drain is
-        not absence), or the deletion while the close is not known."""
+        not absence), or the deletion while the close is not known; None before the stop."""
         return self.closed_at or self.stopped_at
 
     def absence_s(self, now: datetime) -> float:
-        """Close to rejoin (or to now, while it is still away)."""
-        return max(0.0, ((self.rejoined_at or now) - self.away_since).total_seconds())
+        """Close to rejoin (or to now, while it is still away); 0 before the stop."""
+        since = self.away_since
+        if since is None:
+            return 0.0
+        return max(0.0, ((self.rejoined_at or now) - since).total_seconds())
+
+    @property
+    def phase(self) -> HandoffPhase:
+        if self.stopped_at is None:
+            return "Preparing"
+        if self.rejoined_at is not None:
+            return "Serving"
+        if self.closed_at is None:
+            return "Stopping"
+        return "Activating" if self.mode == "warm" else "Rejoining"
+
+    @property
+    def order(self) -> tuple[datetime, int]:
+        return (self.stopped_at or self.prepared_at or datetime.min.replace(tzinfo=UTC),
+                self.ordinal)
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What one member's restart in this rollout cost."""
+
+    ordinal: int
+    mode: str
+    absence_ms: int
+    processing_gap_ms: int | None = None
+    standby_ready_ms: int | None = None
+
+    def to_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ordinal": self.ordinal, "mode": self.mode,
+                               "absenceMs": self.absence_ms}
+        if self.processing_gap_ms is not None:
+            out["processingGapMs"] = self.processing_gap_ms
+        if self.standby_ready_ms is not None:
+            out["standbyReadyMs"] = self.standby_ready_ms
+        return out
+
+    @classmethod
+    def from_status(cls, raw: Mapping[str, Any]) -> Handoff:
+        return cls(int(raw["ordinal"]), str(raw.get("mode") or "cold"),
+                   int(raw.get("absenceMs") or 0), raw.get("processingGapMs"),
+                   raw.get("standbyReadyMs"))
 
 
 @dataclass(frozen=True)
@@ -141,6 +218,9 @@ class RolloutState:
     rebalances_during: int | None = None
     """Fixed when the rollout finished: rebalances after it (a planned rejoin that assigns a
     topic the rollout added, say) are not the rollout's."""
+    strategy: str | None = None
+    handoffs: tuple[Handoff, ...] = ()
+    longest_gap_ms: int | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any] | None) -> RolloutState:
@@ -155,11 +235,17 @@ class RolloutState:
             members_restarted=tuple(status.get("membersRestarted") or ()),
             pending=tuple(status.get("pending") or ()),
             in_flight=tuple(
-                InFlight(int(f["ordinal"]), parse_rfc3339(f["stoppedAt"]),
+                InFlight(int(f["ordinal"]), parse_optional(f.get("stoppedAt")),
                          parse_optional(f.get("rejoinedAt")), f.get("podUid"),
-                         parse_optional(f.get("closedAt")))
+                         parse_optional(f.get("closedAt")), f.get("mode") or "cold",
+                         f.get("replacementPod"), parse_optional(f.get("preparedAt")),
+                         parse_optional(f.get("standbyReadyAt")),
+                         parse_optional(f.get("oldLastBatchAt")))
                 for f in status.get("inFlight") or ()
             ),
+            strategy=status.get("strategy"),
+            handoffs=tuple(Handoff.from_status(h) for h in status.get("handoffs") or ()),
+            longest_gap_ms=status.get("longestProcessingGapMs"),
             longest_absence_ms=int(status.get("longestAbsenceMs") or 0),
             rebalances_at_start=status.get("rebalancesAtStart"),
             rebalances_during=(status.get("rebalancesDuringRollout")
@@ -168,7 +254,7 @@ class RolloutState:
 
     def to_status(self, rebalances_now: int) -> dict[str, Any]:
         """`status.rollout`; `rebalances_now` gives rebalancesDuringRollout."""
-        first = min(self.in_flight, key=lambda f: (f.stopped_at, f.ordinal), default=None)
+        first = min(self.in_flight, key=lambda f: f.order, default=None)
         status: dict[str, Any] = {
             "revision": self.revision,
             "phase": self.phase,
@@ -176,9 +262,13 @@ class RolloutState:
             "membersRestarted": list(self.members_restarted),
             "pending": list(self.pending),
             "current": first.ordinal if first else None,
-            "currentStoppedAt": rfc3339(first.stopped_at) if first else None,
+            "currentStoppedAt": (rfc3339(first.stopped_at) if first and first.stopped_at
+                                 else None),
             "inFlight": [_in_flight_status(f) for f in self.in_flight],
             "longestAbsenceMs": self.longest_absence_ms,
+            "longestProcessingGapMs": self.longest_gap_ms,
+            "strategy": self.strategy,
+            "handoffs": [h.to_status() for h in self.handoffs],
         }
         if self.started_at is not None:
             status["startedAt"] = rfc3339(self.started_at)
@@ -211,6 +301,9 @@ class RolloutLimits:
     max_unavailable: int = 1
     paused: bool = False
     at_risk_fraction: float = AT_RISK_FRACTION
+    strategy: str = "Recreate"
+    max_surge: int = 1
+    standby_timeout_s: float = 600.0
 
     @classmethod
     def from_timeouts(
@@ -236,6 +329,9 @@ class RolloutLimits:
             needed_session_ms=needed,
             max_unavailable=rollout.max_unavailable,
             paused=rollout.paused,
+            strategy=rollout.strategy,
+            max_surge=rollout.max_surge,
+            standby_timeout_s=float(rollout.standby_timeout_s),
         )
 
 
@@ -259,6 +355,42 @@ class RestartMembers:
 
 
 @dataclass(frozen=True)
+class PrepareReplacements:
+    """Warm handoff: start these members' replacements in standby beside them (nothing stops)."""
+
+    ordinals: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """The replacement is standby-ready: stop the old member (`delete_uid`: its pod, None when
+    it is gone already). The replacement is activated once the old process has closed."""
+
+    ordinal: int
+    delete_uid: str | None
+    standby_ready_at: datetime | None
+
+
+@dataclass(frozen=True)
+class HandoffFailed:
+    """A replacement failed before it was standby-ready: delete the replacements still
+    preparing (`ordinals`), keep the old members, stop the rollout."""
+
+    ordinal: int
+    ordinals: tuple[int, ...]
+    message: str
+
+
+@dataclass(frozen=True)
+class FallBackCold:
+    """The old process closed but its standby replacement did not take the activation in
+    time: delete the replacement; a cold one is started in its place."""
+
+    ordinal: int
+    message: str
+
+
+@dataclass(frozen=True)
 class MemberRejoined:
     """The member's replacement is back in the group with its partitions: its absence ended
     (`absence_s`, stop to rejoin). It is not done before it can process again (ready)."""
@@ -273,6 +405,7 @@ class MarkMemberDone:
 
     ordinal: int
     absence_s: float
+    processing_gap_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -301,8 +434,8 @@ class RefuseToStart:
     message: str
 
 
-Step = (Wait | RestartMembers | MemberRejoined | MarkMemberDone | StopAtRisk | Complete
-        | RefuseToStart)
+Step = (Wait | RestartMembers | PrepareReplacements | HandOver | HandoffFailed | FallBackCold
+        | MemberRejoined | MarkMemberDone | StopAtRisk | Complete | RefuseToStart)
 
 
 @dataclass(frozen=True)
@@ -400,16 +533,23 @@ def next_step(
 
     # 1. Follow members being restarted: done, back in the group, late, too late, or wait.
     for f in in_flight:
-        if is_done(observed.member(f.ordinal), update_revision, observed.group_state):
-            return MarkMemberDone(f.ordinal, f.absence_s(now))
+        member = observed.member(f.ordinal)
+        if is_done(member, update_revision, observed.group_state) and _settled(f, member, now):
+            return MarkMemberDone(f.ordinal, f.absence_s(now), _gap_s(f, member))
     for f in in_flight:
-        if f.rejoined_at is None and has_rejoined(observed.member(f.ordinal), update_revision):
+        if (f.stopped_at is not None and f.rejoined_at is None
+                and has_rejoined(observed.member(f.ordinal), update_revision)):
             return MemberRejoined(f.ordinal, f.absence_s(now))
     phase = state.phase if same_rollout else "Pending"
     recheck = MAX_RECHECK_S
+    warm = _follow_warm(in_flight, observed, limits, now)
+    if isinstance(warm, Wait):
+        recheck = min(recheck, warm.recheck_after_s or recheck)
+    elif warm is not None:
+        return warm
     for f in in_flight:
-        if f.rejoined_at is not None:
-            continue  # back in the group: the session timeout no longer matters for it
+        if f.rejoined_at is not None or f.stopped_at is None:
+            continue  # back in the group, or not stopped yet: the session timeout is not running
         absence_s = f.absence_s(now)
         absence_ms = absence_s * 1000
         if absence_ms > session_ms and phase != "Stopped":
@@ -434,9 +574,14 @@ def next_step(
         next_mark = risk_ms if absence_ms <= risk_ms else session_ms
         recheck = min(recheck, max(0.5, (next_mark - absence_ms) / 1000))
     if in_flight:
-        away = [str(f.ordinal) for f in in_flight if f.rejoined_at is None]
+        preparing = [str(f.ordinal) for f in in_flight if f.stopped_at is None]
+        away = [str(f.ordinal) for f in in_flight
+                if f.rejoined_at is None and f.stopped_at is not None]
         back = [str(f.ordinal) for f in in_flight if f.rejoined_at is not None]
         parts = []
+        if preparing:
+            parts.append(f"the standby replacement(s) of member(s) {', '.join(preparing)} to be "
+                         "ready")
         if away:
             parts.append(f"member(s) {', '.join(away)} to rejoin the group")
         if back:
@@ -461,14 +606,93 @@ def next_step(
     by_ordinal = {m.ordinal: m for m in observed.members}
     unavailable = [m for m in observed.members if not is_available(m, observed.group_state)]
     free = [o for o in plan.ordinals if not is_available(by_ordinal[o], observed.group_state)]
-    budget = limits.max_unavailable - (len(unavailable) - len(free))
-    pick = free[: limits.max_unavailable]
+    at_once = limits.max_surge if limits.strategy == WARM_HANDOFF else limits.max_unavailable
+    budget = at_once - (len(unavailable) - len(free))
+    pick = free[:at_once]
     ready = [o for o in plan.ordinals if o not in free]
     pick += ready[: max(0, budget - len(pick))]
     if not pick:
         others = ", ".join(str(m.ordinal) for m in unavailable if m.ordinal not in free)
         return Wait(WAIT_AVAILABILITY, f"waiting for member(s) {others} to be ready", 2.0)
+    if limits.strategy == WARM_HANDOFF:
+        return PrepareReplacements(tuple(pick))
     return RestartMembers(tuple(pick))
+
+
+def _settled(f: InFlight, member: ObservedMember | None, now: datetime) -> bool:
+    """A warm replacement's processing gap is known (its first batch) or will not be soon (no
+    records waiting): done. A cold member is done once ready."""
+    if f.mode != "warm" or member is None or member.first_batch_at is not None:
+        return True
+    return f.rejoined_at is not None and (now - f.rejoined_at).total_seconds() >= GAP_WAIT_S
+
+
+def _gap_s(f: InFlight, member: ObservedMember | None) -> float | None:
+    """Old process's last batch (as last read) -> replacement's first batch."""
+    if member is None or member.first_batch_at is None or f.old_last_batch_at is None:
+        return None
+    return max(0.0, (member.first_batch_at - f.old_last_batch_at).total_seconds())
+
+
+def _replacement(f: InFlight, member: ObservedMember | None) -> ObservedMember | None:
+    if member is None or f.replacement is None:
+        return None
+    if member.pod_name == f.replacement:
+        return member
+    if member.standby is not None and member.standby.pod_name == f.replacement:
+        return member.standby
+    return None
+
+
+def _follow_warm(in_flight: Sequence[InFlight], observed: GroupObservation,
+                 limits: RolloutLimits, now: datetime) -> Step | None:
+    """A warm handoff's own steps: the replacement failed or is late (stop), it is
+    standby-ready (stop the old member), or it does not take the activation (fall back)."""
+    preparing = tuple(f.ordinal for f in in_flight if f.stopped_at is None)
+    soonest: float | None = None
+    for f in in_flight:
+        if f.mode != "warm":
+            continue
+        member = observed.member(f.ordinal)
+        rep = _replacement(f, member)
+        if f.stopped_at is None:
+            if rep is not None and rep.failure is not None:
+                return HandoffFailed(f.ordinal, preparing, (
+                    f"the replacement of member {f.ordinal} (pod {rep.pod_name}) failed before "
+                    f"it was standby-ready: {rep.failure}. Member {f.ordinal} keeps running on "
+                    "its old revision and nothing rebalanced; fix the cause and change the spec "
+                    "(or spec.rollout.restartNonce) to roll again"))
+            waited = (now - (f.prepared_at or now)).total_seconds()
+            if waited > limits.standby_timeout_s:
+                return HandoffFailed(f.ordinal, preparing, (
+                    f"the replacement of member {f.ordinal} was not standby-ready within "
+                    f"spec.rollout.standbyTimeoutSeconds ({limits.standby_timeout_s:.0f} s); it "
+                    "was deleted, the member keeps running on its old revision and nothing "
+                    "rebalanced. See the replacement's log for what took the time"))
+            if rep is not None and member is not None and rep is member:
+                # The old member went first (deleted, or lost with its node): nothing to stop.
+                return HandOver(f.ordinal, None, rep.standby_ready_at)
+            if rep is not None and rep.standby_state == "ready" and member is not None:
+                return HandOver(f.ordinal, member.pod_uid, rep.standby_ready_at or now)
+            if member is None:
+                return HandOver(f.ordinal, None, None)
+            left = limits.standby_timeout_s - waited
+            soonest = min(soonest or 1.0, max(0.5, min(1.0, left)))
+            continue
+        if f.rejoined_at is not None or f.closed_at is None:
+            continue
+        since_close = (now - f.closed_at).total_seconds()
+        active = rep is not None and rep.standby_state is None and rep.answers
+        if not active and since_close > ACTIVATION_GIVE_UP_S:
+            who = f"pod {rep.pod_name}" if rep is not None else "its pod"
+            return FallBackCold(f.ordinal, (
+                f"the standby replacement of member {f.ordinal} ({who}) did not take the "
+                f"activation within {ACTIVATION_GIVE_UP_S:.0f} s of the old process's close; "
+                "it is replaced by a cold start, inside the session timeout"))
+        soonest = min(soonest or 0.5, 0.5)
+    if soonest is not None:
+        return Wait(WAIT_MEMBER, "warm handoff under way", soonest)
+    return None
 
 
 def record_step(
@@ -483,12 +707,20 @@ def record_step(
         state = RolloutState(revision=update_revision, phase="Pending")
     state = replace(state, in_flight=_in_flight(state, observed, update_revision))
     plan = plan_rollout(observed.members).ordinals
-    if isinstance(step, RestartMembers):
+    if isinstance(step, RestartMembers | PrepareReplacements):
         picked = set(step.ordinals)
+        warm = isinstance(step, PrepareReplacements)
+        added = tuple(
+            InFlight(o, None, pod_uid=_uid(observed, o), mode="warm",
+                     replacement=observed.replacement_names.get(o), prepared_at=now)
+            if warm else InFlight(o, now, pod_uid=_uid(observed, o))
+            for o in step.ordinals)
+        doing = ("starting the standby replacement(s) of member(s) " if warm
+                 else "restarting member(s) ")
         return replace(
             state,
             phase="Rolling",
-            reason=f"restarting member(s) {', '.join(map(str, step.ordinals))}",
+            reason=doing + ", ".join(map(str, step.ordinals)),
             started_at=state.started_at or now,
             finished_at=None,
             rebalances_during=None,
@@ -497,9 +729,34 @@ def record_step(
                 if state.rebalances_at_start is None
                 else state.rebalances_at_start
             ),
-            in_flight=state.in_flight + tuple(
-                InFlight(o, now, pod_uid=_uid(observed, o)) for o in step.ordinals),
+            strategy=state.strategy or (WARM_HANDOFF if warm else "Recreate"),
+            in_flight=state.in_flight + added,
             pending=tuple(o for o in plan if o not in picked),
+        )
+    if isinstance(step, HandOver):
+        return replace(
+            state,
+            reason=f"member {step.ordinal}: replacement standby-ready, stopping the old member",
+            in_flight=tuple(
+                replace(f, stopped_at=now, standby_ready_at=step.standby_ready_at,
+                        pod_uid=step.delete_uid or f.pod_uid)
+                if f.ordinal == step.ordinal else f for f in state.in_flight),
+            pending=plan,
+        )
+    if isinstance(step, HandoffFailed):
+        dropped = set(step.ordinals) | {step.ordinal}
+        return replace(
+            state, phase="Stopped", reason=step.message, finished_at=now,
+            rebalances_during=_during(state, observed),
+            in_flight=tuple(f for f in state.in_flight if f.ordinal not in dropped),
+            pending=plan,
+        )
+    if isinstance(step, FallBackCold):
+        return replace(
+            state, reason=step.message,
+            in_flight=tuple(replace(f, mode="cold") if f.ordinal == step.ordinal else f
+                            for f in state.in_flight),
+            pending=plan,
         )
     if isinstance(step, MemberRejoined):
         return replace(
@@ -514,8 +771,16 @@ def record_step(
         )
     if isinstance(step, MarkMemberDone):
         absence_ms = round(step.absence_s * 1000)
+        done = next((f for f in state.in_flight if f.ordinal == step.ordinal), None)
+        gap_ms = None if step.processing_gap_s is None else round(step.processing_gap_s * 1000)
+        handoff = Handoff(
+            step.ordinal, done.mode if done else "cold", absence_ms, gap_ms,
+            _ms_between(done.prepared_at, done.standby_ready_at) if done else None)
         return replace(
             state,
+            handoffs=(*state.handoffs, handoff),
+            longest_gap_ms=(state.longest_gap_ms if gap_ms is None
+                            else max(state.longest_gap_ms or 0, gap_ms)),
             phase="Stopped" if state.phase == "Stopped" else "Rolling",
             reason=state.reason
             if state.phase == "Stopped"
@@ -571,7 +836,11 @@ def _in_flight(state: RolloutState, observed: GroupObservation,
         closed = observed.closures.get(f.pod_uid or "")
         if f.closed_at is None and closed is not None:
             known[ordinal] = replace(f, closed_at=closed)
-    return tuple(sorted(known.values(), key=lambda f: (f.stopped_at, f.ordinal)))
+    for ordinal, f in known.items():
+        last = observed.last_batches.get(f.pod_uid or "")
+        if last is not None and (f.old_last_batch_at is None or last > f.old_last_batch_at):
+            known[ordinal] = replace(f, old_last_batch_at=last)
+    return tuple(sorted(known.values(), key=lambda f: f.order))
 
 
 def _uid(observed: GroupObservation, ordinal: int) -> str | None:
@@ -579,14 +848,28 @@ def _uid(observed: GroupObservation, ordinal: int) -> str | None:
     return member.pod_uid if member else None
 
 
+def _ms_between(start: datetime | None, end: datetime | None) -> int | None:
+    if start is None or end is None:
+        return None
+    return max(0, round((end - start).total_seconds() * 1000))
+
+
 def _in_flight_status(f: InFlight) -> dict[str, Any]:
-    out: dict[str, Any] = {"ordinal": f.ordinal, "stoppedAt": rfc3339(f.stopped_at)}
+    out: dict[str, Any] = {"ordinal": f.ordinal, "phase": f.phase, "mode": f.mode}
+    if f.stopped_at is not None:
+        out["stoppedAt"] = rfc3339(f.stopped_at)
+    for key, value in (("preparedAt", f.prepared_at), ("standbyReadyAt", f.standby_ready_at),
+                       ("oldLastBatchAt", f.old_last_batch_at)):
+        if value is not None:
+            out[key] = rfc3339_ms(value)
+    if f.replacement is not None:
+        out["replacementPod"] = f.replacement
     if f.pod_uid is not None:
         out["podUid"] = f.pod_uid
     if f.closed_at is not None:
-        out["closedAt"] = rfc3339(f.closed_at)
+        out["closedAt"] = rfc3339_ms(f.closed_at)
     if f.rejoined_at is not None:
-        out["rejoinedAt"] = rfc3339(f.rejoined_at)
+        out["rejoinedAt"] = rfc3339_ms(f.rejoined_at)
     return out
 
 

@@ -32,9 +32,17 @@ from staticfleet.decisions.plan import (
 )
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView, Problem, Snapshot
 from staticfleet.statuspatch import merge_patch
-from tests.unit.operator.support import NOW, body, with_path
+from tests.unit.operator.support import NOW, with_path
+from tests.unit.operator.support import body as any_body
 
 pytestmark = pytest.mark.unit
+
+
+def body(**spec: Any) -> dict[str, Any]:
+    """A ConsumerGroup rolled with `Recreate` unless the case says otherwise (warm handoffs
+    have their own cases below)."""
+    rollout = {"strategy": "Recreate", **(spec.pop("rollout", None) or {})}
+    return any_body(rollout=rollout, **spec)
 
 PARTITIONS = {"orders": 6}
 
@@ -55,7 +63,7 @@ def snapshot(cg: dict[str, Any], pods: list[dict[str, Any]] | None = None, *,
     spec = ConsumerGroupSpec.from_body(cg)
     parts = partitions or PARTITIONS
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    listed = [int(p["metadata"]["labels"][builders.ORDINAL_LABEL]) for p in live]
+    listed = sorted({int(p["metadata"]["labels"][builders.ORDINAL_LABEL]) for p in live})
     if in_group is not None:
         listed = [o for o in listed if o in in_group]
     topic, count = next(iter(parts.items()))
@@ -942,3 +950,178 @@ def test_bounds_the_principal_may_not_read_fall_back_to_kafkas_defaults() -> Non
     known = decide(snapshot(CG, running(plan), previous=without_nulls(dict(later.status))))
     assert c.get_condition(known.status["conditions"], c.BROKER_BOUNDS_KNOWN)["status"] == (
         "True")
+
+
+# --- warm handoff ---------------------------------------------------------------------------
+
+WARM = any_body()
+WARM_NEW = with_path(WARM, "spec.template.image", "staticfleet/member:0.2.0")
+STARTED = (NOW - timedelta(seconds=600)).timestamp()
+
+
+def member_status(o: int, *, standby: str | None = None, member_id: str | None = None,
+                  first_batch_at: float | None = None, last_batch_at: float | None = None,
+                  standby_ready_at: float | None = None) -> dict[str, Any]:
+    """A member's /status (process started 600 s before NOW)."""
+    def since(at: float | None) -> float | None:
+        return None if at is None else at - STARTED
+    return {"memberId": f"m-{o}" if member_id is None else member_id, "rebalances": 0,
+            "standby": standby, "processStart": STARTED, "lastBatchAt": last_batch_at,
+            "startupSeconds": {"firstAssignment": None, "firstBatch": since(first_batch_at),
+                               "standbyReady": since(standby_ready_at)}}
+
+
+class WarmRoll:
+    """Member 2 of a settled 3-member fleet handed off to a new image, one pass at a time."""
+
+    def __init__(self) -> None:
+        self.pods, self.status = settled(WARM)
+        self.old2 = next(p for p in self.pods if _ordinal(p) == 2)
+        self.closures: dict[str, Any] = {}
+        self.standby: dict[str, Any] | None = None
+        self.t = 0.0
+
+    def statuses(self, **replacement: Any) -> dict[str, Any]:
+        out = {p["metadata"]["uid"]: member_status(
+            _ordinal(p), last_batch_at=(NOW + timedelta(seconds=self.t - 0.5)).timestamp())
+            for p in self.pods if not p["metadata"].get("deletionTimestamp")}
+        if self.standby is not None:
+            out[self.standby["metadata"]["uid"]] = member_status(2, **{
+                "standby": "warming", "member_id": "", **replacement})
+        return out
+
+    def step(self, dt: float, **replacement: Any) -> Plan:
+        self.t += dt
+        pods = self.pods + ([self.standby] if self.standby is not None else [])
+        plan = decide(replace(snapshot(
+            WARM_NEW, pods, previous=self.status, in_group=(0, 1, 2), now_offset_s=self.t,
+            statuses=self.statuses(**replacement)), closures=self.closures))
+        self.status = without_nulls(dict(plan.status))
+        return plan
+
+    def at(self, seconds: float) -> float:
+        return (NOW + timedelta(seconds=seconds)).timestamp()
+
+    def flight(self) -> dict[str, Any]:
+        return self.status["rollout"]["inFlight"][0]
+
+
+def test_a_warm_handoff_starts_the_replacement_in_standby_beside_the_member() -> None:
+    roll = WarmRoll()
+    plan = roll.step(1)
+    (create,) = plan.create
+    revision = plan.status["updateRevision"]
+    env = {e["name"]: e.get("value") for e in create.pod["spec"]["containers"][0]["env"]}
+    assert create.ordinal == 2 and create.pod["metadata"]["name"] == f"orders-2-{revision[:5]}"
+    assert env["STATICFLEET_STANDBY"] == "true"
+    assert env["STATICFLEET_GROUP_INSTANCE_ID"] == "orders-2", "the same instance id"
+    assert plan.delete == (), "make before break: nothing stops yet"
+    assert reasons(plan)[:2] == [c.ROLLOUT_STARTED, c.HANDOFF_STARTED]
+    assert roll.flight()["phase"] == "Preparing" and roll.flight()["mode"] == "warm"
+    assert roll.status["rollout"]["strategy"] == "WarmHandoff"
+    assert plan.metrics.rollout_in_progress is True
+
+
+def test_a_warm_handoff_stops_the_old_member_only_once_the_replacement_is_standby_ready() -> None:
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    warming = roll.step(5)
+    assert warming.delete == () and warming.create == () and warming.calls == ()
+    assert warming.requeue_after_s is not None and warming.requeue_after_s <= 1.0
+    ready = roll.step(5, standby="ready", standby_ready_at=roll.at(10))
+    (stop,) = ready.delete
+    assert stop.name == "orders-2" and stop.uid == roll.old2["metadata"]["uid"]
+    assert stop.reasons and stop.why.startswith("restart")
+    assert roll.flight()["phase"] == "Stopping"
+    assert ready.calls == (), "not activated while the old process may still run"
+
+
+def test_a_warm_handoff_activates_the_replacement_once_the_old_process_closed() -> None:
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    roll.step(5, standby="ready", standby_ready_at=roll.at(5))
+    roll.pods = [deleting(p, 0) if p is roll.old2 else p for p in roll.pods]
+    draining = roll.step(0.5, standby="ready")
+    assert draining.calls == () and roll.flight()["phase"] == "Stopping"
+    # The kubelet reports the exit to the second (finishedAt): 7 s.
+    roll.closures[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t + 0.5)
+    closed = roll.step(0.5, standby="ready")
+    (call,) = closed.calls
+    assert (call.action, call.pod) == ("activate", roll.standby["metadata"]["name"])
+    assert roll.flight()["phase"] == "Activating"
+    # In the group with its partitions, ready, its first batch done 0.8 s after the close.
+    roll.pods = [p for p in roll.pods if p is not roll.old2]
+    roll.standby["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    last_old = roll.status["rollout"]["inFlight"][0]["oldLastBatchAt"]
+    first = roll.at(roll.t + 0.8)
+    done = roll.step(0.8, standby=None, member_id="m-2", first_batch_at=first)
+    assert c.MEMBER_READY in reasons(done) and "processing gap" in " ".join(
+        e.message for e in done.events)
+    (handoff,) = roll.status["rollout"]["handoffs"]
+    gap_ms = round((first - c.parse_rfc3339(last_old).timestamp()) * 1000)
+    assert handoff["mode"] == "warm" and handoff["processingGapMs"] == gap_ms == 2300
+    assert handoff["absenceMs"] == 800 and handoff["standbyReadyMs"] == 4000
+    assert roll.status["rollout"]["longestProcessingGapMs"] == gap_ms
+    assert done.metrics.processing_gaps_s == (2.3,)
+    assert done.metrics.absences_s == (0.8,)
+
+
+@pytest.mark.parametrize("how", ["replacement exits", "standby timeout"])
+def test_a_replacement_that_never_gets_standby_ready_stops_the_rollout_and_keeps_the_member(
+        how: str) -> None:
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    if how == "replacement exits":
+        roll.standby["status"]["containerStatuses"] = [{
+            "name": builders.MEMBER_CONTAINER, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 2, "message": (
+                "consumer_runtime: configuration refused: processing.transform: cannot "
+                "import module 'shop.jobs'")}}}]
+        plan = roll.step(3)
+    else:
+        plan = roll.step(601)
+    (gone,) = plan.delete
+    assert gone.name == roll.standby["metadata"]["name"], "only the replacement goes"
+    assert roll.status["rollout"]["phase"] == "Stopped"
+    warning = next(e for e in plan.events if e.reason == c.HANDOFF_FAILED)
+    assert warning.type == "Warning"
+    assert ("cannot import module 'shop.jobs'" if how == "replacement exits"
+            else "standbyTimeoutSeconds") in warning.message
+    assert "keeps running" in warning.message
+    assert roll.status["rollout"]["rebalancesDuringRollout"] == 0
+    # Nothing more happens for this revision: the old member keeps serving.
+    roll.standby = None
+    after = roll.step(2)
+    assert after.create == () and after.delete == () and after.calls == ()
+
+
+def test_a_standby_that_does_not_take_the_activation_is_replaced_by_a_cold_start() -> None:
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    roll.step(5, standby="ready", standby_ready_at=roll.at(5))
+    roll.pods = [p for p in roll.pods if p is not roll.old2]
+    roll.closures[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t)
+    asked = roll.step(0.5, standby="ready")
+    assert [call.action for call in asked.calls] == ["activate"]
+    still = roll.step(6, standby="ready")
+    (gone,) = still.delete
+    assert gone.name == roll.standby["metadata"]["name"]
+    assert c.HANDOFF_FALLBACK in reasons(still) and roll.flight()["mode"] == "cold"
+    roll.standby = None
+    cold = roll.step(1)
+    (create,) = cold.create
+    env = {e["name"] for e in create.pod["spec"]["containers"][0]["env"]}
+    assert create.pod["metadata"]["name"] == "orders-2" and "STATICFLEET_STANDBY" not in env
+    assert create.why.startswith(WHY_REPLACEMENT)
+
+
+def test_a_replacement_restarted_in_place_after_its_activation_is_activated_again() -> None:
+    """Its container restarts in standby (the pod's environment): the operator activates the
+    only member process of the ordinal again, outside any rollout step."""
+    pods, status = settled(WARM)
+    standby = copy.deepcopy(next(p for p in pods if _ordinal(p) == 1))
+    statuses = {p["metadata"]["uid"]: member_status(_ordinal(p)) for p in pods}
+    statuses[standby["metadata"]["uid"]] = member_status(1, standby="warming", member_id="")
+    plan = decide(snapshot(WARM, pods, previous=status, statuses=statuses, in_group=(0, 2)))
+    assert [(call.ordinal, call.action) for call in plan.calls] == [(1, "activate")]
+    assert plan.create == () and plan.delete == ()
