@@ -60,7 +60,7 @@ def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_
     name = unique("k848")
     groups.apply(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
-        session_ms=SESSION_MS, protocol="consumer"))
+        session_ms=SESSION_MS, protocol="consumer", strategy="WarmHandoff"))
     ready = groups.wait_status(
         kubeconfig, namespace, name,
         lambda o: groups.ready(o) and (o["status"].get("rollout") or {}).get("phase") == "Idle",
@@ -68,7 +68,8 @@ def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_
     assert ready["status"]["timeouts"]["sessionTimeoutMs"] == SESSION_MS
     time.sleep(5)
 
-    # A rolling restart: every partition keeps its owner (absent for a moment, never moved).
+    # A rolling restart by warm handoff: every partition keeps its owner (absent for a moment,
+    # never moved); each replacement joined after its old member's leave with epoch -2.
     with OwnerWatch(kafka_admin, name) as watch:
         kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=json", "-p",
                 '[{"op": "add", "path": "/spec/template/env/-", '
@@ -83,9 +84,17 @@ def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_
     assert watch.moved() == {}, f"partitions changed owner: {watch.moved()}"
     assert done["status"]["rollout"]["rebalancesDuringRollout"] == 0, done["status"]["rollout"]
     assert sorted(done["status"]["rollout"]["membersRestarted"]) == list(range(REPLICAS))
+    handoffs = done["status"]["rollout"]["handoffs"]
+    print(f"warm handoffs (ordinal, absence ms, processing gap ms): "
+          f"{[(h['ordinal'], h['absenceMs'], h.get('processingGapMs')) for h in handoffs]}")
+    assert {h["mode"] for h in handoffs} == {"warm"}, handoffs
+    assert done["status"]["rollout"]["longestAbsenceMs"] < 3000, handoffs
 
-    # kill -9: the replacement process waits out the old registration instead of crash-looping.
-    pod = f"{name}-1"
+    # kill -9 of a replacement after its activation: its container restarts in standby (the
+    # pod's environment), the operator activates it again, and it waits out the old
+    # registration instead of crash-looping.
+    pod = member_pod(kubeconfig, namespace, name, 1)
+    assert pod != f"{name}-1", "member 1 runs in its warm replacement pod"
     before = restart_count(kubeconfig, namespace, pod)
     killed = time.monotonic()
     crash(kubeconfig, namespace, pod)
@@ -103,6 +112,15 @@ def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_
     missing = set(stream["producer"].produced) - set(read_all(kafka.bootstrap, stream["out"]))
     assert produced > 0 and not missing, f"{len(missing)} of {produced} records lost"
     assert restart_count(kubeconfig, namespace, pod) == before + 1, "no restart loop"
+
+
+def member_pod(kubeconfig: Path, namespace: str, name: str, ordinal: int) -> str:
+    """The live pod of member `ordinal` (a warm handoff's replacement has a name of its own)."""
+    pods = get_json(kubeconfig, "-n", namespace, "pods", "-l",
+                    f"staticfleet.io/group={name},staticfleet.io/ordinal={ordinal}")["items"]
+    live = [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")]
+    assert len(live) == 1, live
+    return str(live[0])
 
 
 def wait_for_pod_ready(kubeconfig: Path, namespace: str, pod: str, timeout: float) -> None:

@@ -116,13 +116,15 @@ def drain(kafka: KafkaBroker, group: str, stream: dict[str, Any]) -> tuple[int, 
     return produced, read_all(kafka.bootstrap, stream["out"])
 
 
+@pytest.mark.parametrize("strategy", ["WarmHandoff", "Recreate"])
 def test_static_rollout_costs_no_rebalance_and_loses_nothing(
-    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any], prometheus: Prometheus,
+    strategy: str, kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess,
+    namespace: str, stream: dict[str, Any], prometheus: Prometheus,
 ) -> None:
-    name = unique("static")
+    name = unique("warm" if strategy == "WarmHandoff" else "static")
     start_group(kubeconfig, namespace, groups.consumer_group(
-        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"]))
+        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
+        strategy=strategy))
     time.sleep(5)  # steady consumption before the rollout
     generations_before = kafka.generations(name)
     rebalance_lines_before = len(kafka.rebalance_lines(name))
@@ -149,6 +151,19 @@ def test_static_rollout_costs_no_rebalance_and_loses_nothing(
     assert all(v == 0 for v in status["memberRebalanceCounters"].values()), status
     assert rollout["longestAbsenceMs"] < status["timeouts"]["sessionTimeoutMs"]
     assert groups.ready(groups.get(kubeconfig, namespace, name))
+    handoffs = {h["ordinal"]: h for h in rollout["handoffs"]}
+    costs = [(o, h["absenceMs"], h.get("processingGapMs"), h.get("standbyReadyMs"))
+             for o, h in sorted(handoffs.items())]
+    print(f"{strategy}: rollout {rollout['startedAt']} -> {rollout['finishedAt']}; per member "
+          f"(ordinal, absence ms, processing gap ms, standby-ready ms): {costs}")
+    assert sorted(handoffs) == list(range(REPLICAS))
+    if strategy == "WarmHandoff":
+        assert {h["mode"] for h in handoffs.values()} == {"warm"}, handoffs
+        # The kubelet reports the old process's exit to the second, so an absence reads up to
+        # 1 s long; a cold start here takes 10-30 s.
+        assert rollout["longestAbsenceMs"] < 3000, handoffs
+        assert all(h.get("processingGapMs") is not None for h in handoffs.values()), handoffs
+        assert rollout["longestProcessingGapMs"] < 8000, handoffs
 
     produced, out = drain(kafka, name, stream)
     missing = set(stream["producer"].produced) - set(out)

@@ -14,8 +14,10 @@ def consumer_group(name: str, bootstrap: str, topic: str, *, replicas: int = 3,
                    out_topic: str | None = None, session_ms: int | None = None,
                    command: list[str] | None = None, dynamic: bool = False,
                    max_records: int = 2000, env: list[dict[str, str]] | None = None,
-                   protocol: str = "classic") -> dict[str, Any]:
-    """A small group: identity transform, Kafka sink (or null), one Spark core per member."""
+                   protocol: str = "classic", strategy: str = "Recreate") -> dict[str, Any]:
+    """A small group: identity transform, Kafka sink (or null), one Spark core per member.
+    `strategy`: spec.rollout.strategy (Recreate unless a test is about warm handoffs: the
+    tests of the roller's own rules keep the member pods' names)."""
     sink: dict[str, Any] = {"type": "kafka", "topic": out_topic} if out_topic else {"type": "null"}
     # The heartbeat is the operator's (1000 ms, or a third of a shorter session): a member's
     # leave reaches the others at their next heartbeat, so it bounds a scale-down's hand-over.
@@ -33,6 +35,7 @@ def consumer_group(name: str, bootstrap: str, topic: str, *, replicas: int = 3,
             "kafka": {"bootstrapServers": bootstrap, "topics": [topic]},
             "template": template,
             "membership": {"timeouts": timeouts, "protocol": protocol},
+            "rollout": {"strategy": strategy},
             "processing": {
                 "transform": "consumer_runtime.transforms:identity",
                 "spark": {"mode": "local", "master": "local[1]"},
