@@ -76,6 +76,8 @@ class MemberSample:
     deleting: bool
     records: int | None = None
     process_start: float | None = None
+    standby: bool = False
+    """Its process is a warm handoff's replacement still waiting for activation."""
 
 
 @dataclass(frozen=True)
@@ -143,8 +145,10 @@ def member_samples(pods: Iterable[Mapping[str, Any]],
             deleting=bool(meta.get("deletionTimestamp")),
             records=int(records) if records is not None else None,
             process_start=st.get("processStart"),
+            standby=st.get("standby") is not None,
         ))
-    return tuple(sorted(out, key=lambda m: (m.ordinal, m.deleting)))
+    # The serving pod of an ordinal first: a standby replacement beside it is not the member.
+    return tuple(sorted(out, key=lambda m: (m.ordinal, m.deleting, m.standby)))
 
 
 def group_ready(cg: Mapping[str, Any]) -> bool:
@@ -314,6 +318,9 @@ def build_report(*, env_name: str, root: Path, members: int, final: Mapping[str,
         "rebalancesDuringRollout": ro.get("rebalancesDuringRollout"),
         "brokerGenerationsDuringRollout": broker_generations,
         "longestAbsenceMs": ro.get("longestAbsenceMs"),
+        "longestProcessingGapMs": ro.get("longestProcessingGapMs"),
+        "strategy": ro.get("strategy"),
+        "handoffs": list(ro.get("handoffs") or []),
         "sessionTimeoutMs": (st.get("timeouts") or {}).get("sessionTimeoutMs"),
         "absencesSeenS": sorted(observed),
         "produced": produced,
@@ -340,6 +347,11 @@ def format_report(report: Mapping[str, Any]) -> str:
          f"{report['rebalancesDuringRollout']} (operator), "
          f"{report['brokerGenerationsDuringRollout']} new generations (broker log)"),
         ("longest absence", absence_text),
+        ("per member", "; ".join(
+            f"{h['ordinal']}: {h['mode']}, absent {h['absenceMs'] / 1000:.1f}s, processing gap "
+            + (f"{h['processingGapMs'] / 1000:.1f}s" if h.get("processingGapMs") is not None
+               else "n/a")
+            for h in report.get("handoffs") or []) or "-"),
         ("records produced", f"{report['produced']:,}"),
         ("records processed", f"{report['processed']:,} (committed offsets)"
          + ("" if report["processed"] == report["produced"] else "  <-- MISMATCH")),
