@@ -732,42 +732,32 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                                 reason=f"every member runs revision {view.revision}")
     roll = _Roll(state=after, observation=obs)
 
-    if isinstance(decided, ro.RestartMembers):
+    if isinstance(decided, ro.RestartMembers | ro.PrepareReplacements):
+        warm = isinstance(decided, ro.PrepareReplacements)
         events = []
         if not state.started_at or state.revision != view.revision:
-            events.append(Event("Normal", c.ROLLOUT_STARTED,
-                                f"rolling to revision {view.revision}: "
-                                f"{len(after.pending) + len(decided.ordinals)} member(s), "
-                                f"at most {limits.max_unavailable} at a time"))
+            how = (f"by warm handoff: {{}} member(s), at most {limits.max_surge} replacement(s)"
+                   if warm else f": {{}} member(s), at most {limits.max_unavailable}")
+            events.append(Event("Normal", c.ROLLOUT_STARTED, f"rolling to revision "
+                                f"{view.revision} " + how.format(
+                                    len(after.pending) + len(decided.ordinals)) + " at a time"))
         deletes = []
         for ordinal in decided.ordinals:
             member = table.member(ordinal)
             pod = table.live[ordinal]
             why = member.restart_reasons if member else ()
             codes = ",".join(sorted({r.code for r in why}))
-            events.append(Event("Normal", c.MEMBER_RESTARTING,
-                                f"restarting member {ordinal} ({codes}): "
-                                f"{'; '.join(r.message for r in why)}"))
-            deletes.append(PodDelete(ordinal, pod["metadata"]["name"], pod["metadata"]["uid"],
-                                     WHY_RESTART, why))
+            said = f"{codes}): {'; '.join(r.message for r in why)}"
+            if warm:
+                events.append(Event("Normal", c.HANDOFF_STARTED, (
+                    f"starting the replacement of member {ordinal} in standby (pod "
+                    f"{builders.replacement_name(spec, ordinal, view.revision)}; {said}")))
+            else:
+                events.append(Event("Normal", c.MEMBER_RESTARTING,
+                                    f"restarting member {ordinal} ({said}"))
+                deletes.append(PodDelete(ordinal, pod["metadata"]["name"],
+                                         pod["metadata"]["uid"], WHY_RESTART, why))
         return replace(roll, deletes=tuple(deletes), events=tuple(events), requeue_after_s=1.0)
-    if isinstance(decided, ro.PrepareReplacements):
-        events = []
-        if not state.started_at or state.revision != view.revision:
-            events.append(Event("Normal", c.ROLLOUT_STARTED,
-                                f"rolling to revision {view.revision} by warm handoff: "
-                                f"{len(after.pending) + len(decided.ordinals)} member(s), "
-                                f"at most {limits.max_surge} replacement(s) at a time"))
-        for ordinal in decided.ordinals:
-            member = table.member(ordinal)
-            why = member.restart_reasons if member else ()
-            codes = ",".join(sorted({r.code for r in why}))
-            events.append(Event(
-                "Normal", c.HANDOFF_STARTED,
-                f"starting the replacement of member {ordinal} in standby "
-                f"(pod {builders.replacement_name(spec, ordinal, view.revision)}; {codes}): "
-                f"{'; '.join(r.message for r in why)}"))
-        return replace(roll, events=tuple(events), requeue_after_s=1.0)
     if isinstance(decided, ro.HandOver):
         old = table.live.get(decided.ordinal)
         stops: tuple[PodDelete, ...] = ()
