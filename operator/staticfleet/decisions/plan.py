@@ -736,11 +736,13 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
         warm = isinstance(decided, ro.PrepareReplacements)
         events = []
         if not state.started_at or state.revision != view.revision:
-            how = (f"by warm handoff: {{}} member(s), at most {limits.max_surge} replacement(s)"
-                   if warm else f": {{}} member(s), at most {limits.max_unavailable}")
-            events.append(Event("Normal", c.ROLLOUT_STARTED, f"rolling to revision "
-                                f"{view.revision} " + how.format(
-                                    len(after.pending) + len(decided.ordinals)) + " at a time"))
+            count = len(after.pending) + len(decided.ordinals)
+            at_once = (f"{limits.max_surge} replacement(s)" if warm
+                       else str(limits.max_unavailable))
+            events.append(Event("Normal", c.ROLLOUT_STARTED,
+                                f"rolling to revision {view.revision}"
+                                f"{' by warm handoff' if warm else ''}: {count} member(s), "
+                                f"at most {at_once} at a time"))
         deletes = []
         for ordinal in decided.ordinals:
             member = table.member(ordinal)
