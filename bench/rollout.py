@@ -1,18 +1,24 @@
 """Rollout benchmark: what a rolling restart costs a consumer group, side by side in one run.
 
-4 members on 12 partitions under a steady produce rate, three scenarios:
+4 members on 12 partitions under a steady produce rate, the scenarios side by side:
 
-- static:  staticfleet's roller, static membership, automatic timeouts;
-- dynamic: the same roller with the instance ids dropped (the test-only switch);
+- warm:     staticfleet's roller, static membership, warm handoff (the default strategy): each
+            replacement starts in standby and joins once its old member closed;
+- recreate: the same, strategy Recreate: stop the member, then cold-start its replacement;
+- dynamic:  the recreate roller with the instance ids dropped (the test-only switch);
 - short:   static membership with a session timeout shorter than a restart. staticfleet refuses to
            roll that group (it says which timeout it would need), so this scenario restarts the
            members the way a plain StatefulSet-style roller does: delete, wait until Ready, next.
 
 For each: rebalances during the rollout (new generations in the broker's log), longest member
-absence beside the session timeout, the throughput of the members that are not restarting during
-the rollout as a ratio of their steady-state throughput, and the total rollout time.
+absence beside the session timeout (the operator's figure), the longest processing gap of a
+member (seen by this bench: the longest time one ordinal's serving process went without
+processing a record, sampled once a second, so up to 1 s coarse; and the operator's figure), the
+throughput of the members that are not restarting during the rollout as a ratio of their
+steady-state throughput (with warm handoff the replacements' Spark starts fall in that window
+too), and the total rollout time.
 
-Run: python bench/rollout.py [--rate 400] [--settle 20]
+Run: python bench/rollout.py [--rate 400] [--settle 20] [--scenarios warm,recreate,dynamic]
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +82,8 @@ class Sampler:
             answers = list(pool.map(_status, members))
         snap: dict[int, tuple[str, int, bool]] = {}
         for pod, st in zip(members, answers, strict=True):
-            if st is None:
-                continue
+            if st is None or st.get("standby") is not None:
+                continue  # not answering, or a warm replacement not yet in the group
             ordinal = int(pod["metadata"]["labels"]["staticfleet.io/ordinal"])
             ready = any(c["type"] == "Ready" and c["status"] == "True"
                         for c in (pod.get("status") or {}).get("conditions") or [])
@@ -84,6 +91,26 @@ class Sampler:
             snap[ordinal] = (pod["metadata"]["uid"], int(st.get("recordsProcessed") or 0),
                              ready and not deleting)
         self.samples.append((time.monotonic(), snap))
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest time, over ordinals, between two samples in which the ordinal's serving
+        process had processed more records (a new process: any record), within the window."""
+        longest = 0.0
+        ordinals = {o for _t, snap in self.samples for o in snap}
+        for ordinal in ordinals:
+            last: tuple[str, int] | None = None
+            progress = [start]
+            for t, snap in self.samples:
+                if ordinal not in snap:
+                    continue
+                uid, count, _serving = snap[ordinal]
+                if last is not None and ((uid == last[0] and count > last[1])
+                                         or (uid != last[0] and count > 0)):
+                    progress.append(t)
+                last = (uid, count)
+            moments = [t for t in progress if start <= t <= end] + [end]
+            longest = max([longest] + [b - a for a, b in pairwise(moments)])
+        return longest
 
     def rates(self, start: float, end: float) -> dict[int, list[tuple[float, float, bool]]]:
         """Per ordinal: (time, records/s over the last second, serving) within [start, end]."""
@@ -144,6 +171,8 @@ class Result:
     session_ms: int
     others_ratio: float
     rollout_s: float
+    gap_seen_s: float = float("nan")
+    gap_operator_ms: int | None = None
     note: str = ""
 
 
@@ -158,7 +187,8 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
         fut.result(30)
     session = 3000 if scenario == "short" else None
     obj = consumer_group(name, env.bootstrap, topic, replicas=MEMBERS, session_ms=session,
-                         dynamic=scenario == "dynamic", max_records=5000)
+                         dynamic=scenario == "dynamic", max_records=5000,
+                         strategy="WarmHandoff" if scenario == "warm" else "Recreate")
     kubectl(kc, "-n", namespace, "apply", "-f", "-", input=to_yaml(obj))
     wait(lambda: ready_and_idle(cg(kc, namespace, name)), 300, f"{name} Ready")
     # Produce only now, and let the members settle on the steady rate before measuring, so the
@@ -173,6 +203,7 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
     session_ms = int(cg(kc, namespace, name)["status"]["timeouts"]["sessionTimeoutMs"])
 
     started = time.monotonic()
+    gap_operator = None
     absences: dict[int, tuple[float, float]] = {}
     if scenario == "short":
         longest = naive_roll(kc, namespace, name, absences, broker, admin)
@@ -182,6 +213,7 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
                 '{"spec": {"rollout": {"restartNonce": "bench"}}}')
         done = wait(lambda: rollout_done(cg(kc, namespace, name)), 600, f"{name} rolled out")
         longest = int(done["status"]["rollout"]["longestAbsenceMs"])
+        gap_operator = done["status"]["rollout"].get("longestProcessingGapMs")
         note = ""
     finished = time.monotonic()
     time.sleep(3)
@@ -193,7 +225,9 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
         print(f"  sampler: {len(sampler.samples)} samples, errors {sampler.errors[:3]}")
     producer.stop()
     kubectl(kc, "delete", "namespace", namespace, "--wait=false", check=False)
-    return Result(scenario, rebalances, longest, session_ms, ratio, finished - started, note)
+    gap_seen = sampler.longest_gap(started, finished)
+    return Result(scenario, rebalances, longest, session_ms, ratio, finished - started,
+                  gap_seen, gap_operator, note)
 
 
 def rollout_done(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -243,7 +277,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=400.0, help="records produced per second")
     parser.add_argument("--settle", type=float, default=20.0, help="steady seconds before")
-    parser.add_argument("--scenarios", default="static,dynamic,short")
+    parser.add_argument("--scenarios", default="warm,recreate,dynamic",
+                        help="of warm, recreate, dynamic, short")
     args = parser.parse_args()
 
     name = "bench-rollout"
@@ -267,13 +302,20 @@ def main() -> int:
         environment.down(name)
 
     print(f"\n{MEMBERS} members, {PARTITIONS} partitions, {args.rate:.0f} records/s produced\n")
-    head = ("scenario", "rebalances", "longest absence ms", "session ms", "others' throughput",
-            "rollout s")
+    head = ("scenario", "rebalances", "longest absence ms", "session ms", "gap seen s",
+            "gap operator ms", "others' throughput", "rollout s")
     print("  ".join(f"{h:>18}" for h in head))
     for r in results:
         print("  ".join(f"{v:>18}" for v in (
-            r.scenario, r.rebalances, r.longest_absence_ms, r.session_ms,
+            r.scenario, r.rebalances, r.longest_absence_ms, r.session_ms, f"{r.gap_seen_s:.1f}",
+            "-" if r.gap_operator_ms is None else r.gap_operator_ms,
             f"{r.others_ratio:.2f}", f"{r.rollout_s:.1f}")))
+    base = next((r for r in results if r.scenario == "recreate"), None)
+    for r in results:
+        if base is not None and r is not base and base.gap_seen_s > 0:
+            print(f"{r.scenario} / recreate: longest processing gap seen "
+                  f"{r.gap_seen_s / base.gap_seen_s:.2f}, rollout time "
+                  f"{r.rollout_s / base.rollout_s:.2f}")
     for r in results:
         if r.note:
             print(f"{r.scenario}: {r.note}")

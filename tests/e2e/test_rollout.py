@@ -19,7 +19,7 @@ from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.stream import committed_lag, read_all
 from tests.conftest import unique
 from tests.support import groups
-from tests.support.kube import kubectl
+from tests.support.kube import get_json, kubectl
 from tests.support.operator import OperatorProcess
 from tests.support.polling import Poller
 from tests.support.prometheus import Prometheus, dashboard_answers, legend_labels
@@ -357,3 +357,47 @@ def _json(value: Any) -> str:
     import json
 
     return json.dumps(value)
+
+
+def test_a_replacement_that_cannot_start_stops_the_warm_rollout_and_the_member_keeps_serving(
+    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
+    stream: dict[str, Any],
+) -> None:
+    """Make before break: a replacement whose transform cannot be imported fails in standby;
+    the old member was never stopped, so nothing rebalances and nothing is lost."""
+    name = unique("badwarm")
+    start_group(kubeconfig, namespace, groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
+        strategy="WarmHandoff"))
+    generations_before = kafka.generations(name)
+    live_before = {p["metadata"]["uid"] for p in groups.pods(kubeconfig, namespace, name)}
+    trigger(kubeconfig, namespace, name, '[{"op": "replace", "path": '
+            '"/spec/processing/transform", "value": "staticfleet_no_such_module:run"}]')
+    obj = groups.wait_status(
+        kubeconfig, namespace, name,
+        lambda o: (o.get("status") or {}).get("rollout", {}).get("phase") == "Stopped",
+        300, "stopped by the failed replacement")
+    time.sleep(5)
+    rollout = obj["status"]["rollout"]
+    live_after = {p["metadata"]["uid"] for p in groups.pods(kubeconfig, namespace, name)
+                  if not p["metadata"].get("deletionTimestamp")}
+    warnings = [e for e in cg_events(kubeconfig, namespace, name)
+                if e["reason"] == "HandoffFailed"]
+    print(f"rollout stopped: {rollout['reason']}")
+    assert "failed before it was standby-ready" in rollout["reason"], rollout
+    assert "staticfleet_no_such_module" in rollout["reason"], rollout
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning", warnings
+    assert live_after == live_before, "a member was stopped, or the replacement was left"
+    assert rollout["membersRestarted"] == [] and rollout["rebalancesDuringRollout"] == 0
+    assert kafka.generations(name) == generations_before, "the broker formed a new generation"
+    assert groups.ready(groups.get(kubeconfig, namespace, name))
+    produced, out = drain(kafka, name, stream)
+    missing = set(stream["producer"].produced) - set(out)
+    assert produced > 0 and not missing, f"{len(missing)} of {produced} records lost"
+
+
+def cg_events(kubeconfig: Path, namespace: str, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get_json(
+        kubeconfig, "-n", namespace, "events", "--field-selector",
+        f"involvedObject.kind=ConsumerGroup,involvedObject.name={name}")["items"]
+    return items
