@@ -83,6 +83,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
     try:
         member = Member(config, telemetry, processor.handle, ready=spark.done,
                         startup_check=lambda: spark.exception(0) if spark.done() else None)
+        telemetry.consumer_made(time.monotonic())
     except KafkaException as exc:
         print(f"consumer_runtime: configuration refused: consumer: librdkafka refused the "
               f"settings ({exc.args[0].str()}); fix the consumer properties",

@@ -62,6 +62,8 @@ class Telemetry:
         activated (or when it never was one)."""
         self.standby_ready_s: float | None = None
         self.activated_s: float | None = None
+        self.consumer_made_s: float | None = None
+        """Seconds from process start until its consumer was made (it could join from then)."""
         self.last_batch_s: float | None = None
         self.waiting: Waiting | None = None
         self.leaving = False
@@ -185,6 +187,10 @@ class Telemetry:
             self.holds_assignment = False
             self.m_assigned.labels(**self.ids).set(0)
 
+    def consumer_made(self, now: float) -> None:
+        with self._lock:
+            self.consumer_made_s = self._since_start(now)
+
     def became_standby_ready(self, now: float) -> None:
         """A standby process has Spark up and warm: activation costs only the join now."""
         with self._lock:
@@ -266,6 +272,7 @@ class Telemetry:
                 "lost": self.lost,
                 "startupSeconds": {"firstAssignment": self.first_assignment,
                                    "firstBatch": self.first_batch,
+                                   "consumerMade": self.consumer_made_s,
                                    "standbyReady": self.standby_ready_s,
                                    "activated": self.activated_s},
                 "lastBatchAt": (None if self.last_batch_s is None

@@ -111,23 +111,34 @@ def container_started_at(pod: Mapping[str, Any]) -> float | None:
 
 def cold_start_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
     """Seconds from the member container's start to its first assignment, for a container that
-    never restarted in place (None otherwise or until it has been assigned). Scheduling and
+    never restarted in place (None otherwise or until it has been assigned); for a standby
+    process, without its wait for the activation. Scheduling and
     image pulls are not in it; everything a restarted member repeats before it is back is."""
     if not status or restart_count(pod) > 0:
         return None
-    first = (status.get("startupSeconds") or {}).get("firstAssignment")
+    phases = status.get("startupSeconds") or {}
+    first = phases.get("firstAssignment")
     start = status.get("processStart")
     started = container_started_at(pod)
     if first is None or start is None or started is None:
         return None
+    activated, made = phases.get("activated"), phases.get("consumerMade")
+    if activated is not None:
+        # A warm handoff's replacement waited in standby for its activation, which is not part
+        # of a start: a crash restarts it in standby and it is activated at once. Its start is
+        # container start -> consumer made, plus activation -> first assignment.
+        if made is None:
+            return None
+        return max(0.0, float(start) + float(made) - started) + max(
+            0.0, float(first) - float(activated))
     return max(0.0, float(start) + float(first) - started)
 
 
 def join_latency_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
     """Seconds from the pod's creation to its member's first assignment (a lower bound of a
     restart), from the member's `/status`; None until it has been assigned."""
-    if not status:
-        return None
+    if not status or (status.get("startupSeconds") or {}).get("activated") is not None:
+        return None  # a standby's wait for its activation is not a join's latency
     first = (status.get("startupSeconds") or {}).get("firstAssignment")
     start = status.get("processStart")
     created = (pod.get("metadata") or {}).get("creationTimestamp")

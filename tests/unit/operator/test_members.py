@@ -123,3 +123,19 @@ def test_an_absent_static_members_registration_is_not_its_replacement() -> None:
     other = {"uid-1-new": {"memberId": "someone-else"}}
     assert not collect([pod(1, revision="new")], group, other).members[0].in_group
     assert collect([pod(1, revision="new")], group).members[0].in_group, "Ready, no answer"
+
+
+def test_a_standby_process_start_leaves_out_its_wait_for_the_activation() -> None:
+    """Seen on main: a warm replacement's 20.6 s (container start -> first assignment, its
+    standby wait included) was taken as its cold start and refused the next rollout."""
+    p = pod(1)
+    p["status"]["containerStatuses"] = [{
+        "name": builders.MEMBER_CONTAINER, "restartCount": 0,
+        "state": {"running": {"startedAt": "2026-01-01T12:00:00Z"}}}]
+    start = datetime(2026, 1, 1, 12, 0, 1, tzinfo=UTC).timestamp()
+    cold = {"processStart": start, "startupSeconds": {"firstAssignment": 2.5}}
+    warm = {"processStart": start, "startupSeconds": {
+        "consumerMade": 1.5, "standbyReady": 12.0, "activated": 19.5, "firstAssignment": 19.6}}
+    assert members.cold_start_s(p, cold) == 3.5
+    assert members.cold_start_s(p, warm) == pytest.approx(2.6)
+    assert members.join_latency_s(p, warm) is None

@@ -59,7 +59,8 @@ def test_status_has_exactly_the_contract_fields() -> None:
     assert set(status) == CONTRACT_KEYS
     json.dumps(status)
     assert status["startupSeconds"] == {"firstAssignment": None, "firstBatch": 3.5,
-                                        "standbyReady": None, "activated": None}
+                                        "consumerMade": None, "standbyReady": None,
+                                        "activated": None}
     assert status["lastBatchAt"] == 1004.5 and status["standby"] is None
     assert (status["recordsProcessed"], status["batchesProcessed"], status["deadLettered"]) == \
         (15, 2, 1)
