@@ -201,7 +201,7 @@ def decide(snap: Snapshot) -> Plan:
              else c.parse_optional(previous.get("unassignedSince")))
     rejoin = _rejoin(snap, table, spec, missing, since, last_planned)
     planned = down.planned or (rejoin.planned if rejoin else None) or last_planned
-    calls = _activations(snap, table) + down.calls + ((rejoin.call,) if rejoin else ())
+    calls = _activations(snap, table, spec.replicas) + down.calls + ((rejoin.call,) if rejoin else ())
 
     problems = _stuck(snap, table) + _failing(spec, table)
     unassigned_cond = (_unassigned_condition(missing, since, rejoin, last_planned) if judged
@@ -524,7 +524,8 @@ def _creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     return tuple(out)
 
 
-def _activations(snap: Snapshot, table: MemberTable) -> tuple[pl.MemberCall, ...]:
+def _activations(snap: Snapshot, table: MemberTable,
+                 replicas: int) -> tuple[pl.MemberCall, ...]:
     """Standby processes that are their ordinal's only member now: activate them once no
     older process of the ordinal still runs (two processes of one instance id in the group
     fence each other). This finishes a warm handoff, and brings back a replacement whose
@@ -532,7 +533,7 @@ def _activations(snap: Snapshot, table: MemberTable) -> tuple[pl.MemberCall, ...
     out = []
     for m in table.members:
         pod = table.live.get(m.ordinal)
-        if pod is None or m.standby_state is None or pod["metadata"]["name"] != m.pod_name:
+        if pod is None or m.ordinal >= replicas or m.standby_state is None or pod["metadata"]["name"] != m.pod_name:
             continue
         if not (pod.get("status") or {}).get("podIP"):
             continue
