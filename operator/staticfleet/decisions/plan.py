@@ -201,7 +201,8 @@ def decide(snap: Snapshot) -> Plan:
              else c.parse_optional(previous.get("unassignedSince")))
     rejoin = _rejoin(snap, table, spec, missing, since, last_planned)
     planned = down.planned or (rejoin.planned if rejoin else None) or last_planned
-    calls = _activations(snap, table, spec.replicas) + down.calls + ((rejoin.call,) if rejoin else ())
+    calls = (_activations(snap, table, spec.replicas) + down.calls
+             + ((rejoin.call,) if rejoin else ()))
 
     problems = _stuck(snap, table) + _failing(spec, table)
     unassigned_cond = (_unassigned_condition(missing, since, rejoin, last_planned) if judged
@@ -533,7 +534,8 @@ def _activations(snap: Snapshot, table: MemberTable,
     out = []
     for m in table.members:
         pod = table.live.get(m.ordinal)
-        if pod is None or m.ordinal >= replicas or m.standby_state is None or pod["metadata"]["name"] != m.pod_name:
+        if (pod is None or m.ordinal >= replicas or m.standby_state is None
+                or pod["metadata"]["name"] != m.pod_name):
             continue
         if not (pod.get("status") or {}).get("podIP"):
             continue

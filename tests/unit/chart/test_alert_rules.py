@@ -33,6 +33,7 @@ ALERT_NAMES = [a["alert"] for a in ALERTS]
 def test_the_alerts_the_project_asks_for() -> None:
     assert ALERT_NAMES == [
         "StaticfleetRebalanceRateHigh",
+        "StaticfleetRebalanceRateCritical",
         "StaticfleetMemberRebalanceRateHigh",
         "StaticfleetRolloutAtRisk",
         "StaticfleetRolloutStuck",
