@@ -20,10 +20,12 @@ from staticfleet_dev.stream import committed_lag, read_all
 from tests.conftest import unique
 from tests.e2e.test_day2 import crash, restart_count
 from tests.e2e.test_planned import owners
+from tests.e2e.test_rollout import check_dashboard
 from tests.support import groups
 from tests.support.kube import get_json, kubectl
 from tests.support.operator import OperatorProcess
 from tests.support.polling import Poller
+from tests.support.prometheus import Prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -55,7 +57,7 @@ class OwnerWatch(Poller):
 
 def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_kill_9(
     kafka: KafkaBroker, kafka_admin: AdminClient, kubeconfig: Path, operator: OperatorProcess,
-    namespace: str, stream: dict[str, Any],
+    namespace: str, stream: dict[str, Any], prometheus: Prometheus,
 ) -> None:
     name = unique("k848")
     groups.apply(kubeconfig, namespace, groups.consumer_group(
@@ -70,6 +72,7 @@ def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_
 
     # A rolling restart by warm handoff: every partition keeps its owner (absent for a moment,
     # never moved); each replacement joined after its old member's leave with epoch -2.
+    started = time.time()
     with OwnerWatch(kafka_admin, name) as watch:
         kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=json", "-p",
                 '[{"op": "add", "path": "/spec/template/env/-", '
@@ -89,6 +92,10 @@ def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_
           f"{[(h['ordinal'], h['absenceMs'], h.get('processingGapMs')) for h in handoffs]}")
     assert {h["mode"] for h in handoffs} == {"warm"}, handoffs
     assert done["status"]["rollout"]["longestAbsenceMs"] < 3000, handoffs
+    # What a Grafana user sees of a KIP-848 group: every panel of the shipped dashboard has
+    # data with its legend's labels, and the rollout panel moved.
+    time.sleep(6)
+    check_dashboard(prometheus, namespace, name, started)
 
     # kill -9 of a replacement after its activation: its container restarts in standby (the
     # pod's environment), the operator activates it again, and it waits out the old
