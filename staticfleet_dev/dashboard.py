@@ -128,6 +128,12 @@ PANELS: tuple[Row | Graph, ...] = (
         (q("sum by (namespace, group) "
            "(rate(staticfleet_member_records_processed_total{SEL}[$__rate_interval]))"),
          "{{namespace}}/{{group}}"),)),
+    Graph("timeseries", "Throughput per member (records/s)",
+          "Records processed per second by each member (its instance id): a member's stop "
+          "during a rollout shows here as its processing gap.", "rps", 12, (
+              (q("sum by (group, member) "
+                 "(rate(staticfleet_member_records_processed_total{SEL}[$__rate_interval]))"),
+               "{{member}}"),)),
     Graph("timeseries", "Batches and dead letters (per s)",
           "Batches processed and records sent to the dead-letter topic per second.", "ops", 12, (
               (q("sum by (namespace, group) "

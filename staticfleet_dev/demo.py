@@ -55,6 +55,29 @@ ROLLOUT_TIMEOUT_S = 300.0
 DRAIN_TIMEOUT_S = 180.0
 
 
+DEMO_PANELS = (("Rebalances observed by the operator (5m)", "rebalances"),
+               ("Lag as the broker sees it", "records"),
+               ("Throughput per member (records/s)", "records/s"))
+"""The dashboard panels the demo draws from Prometheus (title, unit)."""
+
+
+def handoff_notes(cg: Mapping[str, Any] | None) -> dict[int, str]:
+    """Per member, what its restart cost as the operator measured it (status.rollout.handoffs):
+    its absence from the group and its processing gap."""
+    out = {}
+    for h in ((cg or {}).get("status") or {}).get("rollout", {}).get("handoffs") or ():
+        gap = h.get("processingGapMs")
+        out[int(h["ordinal"])] = (f"{h.get('mode')} restart: out of the group "
+                                  f"{h['absenceMs'] / 1000:.1f}s, processing gap "
+                                  + (f"{gap / 1000:.1f}s" if gap is not None else "n/a"))
+    return out
+
+
+def _legend(legend: str, labels: Mapping[str, str]) -> str:
+    """A Grafana legend format with the series' labels filled in."""
+    return re.sub(r"{{\s*(\w+)\s*}}", lambda m: labels.get(m.group(1), ""), legend)
+
+
 class DemoFailed(RuntimeError):
     """A step of the demo did not happen in time; the message says where to look."""
 
@@ -301,7 +324,8 @@ def build_report(*, env_name: str, root: Path, members: int, final: Mapping[str,
                  produced: int, committed: int, end_offsets: int, broker_generations: int,
                  output: Mapping[str, Any], spans: Mapping[int, Sequence[Span]],
                  seconds: Mapping[str, float], plot: Path, kubeconfig: Path,
-                 torn_down: bool) -> dict[str, Any]:
+                 torn_down: bool, panels: Path | None = None,
+                 panel_series: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The final report (also the `--json` output)."""
     st = final.get("status") or {}
     ro = st.get("rollout") or {}
@@ -328,6 +352,8 @@ def build_report(*, env_name: str, root: Path, members: int, final: Mapping[str,
         "endOffsets": end_offsets,
         "output": dict(output),
         "plot": str(plot),
+        "dashboardPlot": None if panels is None else str(panels),
+        "dashboardSeries": dict(panel_series or {}),
         "kubeconfig": None if torn_down else str(kubeconfig),
         "tornDown": torn_down,
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
@@ -360,6 +386,7 @@ def format_report(report: Mapping[str, Any]) -> str:
         ("output", out["path"] + ("  (removed with the environment)"
                                   if report["tornDown"] else "")),
         ("throughput plot", report["plot"]),
+        ("dashboard panels", str(report.get("dashboardPlot"))),
     ]
     width = max(len(k) for k, _ in rows)
     lines = ["", "staticfleet demo: report", "-" * 60]
@@ -407,6 +434,8 @@ class Demo:
         self.seconds: dict[str, float] = {}
         self.samples: list[Sample] = []
         self.env: Any = None
+        self.metrics_port = 0
+        self.prometheus: Any = None
 
     # -- printing and timing --------------------------------------------------------------
 
@@ -483,10 +512,11 @@ class Demo:
         from staticfleet_dev.procs import free_port, spawn, wait_until
 
         health = free_port()
+        self.metrics_port = free_port()
         env_vars = {**os.environ, "KUBECONFIG": str(self.env.kubeconfig)}
         _proc, rec = spawn("operator", [
             sys.executable, "-m", "staticfleet.cli", "operator", "run", "--all-namespaces",
-            "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port()),
+            "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
             "--health-port", str(health),
         ], log=self.env.root / "operator.log", env=env_vars)
         self.env.records.append(rec)
@@ -502,6 +532,40 @@ class Demo:
 
         wait_until(healthy, rec=rec, timeout=60, what="healthy")
 
+    def start_prometheus(self) -> None:
+        """A real Prometheus scraping the operator and the members (as a cluster's would), so the
+        demo can draw what the shipped dashboard shows."""
+        from staticfleet_dev.prometheus import ALERT_RULES, Prometheus, scrape_config
+
+        self.prometheus = Prometheus(workdir=self.env.root / "prometheus", config=scrape_config(
+            operator_target=f"127.0.0.1:{self.metrics_port}", kubeconfig=self.env.kubeconfig,
+            rule_files=[ALERT_RULES]))
+        try:
+            self.prometheus.start()
+        except AssertionError as exc:
+            raise DemoFailed(f"Prometheus did not start: {exc}") from None
+
+    def stop_prometheus(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+            self.prometheus = None
+
+    def dashboard_panels(self, start: float, end: float) -> list[Any]:
+        """The shipped dashboard's rebalance, lag and per-member throughput panels, as
+        Prometheus answers their queries over [start, end] with this group selected."""
+        from staticfleet_dev import dashboard
+
+        out = []
+        for title, unit in DEMO_PANELS:
+            graph = next(g for g in dashboard.graphs() if g.title == title)
+            expr, legend = graph.queries[0]
+            answer = self.prometheus.query_range(
+                dashboard.substitute(expr, NAMESPACE, GROUP), start, end, step=2.0)
+            out.append((title, unit, [
+                (_legend(legend, one["metric"]), [(float(t), float(v)) for t, v in one["values"]])
+                for one in answer]))
+        return out
+
     def setup_cluster(self) -> None:
         self.kubectl("apply", "--server-side", "-f", str(_repo_file("crds")))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
@@ -514,6 +578,7 @@ class Demo:
                 raise DemoFailed(f"namespace {NAMESPACE} got no default ServiceAccount")
             time.sleep(0.3)
         self.start_operator()
+        self.start_prometheus()
 
     def generations(self) -> int:
         """Generations the broker's coordinator stabilized for the group so far."""
@@ -525,7 +590,7 @@ class Demo:
     def run(self) -> dict[str, Any]:
         from staticfleet_dev import environment
         from staticfleet_dev.kafka import KafkaSettings
-        from staticfleet_dev.plot import write_throughput_png
+        from staticfleet_dev.plot import write_panels_png, write_throughput_png
         from staticfleet_dev.stream import SteadyProducer, committed_offsets, create_topic
 
         args = self.args
@@ -602,9 +667,17 @@ class Demo:
         write_throughput_png(
             plot, throughput(cumulative_processed(rollout_samples)), spans, t0=trigger,
             rollout=(trigger, finished), session_s=session_ms / 1000 if session_ms else None,
-            expected=args.rate / self.members,
+            expected=args.rate / self.members, notes=handoff_notes(final),
             title=f"{NAMESPACE}/{GROUP}: records/s per member over a rolling restart "
                   f"({args.rate} records/s produced)")
+        panels_plot = plot.with_name(plot.name.replace("throughput", "dashboard"))
+        panels = self.dashboard_panels(trigger - args.settle, time.time())
+        write_panels_png(
+            panels_plot, panels, t0=trigger,
+            rollout=(trigger, finished),
+            title=f"{NAMESPACE}/{GROUP}: the shipped Grafana dashboard's panels, as Prometheus "
+                  "answered them over the demo")
+        self.stop_prometheus()
         summary = parquet_summary(output)
         generations = self.generations() - generations_before
         if args.down:
@@ -616,7 +689,8 @@ class Demo:
             env_name=args.name, root=env.root, members=self.members, final=final,
             produced=produced,
             committed=offsets[0], end_offsets=offsets[1], broker_generations=generations,
-            output=summary, spans=spans, seconds=self.seconds, plot=plot,
+            output=summary, spans=spans, seconds=self.seconds, plot=plot, panels=panels_plot,
+            panel_series={title: len(series) for title, _unit, series in panels},
             kubeconfig=env.kubeconfig, torn_down=bool(args.down))
 
     def farewell(self, report: dict[str, Any]) -> None:
@@ -640,6 +714,7 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         report = demo.run()
     except BaseException as exc:
+        demo.stop_prometheus()
         if demo.env is not None:
             demo.say(f"\nthe demo did not finish ({type(exc).__name__})")
             demo.say(f"operator log: {demo.env.root / 'operator.log'}, "

@@ -81,11 +81,23 @@ def test_demo_rolls_without_rebalance_processes_everything_and_cleans_up(
     assert report["output"]["countSum"] >= report["produced"], "output rows lost records"
     assert report["tornDown"] is True
 
-    plot = Path(report["plot"])
+    # Rolled by warm handoff (the example's strategy): each member away about a second.
+    assert report["strategy"] == "WarmHandoff"
+    assert [h["mode"] for h in report["handoffs"]] == ["warm"] * 3, report["handoffs"]
+    assert report["longestAbsenceMs"] < 3000, report["handoffs"]
+    # The dashboard panels drawn from the real Prometheus that scraped the demo had data.
+    series = report["dashboardSeries"]
+    assert series["Throughput per member (records/s)"] == 3, series
+    assert series["Lag as the broker sees it"] >= 1, series
+    assert series["Rebalances observed by the operator (5m)"] >= 1, series
+
+    plots = [Path(report["plot"]), Path(report["dashboardPlot"])]
     try:
-        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{plot} is not a PNG"
+        for plot in plots:
+            assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{plot} is not a PNG"
     finally:
-        plot.unlink(missing_ok=True)
+        for plot in plots:
+            plot.unlink(missing_ok=True)
 
     root = report["root"]
     assert environment.load(demo_name) is None, "the environment is still registered"

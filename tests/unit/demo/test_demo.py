@@ -302,3 +302,33 @@ def test_throughput_png_is_written(tmp_path: Path) -> None:
                                 rollout=(T0 + 3, T0 + 25), session_s=45.0, expected=66.7,
                                 title="test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_legend_format_is_filled_with_the_series_labels() -> None:
+    from staticfleet_dev.demo import _legend
+
+    assert _legend("{{member}}", {"member": "orders-1", "group": "orders"}) == "orders-1"
+    assert _legend("{{ group }} {{topic}}-{{partition}}",
+                   {"group": "orders", "topic": "t", "partition": "3"}) == "orders t-3"
+
+
+def test_handoff_notes_say_absence_and_processing_gap() -> None:
+    from staticfleet_dev.demo import handoff_notes
+
+    cg = {"status": {"rollout": {"handoffs": [
+        {"ordinal": 2, "mode": "warm", "absenceMs": 640, "processingGapMs": 2900},
+        {"ordinal": 1, "mode": "warm", "absenceMs": 1100}]}}}
+    notes = handoff_notes(cg)
+    assert notes[2] == "warm restart: out of the group 0.6s, processing gap 2.9s"
+    assert notes[1].endswith("processing gap n/a") and handoff_notes(None) == {}
+
+
+def test_dashboard_panels_png(tmp_path: Path) -> None:
+    from staticfleet_dev.plot import write_panels_png
+
+    out = write_panels_png(tmp_path / "d.png", [
+        ("Throughput per member (records/s)", "records/s",
+         [("orders-0", [(100.0, 5.0), (102.0, 7.0)])]),
+        ("Rebalances observed by the operator (5m)", "rebalances", [])],
+        t0=100.0, rollout=(100.0, 102.0), title="t")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
