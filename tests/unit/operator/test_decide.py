@@ -1125,3 +1125,33 @@ def test_a_replacement_restarted_in_place_after_its_activation_is_activated_agai
     plan = decide(snapshot(WARM, pods, previous=status, statuses=statuses, in_group=(0, 2)))
     assert [(call.ordinal, call.action) for call in plan.calls] == [(1, "activate")]
     assert plan.create == () and plan.delete == ()
+
+
+def test_an_old_member_gone_while_its_replacement_prepares_hands_over_without_a_stop() -> None:
+    """Killed mid-handoff (its pod deleted by someone, or lost with its node): nothing is left
+    to stop; the replacement is activated once the old process is known to be gone."""
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    roll.pods = [p for p in roll.pods if p is not roll.old2]
+    plan = roll.step(2)
+    assert plan.delete == (), "nothing to stop"
+    assert roll.flight()["phase"] in ("Stopping", "Activating")
+    assert [(call.ordinal, call.action) for call in plan.calls] == [(2, "activate")]
+
+
+def test_an_operator_restarted_mid_handoff_resumes_from_the_status_alone() -> None:
+    """The pass after a restart knows no closure (they are kept in memory): the old pod gone
+    is enough to activate, and the handoff is followed to its end from status.rollout."""
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    roll.step(5, standby="ready", standby_ready_at=roll.at(5))
+    assert roll.flight()["phase"] == "Stopping"
+    roll.pods = [p for p in roll.pods if p is not roll.old2]  # gone while the operator was down
+    resumed = roll.step(3, standby="ready")
+    assert [(call.ordinal, call.action) for call in resumed.calls] == [(2, "activate")]
+    assert resumed.create == () and resumed.delete == ()
+    roll.standby["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    done = roll.step(1, standby=None, member_id="m-2", first_batch_at=roll.at(roll.t + 1))
+    assert c.MEMBER_READY in reasons(done)
+    assert [h["ordinal"] for h in roll.status["rollout"]["handoffs"]] == [2]
+    assert roll.status["rollout"]["inFlight"] == []
