@@ -169,8 +169,10 @@ class MemberTable:
     stopping: Mapping[int, Mapping[str, Any]]
     members: tuple[ObservedMember, ...]
     standby: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
-    """A second live pod of an ordinal (the newer one): a warm handoff's replacement while the
-    old member still runs. `live` holds the older, the member."""
+    """The newest other live pod of an ordinal: a warm handoff's replacement while the old
+    member still runs. `live` holds the oldest, the member."""
+    extra: Mapping[int, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    """Every other live pod of an ordinal besides the member, oldest first."""
 
     def ordinals(self) -> list[int]:
         return sorted(set(self.live) | set(self.stopping))
@@ -195,6 +197,7 @@ def observe_members(
     members legitimately hold none, so being listed by the broker is enough to be in."""
     live: dict[int, Mapping[str, Any]] = {}
     standby: dict[int, Mapping[str, Any]] = {}
+    extra: dict[int, list[Mapping[str, Any]]] = {}
     stopping: dict[int, Mapping[str, Any]] = {}
     for pod in sorted(pods, key=_age_order):
         ordinal = ordinal_of(pod)
@@ -203,7 +206,9 @@ def observe_members(
         if pod["metadata"].get("deletionTimestamp"):
             stopping.setdefault(ordinal, pod)
         elif ordinal in live:
-            standby.setdefault(ordinal, pod)  # a newer pod beside the member: its replacement
+            # Newer pods beside the member: its replacement is the newest.
+            extra.setdefault(ordinal, []).append(pod)
+            standby[ordinal] = pod
         else:
             live[ordinal] = pod
     idle_possible = partitions is not None and spec.replicas > partitions
@@ -248,7 +253,8 @@ def observe_members(
         else:
             member = observe(ordinal, stopping[ordinal], False)
         members.append(member)
-    return MemberTable(live=live, stopping=stopping, members=tuple(members), standby=standby)
+    return MemberTable(live=live, stopping=stopping, members=tuple(members), standby=standby,
+                       extra={o: tuple(pods) for o, pods in extra.items()})
 
 
 def _age_order(pod: Mapping[str, Any]) -> tuple[str, str]:

@@ -178,7 +178,8 @@ def decide(snap: Snapshot) -> Plan:
     roll = _roll(snap, spec, view, effective, table, group.state, rebalances.total)
     creates = _creates(snap, spec, view, effective, table, roll.state)
     down = _scale_down(snap, spec, table, last_planned)
-    deletes = down.deletes + roll.deletes
+    deletes = down.deletes + roll.deletes + _abandoned(table, roll.state, spec.replicas,
+                                                       {d.uid for d in roll.deletes})
     new_members = [p.ordinal for p in creates if p.why == WHY_NEW]
     if new_members and previous.get("replicas") is not None:
         events.append(Event("Normal", c.SCALED_UP, f"created members {new_members}: their "
@@ -496,6 +497,8 @@ WHY_RESTART = "restart"
 WHY_HANDOFF = "restart: its standby replacement is ready (warm handoff)"
 WHY_HANDOFF_ABORTED = "warm handoff abandoned: the replacement is deleted"
 WHY_STANDBY = "standby replacement (warm handoff)"
+WHY_ABANDONED = ("a standby replacement no handoff waits for (the spec changed while it "
+                 "prepared, or its member was scaled away)")
 WHY_GROUP_ID_IN_USE = "its Kafka group id is in use"
 
 
@@ -522,6 +525,21 @@ def _creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             pod = builders.build_member_pod(spec, f.ordinal, view, effective.session_timeout_ms,
                                             standby=True)
             out.append(PodCreate(f.ordinal, pod, f"{WHY_STANDBY} (revision {view.revision})"))
+    return tuple(out)
+
+
+def _abandoned(table: MemberTable, state: ro.RolloutState, replicas: int,
+               deleting: set[str]) -> tuple[PodDelete, ...]:
+    """Standby replacements no handoff waits for: of a revision the spec moved past while they
+    prepared, or of a member scaled away. Left running they would hold a pod forever."""
+    wanted = {f.replacement for f in state.in_flight if f.mode == "warm" and f.ordinal < replicas}
+    out = []
+    for ordinal, pods in sorted(table.extra.items()):
+        for pod in pods:
+            meta = pod["metadata"]
+            if meta["name"] in wanted or meta["uid"] in deleting:
+                continue
+            out.append(PodDelete(ordinal, meta["name"], meta["uid"], WHY_ABANDONED))
     return tuple(out)
 
 

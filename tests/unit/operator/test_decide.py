@@ -1155,3 +1155,16 @@ def test_an_operator_restarted_mid_handoff_resumes_from_the_status_alone() -> No
     assert c.MEMBER_READY in reasons(done)
     assert [h["ordinal"] for h in roll.status["rollout"]["handoffs"]] == [2]
     assert roll.status["rollout"]["inFlight"] == []
+
+
+def test_a_spec_changed_while_a_replacement_prepares_drops_that_replacement() -> None:
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    newer = with_path(WARM, "spec.template.image", "staticfleet/member:0.3.0")
+    pods = [*roll.pods, roll.standby]
+    statuses = roll.statuses()
+    plan = decide(replace(snapshot(newer, pods, previous=roll.status, in_group=(0, 1, 2),
+                                   now_offset_s=3, statuses=statuses), closures={}))
+    gone = [d for d in plan.delete if d.name == roll.standby["metadata"]["name"]]
+    assert len(gone) == 1 and "no handoff waits for" in gone[0].why
+    assert all(d.name != "orders-2" for d in plan.delete), "the member keeps running"
