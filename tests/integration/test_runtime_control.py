@@ -245,6 +245,8 @@ def test_a_standby_stays_out_of_the_group_until_activated_then_takes_over_in_a_s
     assert after["standby"] is None and after["rebalances"] == 0 and after["assigns"] == 1
     assert {tuple(tp) for tp in after["assignment"]} == everything
     assert in_group_s < 3.0, new.tail()
+    # Warmed up on a made-up record (not on an empty batch, which warms far less).
+    assert "spark warm-up took" in new.text() and "warm-up of the transform" not in new.text()
     written = [m.value() for m in read_all(kafka.bootstrap, out, 4)]
     assert set(written) == {v for _, v, _ in produced}
 
