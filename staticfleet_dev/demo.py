@@ -559,8 +559,12 @@ class Demo:
         for title, unit in DEMO_PANELS:
             graph = next(g for g in dashboard.graphs() if g.title == title)
             expr, legend = graph.queries[0]
+            # Grafana's $__rate_interval for a 2 s scrape interval and a 2 s step: max(4 x
+            # scrape interval, step + scrape interval) = 8 s. A 1m window would smooth the
+            # members' first minute into a ramp (their series start inside it).
             answer = self.prometheus.query_range(
-                dashboard.substitute(expr, NAMESPACE, GROUP), start, end, step=2.0)
+                dashboard.substitute(expr, NAMESPACE, GROUP, rate_interval="8s"), start, end,
+                step=2.0)
             out.append((title, unit, [
                 (_legend(legend, one["metric"]), [(float(t), float(v)) for t, v in one["values"]])
                 for one in answer]))
