@@ -113,6 +113,10 @@ class RolloutView:
     current_stopped_at: float | None = None
     in_flight: tuple[tuple[int, float], ...] = ()
     session_ms: int | None = None
+    current_phase: str | None = None
+    """The current member's handoff phase (status.rollout.inFlight[].phase)."""
+    current_back_after: float | None = None
+    """Seconds it was away, once it is back in the group."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,13 @@ def rollout_view(cg: Mapping[str, Any] | None) -> RolloutView:
         for f in ro.get("inFlight") or []
         if (stopped := parse_time(f.get("stoppedAt"))) is not None
     )
+    current: dict[str, Any] = next((f for f in ro.get("inFlight") or []
+                    if f.get("ordinal") == ro.get("current")), {})
+    closed = parse_time(current.get("closedAt")) or parse_time(current.get("stoppedAt"))
+    back = parse_time(current.get("rejoinedAt"))
     return RolloutView(
+        current_phase=current.get("phase"),
+        current_back_after=(back - closed) if back is not None and closed is not None else None,
         phase=ro.get("phase"),
         restarted=len(ro.get("membersRestarted") or []),
         current=ro.get("current"),
@@ -287,10 +297,15 @@ def progress_line(elapsed: float, label: str, sample: Sample, members: int,
     processing 1/3  processed 12,345`."""
     ro = sample.rollout
     parts = [f"[{elapsed:6.1f}s] {label:<9}", f"restarted {ro.restarted}/{members}"]
-    if ro.current is not None and ro.current_stopped_at is not None:
+    if ro.current is not None and ro.current_back_after is not None:
+        parts.append(f"member {ro.current} back after {ro.current_back_after:.1f}s, "
+                     "until its first batch")
+    elif ro.current is not None and ro.current_stopped_at is not None:
         away = max(0.0, sample.t - ro.current_stopped_at)
         session = f" / session {ro.session_ms / 1000:.1f}s" if ro.session_ms else ""
         parts.append(f"member {ro.current} away {away:.1f}s{session}")
+    elif ro.current is not None and ro.current_phase == "Preparing":
+        parts.append(f"member {ro.current}: replacement warming up in standby")
     ready = sum(1 for m in sample.members if m.ready and not m.deleting)
     parts.append(f"ready {ready}/{members}")
     parts.append(f"processing {processing(sample)}/{members}")

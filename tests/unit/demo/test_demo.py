@@ -332,3 +332,18 @@ def test_dashboard_panels_png(tmp_path: Path) -> None:
         ("Rebalances observed by the operator (5m)", "rebalances", [])],
         t0=100.0, rollout=(100.0, 102.0), title="t")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_progress_line_says_a_member_is_back_once_it_rejoined() -> None:
+    from staticfleet_dev.demo import MemberSample, Sample, progress_line, rollout_view
+
+    cg = {"status": {"timeouts": {"sessionTimeoutMs": 45000}, "rollout": {
+        "phase": "Rolling", "current": 1, "membersRestarted": [2],
+        "currentStoppedAt": "2026-01-01T12:00:00Z",
+        "inFlight": [{"ordinal": 1, "phase": "Serving", "stoppedAt": "2026-01-01T12:00:00Z",
+                      "closedAt": "2026-01-01T12:00:01.000Z",
+                      "rejoinedAt": "2026-01-01T12:00:01.600Z"}]}}}
+    view = rollout_view(cg)
+    line = progress_line(10.0, "rolling", Sample(t=view.current_stopped_at + 6, members=(
+        MemberSample(1, "u", True, False),), rollout=view), 3, 100)
+    assert "member 1 back after 0.6s" in line and "away" not in line
