@@ -16,6 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
+from matplotlib.figure import Figure
 
 Point = tuple[float, float]
 Span = tuple[float, float | None]
@@ -66,12 +67,7 @@ def write_throughput_png(
         ax.grid(True, axis="y", color="0.85", lw=0.6)
     axes[-1, 0].set_xlabel("seconds since the rolling restart was triggered  (grey: rollout, "
                            "red: member away, dashed: produced / members)")
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, title)
 
 
 Panel = tuple[str, str, Sequence[tuple[str, Sequence[Point]]]]
@@ -99,6 +95,10 @@ def write_panels_png(path: Path, panels: Sequence[Panel], *, t0: float, rollout:
         ax.set_ylim(bottom=0)
         ax.grid(True, axis="y", color="0.85", lw=0.6)
     axes[-1, 0].set_xlabel("seconds since the rolling restart was triggered  (grey: rollout)")
+    return _save(fig, path, title)
+
+
+def _save(fig: Figure, path: Path, title: str) -> Path:
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from typing import Any
 from staticfleet import apply, metrics, observe
 from staticfleet.decisions import builders
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions.members import member_closed_at
+from staticfleet.decisions.members import member_closed_at, still_running
 from staticfleet.decisions.model import ConsumerGroupSpec, SpecError
 from staticfleet.decisions.plan import Plan, decide, degraded, summarize, without_nulls
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
@@ -144,8 +144,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         closures = dict(deps.closures)
     # Members being stopped are read too while their process runs: a warm handoff's processing
     # gap starts at the old process's last batch.
-    running = live + [p for p in pods if p["metadata"].get("deletionTimestamp")
-                      and member_closed_at(p) is None and p["metadata"]["uid"] not in closures]
+    running = live + [p for p in pods if still_running(p, closures)]
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=_member_statuses(running, deps), group=group, partitions=partitions,
                     closures=closures, claimants=claimants, broker_config=broker_config,

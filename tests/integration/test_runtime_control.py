@@ -73,6 +73,18 @@ def wait_owned(admin: AdminClient, group: str, wanted: set[TP], by: set[str],
                          f"owners: {seen}")
 
 
+def batches_of_100(admin: AdminClient, bootstrap: str, group: str, topic: str, out: str,
+                   protocol: str) -> dict[str, Any]:
+    """A member's config: batches of 100, kafka sink to `out`, the session timeout SESSION_MS
+    (for a KIP-848 group set on the broker)."""
+    config = runtime_config(bootstrap, group, topic, sink={"type": "kafka", "topic": out},
+                            max_records=100, session_ms=SESSION_MS)
+    if protocol == "consumer":
+        config = kip848(config)
+        set_group_timeouts(admin, group, SESSION_MS)
+    return config
+
+
 def records(topic: str, first: int, n: int, partitions: int) -> list[tuple[bytes, bytes, int]]:
     return [(b"k", f"{topic}:{i:06d}".encode(), i % partitions)
             for i in range(first, first + n)]
@@ -87,11 +99,7 @@ def test_leave_hands_the_partitions_over_at_once_and_loses_nothing(
     # Batches of 100 over a backlog, so one is in flight when the leave comes. Its length adds
     # twice to the hand-over with the classic protocol (the leaver finishes its batch before it
     # leaves, the other member finishes its own before it rejoins): 1.5 s batches made it 5.0 s.
-    config = runtime_config(kafka.bootstrap, group, topic, sink={"type": "kafka", "topic": out},
-                            max_records=100, session_ms=SESSION_MS)
-    if protocol == "consumer":
-        config = kip848(config)
-        set_group_timeouts(kafka_admin, group, SESSION_MS)
+    config = batches_of_100(kafka_admin, kafka.bootstrap, group, topic, out, protocol)
     produced = records(topic, 0, 600, 6)
     produce(kafka.bootstrap, topic, produced)
     everything = {(topic, p) for p in range(6)}
@@ -196,11 +204,7 @@ def test_a_standby_stays_out_of_the_group_until_activated_then_takes_over_in_a_s
     in the group with the same partitions, no rebalance, nothing lost."""
     topic, out = make_topic("in", 4), make_topic("out", 4)
     group = unique("g")
-    config = runtime_config(kafka.bootstrap, group, topic, sink={"type": "kafka", "topic": out},
-                            max_records=100, session_ms=SESSION_MS)
-    if protocol == "consumer":
-        config = kip848(config)
-        set_group_timeouts(kafka_admin, group, SESSION_MS)
+    config = batches_of_100(kafka_admin, kafka.bootstrap, group, topic, out, protocol)
     instance = f"{group}-0"
     everything = {(topic, p) for p in range(4)}
     produced = records(topic, 0, 400, 4)

@@ -81,6 +81,22 @@ def member_failure(pod: Mapping[str, Any]) -> Failure | None:
     return None
 
 
+def refusal_line(message: str) -> str:
+    """The line of a member's log end that says why it stopped."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "refused" in line or "Error" in line or "error" in line:
+            return line[:600]
+    return lines[-1][:600] if lines else ""
+
+
+def still_running(pod: Mapping[str, Any], closures: Mapping[str, datetime]) -> bool:
+    """A pod being deleted whose member process has not been seen to close (neither by its
+    status nor by the watch, which may have seen it before the pod was gone)."""
+    return (bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+            and pod["metadata"]["uid"] not in closures and member_closed_at(pod) is None)
+
+
 def restart_count(pod: Mapping[str, Any]) -> int:
     for cs in (pod.get("status") or {}).get("containerStatuses") or ():
         if cs.get("name") == builders.MEMBER_CONTAINER:
@@ -238,8 +254,8 @@ def observe_members(
             assignment=gm.partitions if gm else (),
             restart_reasons=tuple(reasons.restart_reasons(view, pod)) if is_live else (),
             standby_state=st.get("standby") if st else None,
-            failure=(f"exit code {failure.exit_code}: {_last_line(failure.message)}"
-                     if failure else None),
+            failure=(f"exit code {failure.exit_code}: "
+                     f"{refusal_line(failure.message) or '(no message)'}" if failure else None),
             standby_ready_at=_moment(st, "standbyReady"),
             first_batch_at=_moment(st, "firstBatch"),
             answers=bool(st))
@@ -275,7 +291,3 @@ def last_batch_at(status: Mapping[str, Any]) -> datetime | None:
     value = status.get("lastBatchAt")
     return None if value is None else datetime.fromtimestamp(float(value), UTC)
 
-
-def _last_line(message: str) -> str:
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    return lines[-1][:400] if lines else "(no message)"

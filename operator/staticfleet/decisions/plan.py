@@ -32,13 +32,14 @@ from staticfleet.decisions.members import (
     cold_start_s,
     join_latency_s,
     last_batch_at,
-    member_closed_at,
     member_failure,
     observe_members,
     ordinal_of,
+    refusal_line,
     restart_count,
     running_session_timeout_ms,
     start_wait_s,
+    still_running,
 )
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import MemberSpecView, RestartReason
@@ -347,15 +348,6 @@ _RUNTIME_FIELDS = (
 )
 
 
-def refusal_line(message: str) -> str:
-    """The line of a member's log end that says why it stopped."""
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    for line in reversed(lines):
-        if "refused" in line or "Error" in line or "error" in line:
-            return line[:600]
-    return lines[-1][:600] if lines else ""
-
-
 def spec_field(line: str) -> str | None:
     """The ConsumerGroup field a member's refusal names, if it names one."""
     said = line.split("refused: ", 1)[-1]
@@ -557,10 +549,8 @@ def _activations(snap: Snapshot, table: MemberTable,
             continue
         if not (pod.get("status") or {}).get("podIP"):
             continue
-        older = [p for p in snap.pods if ordinal_of(p) == m.ordinal
-                 and p["metadata"].get("deletionTimestamp")
-                 and p["metadata"]["uid"] not in snap.closures
-                 and member_closed_at(p) is None]
+        older = [p for p in snap.pods
+                 if ordinal_of(p) == m.ordinal and still_running(p, snap.closures)]
         if older:
             continue
         out.append(pl.MemberCall(m.ordinal, str(m.pod_name), "activate",
