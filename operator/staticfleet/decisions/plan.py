@@ -734,7 +734,8 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
         last_batches={uid: at for uid, st_ in snap.statuses.items()
                       if (at := last_batch_at(st_)) is not None},
         replacement_names={o: builders.replacement_name(spec, o, view.revision)
-                           for o in range(spec.replicas)})
+                           for o in range(spec.replicas)},
+        lag=snap.lag)
     decided = ro.next_step(state, obs, view.revision, limits, now)
     after = ro.record_step(state, decided, obs, view.revision, now)
     if isinstance(decided, ro.Complete) and not state.started_at and not after.started_at:
@@ -808,9 +809,15 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             f"member {decided.ordinal} back in the group with its partitions after "
             f"{decided.absence_s:.1f} s (session timeout {limits.session_timeout_ms} ms)"),))
     if isinstance(decided, ro.MarkMemberDone):
-        gap = ("" if decided.processing_gap_s is None else
-               f" (processing gap {decided.processing_gap_s:.1f} s: the old process's last "
-               "batch to the replacement's first)")
+        warm = any(f.ordinal == decided.ordinal and f.mode == "warm" for f in state.in_flight)
+        if decided.processing_gap_s is not None:
+            gap = (f" (processing gap {decided.processing_gap_s:.1f} s: the old process's last "
+                   "batch to the replacement's first)")
+        elif warm:
+            gap = (" (processing gap not measured: no record was waiting, or no batch within "
+                   f"{ro.GAP_WAIT_MAX_S:.0f} s)")
+        else:
+            gap = ""
         ready = Event("Normal", c.MEMBER_READY,
                       f"member {decided.ordinal} ready to process again{gap}")
         return replace(roll, requeue_after_s=0.5, events=(ready,),

@@ -62,9 +62,9 @@ STARTABLE_STATES = frozenset({"Stable", "Empty"})
 AT_RISK_FRACTION = 0.8
 MAX_RECHECK_S = 5.0
 WARM_HANDOFF = "WarmHandoff"
-GAP_WAIT_S = 5.0
-"""How long a warm replacement back in the group may go without a first batch before it is done
-anyway (no records were waiting: its processing gap is not known)."""
+GAP_WAIT_MAX_S = 120.0
+"""How long a warm replacement back in the group, with records waiting, may go without a first
+batch before it is done anyway (its processing gap then stays unknown, and the Event says so)."""
 ACTIVATION_GIVE_UP_S = 5.0
 """How long after the old process's close a standby replacement may go without taking the
 activation (not answering, or still in standby) before a cold start replaces it."""
@@ -119,6 +119,8 @@ class GroupObservation:
     """When each member pod's process last finished a batch, by pod uid (as last read)."""
     replacement_names: Mapping[int, str] = field(default_factory=dict)
     """The name a warm replacement of each ordinal gets for the update revision."""
+    lag: Mapping[tuple[str, int], int] | None = None
+    """Each committed partition's lag as the broker sees it (None: not read this pass)."""
 
     def member(self, ordinal: int) -> ObservedMember | None:
         return next((m for m in self.members if m.ordinal == ordinal), None)
@@ -534,7 +536,8 @@ def next_step(
     # 1. Follow members being restarted: done, back in the group, late, too late, or wait.
     for f in in_flight:
         member = observed.member(f.ordinal)
-        if is_done(member, update_revision, observed.group_state) and _settled(f, member, now):
+        if (is_done(member, update_revision, observed.group_state)
+                and _settled(f, member, observed.lag, now)):
             return MarkMemberDone(f.ordinal, f.absence_s(now), _gap_s(f, member))
     for f in in_flight:
         if (f.stopped_at is not None and f.rejoined_at is None
@@ -619,12 +622,18 @@ def next_step(
     return RestartMembers(tuple(pick))
 
 
-def _settled(f: InFlight, member: ObservedMember | None, now: datetime) -> bool:
-    """A warm replacement's processing gap is known (its first batch) or will not be soon (no
-    records waiting): done. A cold member is done once ready."""
+def _settled(f: InFlight, member: ObservedMember | None,
+             lag: Mapping[tuple[str, int], int] | None, now: datetime) -> bool:
+    """A warm replacement is done once its processing gap is known (its first batch), or once
+    no record of its partitions waits (the broker's lag is 0: nothing to process, no gap to
+    measure). It waits at most GAP_WAIT_MAX_S. A cold member is done once ready."""
     if f.mode != "warm" or member is None or member.first_batch_at is not None:
         return True
-    return f.rejoined_at is not None and (now - f.rejoined_at).total_seconds() >= GAP_WAIT_S
+    if f.rejoined_at is None:
+        return False
+    if lag is not None and not any(lag.get(tp, 0) for tp in member.assignment):
+        return True
+    return (now - f.rejoined_at).total_seconds() >= GAP_WAIT_MAX_S
 
 
 def _gap_s(f: InFlight, member: ObservedMember | None) -> float | None:

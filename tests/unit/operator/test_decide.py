@@ -990,12 +990,13 @@ class WarmRoll:
                 "standby": "warming", "member_id": "", **replacement})
         return out
 
-    def step(self, dt: float, **replacement: Any) -> Plan:
+    def step(self, dt: float, lag: dict[tuple[str, int], int] | None = None,
+             **replacement: Any) -> Plan:
         self.t += dt
         pods = self.pods + ([self.standby] if self.standby is not None else [])
         plan = decide(replace(snapshot(
             WARM_NEW, pods, previous=self.status, in_group=(0, 1, 2), now_offset_s=self.t,
-            statuses=self.statuses(**replacement)), closures=self.closures))
+            statuses=self.statuses(**replacement)), closures=self.closures, lag=lag))
         self.status = without_nulls(dict(plan.status))
         return plan
 
@@ -1168,3 +1169,39 @@ def test_a_spec_changed_while_a_replacement_prepares_drops_that_replacement() ->
     gone = [d for d in plan.delete if d.name == roll.standby["metadata"]["name"]]
     assert len(gone) == 1 and "no handoff waits for" in gone[0].why
     assert all(d.name != "orders-2" for d in plan.delete), "the member keeps running"
+
+
+def test_a_warm_member_is_done_at_its_first_batch_while_records_wait_for_it() -> None:
+    """Seen in the demo: done 5 s after the rejoin without a first batch, the gap went
+    unmeasured ("n/a") exactly when it was long. Records waiting: wait for the first batch;
+    nothing waiting: done, with no gap to measure."""
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    roll.step(5, standby="ready", standby_ready_at=roll.at(5))
+    roll.pods = [p for p in roll.pods if p is not roll.old2]
+    roll.closures[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t)
+    roll.standby["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    waiting = {("orders", p): 40 for p in range(6)}
+    roll.step(0.5, lag=waiting, standby=None, member_id="m-2")
+    assert roll.flight()["phase"] == "Serving"
+    later = roll.step(30, lag=waiting, standby=None, member_id="m-2")
+    assert c.MEMBER_READY not in reasons(later) and roll.flight()["phase"] == "Serving"
+    first = roll.at(roll.t + 1)
+    done = roll.step(1, lag=waiting, standby=None, member_id="m-2", first_batch_at=first)
+    assert c.MEMBER_READY in reasons(done)
+    assert roll.status["rollout"]["handoffs"][0]["processingGapMs"] > 30000
+
+
+def test_a_warm_member_with_nothing_to_process_is_done_without_a_gap() -> None:
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    roll.step(5, standby="ready", standby_ready_at=roll.at(5))
+    roll.pods = [p for p in roll.pods if p is not roll.old2]
+    roll.closures[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t)
+    roll.standby["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    idle = {("orders", p): 0 for p in range(6)}
+    roll.step(0.5, lag=idle, standby=None, member_id="m-2")
+    done = roll.step(0.5, lag=idle, standby=None, member_id="m-2")
+    assert c.MEMBER_READY in reasons(done)
+    assert "not measured" in next(e.message for e in done.events if e.reason == c.MEMBER_READY)
+    assert "processingGapMs" not in roll.status["rollout"]["handoffs"][0]
