@@ -1,19 +1,27 @@
-"""Throughput of the member runtime (identity transform, null sink, local Spark) beside a bare
-confluent-kafka poll-and-commit loop, on the same topic in the same run.
+"""Throughput of the member runtime (identity transform, null sink) beside a bare confluent-kafka
+poll-and-commit loop, on the same topic in the same run, with Spark in this process (`local`) and
+behind a Spark Connect server (`connect`), plus the timeline of where each batch's time goes.
 
-    python bench/runtime_throughput.py [--records 300000] [--partitions 4]
+    python bench/runtime_throughput.py [--spark local,connect] [--py-spy DIR]
 
-Starts its own Kafka broker, produces 1 KiB records, then for batch sizes 1k, 10k and 100k reads
-the first N records (N scaled to the batch size) once with the bare loop and once with the runtime's
-own poll loop, batch worker and Spark batch, in this process with one warm SparkSession. Then it
-times the phases of one batch (the profile), the fixed cost of a tiny Spark batch, and starts the
-runtime as a real process (`python -m consumer_runtime`) for start-to-first-assignment, RSS and the
-time a SIGTERM shutdown takes.
+Starts its own Kafka broker and produces 1 KiB records. For each Spark mode and each batch size
+(1k, 10k, 100k records) it first runs the runtime once over a few batches (the JVM compiles its
+code paths for that batch size; the first pass is printed as the cold figure), then reads the
+first N records twice with the bare loop (the faster read counts, and the CPU of the first) and
+once with the runtime's own poll loop, batch worker and Spark batch, in this process with one
+warm SparkSession. Every run of the runtime records its
+timeline (consumer_runtime/timeline.py): the share of the run each stage of the poll thread and
+the worker took, their CPU, and the stages of both threads batch by batch. Then it times the
+phases of one batch (the profile), the fixed cost of a tiny Spark batch, and starts the runtime as
+a real process (`python -m consumer_runtime`) for start-to-first-assignment, RSS and the time a
+SIGTERM shutdown takes. With `--py-spy DIR` the 100k runs are also sampled by py-spy (every
+thread, idle ones too), the folded stacks written to DIR and the top frames per thread printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -26,27 +34,38 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from consumer_runtime.config import RuntimeConfig, parse_config
+from consumer_runtime.config import RuntimeConfig, SparkSettings, parse_config
 from consumer_runtime.member import Member
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import BatchProcessor
 from consumer_runtime.records import to_arrow
 from consumer_runtime.sinks import NullSink
 from consumer_runtime.spark import SparkBatch, start_session
+from consumer_runtime.timeline import POLL, STAGES, WORKER, Span, Timeline, overlap, totals
 from consumer_runtime.transforms import identity
 from staticfleet_dev.kafka import KafkaSettings, start_kafka
 from staticfleet_dev.procs import free_port, stop
+from staticfleet_dev.spark_connect import ConnectServer, start_connect_server
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = 1024
-BATCHES = ((1_000, 30_000), (10_000, 100_000), (100_000, 300_000))
-"""(batch size, records read) pairs: about 3-30 batches each, so one run stays under a minute."""
+BATCHES = ((1_000, 30_000), (10_000, 500_000), (100_000, 1_000_000))
+"""(batch size, records read) pairs: 10-50 batches each, so the pipeline's fill and drain (one
+batch gathered before the first is processed, one processed after the last is gathered) weigh
+little beside its steady state."""
+CONNECT_MEMORY = "4g"
+"""The Connect server's heap: a 100k batch of 1 KiB records is 100 MB in its heap several times
+over while it runs (1g, spark-submit's default, ran out of memory)."""
+WARM_BATCHES = 3
+"""Batches of the pass before each measured one, in which the JVM compiles the code paths of
+that batch size (its rate is printed as the cold figure)."""
 
 
 def config_for(bootstrap: str, group: str, topic: str, batch: int) -> RuntimeConfig:
@@ -116,11 +135,27 @@ def bare_loop(bootstrap: str, topic: str, batch: int, count: int) -> float:
     return count / (ended - assigned[0])
 
 
+@dataclass
+class Run:
+    """One run of the runtime: its rate, its batches and its timeline."""
+
+    rate: float
+    batches: int
+    worker_s: float
+    """Mean seconds the worker spent on one batch."""
+    start: float
+    end: float
+    """perf_counter() at the first assignment and when the last record was processed."""
+    spans: list[Span]
+
+
 def runtime_loop(spark_batch: SparkBatch, bootstrap: str, topic: str, batch: int,
-                 count: int) -> tuple[float, int, float]:
-    """Records/s of the runtime (Member, BatchProcessor, SparkBatch), assignment to last commit,
-    batches, and the mean seconds the worker spent on one batch (Spark: createDataFrame, job)."""
+                 count: int) -> Run:
+    """The runtime (Member, BatchProcessor, SparkBatch) from its assignment to its last commit,
+    with the timeline of its poll thread and worker."""
     group = f"runtime-{batch}-{time.time_ns()}"
+    timeline = Timeline(keep=1_000_000)
+    spark_batch.timeline = timeline
     config = config_for(bootstrap, group, topic, batch)
     started = time.monotonic()
     telemetry = Telemetry(namespace="bench", group=group, member=config.member,
@@ -138,22 +173,24 @@ def runtime_loop(spark_batch: SparkBatch, bootstrap: str, topic: str, batch: int
         finally:
             worker_s.append(time.perf_counter() - began)
 
-    member = Member(config, telemetry, handle)
-    ended: list[float] = []
+    member = Member(config, telemetry, handle, timeline=timeline)
+    ended: list[tuple[float, float]] = []
 
     def watch() -> None:
         while telemetry.records_processed < count and member.failure is None:
             time.sleep(0.005)
-        ended.append(time.monotonic())
+        ended.append((time.monotonic(), time.perf_counter()))
         member.request_stop()
 
     threading.Thread(target=watch, daemon=True).start()
     code = member.run()
     if code != 0 or telemetry.first_assignment is None:
         raise RuntimeError(f"runtime loop failed: {member.failure}")
+    spark_batch.timeline = Timeline()
     processed = telemetry.records_processed
-    return processed / (ended[0] - (started + telemetry.first_assignment)), \
-        telemetry.batches_processed, statistics.mean(worker_s)
+    wall = ended[0][0] - (started + telemetry.first_assignment)
+    return Run(processed / wall, telemetry.batches_processed, statistics.mean(worker_s),
+               ended[0][1] - wall, ended[0][1], list(timeline.spans))
 
 
 def fetch(bootstrap: str, topic: str, count: int) -> list[Any]:
@@ -194,14 +231,16 @@ def measured(fn: Callable[[], object], repeat: int,
 def profile(spark_batch: SparkBatch, records: list[Any],
             jvms: list[int]) -> dict[str, tuple[float, float, float]]:
     """Seconds per phase of one batch: Arrow conversion (done in the poll thread, as records
-    arrive), DataFrame creation, transform + sink (the job, on a DataFrame already created)."""
+    arrive), the handover to Spark (a DataFrame made), transform + sink (the job, on a DataFrame
+    already made)."""
     table = to_arrow(records)
     sink = NullSink()
     ctx = spark_batch.context(0, ())
+
     df = spark_batch.frame(table)
     return {
         "to_arrow": measured(lambda: to_arrow(records), 5, jvms),
-        "createDataFrame": measured(lambda: spark_batch.frame(table), 5, jvms),
+        "frame": measured(lambda: spark_batch.frame(table), 5, jvms),
         "job (noop write)": measured(lambda: sink.write(identity(df, ctx), "p"), 5, jvms),
     }
 
@@ -271,7 +310,11 @@ def real_process(bootstrap: str, topic: str, workdir: Path) -> dict[str, Any]:
                        "retry": {"attempts": 1, "backoffMs": 0, "maxBackoffMs": 0}},
     }
     port = free_port()
-    env = {**os.environ, "STATICFLEET_CONFIG": json.dumps(raw),
+    # Not the Spark Connect client's settings pyspark put in this process's environment: with
+    # them the runtime's local session refuses to start (CONTEXT_UNAVAILABLE_FOR_REMOTE_CLIENT).
+    inherited = {k: v for k, v in os.environ.items()
+                 if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    env = {**inherited, "STATICFLEET_CONFIG": json.dumps(raw),
            "STATICFLEET_GROUP_INSTANCE_ID": f"{group}-0", "STATICFLEET_HTTP_HOST": "127.0.0.1",
            "STATICFLEET_HTTP_PORT": str(port), "PYTHONPATH": str(REPO)}
     log = workdir / "runtime.log"
@@ -301,92 +344,248 @@ def real_process(bootstrap: str, topic: str, workdir: Path) -> dict[str, Any]:
             "spark_start": float(spark_ready.group(1)) if spark_ready else None}
 
 
+def tree(pid: int) -> list[int]:
+    """`pid` and every process below it."""
+    out = [pid]
+    for child in children(pid):
+        out.extend(tree(child))
+    return out
+
+
+class PySpy:
+    """py-spy sampling this process (every thread, idle ones too) into folded stacks."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.proc = subprocess.Popen(
+            ["py-spy", "record", "--pid", str(os.getpid()), "--threads", "--idle",
+             "--nonblocking", "--format", "raw", "--rate", "200", "-o", str(out)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        time.sleep(1.0)  # attached
+
+    def stop(self) -> str:
+        """Stop sampling; the top leaf frames per thread, as lines."""
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(60)
+        by_thread: dict[str, dict[str, int]] = {}
+        for line in self.out.read_text().splitlines():
+            stack, _, n = line.rpartition(" ")
+            frames = stack.split(";")
+            leaf = frames[-1] if len(frames) > 1 else "?"
+            thread = re.sub(r"^thread \(\d+\): ", "", frames[0])
+            counts = by_thread.setdefault(thread, {})
+            counts[leaf] = counts.get(leaf, 0) + int(n)
+        lines = []
+        for thread, counts in sorted(by_thread.items(), key=lambda kv: -sum(kv[1].values())):
+            total = sum(counts.values())
+            top = sorted(counts.items(), key=lambda kv: -kv[1])[:4]
+            lines.append(f"  {thread} ({total} samples): " + "; ".join(
+                f"{100 * n / total:.0f}% {leaf}" for leaf, n in top))
+        return "\n".join(lines)
+
+
+@dataclass
+class Row:
+    mode: str
+    batch: int
+    count: int
+    cold: float
+    bare: float
+    run: Run
+    bare_cpu: float
+    py_cpu: float
+    jvm_cpu: float
+    """CPU seconds per 100,000 records."""
+
+
+def measure(mode: str, spark_batch: SparkBatch, bootstrap: str, topic: str, jvms: list[int],
+            spy_dir: Path | None) -> list[Row]:
+    rows = []
+    for batch, count in BATCHES:
+        cold = runtime_loop(spark_batch, bootstrap, topic, batch, WARM_BATCHES * batch)
+        c0 = cpu_now(jvms)
+        bare = bare_loop(bootstrap, topic, batch, count)
+        c1 = cpu_now(jvms)
+        bare = max(bare, bare_loop(bootstrap, topic, batch, count))  # the faster of two
+        spy = PySpy(spy_dir / f"{mode}-{batch}.txt") if spy_dir and batch == 100_000 else None
+        c2 = cpu_now(jvms)
+        run = runtime_loop(spark_batch, bootstrap, topic, batch, count)
+        c3 = cpu_now(jvms)
+        per = 100_000 / count
+        rows.append(Row(mode, batch, count, cold.rate, bare, run, (c1[0] - c0[0]) * per,
+                        (c3[0] - c2[0]) * per, (c3[1] - c2[1]) * per))
+        print(f"  {mode} batch {batch}: bare {bare:,.0f} rec/s, runtime {run.rate:,.0f} rec/s "
+              f"(first pass {cold.rate:,.0f}; {run.batches} batches; worker {run.worker_s:.3f} s "
+              f"of {batch / run.rate:.3f} s per batch; load {os.getloadavg()[0]:.1f})",
+              flush=True)
+        if spy is not None:
+            print(f"  py-spy, {mode} 100k run ({spy.out}):\n{spy.stop()}", flush=True)
+    return rows
+
+
+def stage_table(rows: list[Row]) -> None:
+    """Share of each run's wall time per stage, CPU seconds per wall second in brackets."""
+    stages = [(POLL, st) for st in STAGES[POLL]] + [(WORKER, st) for st in STAGES[WORKER]]
+    print("| mode | batch | " + " | ".join(f"{t}: {st}" for t, st in stages) +
+          " | poll: other | worker: idle |")
+    print("|---|---:|" + "---:|" * (len(stages) + 2))
+    for row in rows:
+        wall = row.run.end - row.run.start
+        inside = [s for s in row.run.spans if s.end > row.run.start and s.start < row.run.end]
+        sums = totals(inside)
+        cells = []
+        for key in stages:
+            t = sums.get(key)
+            cells.append("-" if t is None else
+                         f"{100 * t.wall / wall:.0f}% ({t.cpu / t.wall if t.wall else 0:.2f})")
+        used = {thread: sum(t.wall for (th, _), t in sums.items() if th == thread)
+                for thread in (POLL, WORKER)}
+        print(f"| {row.mode} | {row.batch:,} | " + " | ".join(cells) +
+              f" | {100 * max(0.0, wall - used[POLL]) / wall:.0f}% | "
+              f"{100 * max(0.0, wall - used[WORKER]) / wall:.0f}% |")
+
+
+def batch_timeline(row: Row, first: int, last: int) -> None:
+    """Batch by batch: when the worker ran it, its stages, and what the poll thread did
+    meanwhile (gathering the next batch)."""
+    spans = row.run.spans
+    work: dict[int, list[Span]] = {}
+    for s in spans:
+        if s.thread == WORKER:
+            work.setdefault(s.batch, []).append(s)
+    t0 = row.run.start
+    previous_end: float | None = None
+    for batch in sorted(work):
+        start = min(s.start for s in work[batch])
+        end = max(s.end for s in work[batch])
+        if first <= batch <= last:
+            stages = {s.stage: s for s in work[batch]}
+            poll = overlap(spans, POLL, start, end)
+            idle = ("" if previous_end is None
+                    else f", worker idle {start - previous_end:.3f} s before")
+            print(f"  batch {batch}: worker {start - t0:.3f}-{end - t0:.3f} s: " + ", ".join(
+                f"{st} {sp.wall:.3f} (cpu {sp.cpu:.3f})" for st, sp in stages.items()) +
+                idle + "; poll thread meanwhile: " +
+                ", ".join(f"{st} {sec:.3f}" for st, sec in sorted(poll.items())))
+        previous_end = end
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=300_000, help="records in the topic")
+    parser.add_argument("--records", type=int, default=max(c for _, c in BATCHES),
+                        help="records in the topic")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--spark", default="local,connect",
+                        help="Spark modes to measure, comma-separated: local, connect")
+    parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
+                        help="sample the 100k runs with py-spy, folded stacks into DIR")
     args = parser.parse_args()
+    modes = [m.strip() for m in args.spark.split(",") if m.strip()]
+    if not modes or set(modes) - {"local", "connect"}:
+        parser.error(f"--spark: local and/or connect, got {args.spark!r}")
+    if args.py_spy is not None:
+        args.py_spy.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="sf-bench-"))
     broker = start_kafka(workdir / "kafka", KafkaSettings.for_tests())
+    connect: ConnectServer | None = None
     try:
         topic = "bench-1k"
         secs = produce(broker.bootstrap, topic, args.partitions, args.records)
         print(f"broker {broker.bootstrap}; produced {args.records} records of {RECORD} B into "
               f"{args.partitions} partitions in {secs:.1f} s; cpus {os.cpu_count()}, "
               f"load {os.getloadavg()[0]:.1f}", flush=True)
-
-        began = time.monotonic()
-        session = start_session(config_for(broker.bootstrap, "x", topic, 1).spark, "bench")
-        spark_batch = SparkBatch(session, identity, NullSink(), "bench", "bench-0")
-        spark_batch.warm_up()
-        print(f"SparkSession start + warm-up in this process: {time.monotonic() - began:.1f} s",
-              flush=True)
-
-        rows = []
-        cpu_rows = []
-        jvms = spark_jvms()
-        for batch, count in BATCHES:
-            count = min(count, args.records)
-            c0 = cpu_now(jvms)
-            bare = bare_loop(broker.bootstrap, topic, batch, count)
-            c1 = cpu_now(jvms)
-            runtime, batches, worker = runtime_loop(spark_batch, broker.bootstrap, topic, batch,
-                                                    count)
-            c2 = cpu_now(jvms)
-            rows.append((batch, count, batches, bare, runtime, worker))
-            per = 100_000 / count
-            cpu_rows.append((batch, (c1[0] - c0[0]) * per, (c2[0] - c1[0]) * per,
-                             (c2[1] - c1[1]) * per))
-            print(f"  batch {batch}: bare {bare:,.0f} rec/s, runtime {runtime:,.0f} rec/s "
-                  f"({batches} batches; worker {worker:.3f} s of {batch / runtime:.3f} s per "
-                  f"batch; load {os.getloadavg()[0]:.1f})", flush=True)
-
+        rows: list[Row] = []
+        fixed: dict[str, float] = {}
+        phases: dict[str, dict[int, dict[str, tuple[float, float, float]]]] = {}
         records = fetch(broker.bootstrap, topic, 100_000)
-        tiny = records[:10]
-        fixed = timed(lambda: spark_batch.run(0, tiny), 10)
-        phases = {n: profile(spark_batch, records[:n], jvms) for n in (1_000, 10_000, 100_000)}
-        proc = real_process(broker.bootstrap, topic, workdir)
+        for mode in modes:
+            began = time.monotonic()
+            settings = config_for(broker.bootstrap, "x", topic, 1).spark
+            if mode == "connect":
+                connect = start_connect_server(workdir, driver_memory=CONNECT_MEMORY)
+                settings = SparkSettings("connect", connect.url, settings.master, {})
+                jvms = tree(connect.proc.pid)
+            session = start_session(settings, "bench")
+            if mode == "local":
+                jvms = spark_jvms()
+            spark_batch = SparkBatch(session, identity, NullSink(), "bench", "bench-0")
+            spark_batch.warm_up()
+            print(f"{mode}: SparkSession start + warm-up: {time.monotonic() - began:.1f} s",
+                  flush=True)
+            rows += measure(mode, spark_batch, broker.bootstrap, topic, jvms, args.py_spy)
+            fixed[mode] = timed(functools.partial(spark_batch.run, 0, records[:10]), 10)
+            phases[mode] = {n: profile(spark_batch, records[:n], jvms)
+                            for n in (1_000, 10_000, 100_000)}
+            session.stop()
+            if connect is not None:
+                connect.stop()
+                connect = None
+        proc = real_process(broker.bootstrap, topic, workdir) if "local" in modes else None
 
         print()
-        print("| batch (records) | records read | bare loop rec/s | runtime rec/s | ratio | "
-              "worker s/batch | wall s/batch |")
-        print("|---:|---:|---:|---:|---:|---:|---:|")
-        for batch, count, _batches, bare, runtime, worker in rows:
-            print(f"| {batch:,} | {count:,} | {bare:,.0f} | {runtime:,.0f} | "
-                  f"{runtime / bare:.2f} | {worker:.3f} | {batch / runtime:.3f} |")
+        print("Rates, steady state (after a first pass of "
+              f"{WARM_BATCHES} batches, whose rate is the cold column):")
+        print("| mode | batch | records read | bare loop rec/s | runtime rec/s | ratio | "
+              "cold rec/s | worker s/batch | wall s/batch |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r.mode} | {r.batch:,} | {r.count:,} | {r.bare:,.0f} | {r.run.rate:,.0f} | "
+                  f"{r.run.rate / r.bare:.2f} | {r.cold:,.0f} | {r.run.worker_s:.3f} | "
+                  f"{r.batch / r.run.rate:.3f} |")
         print()
         print("CPU seconds per 100,000 records (this process: all its threads incl. librdkafka's; "
-              "Spark JVM):")
-        print("| batch | bare loop | runtime Python | runtime JVM | runtime total |")
-        print("|---:|---:|---:|---:|---:|")
-        for batch, bare_cpu, py_cpu, jvm_cpu in cpu_rows:
-            print(f"| {batch:,} | {bare_cpu:.2f} | {py_cpu:.2f} | {jvm_cpu:.2f} | "
-                  f"{py_cpu + jvm_cpu:.2f} |")
+              "Spark's JVM: in-process session or the Connect server):")
+        print("| mode | batch | bare loop | runtime Python | runtime JVM | runtime total | "
+              "total / bare | Python / bare |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            total = r.py_cpu + r.jvm_cpu
+            print(f"| {r.mode} | {r.batch:,} | {r.bare_cpu:.2f} | {r.py_cpu:.2f} | "
+                  f"{r.jvm_cpu:.2f} | {total:.2f} | {total / r.bare_cpu:.2f} | "
+                  f"{r.py_cpu / r.bare_cpu:.2f} |")
         print()
-        print(f"fixed cost per Spark batch (10 records, median of 10): {fixed * 1000:.0f} ms")
+        print("Where the runtime's time goes: share of each run's wall time per stage "
+              "(CPU seconds of that thread per wall second in brackets; a stage without I/O "
+              "below 1.00 waited for the GIL):")
+        stage_table(rows)
+        for r in rows:
+            if r.batch == 100_000 or (r.batch == 10_000 and r.mode == "local"):
+                print()
+                print(f"Timeline, {r.mode}, batches of {r.batch:,} (seconds from the first "
+                      "assignment):")
+                batch_timeline(r, 3, 6)
+        print()
+        for mode in modes:
+            print(f"{mode}: fixed cost per Spark batch (10 records, median of 10): "
+                  f"{fixed[mode] * 1000:.0f} ms")
         print()
         print("profile of one batch, median of 5: wall seconds (CPU seconds Python + JVM); "
               "to_arrow runs in the poll thread, the rest in the worker:")
-        print("| batch | to_arrow | createDataFrame | job (noop write) | total |")
-        print("|---:|---:|---:|---:|---:|")
+        print("| mode | batch | to_arrow | frame (createDataFrame) | job (noop write) | total |")
+        print("|---|---:|---:|---:|---:|---:|")
 
         def cell(wall: float, py: float, jvm: float) -> str:
             return f"{wall:.3f} ({py:.2f} + {jvm:.2f})"
 
-        for n, p in phases.items():
-            total = [sum(v[i] for v in p.values()) for i in range(3)]
-            print(f"| {n:,} | {cell(*p['to_arrow'])} | {cell(*p['createDataFrame'])} | "
-                  f"{cell(*p['job (noop write)'])} | {cell(*total)} |")
-        print()
-        st = proc["status"].get("startupSeconds", {})
-        print(f"real process (python -m consumer_runtime, batch 10k): exit {proc['exit']}, "
-              f"process start to first assignment {st.get('firstAssignment')} s, to first "
-              f"batch {st.get('firstBatch')} s (SparkSession {proc['spark_start']} s), "
-              f"SIGTERM shutdown took {proc['shutdown']} s")
-        print(f"RSS after {proc['status'].get('recordsProcessed')} records: python "
-              f"{proc['rss']['python']:.0f} MiB + JVM {proc['rss']['jvm']:.0f} MiB")
+        for mode, by_size in phases.items():
+            for n, ph in by_size.items():
+                wall, py, jvm = (sum(v[i] for v in ph.values()) for i in range(3))
+                print(f"| {mode} | {n:,} | {cell(*ph['to_arrow'])} | "
+                      f"{cell(*ph['frame'])} | {cell(*ph['job (noop write)'])} | "
+                      f"{cell(wall, py, jvm)} |")
+        if proc is not None:
+            print()
+            st = proc["status"].get("startupSeconds", {})
+            print(f"real process (python -m consumer_runtime, batch 10k): exit {proc['exit']}, "
+                  f"process start to first assignment {st.get('firstAssignment')} s, to first "
+                  f"batch {st.get('firstBatch')} s (SparkSession {proc['spark_start']} s), "
+                  f"SIGTERM shutdown took {proc['shutdown']} s")
+            print(f"RSS after {proc['status'].get('recordsProcessed')} records: python "
+                  f"{proc['rss']['python']:.0f} MiB + JVM {proc['rss']['jvm']:.0f} MiB")
         print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     finally:
+        if connect is not None:
+            connect.stop()
         stop(broker.record)
     return 0
 

@@ -22,6 +22,7 @@ from consumer_runtime.member import Member
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import BatchProcessor
 from consumer_runtime.sinks import DeadLetters, Sink, build_dead_letters, build_sink
+from consumer_runtime.timeline import Timeline
 
 if TYPE_CHECKING:
     from consumer_runtime.spark import SparkBatch, Transform
@@ -78,11 +79,13 @@ def main(env: Mapping[str, str] | None = None) -> int:
     spark: cf.Future[SparkBatch] = cf.Future()
     spark.add_done_callback(
         lambda f: setattr(telemetry, "processing_ready", f.exception() is None))
+    timeline = Timeline(on_span=telemetry.stage)
     processor = BatchProcessor(run=lambda: spark.result().run, retry=config.retry,
                                dead_letters=dead_letters.send if dead_letters else None)
     try:
         member = Member(config, telemetry, processor.handle, ready=spark.done,
-                        startup_check=lambda: spark.exception(0) if spark.done() else None)
+                        startup_check=lambda: spark.exception(0) if spark.done() else None,
+                        timeline=timeline)
         telemetry.consumer_made(time.monotonic())
     except KafkaException as exc:
         print(f"consumer_runtime: configuration refused: consumer: librdkafka refused the "
@@ -91,7 +94,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
         return 2
     # Spark starts once librdkafka took the settings (a refused config starts no JVM), in
     # parallel with joining the group: `ready` holds the first poll's records until it is up.
-    threading.Thread(target=_start_spark, args=(spark, config, transform, sink),
+    threading.Thread(target=_start_spark, args=(spark, config, transform, sink, timeline),
                      name="spark-start", daemon=True).start()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -111,10 +114,10 @@ def main(env: Mapping[str, str] | None = None) -> int:
 
 
 def _start_spark(future: cf.Future[SparkBatch], config: RuntimeConfig, transform: Transform,
-                 sink: Sink) -> None:
+                 sink: Sink, timeline: Timeline) -> None:
     from consumer_runtime.spark import make_spark_batch
     try:
-        future.set_result(make_spark_batch(config, transform, sink))
+        future.set_result(make_spark_batch(config, transform, sink, timeline))
     except BaseException as exc:
         log.error("spark did not start: %s", exc)
         future.set_exception(exc)

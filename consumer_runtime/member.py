@@ -1,11 +1,12 @@
 """The poll loop: a static member that gathers batches, hands them to a worker, commits after.
 
 One batch is processed at a time, in a worker thread, while this loop keeps calling the consumer:
-it gathers the next batch meanwhile and, once that one is full, waits up to HOLD_UNPAUSED_S for
-the worker, then pauses the assigned partitions and goes on polling (which fetches nothing but
-serves callbacks and keeps `max.poll.interval.ms` satisfied) until the worker is done. Then it
-commits the finished batch's offsets synchronously, hands over the next batch and resumes the
-partitions. Every consumer call happens on this thread.
+it gathers the next batch meanwhile, and the one after it (buffer.DEPTH), and once both are full,
+waits up to HOLD_UNPAUSED_S for the worker, then pauses the assigned partitions and goes on
+polling (which fetches nothing but serves callbacks and keeps `max.poll.interval.ms` satisfied)
+until the worker is done. When the worker is done, the loop hands over the next batch if it is
+due, commits the finished batch's offsets synchronously and resumes the partitions. Every
+consumer call happens on this thread. The stages are timed (consumer_runtime/timeline.py).
 
 The operator steers the loop through three requests, each honoured only between batches (the
 batch in flight finishes and is committed first, with the partitions paused): stop (SIGTERM:
@@ -45,13 +46,14 @@ from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import Outcome
 from consumer_runtime.records import Batch, next_offsets
 from consumer_runtime.records import TopicPartition as TP
+from consumer_runtime.timeline import POLL, Timeline
 
 log = logging.getLogger(__name__)
 BUSY_POLL_S = 0.05
 IDLE_POLL_S = 0.5
 STATS_INTERVAL_MS = 5000
 HOLD_UNPAUSED_S = 2.0
-"""With the next batch full, how long the loop just waits for the worker before it pauses the
+"""With the buffer full, how long the loop just waits for the worker before it pauses the
 partitions and goes back to polling."""
 LEAVE_CONFIRM_S = 15.0
 """How long a leave waits for the broker to show the member without partitions before it closes
@@ -106,11 +108,13 @@ class Member:
     def __init__(self, config: RuntimeConfig, telemetry: Telemetry,
                  handle: Callable[[int, Batch], Outcome],
                  ready: Callable[[], bool] = lambda: True,
-                 startup_check: Callable[[], BaseException | None] = lambda: None) -> None:
+                 startup_check: Callable[[], BaseException | None] = lambda: None,
+                 timeline: Timeline | None = None) -> None:
         """`handle` processes one batch (in the worker). No batch is handed over before `ready()`
         (Spark started), so a revoke never waits for Spark's start; `startup_check` reports a
-        failed start so the member stops instead of idling."""
+        failed start so the member stops instead of idling. `timeline` times the loop's stages."""
         self.config = config
+        self.timeline = timeline or Timeline()
         self.telemetry = telemetry
         self.handle = handle
         self.ready = ready
@@ -279,26 +283,30 @@ class Member:
                 and now - flight.started < self.hold_unpaused_s:
             # A short wait for the worker without polling: pausing would throw away what
             # librdkafka has prefetched, and the batch usually ends well before this.
-            cf.wait([flight.future], timeout=min(BUSY_POLL_S,
-                                                 flight.started + self.hold_unpaused_s - now))
+            with self.timeline.span(POLL, "wait-worker", self.batch_seq + 1):
+                cf.wait([flight.future], timeout=min(BUSY_POLL_S,
+                                                     flight.started + self.hold_unpaused_s - now))
             return
         self._set_paused(hold)
         if hold:
-            if flight is not None:
-                cf.wait([flight.future], timeout=BUSY_POLL_S)
-            messages = self.consumer.consume(1, 0)
+            with self.timeline.span(POLL, "paused", self.batch_seq + 1):
+                if flight is not None:
+                    cf.wait([flight.future], timeout=BUSY_POLL_S)
+                messages = self.consumer.consume(1, 0)
         else:
             busy = self.inflight is not None or self.buffer.due(now)
             wait = BUSY_POLL_S if busy else IDLE_POLL_S
             left = self.buffer.wait_left(now)
             if left:
                 wait = min(wait, left)
-            messages = self.consumer.consume(self.buffer.room(), wait)
+            with self.timeline.span(POLL, "consume", self.batch_seq + 1):
+                messages = self.consumer.consume(self.buffer.room(), wait)
         after = time.monotonic()
         self.telemetry.polled(after)
         good = self._records(messages, after)
         if good and self._action() is None:
-            self.buffer.add(good, after)
+            with self.timeline.span(POLL, "convert", self.batch_seq + 1):
+                self.buffer.add(good, after)
 
     def _records(self, messages: list[Message], now: float) -> list[Message]:
         """The records among `messages`; errors are logged, or end the consumer when fatal."""
@@ -354,7 +362,7 @@ class Member:
         if hand_over and self._action() is None and self.buffer.due(now) and self.ready():
             self._submit(now)
         if offsets:
-            self._commit(offsets)
+            self._commit(offsets, flight.batch_id)
         if len(offsets) < len(processed):
             log.info("batch %d: not committing partitions revoked or lost while it ran",
                      flight.batch_id)
@@ -364,12 +372,13 @@ class Member:
         if first is not None:
             log.info("first batch processed %.3f s after process start", first)
 
-    def _commit(self, offsets: dict[TP, int]) -> None:
+    def _commit(self, offsets: dict[TP, int], batch_id: int) -> None:
         assert self.consumer is not None  # offsets are only of assigned partitions
         began = time.monotonic()
         try:
-            self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in
-                                          sorted(offsets.items())], asynchronous=False)
+            with self.timeline.span(POLL, "commit", batch_id):
+                self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in
+                                              sorted(offsets.items())], asynchronous=False)
         except KafkaException as exc:
             log.warning("commit of %s failed (the records will be processed again): %s",
                         offsets, exc)

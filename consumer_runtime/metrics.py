@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from consumer_runtime.records import TopicPartition
+from consumer_runtime.timeline import STAGES, Span
 
 READY_POLL_AGE = 10.0
 BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -96,6 +97,12 @@ class Telemetry:
                                    "Rebalances after the first assignment of this process")
         self.m_dead = metric(Counter, "staticfleet_member_dead_lettered_records",
                              "Records sent to the dead-letter topic")
+        self.m_stage_s = metric(Counter, "staticfleet_member_stage_seconds",
+                                "Seconds the poll thread and the batch worker spent per stage "
+                                "(consumer_runtime/timeline.py)", ("thread", "stage"))
+        self.m_stage_cpu = metric(Counter, "staticfleet_member_stage_cpu_seconds",
+                                  "CPU seconds of the stage's thread during the stage",
+                                  ("thread", "stage"))
         self.m_startup = metric(Gauge, "staticfleet_member_startup_seconds",
                                 "Seconds from process start to a startup phase", ("phase",))
         metric(Gauge, "staticfleet_member_max_poll_interval_seconds",
@@ -107,6 +114,10 @@ class Telemetry:
             session.labels(**self.ids).set(session_timeout_s)
         for event in ("assign", "revoke", "lost"):
             self.m_events.labels(**self.ids, event=event)
+        for thread, stages in STAGES.items():
+            for stage in stages:
+                self.m_stage_s.labels(**self.ids, thread=thread, stage=stage)
+                self.m_stage_cpu.labels(**self.ids, thread=thread, stage=stage)
         for m in (self.m_assigned, self.m_records, self.m_batches, self.m_batch_s, self.m_poll_s,
                   self.m_commit_s, self.m_rebalances, self.m_dead):
             m.labels(**self.ids)
@@ -230,6 +241,11 @@ class Telemetry:
                 first = self.first_batch = self._since_start(now)
                 self.m_startup.labels(**self.ids, phase="first_batch").set(first)
             return first
+
+    def stage(self, span: Span) -> None:
+        """A timed stage of the poll thread or the worker (a Timeline's `on_span`)."""
+        self.m_stage_s.labels(**self.ids, thread=span.thread, stage=span.stage).inc(span.wall)
+        self.m_stage_cpu.labels(**self.ids, thread=span.thread, stage=span.stage).inc(span.cpu)
 
     def dead_letters(self, count: int) -> None:
         with self._lock:

@@ -16,11 +16,12 @@ import contextlib
 import gc
 import hashlib
 import operator
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Protocol, overload
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol, overload
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import Message
 
 HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 TIMESTAMP = pa.timestamp("ms", tz="UTC")
@@ -82,10 +83,11 @@ def _gc_paused() -> Iterator[None]:
 
 def _to_arrow(records: Sequence[KafkaRecord]) -> pa.Table:
     n = len(records)
-    stamps = pa.array([r.timestamp() for r in records], _STAMP)
+    field = _accessors(records)
+    stamps = pa.array(field("timestamp"), _STAMP)
     timestamps = pc.if_else(pc.equal(stamps.field("kind"), 0), _NO_TIMESTAMP,
                             stamps.field("ms").cast(TIMESTAMP))
-    headers = [r.headers() for r in records]
+    headers = field("headers")
     if any(headers):
         header_column = pa.array([[{"key": k, "value": v} for k, v in header_pairs(h)]
                                   for h in headers], pa.list_(HEADER))
@@ -93,15 +95,30 @@ def _to_arrow(records: Sequence[KafkaRecord]) -> pa.Table:
         header_column = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()),
                                                  pa.array([], HEADER), type=pa.list_(HEADER))
     columns = [
-        pa.array([r.key() for r in records], pa.binary()),
-        pa.array([r.value() for r in records], pa.binary()),
-        pa.array([r.topic() for r in records], pa.string()),
-        pa.array([r.partition() for r in records], pa.int32()),
-        pa.array([r.offset() for r in records], pa.int64()),
+        pa.array(field("key"), pa.binary()),
+        pa.array(field("value"), pa.binary()),
+        pa.array(field("topic"), pa.string()),
+        pa.array(field("partition"), pa.int32()),
+        pa.array(field("offset"), pa.int64()),
         timestamps,
         header_column,
     ]
     return pa.Table.from_arrays(columns, schema=SCHEMA)
+
+
+def _accessors(records: Sequence[KafkaRecord]) -> Callable[[str], list[Any]]:
+    """`field(name)`: the accessor `name` called on every record. The messages of `consume()`
+    go through `Message`'s own methods with `map`, which skips building a bound method per record
+    (measured 12 % of the conversion at 100k records); other records one by one."""
+    fast = bool(records) and type(records[0]) is Message
+
+    def field(name: str) -> list[Any]:
+        if fast:
+            with contextlib.suppress(TypeError):  # not all of them messages: one by one
+                return list(map(getattr(Message, name), records))
+        return [getattr(r, name)() for r in records]
+
+    return field
 
 
 def header_pairs(headers: Headers) -> list[tuple[str, bytes | None]]:

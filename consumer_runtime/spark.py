@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from consumer_runtime.config import ConfigError, RuntimeConfig, SparkSettings
 from consumer_runtime.records import SCHEMA, Batch, KafkaRecord, batch_name
 from consumer_runtime.sinks import Sink
+from consumer_runtime.timeline import WORKER, Timeline
 from consumer_runtime.transforms import BatchContext
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,9 @@ class SparkBatch:
     """Runs records through Arrow, a DataFrame, the transform and into the sink."""
 
     def __init__(self, session: SparkSession, transform: Transform, sink: Sink, group: str,
-                 member: str) -> None:
+                 member: str, timeline: Timeline | None = None) -> None:
         self.session = session
+        self.timeline = timeline or Timeline()
         self.transform = transform
         self.sink = sink
         self.group = group
@@ -113,9 +115,11 @@ class SparkBatch:
 
     def run(self, batch_id: int, records: Sequence[KafkaRecord]) -> None:
         batch = Batch.of(records)
-        df = self.frame(batch.table)
+        with self.timeline.span(WORKER, "frame", batch_id):
+            df = self.frame(batch.table)
         ctx = self.context(batch_id, sorted(batch.ranges))
-        self.sink.write(self.transform(df, ctx), batch_name(batch))
+        with self.timeline.span(WORKER, "job", batch_id):
+            self.sink.write(self.transform(df, ctx), batch_name(batch))
 
     def warm_up(self, rounds: int = 2) -> None:
         """Run the transform on a batch of one made-up record, into Spark's `noop` sink (never the
@@ -147,9 +151,10 @@ def _warm_up_table() -> pa.Table:
         "headers": [{"key": "staticfleet.warm-up", "value": b"1"}]}], schema=SCHEMA)
 
 
-def make_spark_batch(config: RuntimeConfig, transform: Transform, sink: Sink) -> SparkBatch:
+def make_spark_batch(config: RuntimeConfig, transform: Transform, sink: Sink,
+                     timeline: Timeline | None = None) -> SparkBatch:
     """Start the session and warm it up (meant to run in a thread while the consumer joins)."""
     session = start_session(config.spark, f"staticfleet-{config.member}")
-    batch = SparkBatch(session, transform, sink, config.group_id, config.member)
+    batch = SparkBatch(session, transform, sink, config.group_id, config.member, timeline)
     batch.warm_up()
     return batch

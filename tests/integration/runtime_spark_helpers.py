@@ -1,6 +1,7 @@
-"""Helpers for the member-runtime integration tests: the runtime as a real subprocess, a Spark
-Connect server started from the pyspark package, and readers of what the runtime left in Kafka.
-(The transforms the tests run are in spark_test_transforms.py, which imports nothing of ours.)"""
+"""Helpers for the member-runtime integration tests: the runtime as a real subprocess, and
+readers of what the runtime left in Kafka. (The Spark Connect server is started by
+staticfleet_dev.spark_connect; the transforms the tests run are in spark_test_transforms.py, which
+imports nothing of ours.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyspark
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from staticfleet_dev.procs import free_port, port_open
@@ -213,54 +213,3 @@ def wait_committed_to_end(bootstrap: str, group: str, topic: str, partitions: in
         time.sleep(0.5)
     raise AssertionError(f"offsets of {group} not at the end {ends} after {timeout:.0f}s: "
                          f"{committed(bootstrap, group, topic, partitions)}\n{member.tail()}")
-
-
-# -- a Spark Connect server from the pyspark package ----------------------------------------------
-
-@dataclass
-class ConnectServer:
-    proc: subprocess.Popen[bytes]
-    url: str
-    log: Path
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-
-def start_connect_server(workdir: Path, timeout: float = 180) -> ConnectServer:
-    """`spark-submit --class SparkConnectServer` in the foreground (the jar ships with pyspark)."""
-    spark_home = Path(pyspark.__file__).parent
-    port = free_port()
-    log = workdir / "spark-connect.log"
-    cmd = [str(spark_home / "bin" / "spark-submit"),
-           "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-           "--master", "local[2]",
-           "--conf", f"spark.connect.grpc.binding.port={port}",
-           "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-           "--conf", "spark.ui.enabled=false",
-           "--conf", "spark.driver.bindAddress=127.0.0.1",
-           "--conf", "spark.driver.host=127.0.0.1",
-           "--conf", "spark.sql.shuffle.partitions=2",
-           "spark-internal"]
-    env = {**os.environ, "SPARK_HOME": str(spark_home)}
-    with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, cwd=workdir,
-                                start_new_session=True)
-    server = ConnectServer(proc, f"sc://127.0.0.1:{port}", log)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"Spark Connect server exited:\n{log.read_text()[-3000:]}")
-        if "Spark Connect server started" in log.read_text(errors="replace") and port_open(port):
-            return server
-        time.sleep(0.5)
-    server.stop()
-    raise AssertionError(f"Spark Connect server not up after {timeout:.0f}s:\n"
-                         f"{log.read_text()[-3000:]}")

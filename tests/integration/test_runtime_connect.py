@@ -10,13 +10,12 @@ import pyarrow.dataset as ds
 import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.spark_connect import ConnectServer, start_connect_server
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import (
-    ConnectServer,
     produce,
     running,
     runtime_config,
-    start_connect_server,
     wait_committed_to_end,
 )
 

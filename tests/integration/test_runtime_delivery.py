@@ -3,6 +3,7 @@ storage that fails."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +56,12 @@ def test_happy_path_every_record_reaches_the_sink_and_offsets_reach_the_end(
             f'namespace="test"}} 3000.0') in metrics
     assert code == 0, log
     assert "shutdown took" in log and "first assignment" in log and "first batch" in log
+    # where the time went: every stage that ran took time, the worker's job most of the worker's
+    stage = {(m["thread"], m["stage"]): float(m["value"]) for m in re.finditer(
+        r'staticfleet_member_stage_seconds_total\{[^}]*stage="(?P<stage>[^"]+)",'
+        r'thread="(?P<thread>[^"]+)"\} (?P<value>\S+)', metrics)}
+    assert all(stage[("poll", s)] > 0 for s in ("consume", "convert", "commit")), stage
+    assert stage[("worker", "job")] > 0 and stage[("worker", "frame")] > 0, stage
 
 
 def test_kill9_mid_batch_then_restart_loses_nothing_and_repeats_at_most_two_batches(

@@ -13,21 +13,42 @@ def buffer(records: int = 5, wait_ms: int = 1000, nbytes: int = 1 << 20) -> Batc
 
 def test_empty_buffer_is_never_due() -> None:
     b = buffer()
-    assert not b.due(1e9) and b.wait_left(5.0) is None and b.room() == 5
+    assert not b.due(1e9) and b.wait_left(5.0) is None and b.room() == 10
 
 
-def test_due_by_count() -> None:
+def test_due_by_count_and_full_only_with_the_batch_after_it_gathered_too() -> None:
     b = buffer()
     b.add(recs("a", 0, range(4)), now=10.0)
-    assert not b.due(10.0) and b.room() == 1
+    assert not b.due(10.0) and b.room() == 6
     b.add(recs("a", 0, range(4, 5)), now=10.1)
-    assert b.full() and b.due(10.1)
+    assert b.due(10.1) and not b.full() and b.room() == 5
+    b.add(recs("a", 0, range(5, 10)), now=10.2)
+    assert b.full() and b.room() == 1
 
 
 def test_due_by_bytes() -> None:
     b = buffer(nbytes=10)
     b.add([Rec("a", 0, 0, k=b"kk", v=b"x" * 8)], now=0.0)
+    assert b.due(0.0) and not b.full()
+    b.add([Rec("a", 0, 1, k=b"kk", v=b"x" * 8)], now=0.0)
     assert b.full()
+
+
+@pytest.mark.parametrize(("sizes", "max_bytes", "taken"), [
+    ([4, 4, 4, 4], 8, 2),     # exactly fits
+    ([4, 4, 4, 4], 9, 2),
+    ([4, 4, 4, 4], 100, 4),   # all of them, under the record cap
+    ([20, 1, 1, 1], 10, 1),   # one record over the cap still goes, alone
+    ([0, 0, 12, 1], 10, 2),   # empty values count nothing
+])
+def test_take_gives_at_most_max_bytes_and_keeps_the_rest(sizes: list[int], max_bytes: int,
+                                                           taken: int) -> None:
+    b = buffer(records=4, nbytes=max_bytes)
+    b.add([Rec("a", 0, i, k=None, v=b"x" * n) for i, n in enumerate(sizes)], now=1.0)
+    batch = b.take(now=2.0)
+    assert [r.offset() for r in batch] == list(range(taken))
+    assert len(b) == len(sizes) - taken and b.bytes == sum(sizes[taken:])
+    assert batch.ranges == {("a", 0): (0, taken - 1)}
 
 
 def test_due_by_time_since_first_record() -> None:
