@@ -163,6 +163,15 @@ PANELS: tuple[Row | Graph, ...] = (
                "commit p99 {{group}}"),
               (q("max by (group, member, phase) (staticfleet_member_startup_seconds{SEL})"),
                "startup {{member}} {{phase}}"))),
+    Graph("timeseries", "Where the members' time goes (share per stage)",
+          "Seconds per second each stage of the members' poll threads (consume, convert, "
+          "wait-worker, paused, commit) and batch workers (frame, job) took, summed over the "
+          "group's members. A worker's share under 1 per member is idle time: no batch was "
+          "due. A poll thread mostly in wait-worker means Spark is the bottleneck.",
+          "percentunit", 24, (
+              (q("sum by (group, thread, stage) "
+                 "(rate(staticfleet_member_stage_seconds_total{SEL}[$__rate_interval]))"),
+               "{{thread}} {{stage}}"),)),
     Row("Timeouts and sizing"),
     Graph("timeseries", "Effective timeouts",
           "session.timeout.ms, heartbeat.interval.ms and max.poll.interval.ms the operator set, "
