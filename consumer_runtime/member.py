@@ -55,6 +55,12 @@ STATS_INTERVAL_MS = 5000
 HOLD_UNPAUSED_S = 2.0
 """With the buffer full, how long the loop just waits for the worker before it pauses the
 partitions and goes back to polling."""
+CONSUME_MAX = 2_000
+"""At most this many messages per consume() call. confluent-kafka builds the Python messages of a
+call, and pyarrow converts them, each in one stretch that holds the GIL; in chunks of 2,000 the
+worker's Python (py4j, pyspark's temporary-file write) gets the GIL between them. Measured in
+paired runs against 10,000 and 100,000 per call: 5-10 % less Python CPU per record at 10k and
+100k-record batches, rates within the run-to-run noise."""
 LEAVE_CONFIRM_S = 15.0
 """How long a leave waits for the broker to show the member without partitions before it closes
 anyway (the partitions then move when the registration's session times out)."""
@@ -300,7 +306,7 @@ class Member:
             if left:
                 wait = min(wait, left)
             with self.timeline.span(POLL, "consume", self.batch_seq + 1):
-                messages = self.consumer.consume(self.buffer.room(), wait)
+                messages = self.consumer.consume(min(self.buffer.room(), CONSUME_MAX), wait)
         after = time.monotonic()
         self.telemetry.polled(after)
         good = self._records(messages, after)
