@@ -17,6 +17,12 @@ def slow_identity(df: DataFrame, context: Any) -> DataFrame:
     return df
 
 
+def slower_than_max_poll(df: DataFrame, context: Any) -> DataFrame:
+    """The batch unchanged, after 7 s: longer than a max.poll.interval.ms of 6 s."""
+    time.sleep(7.0)
+    return df
+
+
 def reject_poison(df: DataFrame, context: Any) -> DataFrame:
     """Fails the Spark job when a record's value is POISON, like a parser meeting bad input."""
     check = F.when(F.col("value") == F.lit(POISON), F.raise_error(F.lit("poison record")))

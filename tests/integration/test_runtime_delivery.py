@@ -64,6 +64,32 @@ def test_happy_path_every_record_reaches_the_sink_and_offsets_reach_the_end(
     assert stage[("worker", "job")] > 0 and stage[("worker", "frame")] > 0, stage
 
 
+def test_batches_longer_than_max_poll_interval_keep_the_member_in_the_group(
+        kafka: KafkaBroker, make_topic: Callable[..., str], tmp_path: Path) -> None:
+    """With two batches gathered ahead the loop pauses the partitions and goes on polling while
+    the worker takes 7 s per batch against a max.poll.interval.ms of 6 s: nothing rebalances."""
+    topic, out = make_topic("in", 2), make_topic("out", 2)
+    group = unique("g")
+    records = values(400, 2)
+    produce(kafka.bootstrap, topic, records)
+    config = runtime_config(kafka.bootstrap, group, topic, sink={"type": "kafka", "topic": out},
+                            transform="tests.integration.spark_test_transforms:"
+                                      "slower_than_max_poll",
+                            max_records=100, session_ms=6000)
+    config["consumer"]["max.poll.interval.ms"] = 6000
+    with running(config, tmp_path / "member.log", f"{group}-0") as member:
+        wait_committed_to_end(kafka.bootstrap, group, topic, 2, member, timeout=400)
+        status = member.wait_status(lambda s: s["recordsProcessed"] == 400, 30, "done")
+        metrics = member.get("/metrics")[1].decode()
+        assert member.terminate() == 0, member.text()
+    assert status["rebalances"] == 0 and status["assigns"] == 1, status
+    assert sorted(m.value() for m in read_all(kafka.bootstrap, out, 2)) == \
+        sorted(v for _, v, _ in records)
+    paused = re.search(r'staticfleet_member_stage_seconds_total\{[^}]*stage="paused",'
+                       r'thread="poll"\} (\S+)', metrics)
+    assert paused and float(paused.group(1)) > 5.0, metrics
+
+
 def test_kill9_mid_batch_then_restart_loses_nothing_and_repeats_at_most_two_batches(
         kafka: KafkaBroker, make_topic: Callable[..., str], tmp_path: Path) -> None:
     topic, out = make_topic("in", 2), make_topic("out", 2)
