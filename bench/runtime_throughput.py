@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
 import re
@@ -214,9 +215,10 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
-def measured(fn: Callable[[], object], repeat: int,
-             jvms: list[int]) -> tuple[float, float, float]:
-    """Medians of `repeat` calls: wall seconds, CPU seconds of this process, of the Spark JVM."""
+def measured(fn: Callable[[], object], repeat: int, jvms: list[int],
+             settle: Callable[[], None] = lambda: None) -> tuple[float, float, float]:
+    """Medians of `repeat` calls: wall seconds, CPU seconds of this process, of the Spark JVM;
+    `settle` runs (untimed) after each call."""
     walls, pys, jvm_cpu = [], [], []
     for _ in range(repeat):
         c0, began = cpu_now(jvms), time.perf_counter()
@@ -225,6 +227,7 @@ def measured(fn: Callable[[], object], repeat: int,
         c1 = cpu_now(jvms)
         pys.append(c1[0] - c0[0])
         jvm_cpu.append(c1[1] - c0[1])
+        settle()
     return statistics.median(walls), statistics.median(pys), statistics.median(jvm_cpu)
 
 
@@ -238,9 +241,16 @@ def profile(spark_batch: SparkBatch, records: list[Any],
     ctx = spark_batch.context(0, ())
 
     df = spark_batch.frame(table)
+
+    def release() -> None:
+        """Let py4j release the DataFrame just made (its finalizer thread tells the JVM), so the
+        JVM's heap (1g, the runtime's default) never holds the batch five times over."""
+        gc.collect()
+        time.sleep(0.5)
+
     return {
         "to_arrow": measured(lambda: to_arrow(records), 5, jvms),
-        "frame": measured(lambda: spark_batch.frame(table), 5, jvms),
+        "frame": measured(lambda: spark_batch.frame(table), 5, jvms, settle=release),
         "job (noop write)": measured(lambda: sink.write(identity(df, ctx), "p"), 5, jvms),
     }
 
