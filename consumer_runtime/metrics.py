@@ -114,10 +114,11 @@ class Telemetry:
             session.labels(**self.ids).set(session_timeout_s)
         for event in ("assign", "revoke", "lost"):
             self.m_events.labels(**self.ids, event=event)
-        for thread, stages in STAGES.items():
-            for stage in stages:
-                self.m_stage_s.labels(**self.ids, thread=thread, stage=stage)
-                self.m_stage_cpu.labels(**self.ids, thread=thread, stage=stage)
+        self._stage_series = {
+            (thread, stage): (self.m_stage_s.labels(**self.ids, thread=thread, stage=stage),
+                              self.m_stage_cpu.labels(**self.ids, thread=thread, stage=stage))
+            for thread, stages in STAGES.items() for stage in stages}
+        """Each stage's two series, looked up once: a span ends on every poll."""
         for m in (self.m_assigned, self.m_records, self.m_batches, self.m_batch_s, self.m_poll_s,
                   self.m_commit_s, self.m_rebalances, self.m_dead):
             m.labels(**self.ids)
@@ -244,8 +245,9 @@ class Telemetry:
 
     def stage(self, span: Span) -> None:
         """A timed stage of the poll thread or the worker (a Timeline's `on_span`)."""
-        self.m_stage_s.labels(**self.ids, thread=span.thread, stage=span.stage).inc(span.wall)
-        self.m_stage_cpu.labels(**self.ids, thread=span.thread, stage=span.stage).inc(span.cpu)
+        wall, cpu = self._stage_series[(span.thread, span.stage)]
+        wall.inc(span.wall)
+        cpu.inc(span.cpu)
 
     def dead_letters(self, count: int) -> None:
         with self._lock:

@@ -1003,6 +1003,13 @@ class WarmRoll:
     def at(self, seconds: float) -> float:
         return (NOW + timedelta(seconds=seconds)).timestamp()
 
+    def to_the_old_members_exit(self) -> None:
+        """The replacement starts in standby and gets ready; the old member's process exits."""
+        self.standby = running(self.step(1), ready=False, tag="b")[0]
+        self.step(5, standby="ready", standby_ready_at=self.at(5))
+        self.pods = [p for p in self.pods if p is not self.old2]
+        self.closures[self.old2["metadata"]["uid"]] = NOW + timedelta(seconds=self.t)
+
     def flight(self) -> dict[str, Any]:
         return self.status["rollout"]["inFlight"][0]
 
@@ -1098,10 +1105,7 @@ def test_a_replacement_that_never_gets_standby_ready_stops_the_rollout_and_keeps
 
 def test_a_standby_that_does_not_take_the_activation_is_replaced_by_a_cold_start() -> None:
     roll = WarmRoll()
-    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
-    roll.step(5, standby="ready", standby_ready_at=roll.at(5))
-    roll.pods = [p for p in roll.pods if p is not roll.old2]
-    roll.closures[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t)
+    roll.to_the_old_members_exit()
     asked = roll.step(0.5, standby="ready")
     assert [call.action for call in asked.calls] == ["activate"]
     still = roll.step(6, standby="ready")
@@ -1176,10 +1180,7 @@ def test_a_warm_member_is_done_at_its_first_batch_while_records_wait_for_it() ->
     unmeasured ("n/a") exactly when it was long. Records waiting: wait for the first batch;
     nothing waiting: done, with no gap to measure."""
     roll = WarmRoll()
-    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
-    roll.step(5, standby="ready", standby_ready_at=roll.at(5))
-    roll.pods = [p for p in roll.pods if p is not roll.old2]
-    roll.closures[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t)
+    roll.to_the_old_members_exit()
     roll.standby["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     waiting = {("orders", p): 40 for p in range(6)}
     roll.step(0.5, lag=waiting, standby=None, member_id="m-2")
@@ -1194,10 +1195,7 @@ def test_a_warm_member_is_done_at_its_first_batch_while_records_wait_for_it() ->
 
 def test_a_warm_member_with_nothing_to_process_is_done_without_a_gap() -> None:
     roll = WarmRoll()
-    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
-    roll.step(5, standby="ready", standby_ready_at=roll.at(5))
-    roll.pods = [p for p in roll.pods if p is not roll.old2]
-    roll.closures[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t)
+    roll.to_the_old_members_exit()
     roll.standby["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     idle = {("orders", p): 0 for p in range(6)}
     roll.step(0.5, lag=idle, standby=None, member_id="m-2")
