@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-import pyarrow.compute as pc
-
 from consumer_runtime.config import BatchLimits
 from consumer_runtime.records import Batch, KafkaRecord, TopicPartition
 
@@ -83,7 +81,7 @@ class BatchBuffer:
         everything = self.records
         n = min(len(everything), self.limits.max_records)
         if self.bytes > self.limits.max_bytes:
-            n = _fitting(everything[:n], self.limits.max_bytes)
+            n = everything[:n].fitting(self.limits.max_bytes)
         self._clear()
         if n < len(everything):
             self.add(everything[n:], now)
@@ -106,11 +104,3 @@ class BatchBuffer:
     def _clear(self) -> None:
         self.chunks, self.count, self.bytes, self.first_at = [], 0, 0, None
 
-
-def _fitting(batch: Batch, max_bytes: int) -> int:
-    """How many of the first records of `batch` fit in `max_bytes` (at least one)."""
-    sizes = pc.add(pc.fill_null(pc.binary_length(batch.table.column("key")), 0),
-                   pc.fill_null(pc.binary_length(batch.table.column("value")), 0))
-    total = pc.cumulative_sum(sizes)
-    over = pc.sum(pc.greater(total, max_bytes)).as_py() or 0
-    return max(1, len(batch) - over)

@@ -227,7 +227,18 @@ class Batch(Sequence[KafkaRecord]):
     @property
     def payload_bytes(self) -> int:
         """Bytes of keys plus values, what `maxBytes` counts."""
-        return sum(_data_bytes(self.table.column(c)) for c in ("key", "value"))
+        return int(pc.sum(self.record_bytes()).as_py() or 0)
+
+    def record_bytes(self) -> pa.ChunkedArray:
+        """Each record's bytes of key plus value (a null counts 0)."""
+        key, value = (pc.fill_null(pc.binary_length(self.table.column(c)), 0)
+                      for c in ("key", "value"))
+        return pc.add(key, value)
+
+    def fitting(self, max_bytes: int) -> int:
+        """How many of the first records fit in `max_bytes` (at least one)."""
+        over = pc.sum(pc.greater(pc.cumulative_sum(self.record_bytes()), max_bytes)).as_py()
+        return max(1, len(self) - (over or 0))
 
     def without(self, partitions: Iterable[TopicPartition]) -> Batch:
         """The records not in `partitions`."""
@@ -271,11 +282,6 @@ class Batch(Sequence[KafkaRecord]):
 
     def __repr__(self) -> str:
         return f"Batch({self.table.num_rows} records, {sorted(self.ranges.items())})"
-
-
-def _data_bytes(column: pa.ChunkedArray) -> int:
-    """Bytes of the binary values of a column (nulls count 0)."""
-    return int(pc.sum(pc.binary_length(column)).as_py() or 0)
 
 
 def offset_ranges(records: Sequence[KafkaRecord]) -> Ranges:
