@@ -8,7 +8,7 @@ conversion to Arrow, say) is time spent waiting for the GIL. A stage's totals fe
 reads them to draw the timeline of each batch).
 
 Stages of the poll thread: `consume` (librdkafka hands over records, or the wait for some),
-`convert` (records to Arrow), `wait-worker` (the next batch is full: waiting for the worker
+`convert` (records to Arrow), `wait-worker` (two batches gathered: waiting for the worker
 without polling), `paused` (partitions paused, polling only to serve callbacks), `commit`.
 Stages of the worker: `frame` (the Arrow table to a Spark DataFrame), `job` (the transform and the
 sink's write). The worker's time outside any span is idle: no batch was due.
