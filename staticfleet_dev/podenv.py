@@ -310,6 +310,12 @@ def unsupported_notes(pod: Mapping[str, Any]) -> list[str]:
     if mounts:
         notes.append("volumes are not supported; ignored volumeMounts: "
                      + ", ".join(f"{m.get('name')}:{m.get('mountPath')}" for m in mounts))
+    ignored = sorted(spec.get("securityContext") or {}) + sorted(
+        f"{first.get('name', '?')}.{key}" for key in first.get("securityContext") or {})
+    if ignored:
+        notes.append("securityContext is not applied (the process runs as the local node's "
+                     "user, with its capabilities, seccomp and a writable filesystem); ignored: "
+                     + ", ".join(ignored))
     return notes
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from staticfleet import apply, metrics, observe
 from staticfleet.decisions import builders
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions.members import member_closed_at, still_running
+from staticfleet.decisions.members import member_closed_at, pod_ended, still_running
 from staticfleet.decisions.model import ConsumerGroupSpec, SpecError
 from staticfleet.decisions.plan import Plan, decide, degraded, summarize, without_nulls
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
@@ -137,7 +137,8 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         lag = observe.group_lag(admin, spec.kafka.group_id, partitions)
     except observe.KafkaUnavailable as exc:  # a metric only: the pass goes on without it
         log.debug("%s/%s: no lag this pass: %s", namespace, body["metadata"]["name"], exc)
-    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    # A pod that ended runs no process; its address may already be another pod's.
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp") and not pod_ended(p)]
     for pod in pods:
         deps.note_closure(pod)
     with deps.lock:

@@ -70,13 +70,19 @@ Supported
   container state is written and the pod is deleted with grace 0 and a UID precondition (a new
   pod with the same name is never touched). A pod that disappears without that (force deletion)
   gets SIGTERM and SIGKILL after 2 s (the kubelet's minimum grace).
+- A terminal phase set by another (an eviction, or a test that plays one through pods/status):
+  as a kubelet, the node keeps the pod's phase, reason and message, stops its container for good
+  (SIGTERM, SIGKILL after the pod's grace period) and adds the final container state.
 - Restarting the local node: pods already bound to it that are not Succeeded/Failed get a new
   process (restartCount continues from the pod's status; the pod IP is kept when still free).
 - Output: stdout and stderr of every run go to `<log-dir>/<namespace>_<pod>_<uid>.log`, appended
   across restarts, with a marker line at each start and exit.
 
 Not supported: images, volumes (volumeMounts other than the service-account token are ignored and
-named in the pod's status message), init and sidecar containers (ignored, named in the message),
+named in the pod's status message), securityContext (the process runs as the node's own user with
+its capabilities, no seccomp profile and a writable filesystem; the fields set are named in the
+message, and a member pod's /tmp emptyDir is the machine's /tmp), init and sidecar containers
+(ignored, named in the message),
 containers after the first, resource limits and fit, taints/tolerations, pod (anti-)affinity,
 preferred node affinity, hostNetwork/ports (everything is on loopback anyway), service
 environment variables (so no KUBERNETES_SERVICE_HOST; credentials come as a kubeconfig, above),

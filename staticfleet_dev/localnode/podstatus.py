@@ -131,11 +131,24 @@ def pod_conditions(pod: Mapping[str, Any], view: ContainerView, phase: str,
     return out
 
 
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def ended_elsewhere(pod: Mapping[str, Any]) -> bool:
+    """The pod's phase in the API is terminal. A pod never leaves such a phase: when another
+    actor set it (an eviction, the pod GC on a node out of service, a test playing an
+    eviction), the kubelet keeps that phase and stops the pod's containers for good."""
+    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
 def desired_status(pod: Mapping[str, Any], view: ContainerView, *, pod_ip: str,
                    start_time: str, previous_conditions: Sequence[Mapping[str, Any]], now: float,
-                   notes: list[str] | None = None) -> dict[str, Any]:
-    """The pod status this node wants the API to show (no timestamps that move by themselves)."""
-    phase = pod_phase(view)
+                   notes: list[str] | None = None,
+                   ended: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The pod status this node wants the API to show (no timestamps that move by themselves).
+    `ended`: the pod's status as another actor made it terminal (`ended_elsewhere`); its phase,
+    reason and message are kept, as the kubelet keeps them."""
+    phase = str(ended["phase"]) if ended else pod_phase(view)
     cs: dict[str, Any] = {
         "name": view.name, "image": view.image, "imageID": "", "ready": view.ready
         and bool(view.running_since), "restartCount": view.restart_count,
@@ -155,6 +168,9 @@ def desired_status(pod: Mapping[str, Any], view: ContainerView, *, pod_ip: str,
     }
     if notes:
         status["message"] = "local node: " + "; ".join(notes)
+    for key in ("reason", "message"):
+        if ended and ended.get(key):
+            status[key] = ended[key]
     return status
 
 

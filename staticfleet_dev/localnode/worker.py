@@ -35,6 +35,7 @@ from staticfleet_dev.localnode.podstatus import (
     ContainerView,
     Terminated,
     desired_status,
+    ended_elsewhere,
     fallback_termination_message,
     status_patch,
     terminated_reason,
@@ -131,6 +132,8 @@ class PodWorker(threading.Thread):
                     if (pod.get("metadata") or {}).get("deletionTimestamp"):
                         if self._finish_deletion(pod):
                             return
+                    elif not self.finished and ended_elsewhere(pod):
+                        self._end(pod)
                     elif not self.finished:
                         self._step(pod)
                         self._publish(pod)
@@ -416,12 +419,23 @@ class PodWorker(threading.Thread):
         log.info("pod %s/%s: deleted", self.ns, self.pod_name)
         return True
 
-    def _publish(self, pod: dict[str, Any]) -> None:
+    def _end(self, pod: dict[str, Any]) -> None:
+        """The pod's phase in the API became terminal by another's hand (an eviction): stop
+        the container for good, as the kubelet does, and keep that phase, reason and
+        message in the status (the container's final state is added)."""
+        status = pod.get("status") or {}
+        why = f"pod phase set to {status.get('phase')} ({status.get('reason') or 'no reason'})"
+        log.info("pod %s/%s: %s: stopping its container for good", self.ns, self.pod_name, why)
+        self._stop_process(grace_seconds(pod), why, restart=False)
+        self._publish(pod, ended=status)
+        self.finished = True
+
+    def _publish(self, pod: dict[str, Any], ended: Mapping[str, Any] | None = None) -> None:
         if self.finished:  # terminal before this node took it: leave its status alone
             return
         desired = desired_status(pod, self.view, pod_ip=self.pod_ip, start_time=self.start_time,
                                  previous_conditions=self.last_conditions, now=time.time(),
-                                 notes=self.notes)
+                                 notes=self.notes, ended=ended)
         if desired == self.last_sent or time.monotonic() < self.next_publish_retry:
             return
         try:

@@ -110,6 +110,38 @@ def test_every_rendering_passes_a_server_side_dry_run(
         kubectl(kubeconfig, "delete", "namespace", watched, "--wait=false", check=False)
 
 
+def test_the_operator_pod_meets_the_restricted_pod_security_standard(
+    helm: Path, kubeconfig: Path, release_ns: str,
+) -> None:
+    """The Deployment's pod, as the chart renders it by default, is admitted by a namespace
+    that enforces `restricted`; the same pod without the chart's security contexts is refused
+    (so the admission is what decides). Server-side dry runs of the pod itself: PodSecurity
+    only warns about a Deployment, it enforces on pods."""
+    kubectl(kubeconfig, "label", "namespace", release_ns,
+            "pod-security.kubernetes.io/enforce=restricted")
+    manifest = ok(run([helm, "template", "sf", CHART, "--namespace", release_ns,
+                       "--kube-version", KUBE_VERSION]))
+    (deployment,) = [d for d in yaml.safe_load_all(manifest) if d and d["kind"] == "Deployment"]
+    template = deployment["spec"]["template"]
+    # The chart's ServiceAccount is not installed here; the pod's security is the question.
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "operator", "labels": template["metadata"]["labels"]},
+           "spec": {**template["spec"], "serviceAccountName": "default"}}
+
+    def create(obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        return kubectl(kubeconfig, "-n", release_ns, "create", "--dry-run=server", "-f", "-",
+                       input=yaml.safe_dump(obj), check=False)
+
+    admitted = create(pod)
+    assert admitted.returncode == 0, admitted.stderr
+    bare = {**pod, "spec": {**pod["spec"], "securityContext": {}, "containers": [
+        {k: v for k, v in c.items() if k != "securityContext"}
+        for c in pod["spec"]["containers"]]}}
+    refused = create(bare)
+    assert refused.returncode != 0 and 'violates PodSecurity "restricted:latest"' in (
+        refused.stderr), refused.stderr
+
+
 def test_schema_refuses_bad_values_at_install(helm: Path, kubeconfig: Path, crds: None,
                                              release_ns: str) -> None:
     proc = run([helm, "install", "sf", CHART, "--kubeconfig", kubeconfig,

@@ -329,6 +329,33 @@ def test_process_ignoring_sigterm_is_killed_after_grace(kubeconfig: Path, ns: st
     assert "SIGKILL" in log and "exited with code 137" in log, log
 
 
+def test_a_phase_set_failed_by_another_stops_the_process_and_stays(
+        kubeconfig: Path, ns: str, tmp_path: Path) -> None:
+    """An eviction as the kubelet reports it, written through pods/status by someone else: the
+    node stops the container for good (no restart under restartPolicy Always) and keeps the
+    phase, reason and message, as a kubelet keeps a terminal phase."""
+    apply(kubeconfig, ns, term_pod("evicted", tmp_path, "exit", 10))
+    pidfile = tmp_path / "evicted.pid"
+    pid = int(wait_for("the process to start", lambda: pidfile.exists() and pidfile.read_text()))
+    wait_for("Ready", lambda: is_ready(get_pod(kubeconfig, ns, "evicted")))
+    message = "The node was low on resource: memory. Threshold quantity: 100Mi."
+    kubectl(kubeconfig, "-n", ns, "patch", "pod", "evicted", "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": {
+                "phase": "Failed", "reason": "Evicted", "message": message}}))
+    wait_for("the process to stop", lambda: not pid_alive(pid), timeout=15)
+    assert (tmp_path / "evicted.marker").read_text() == "SIGTERM"
+    pod = wait_for("the container's final state", lambda: (p := get_pod(kubeconfig, ns, "evicted"))
+                   and "terminated" in container_status(p).get("state", {}) and p)
+    assert (pod["status"]["phase"], pod["status"]["reason"], pod["status"]["message"]) == (
+        "Failed", "Evicted", message)
+    assert condition(pod, "Ready")["status"] == "False"
+    time.sleep(3)  # a restart (back-off 1 s) would show by now
+    after = get_pod(kubeconfig, ns, "evicted")
+    assert after is not None and after["status"]["phase"] == "Failed"
+    assert container_status(after)["restartCount"] == 0
+    assert pidfile.read_text() == str(pid), "the container was started again"
+
+
 def test_missing_configmap_waits_then_runs(kubeconfig: Path, ns: str) -> None:
     apply(kubeconfig, ns, python_pod("needscm", "import time; time.sleep(3600)", container={
         "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "late", "key": "x"}}}]}))

@@ -596,6 +596,84 @@ def test_a_member_stuck_terminating_is_reported_and_never_doubled(
         kubeconfig, namespace, name, "Degraded", "False"), timeout=60)
 
 
+def member_process(namespace: str, pod: str) -> int | None:
+    """The pid of the process the local node runs for `pod` (by the environment it was given),
+    None when there is none."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"POD_NAME={pod}".encode() in env and f"POD_NAMESPACE={namespace}".encode() in env:
+            return int(entry.name)
+    return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_an_evicted_member_is_replaced_with_its_instance_id_in_a_restricted_namespace(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        make_topic: Callable[..., str]) -> None:
+    """Member 1's pod is marked Failed/Evicted through pods/status, as the kubelet reports a
+    node-pressure eviction (the local node then stops its process, as a kubelet does): the
+    operator deletes it and creates member 1 again under the same name and group.instance.id,
+    with a Warning Event quoting the eviction.
+
+    The namespace enforces the `restricted` Pod Security Standard, so the same group also shows
+    that the operator's member pods, the replacement included, are admitted there. Placeholder
+    members (no Spark): the claims are the pods', not the broker's."""
+    kubectl(kubeconfig, "label", "namespace", namespace,
+            "pod-security.kubernetes.io/enforce=restricted")
+    topic = make_topic("evict", 2)
+    name = unique("evict")
+    apply_cg(kubeconfig, namespace, consumer_group(
+        name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2, command=PLACEHOLDER))
+    pods = wait_for("2 ready member pods, admitted", lambda: (
+        p := member_pods(kubeconfig, namespace, name)) and len(p) == 2 and all(
+            any(c["type"] == "Ready" and c["status"] == "True"
+                for c in (q.get("status") or {}).get("conditions") or []) for q in p.values())
+        and p, timeout=60, describe=lambda: kubectl(
+            kubeconfig, "-n", namespace, "get", "events", check=False).stdout[-3000:])
+    victim = pods[f"{name}-1"]
+    pid = member_process(namespace, f"{name}-1")
+    assert pid is not None, "the local node runs no process for member 1"
+    eviction = ("The node was low on resource: memory. Threshold quantity: 100Mi, available: "
+                "20Mi. Container member was using 900Mi, request is 0, has larger consumption "
+                "of memory.")
+    kubectl(kubeconfig, "-n", namespace, "patch", "pod", f"{name}-1", "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": {
+                "phase": "Failed", "reason": "Evicted", "message": eviction}}))
+
+    back = wait_for("member 1 created again", lambda: (
+        p := member_pods(kubeconfig, namespace, name).get(f"{name}-1"))
+        and p["metadata"]["uid"] != victim["metadata"]["uid"] and p, timeout=60,
+        describe=lambda: summary(kubeconfig, namespace, name))
+    assert pod_env(back)["STATICFLEET_GROUP_INSTANCE_ID"]["value"] == f"{name}-1"
+    assert back["metadata"]["annotations"]["staticfleet.io/instance-id"] == f"{name}-1"
+    assert (back.get("status") or {}).get("phase") != "Failed"
+    assert back["spec"]["securityContext"]["runAsNonRoot"] is True
+    (warning,) = wait_for("the RecreatingFailedPod Event", lambda: events(
+        kubeconfig, namespace, name, "RecreatingFailedPod"), timeout=30)
+    assert warning["type"] == "Warning"
+    assert f"Evicted: {eviction}" in warning["message"], warning["message"]
+    assert f"same instance id {name}-1" in warning["message"], warning["message"]
+    assert not alive(pid), "the evicted member's process still runs"
+    survivors = member_pods(kubeconfig, namespace, name)
+    assert survivors[f"{name}-0"]["metadata"]["uid"] == pods[f"{name}-0"]["metadata"]["uid"]
+    wait_for("member 1 ready again", lambda: any(
+        m["ordinal"] == 1 and m["ready"] and m["phase"] == "Running"
+        for m in (get_cg(kubeconfig, namespace, name).get("status") or {}).get("members") or []),
+        timeout=60, describe=lambda: summary(kubeconfig, namespace, name))
+
+
 @pytest.mark.parametrize(("change", "quoted", "field"), [
     ({"processing": {"transform": "nosuch_module_sf:fn"}}, "nosuch_module_sf",
      "spec.processing.transform"),

@@ -11,6 +11,7 @@ import hashlib
 import json
 from typing import Any
 
+from staticfleet.decisions import podsecurity
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import (
     FINGERPRINT_ANNOTATION,
@@ -210,6 +211,10 @@ def member_spec_view(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> M
             t.termination_grace_period_seconds,
             t.pod_labels,
             t.pod_annotations,
+            # Only when set, so that pods made before the field existed keep their revision
+            # (their defaults come with their next rollout).
+            *([[t.security_context, t.container_security_context]]
+              if t.security_context or t.container_security_context else []),
         ],
         "nonce": [group.rollout.restart_nonce, group.restarted_at],
     }
@@ -314,12 +319,19 @@ def build_member_pod(
         container["envFrom"] = [dict(v) for v in t.env_from]
     if t.resources is not None:
         container["resources"] = dict(t.resources)
+    # The restricted Pod Security Standard by default (`podsecurity`); the root filesystem is
+    # read-only, so the member, its JVM and Spark write to an emptyDir at /tmp.
+    container["securityContext"] = podsecurity.container_context(t.container_security_context)
+    container["volumeMounts"] = [{"name": podsecurity.TMP_VOLUME,
+                                  "mountPath": podsecurity.TMP_PATH}]
     spec: dict[str, Any] = {
         "hostname": name,
         "subdomain": service_name(group),
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": t.termination_grace_period_seconds,
+        "securityContext": podsecurity.pod_context(t.security_context),
         "containers": [container],
+        "volumes": [{"name": podsecurity.TMP_VOLUME, "emptyDir": {}}],
     }
     if t.service_account_name:
         spec["serviceAccountName"] = t.service_account_name

@@ -87,6 +87,7 @@ SCALED_DOWN = "ScaledDown"
 SCALED_UP = "ScaledUp"
 MEMBER_LEAVING = "MemberLeaving"
 PLANNED_REBALANCE = "PlannedRebalance"
+RECREATING_FAILED_POD = "RecreatingFailedPod"
 
 # --- why the roller waits (status.rollout.reason's code, Progressing's message) ---
 WAIT_MEMBER = "WaitingForMember"

@@ -26,6 +26,28 @@ def ordinal_of(pod: Mapping[str, Any]) -> int | None:
         return None
 
 
+TERMINAL_PHASES = ("Failed", "Succeeded")
+"""Phases a pod never leaves: its containers are stopped for good. A member pod (restartPolicy
+Always) gets there when the kubelet evicts it (node pressure: `Failed`, reason `Evicted`), at a
+graceful node shutdown, or when something else marks it so (the pod GC on a node out of
+service)."""
+
+
+def pod_ended(pod: Mapping[str, Any]) -> bool:
+    """The pod is in a terminal phase: it never runs again, yet it keeps its name (and so its
+    ordinal's) until it is deleted."""
+    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+def ended_reason(pod: Mapping[str, Any]) -> str:
+    """Why the pod ended, as its status says: `Failed (Evicted: The node was low on resource:
+    memory.)`."""
+    status = pod.get("status") or {}
+    said = ": ".join(str(part).strip() for part in (status.get("reason"), status.get("message"))
+                     if part and str(part).strip())
+    return f"{status.get('phase')} ({said[:600]})" if said else str(status.get("phase"))
+
+
 def pod_ready(pod: Mapping[str, Any]) -> bool:
     conds = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
@@ -189,9 +211,14 @@ class MemberTable:
     member still runs. `live` holds the oldest, the member."""
     extra: Mapping[int, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
     """Every other live pod of an ordinal besides the member, oldest first."""
+    ended: Mapping[int, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    """Pods of an ordinal in a terminal phase (`pod_ended`: evicted, node shut down) that are
+    not being deleted yet, oldest first. Neither live nor stopping: they never run again, but
+    they hold their names until they are deleted."""
 
     def ordinals(self) -> list[int]:
-        return sorted(set(self.live) | set(self.stopping))
+        """Ordinals with a pod of any kind (an ordinal's pod is created only when it has none)."""
+        return sorted(set(self.live) | set(self.stopping) | set(self.ended))
 
     def member(self, ordinal: int) -> ObservedMember | None:
         return next((m for m in self.members if m.ordinal == ordinal), None)
@@ -210,17 +237,25 @@ def observe_members(
     partitions: int | None = None,
 ) -> MemberTable:
     """`partitions`: the subscribed topics' total; with more members than partitions some
-    members legitimately hold none, so being listed by the broker is enough to be in."""
+    members legitimately hold none, so being listed by the broker is enough to be in.
+
+    A pod in a terminal phase is never its ordinal's member while another pod of the ordinal
+    runs or stops: an evicted old member beside its warm replacement leaves the replacement as
+    the member, as if the old pod had been deleted. Alone, it is observed as the member (not
+    ready, not in the group, `pod_phase` Failed: unavailable) until it is deleted."""
     live: dict[int, Mapping[str, Any]] = {}
     standby: dict[int, Mapping[str, Any]] = {}
     extra: dict[int, list[Mapping[str, Any]]] = {}
     stopping: dict[int, Mapping[str, Any]] = {}
+    ended: dict[int, list[Mapping[str, Any]]] = {}
     for pod in sorted(pods, key=_age_order):
         ordinal = ordinal_of(pod)
         if ordinal is None:
             continue
         if pod["metadata"].get("deletionTimestamp"):
             stopping.setdefault(ordinal, pod)
+        elif pod_ended(pod):
+            ended.setdefault(ordinal, []).append(pod)
         elif ordinal in live:
             # Newer pods beside the member: its replacement is the newest.
             extra.setdefault(ordinal, []).append(pod)
@@ -243,7 +278,8 @@ def observe_members(
         # /readyz holds only while it holds its assignment).
         this_process = gm is not None and (
             st.get("memberId") == gm.member_id if st.get("memberId") else pod_ready(pod))
-        failure = member_failure(pod)
+        # An ended pod's container exit is its eviction's doing, not the member's failure.
+        failure = None if pod_ended(pod) else member_failure(pod)
         return ObservedMember(
             ordinal=ordinal, pod_exists=True, revision=reasons.pod_revision(pod),
             ready=pod_ready(pod) and is_live, stopped_at=stop_requested_at(pod),
@@ -261,16 +297,19 @@ def observe_members(
             answers=bool(st))
 
     members = []
-    for ordinal in sorted(set(live) | set(stopping)):
+    for ordinal in sorted(set(live) | set(stopping) | set(ended)):
         if ordinal in live:
             member = observe(ordinal, live[ordinal], True)
             if ordinal in standby:
                 member = replace(member, standby=observe(ordinal, standby[ordinal], True))
-        else:
+        elif ordinal in stopping:
             member = observe(ordinal, stopping[ordinal], False)
+        else:
+            member = observe(ordinal, ended[ordinal][0], False)
         members.append(member)
     return MemberTable(live=live, stopping=stopping, members=tuple(members), standby=standby,
-                       extra={o: tuple(pods) for o, pods in extra.items()})
+                       extra={o: tuple(pods) for o, pods in extra.items()},
+                       ended={o: tuple(pods) for o, pods in ended.items()})
 
 
 def _age_order(pod: Mapping[str, Any]) -> tuple[str, str]:

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from staticfleet.decisions import podsecurity
+
 API_GROUP = "staticfleet.io"
 API_VERSION = "v1alpha1"
 KIND = "ConsumerGroup"
@@ -128,6 +130,11 @@ class TemplateSpec:
     termination_grace_period_seconds: int = 30
     pod_labels: Mapping[str, str] | None = None
     pod_annotations: Mapping[str, str] | None = None
+    security_context: Mapping[str, Any] | None = None
+    """The user's pod securityContext, merged over `podsecurity.DEFAULT_POD` by the builder."""
+    container_security_context: Mapping[str, Any] | None = None
+    """The user's member container securityContext, merged over
+    `podsecurity.DEFAULT_CONTAINER` by the builder."""
 
 
 @dataclass(frozen=True)
@@ -472,6 +479,11 @@ def _parse_template(tpl: Mapping[str, Any]) -> TemplateSpec:
         raise SpecError(f"{path}.imagePullPolicy", f"unknown policy {policy!r}")
     resources = tpl.get("resources")
     affinity = tpl.get("affinity")
+    try:
+        security, container_security = podsecurity.parse(
+            tpl.get("securityContext"), tpl.get("containerSecurityContext"), path)
+    except podsecurity.SecurityContextError as exc:
+        raise SpecError(exc.field_path, exc.message) from None
     return TemplateSpec(
         image=_req_str(tpl, "image", path),
         image_pull_policy=policy,
@@ -489,6 +501,8 @@ def _parse_template(tpl: Mapping[str, Any]) -> TemplateSpec:
         ),
         pod_labels=labels,
         pod_annotations=annotations,
+        security_context=security,
+        container_security_context=container_security,
     )
 
 

@@ -28,8 +28,10 @@ from staticfleet.decisions import planned as pl
 from staticfleet.decisions import rollout as ro
 from staticfleet.decisions import status as st
 from staticfleet.decisions.members import (
+    TERMINAL_PHASES,
     MemberTable,
     cold_start_s,
+    ended_reason,
     join_latency_s,
     last_batch_at,
     member_failure,
@@ -181,6 +183,8 @@ def decide(snap: Snapshot) -> Plan:
     down = _scale_down(snap, spec, table, last_planned)
     deletes = down.deletes + roll.deletes + _abandoned(table, roll.state, spec.replicas,
                                                        {d.uid for d in roll.deletes})
+    ended = _ended(spec, table, {d.uid for d in deletes})
+    deletes += tuple(d for d, _ in ended)
     new_members = [p.ordinal for p in creates if p.why == WHY_NEW]
     if new_members and previous.get("replicas") is not None:
         events.append(Event("Normal", c.SCALED_UP, f"created members {new_members}: their "
@@ -190,7 +194,7 @@ def decide(snap: Snapshot) -> Plan:
     removed = sorted(d.ordinal for d in deletes if d.why.startswith(WHY_SCALE_DOWN))
     if removed:
         events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
-    events += down.events + roll.events
+    events += down.events + roll.events + tuple(e for _, e in ended)
 
     # Judged only in a Stable group the operator is not changing: during a rollout (a topic
     # added rolls the members, each with the new subscription) or a scale-down, partitions are
@@ -247,7 +251,8 @@ def decide(snap: Snapshot) -> Plan:
                   builders.build_headless_service(spec), builders.build_pdb(spec)),
         create=creates, delete=deletes, events=tuple(events), metrics=metric_values,
         requeue_after_s=_soonest(roll.requeue_after_s, down.requeue_after_s,
-                                 pl.UNASSIGNED_GRACE_S if missing else None),
+                                 pl.UNASSIGNED_GRACE_S if missing else None,
+                                 ENDED_RECHECK_S if ended else None),
         calls=calls)
 
 
@@ -492,6 +497,10 @@ WHY_STANDBY = "standby replacement (warm handoff)"
 WHY_ABANDONED = ("a standby replacement no handoff waits for (the spec changed while it "
                  "prepared, or its member was scaled away)")
 WHY_GROUP_ID_IN_USE = "its Kafka group id is in use"
+WHY_ENDED = "its pod ended and never runs again"
+WHY_ENDED_REPLACEMENT = "replacement of its pod that ended"
+ENDED_RECHECK_S = 1.0
+"""When to look again after deleting an ended pod (its deletion also wakes a pass)."""
 
 
 def _creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
@@ -500,9 +509,13 @@ def _creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     """Each desired member without a pod (none of its pods is still terminating)."""
     restarting = {f.ordinal for f in state.in_flight}
     known = {m.get("ordinal") for m in snap.previous.get("members") or ()}
+    ended = {m.get("ordinal"): m.get("phase") for m in snap.previous.get("members") or ()
+             if m.get("phase") in TERMINAL_PHASES}
     out = []
     for ordinal in scaling.ordinals_to_create(table.ordinals(), spec.replicas):
-        if ordinal in restarting:
+        if ordinal in ended:
+            why = f"{WHY_ENDED_REPLACEMENT} (phase {ended[ordinal]}; revision {view.revision})"
+        elif ordinal in restarting:
             why = f"{WHY_REPLACEMENT} (revision {view.revision})"
         elif ordinal not in known:
             why = WHY_NEW
@@ -517,6 +530,38 @@ def _creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             pod = builders.build_member_pod(spec, f.ordinal, view, effective.session_timeout_ms,
                                             standby=True)
             out.append(PodCreate(f.ordinal, pod, f"{WHY_STANDBY} (revision {view.revision})"))
+    return tuple(out)
+
+
+def _ended(spec: ConsumerGroupSpec, table: MemberTable,
+           deleting: set[str]) -> tuple[tuple[PodDelete, Event], ...]:
+    """Pods that ended (evicted, their node shut down) are deleted, each with a Warning that
+    quotes why, as a StatefulSet does: the member's replacement takes the same pod name, so
+    it is created (same instance id) by the pass after the deletion; its process is gone, so
+    no second process of the instance id can run. One beside a live pod of its ordinal (an
+    evicted old member and its warm replacement, an evicted replacement and its member) only
+    goes: the live one is the member, and a handoff in flight makes its replacement again."""
+    out = []
+    for ordinal, pods in sorted(table.ended.items()):
+        live = table.live.get(ordinal)
+        for pod in pods:
+            meta = pod["metadata"]
+            if meta["uid"] in deleting:
+                continue
+            if ordinal >= spec.replicas:
+                then = "no replacement: the member is beyond spec.replicas"
+            elif live is not None:
+                then = (f"pod {live['metadata']['name']} runs instance id "
+                        f"{builders.instance_id(spec, ordinal)}")
+            else:
+                then = ("its replacement is created with the same instance id "
+                        f"{builders.instance_id(spec, ordinal)} once it is gone")
+            said = ended_reason(pod)
+            out.append((
+                PodDelete(ordinal, meta["name"], meta["uid"], f"{WHY_ENDED}: {said}"),
+                Event("Warning", c.RECREATING_FAILED_POD,
+                      f"member {ordinal}: pod {meta['name']} ended, {said}; deleting it, "
+                      f"{then}")))
     return tuple(out)
 
 

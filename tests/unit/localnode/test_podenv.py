@@ -199,6 +199,11 @@ def test_process_environment(base: dict[str, str], pod_env: dict[str, str], path
      ["volumes are not supported; ignored volumeMounts: data:/data"]),
     ({"containers": [{"name": "a"}, {"name": "b"}], "initContainers": [{"name": "i"}]},
      ["only the first container runs; ignored: b", "init containers are not run: i"]),
+    ({"securityContext": {"runAsUser": 10001, "runAsNonRoot": True},
+      "containers": [{"name": "a", "securityContext": {"readOnlyRootFilesystem": True}}]},
+     ["securityContext is not applied (the process runs as the local node's user, with its "
+      "capabilities, seccomp and a writable filesystem); ignored: runAsNonRoot, runAsUser, "
+      "a.readOnlyRootFilesystem"]),
 ])
 def test_unsupported_notes(spec: dict[str, Any], notes: list[str]) -> None:
     assert podenv.unsupported_notes({"spec": spec}) == notes

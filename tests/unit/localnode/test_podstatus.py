@@ -105,6 +105,26 @@ def test_desired_status_is_stable_and_complete() -> None:
     assert cs["lastState"] == {"terminated": T_ERR.to_dict()}
 
 
+def test_a_phase_another_made_terminal_is_kept_with_its_reason_and_message() -> None:
+    """An eviction (or a test that plays one): the node stops the container and keeps what
+    the API says, adding the container's final state."""
+    from staticfleet_dev.localnode.podstatus import ended_elsewhere
+
+    evicted = {"phase": "Failed", "reason": "Evicted",
+               "message": "The node was low on resource: memory."}
+    stopped = ContainerView(name="member", terminated=T_OK)
+    assert ended_elsewhere({"status": evicted})
+    assert not ended_elsewhere({"status": {"phase": "Running"}})
+    status = desired_status({"status": evicted}, stopped, pod_ip="127.0.1.2", start_time="s",
+                            previous_conditions=[], now=NOW, notes=["volumes"],
+                            ended=evicted)
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "Failed", "Evicted", "The node was low on resource: memory."), "not Succeeded (exit 0)"
+    assert _conds(status)["Ready"] == ("False", "PodCompleted")
+    assert status["containerStatuses"][0]["state"] == {"terminated": T_OK.to_dict()}
+    assert status_patch(status)["status"]["message"] == evicted["message"]
+
+
 def test_status_patch_nulls_left_states() -> None:
     status = desired_status({}, RUNNING, pod_ip="127.0.1.2", start_time="s",
                                previous_conditions=[], now=NOW)

@@ -90,6 +90,43 @@ def test_member_pod_follows_the_contract() -> None:
     assert env["STATICFLEET_HTTP_PORT"]["value"] == "8080"
 
 
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                  "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                        "readOnlyRootFilesystem": True}
+
+
+@pytest.mark.parametrize("standby", [False, True], ids=["member", "standby replacement"])
+def test_member_pods_meet_the_restricted_standard_by_default(standby: bool) -> None:
+    """The member image's user (10001), no privilege escalation, no capabilities, seccomp
+    RuntimeDefault; the root filesystem read-only with an emptyDir at /tmp, where the member,
+    its JVM and Spark write."""
+    g = group()
+    pod = build_member_pod(g, 1, member_spec_view(g, TIMEOUTS), standby=standby)
+    spec = pod["spec"]
+    (c,) = spec["containers"]
+    assert spec["securityContext"] == RESTRICTED_POD
+    assert c["securityContext"] == RESTRICTED_CONTAINER
+    assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert spec["volumes"] == [{"name": "tmp", "emptyDir": {}}]
+
+
+def test_the_users_security_context_merges_over_the_defaults() -> None:
+    b = with_path(body(), "spec.template.securityContext",
+                  {"runAsUser": 2000, "seccompProfile": {"type": "Localhost",
+                                                         "localhostProfile": "member.json"}})
+    b = with_path(b, "spec.template.containerSecurityContext",
+                  {"readOnlyRootFilesystem": False, "capabilities": {"add": ["NET_BIND_SERVICE"]}})
+    spec = pod_for(b)["spec"]
+    assert spec["securityContext"] == {
+        **RESTRICTED_POD, "runAsUser": 2000,
+        "seccompProfile": {"type": "Localhost", "localhostProfile": "member.json"}}
+    assert spec["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": False,
+        "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}
+    assert pod_for()["spec"]["securityContext"] == RESTRICTED_POD, "the defaults are not touched"
+
+
 def test_dynamic_membership_switch_drops_the_instance_id() -> None:
     b = with_path(
         body(), "metadata.annotations", {"staticfleet.io/dynamic-membership-for-testing": "true"}
@@ -231,6 +268,10 @@ CHANGES: list[tuple[str, dict[str, Any], bool]] = [
     ("transform", with_path(body(), "spec.processing.transform", "m:f"), True),
     ("client property", with_path(body(), "spec.kafka.clientProperties", {"a.b": "1"}), True),
     ("nonce", with_path(body(), "spec.rollout.restartNonce", "2"), True),
+    ("securityContext", with_path(body(), "spec.template.securityContext",
+                                  {"runAsUser": 20000}), True),
+    ("containerSecurityContext", with_path(body(), "spec.template.containerSecurityContext",
+                                           {"readOnlyRootFilesystem": False}), True),
     (
         "restartedAt",
         with_path(body(), "metadata.annotations", {"staticfleet.io/restartedAt": "t"}),
@@ -248,6 +289,13 @@ def test_revision_changes_exactly_for_what_needs_a_restart(
     what: str, changed: dict[str, Any], restarts: bool
 ) -> None:
     assert (member_spec_view(group(changed), TIMEOUTS).revision != BASE_REVISION) is restarts
+
+
+def test_pods_without_a_security_context_keep_the_revision_they_had() -> None:
+    """The defaults came with this operator version: a group that sets no security context
+    keeps its revision (the one computed before them), so upgrading the operator restarts no
+    member; its pods get the defaults at their next rollout."""
+    assert BASE_REVISION == "f5e9b45051"
 
 
 def test_revision_follows_the_timeouts() -> None:

@@ -21,6 +21,8 @@ from staticfleet.decisions import builders
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.plan import (
+    WHY_ENDED,
+    WHY_ENDED_REPLACEMENT,
     WHY_MISSING,
     WHY_NEW,
     WHY_REPLACEMENT,
@@ -242,6 +244,110 @@ def test_a_member_still_terminating_is_not_created_twice() -> None:
     pods = [deleting(p) if _ordinal(p) == 1 else p for p in pods]
     plan = decide(snapshot(CG, pods, previous=status))
     assert plan.create == ()
+
+
+# --- pods that ended (evicted, node shut down) ----------------------------------------------
+
+EVICTION = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 20Mi."
+
+
+def evicted(pod: dict[str, Any]) -> dict[str, Any]:
+    """`pod` as the kubelet leaves one it evicted (its containers stopped for good)."""
+    out = copy.deepcopy(pod)
+    out["status"] = {**out["status"], "phase": "Failed", "reason": "Evicted",
+                     "message": EVICTION,
+                     "conditions": [{"type": "Ready", "status": "False"}],
+                     "containerStatuses": [{"name": builders.MEMBER_CONTAINER, "state": {
+                         "terminated": {"exitCode": 137, "reason": "Error"}}}]}
+    return out
+
+
+def test_an_evicted_member_pod_is_deleted_then_replaced_with_the_same_instance_id() -> None:
+    pods, status = settled(CG)
+    pods = [evicted(p) if _ordinal(p) == 1 else p for p in pods]
+    first = decide(snapshot(CG, pods, previous=status, in_group=(0, 2)))
+    (gone,) = first.delete
+    assert (gone.ordinal, gone.name) == (1, "orders-1") and gone.why.startswith(WHY_ENDED)
+    assert first.create == (), "its name is taken until it is gone"
+    (warning,) = [e for e in first.events if e.reason == c.RECREATING_FAILED_POD]
+    assert warning.type == "Warning"
+    assert f"Failed (Evicted: {EVICTION})" in warning.message
+    assert "same instance id orders-1" in warning.message
+    member1 = first.status["members"][1]
+    assert (member1["phase"], member1["ready"]) == ("Failed", False)
+    assert first.status["readyReplicas"] == 2
+    assert first.requeue_after_s is not None and first.requeue_after_s <= 1.0
+    # The next pass: the pod is gone; its replacement takes the same name and instance id.
+    after = [p for p in pods if _ordinal(p) != 1]
+    second = decide(snapshot(CG, after, previous=without_nulls(dict(first.status)),
+                             in_group=(0, 2)))
+    (made,) = second.create
+    assert made.ordinal == 1 and made.why.startswith(WHY_ENDED_REPLACEMENT)
+    assert made.pod["metadata"]["name"] == "orders-1"
+    env = {e["name"]: e.get("value") for e in made.pod["spec"]["containers"][0]["env"]}
+    assert env["STATICFLEET_GROUP_INSTANCE_ID"] == "orders-1"
+    assert "STATICFLEET_STANDBY" not in env, "it joins at once"
+    assert c.RECREATING_FAILED_POD not in reasons(second) and second.delete == ()
+
+
+@pytest.mark.parametrize(("change", "deleted", "says"), [
+    (lambda p: deleting(evicted(p)), [], None),
+    (lambda p: {**evicted(p), "status": {"phase": "Succeeded"}}, ["orders-1"],
+     "ended, Succeeded;"),
+], ids=["already being deleted: left to finish", "Succeeded: ended all the same"])
+def test_an_ended_pod_is_deleted_once(change: Any, deleted: list[str],
+                                      says: str | None) -> None:
+    pods, status = settled(CG)
+    pods = [change(p) if _ordinal(p) == 1 else p for p in pods]
+    plan = decide(snapshot(CG, pods, previous=status, in_group=(0, 2)))
+    assert [d.name for d in plan.delete] == deleted
+    assert plan.create == ()
+    warnings = [e.message for e in plan.events if e.reason == c.RECREATING_FAILED_POD]
+    assert len(warnings) == len(deleted)
+    if says:
+        assert says in warnings[0]
+
+
+def test_an_evicted_member_beyond_replicas_is_deleted_and_not_replaced() -> None:
+    pods, status = settled(CG)
+    pods = [evicted(p) if _ordinal(p) == 2 else p for p in pods]
+    cg = with_path(CG, "spec.replicas", 2)
+    plan = decide(snapshot(cg, pods, previous=status, in_group=(0, 1)))
+    assert [(d.ordinal, d.why.split(":")[0]) for d in plan.delete] == [(2, WHY_ENDED)]
+    assert plan.calls == (), "nobody to ask to leave"
+    assert "no replacement" in next(e.message for e in plan.events
+                                    if e.reason == c.RECREATING_FAILED_POD)
+    later = decide(snapshot(cg, [p for p in pods if _ordinal(p) != 2],
+                            previous=without_nulls(dict(plan.status)), in_group=(0, 1)))
+    assert later.create == ()
+
+
+def test_an_old_member_evicted_while_its_replacement_prepares_leaves_the_replacement() -> None:
+    """The evicted old pod is deleted; its warm replacement, already there, is the member (no
+    second replacement is made); the handoff goes on as if the old pod had been deleted."""
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    roll.pods = [evicted(p) if p is roll.old2 else p for p in roll.pods]
+    plan = roll.step(2, standby="ready", standby_ready_at=roll.at(2))
+    assert [(d.name, d.why.split(":")[0]) for d in plan.delete] == [("orders-2", WHY_ENDED)]
+    assert plan.create == ()
+    warning = next(e.message for e in plan.events if e.reason == c.RECREATING_FAILED_POD)
+    assert f"pod {roll.standby['metadata']['name']} runs instance id orders-2" in warning
+
+
+def test_an_evicted_replacement_is_deleted_and_the_handoff_makes_it_again() -> None:
+    roll = WarmRoll()
+    roll.standby = evicted(running(roll.step(1), ready=False, tag="b")[0])
+    name = roll.standby["metadata"]["name"]
+    plan = roll.step(2)
+    assert [(d.name, d.why.split(":")[0]) for d in plan.delete] == [(name, WHY_ENDED)]
+    assert plan.create == (), "its name is taken until it is gone"
+    assert "pod orders-2 runs instance id orders-2" in next(
+        e.message for e in plan.events if e.reason == c.RECREATING_FAILED_POD)
+    roll.standby = None
+    again = roll.step(1)
+    assert [(p.ordinal, p.pod["metadata"]["name"]) for p in again.create] == [(2, name)]
+    assert again.delete == ()
 
 
 # --- rollouts -------------------------------------------------------------------------------

@@ -139,3 +139,65 @@ def test_a_standby_process_start_leaves_out_its_wait_for_the_activation() -> Non
     assert members.cold_start_s(p, cold) == 3.5
     assert members.cold_start_s(p, warm) == pytest.approx(2.6)
     assert members.join_latency_s(p, warm) is None
+
+
+def evicted(p: dict[str, Any]) -> dict[str, Any]:
+    """`p` as the kubelet leaves a pod it evicted under memory pressure."""
+    p["status"] = {**p["status"], "phase": "Failed", "reason": "Evicted",
+                   "message": "The node was low on resource: memory. ",
+                   "conditions": [{"type": "Ready", "status": "False"}],
+                   "containerStatuses": [{"name": builders.MEMBER_CONTAINER, "state": {
+                       "terminated": {"exitCode": 137, "reason": "Error"}}}]}
+    return p
+
+
+def named(p: dict[str, Any], name: str, created: str = "2026-01-01T11:59:55Z"
+          ) -> dict[str, Any]:
+    p["metadata"] = {**p["metadata"], "name": name, "creationTimestamp": created}
+    return p
+
+
+@pytest.mark.parametrize(("pods", "member_pod", "live", "ended"), [
+    ([evicted(pod(1))], "orders-1", {}, {1: ["orders-1"]}),
+    ([evicted(pod(1)), named(pod(1, revision="new"), "orders-1-new")],
+     "orders-1-new", {1: "orders-1-new"}, {1: ["orders-1"]}),
+    ([pod(1), evicted(named(pod(1, revision="new"), "orders-1-new"))],
+     "orders-1", {1: "orders-1"}, {1: ["orders-1-new"]}),
+    ([evicted(pod(1)), named(pod(1, revision="new", deleting="2026-01-01T12:00:30Z"),
+                             "orders-1-new")],
+     "orders-1-new", {}, {1: ["orders-1"]}),
+], ids=["alone: it is the member, unavailable",
+        "beside its warm replacement: the replacement is the member",
+        "a warm replacement that ended: the member stays",
+        "beside a pod being deleted: that one is the member"])
+def test_a_pod_that_ended_is_never_live_and_holds_its_ordinal(
+        pods: list[dict[str, Any]], member_pod: str, live: dict[int, str],
+        ended: dict[int, list[str]]) -> None:
+    group = GroupView("Stable", "classic", (member(1, "orders-1"),))
+    obs = collect(pods, group)
+    assert {o: p["metadata"]["name"] for o, p in obs.live.items()} == live
+    assert {o: [p["metadata"]["name"] for p in ps] for o, ps in obs.ended.items()} == ended
+    assert obs.standby == {} and obs.extra == {}, "an ended pod is no standby"
+    assert obs.ordinals() == [1], "no other pod is made while one holds the ordinal"
+    (m,) = obs.members
+    assert m.pod_name == member_pod
+
+
+def test_an_ended_member_is_unavailable_and_not_failing() -> None:
+    """The roller counts it against maxUnavailable (not ready, not in the group, pod_phase
+    Failed); it has nothing to restart, and its container's exit is not the member's failure."""
+    group = GroupView("Stable", "classic", (member(1, "orders-1"),))
+    (m,) = collect([evicted(pod(1))], group).members
+    assert (m.pod_phase, m.ready, m.in_group, m.pod_exists) == ("Failed", False, False, True)
+    assert m.failure is None and m.restart_reasons == () and m.stopped_at is None
+
+
+def test_why_a_pod_ended_is_quoted_from_its_status() -> None:
+    assert members.ended_reason(evicted(pod(1))) == (
+        "Failed (Evicted: The node was low on resource: memory.)")
+    shutdown = pod(1)
+    shutdown["status"] = {"phase": "Failed", "reason": "Terminated",
+                          "message": "Pod was terminated in response to imminent node shutdown."}
+    assert members.ended_reason(shutdown).startswith("Failed (Terminated: Pod was terminated")
+    assert members.ended_reason({"status": {"phase": "Succeeded"}}) == "Succeeded"
+    assert not members.pod_ended(pod(1)) and members.pod_ended(evicted(pod(1)))

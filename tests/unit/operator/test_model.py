@@ -66,6 +66,71 @@ def test_full_security_parses() -> None:
     assert g.kafka.security.tls is not None and g.kafka.security.tls.ca is not None
 
 
+def test_security_contexts_are_the_users_values_or_none() -> None:
+    t = ConsumerGroupSpec.from_body(body()).template
+    assert t.security_context is None and t.container_security_context is None
+    pod = {"runAsUser": 2000, "supplementalGroups": [3000],
+           "seccompProfile": {"type": "Localhost", "localhostProfile": "member.json"},
+           "sysctls": [{"name": "net.ipv4.ip_local_port_range", "value": "1024 65535"}],
+           "seLinuxOptions": {"level": "s0:c1,c2"}, "fsGroupChangePolicy": "OnRootMismatch"}
+    container = {"readOnlyRootFilesystem": False, "capabilities": {"add": ["NET_BIND_SERVICE"]},
+                 "appArmorProfile": {"type": "RuntimeDefault"}}
+    t = ConsumerGroupSpec.from_body(with_path(with_path(
+        body(), "spec.template.securityContext", pod),
+        "spec.template.containerSecurityContext", container)).template
+    assert t.security_context == pod and t.container_security_context == container
+
+
+SC = "spec.template.securityContext"
+CSC = "spec.template.containerSecurityContext"
+SECURITY_INVALID: list[tuple[str, str, Any, str, str]] = [
+    ("not an object", SC, "restricted", SC, "must be an object"),
+    ("unknown field", SC, {"runAsNonroot": True}, f"{SC}.runAsNonroot", "unknown field"),
+    ("container field on the pod", SC, {"readOnlyRootFilesystem": True},
+     f"{SC}.readOnlyRootFilesystem", "unknown field"),
+    ("uid a string", SC, {"runAsUser": "10001"}, f"{SC}.runAsUser", "must be an integer"),
+    ("negative group", SC, {"fsGroup": -1}, f"{SC}.fsGroup", "must be an integer"),
+    ("bool not a bool", CSC, {"readOnlyRootFilesystem": "yes"},
+     f"{CSC}.readOnlyRootFilesystem", "true or false"),
+    ("unknown seccomp type", SC, {"seccompProfile": {"type": "Default"}},
+     f"{SC}.seccompProfile.type", "RuntimeDefault, Localhost, Unconfined"),
+    ("Localhost without a profile", SC, {"seccompProfile": {"type": "Localhost"}},
+     f"{SC}.seccompProfile.localhostProfile", "required with type Localhost"),
+    ("profile without Localhost", CSC, {"seccompProfile": {
+        "type": "RuntimeDefault", "localhostProfile": "x.json"}},
+     f"{CSC}.seccompProfile.localhostProfile", "and only then"),
+    ("capabilities not a list", CSC, {"capabilities": {"drop": "ALL"}},
+     f"{CSC}.capabilities.drop", "list of non-empty strings"),
+    ("root with the default runAsNonRoot", SC, {"runAsUser": 0}, f"{SC}.runAsUser",
+     "0 is root"),
+    ("root in the container", CSC, {"runAsUser": 0}, f"{CSC}.runAsUser", "0 is root"),
+    ("privileged without escalation", CSC, {"privileged": True}, f"{CSC}.privileged",
+     "allowPrivilegeEscalation true"),
+    ("SYS_ADMIN without escalation", CSC, {"capabilities": {"add": ["CAP_SYS_ADMIN"]}},
+     f"{CSC}.capabilities.add", "allowPrivilegeEscalation true"),
+    ("sysctl without a value", SC, {"sysctls": [{"name": "kernel.shm_rmid_forced"}]},
+     f"{SC}.sysctls[0].value", "is required"),
+]
+
+
+@pytest.mark.parametrize(("what", "path", "value", "field", "said"), SECURITY_INVALID,
+                         ids=[i[0] for i in SECURITY_INVALID])
+def test_an_invalid_security_context_names_the_field_and_says_why(
+        what: str, path: str, value: Any, field: str, said: str) -> None:
+    with pytest.raises(SpecError) as err:
+        ConsumerGroupSpec.from_body(with_path(body(), path, value))
+    assert err.value.field_path == field, str(err.value)
+    assert said in err.value.message, str(err.value)
+
+
+def test_root_is_accepted_when_the_user_asks_for_it_outright() -> None:
+    """runAsNonRoot false with uid 0: the restricted standard refuses such pods, a namespace
+    without it runs them; the kubelet does not refuse it, so neither does the spec."""
+    t = ConsumerGroupSpec.from_body(with_path(body(), SC, {
+        "runAsUser": 0, "runAsNonRoot": False})).template
+    assert t.security_context == {"runAsUser": 0, "runAsNonRoot": False}
+
+
 INVALID: list[tuple[str, str, Any, str]] = [
     ("long name", "metadata.name", "x" * 51, "metadata.name"),
     ("name not a DNS label", "metadata.name", "Orders", "metadata.name"),
