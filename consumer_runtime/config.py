@@ -101,6 +101,10 @@ class RuntimeConfig:
     standby: bool = False
     """Start in standby (`STATICFLEET_STANDBY`): start Spark and warm it up, configure the
     consumer, but join the group only when the operator says so (POST /activate)."""
+    pod_activated: bool = False
+    """A standby pod the operator has activated (`STATICFLEET_ACTIVATED`, from the pod's
+    `staticfleet.io/activated` annotation, read at each container start): this process is a
+    restart of an activated member and joins the group directly, not in standby."""
 
     @property
     def member(self) -> str:
@@ -168,6 +172,8 @@ def parse_config(raw: Any, env: Mapping[str, str]) -> RuntimeConfig:
                                        "retry"))
     topics, pattern = _subscription(top)
     instance_id = env.get("STATICFLEET_GROUP_INSTANCE_ID", "").strip() or None
+    standby = _flag(env.get("STATICFLEET_STANDBY", ""), "STATICFLEET_STANDBY")
+    activated = _flag(env.get("STATICFLEET_ACTIVATED", ""), "STATICFLEET_ACTIVATED")
     return RuntimeConfig(
         bootstrap_servers=_text(top.get("bootstrapServers"), "bootstrapServers"),
         group_id=_text(top.get("groupId"), "groupId"),
@@ -186,7 +192,8 @@ def parse_config(raw: Any, env: Mapping[str, str]) -> RuntimeConfig:
         pod_name=env.get("POD_NAME") or None,
         http_host=env.get("STATICFLEET_HTTP_HOST") or "0.0.0.0",
         http_port=_port(env.get("STATICFLEET_HTTP_PORT", "8080")),
-        standby=_flag(env.get("STATICFLEET_STANDBY", ""), "STATICFLEET_STANDBY"),
+        standby=standby and not activated,
+        pod_activated=standby and activated,
     )
 
 

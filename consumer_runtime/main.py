@@ -22,6 +22,7 @@ from consumer_runtime.member import Member
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import BatchProcessor
 from consumer_runtime.sinks import DeadLetters, Sink, build_dead_letters, build_sink
+from consumer_runtime.termination import error_line, write_termination_message
 from consumer_runtime.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
         from consumer_runtime.spark import resolve_transform
         transform = resolve_transform(config.transform)
     except ConfigError as exc:
-        print(f"consumer_runtime: configuration refused: {exc}", file=sys.stderr, flush=True)
+        _last_words(env, f"consumer_runtime: configuration refused: {exc}")
         return 2
     telemetry = Telemetry(
         namespace=config.namespace, group=config.group_id, member=config.member,
@@ -71,8 +72,8 @@ def main(env: Mapping[str, str] | None = None) -> int:
     try:
         server = serve(telemetry, config.http_host, config.http_port, request)
     except OSError as exc:
-        print(f"consumer_runtime: cannot listen on {config.http_host}:{config.http_port}: "
-              f"{exc.strerror}", file=sys.stderr, flush=True)
+        _last_words(env, f"consumer_runtime: cannot listen on {config.http_host}:"
+                         f"{config.http_port}: {exc.strerror}")
         return 1
     sink = build_sink(config)
     dead_letters = build_dead_letters(config)
@@ -88,9 +89,9 @@ def main(env: Mapping[str, str] | None = None) -> int:
                         timeline=timeline)
         telemetry.consumer_made(time.monotonic())
     except KafkaException as exc:
-        print(f"consumer_runtime: configuration refused: consumer: librdkafka refused the "
-              f"settings ({exc.args[0].str()}); fix the consumer properties",
-              file=sys.stderr, flush=True)
+        _last_words(env, f"consumer_runtime: configuration refused: consumer: librdkafka "
+                         f"refused the settings ({exc.args[0].str()}); fix the consumer "
+                         "properties")
         return 2
     # Spark starts once librdkafka took the settings (a refused config starts no JVM), in
     # parallel with joining the group: `ready` holds the first poll's records until it is up.
@@ -106,11 +107,24 @@ def main(env: Mapping[str, str] | None = None) -> int:
     log.info("member %s of group %s starting%s (instance id %s, spark %s, sink %s)",
              config.member, config.group_id, " in standby" if config.standby else "",
              config.group_instance_id or "none: dynamic", config.spark.mode, config.sink.type)
+    if config.pod_activated:
+        log.info("its pod was activated before (STATICFLEET_ACTIVATED): this restart joins the "
+                 "group directly, not in standby")
     code = member.run()
+    if code != 0 and member.failure is not None:
+        # The log's end may be a JVM stack trace: the termination message names the error.
+        write_termination_message(env, f"consumer_runtime: member stops: "
+                                       f"{error_line(member.failure)}")
     _close(sink, dead_letters, spark, config)
     server.shutdown()
     log.info("exit %d", code)
     return code
+
+
+def _last_words(env: Mapping[str, str], line: str) -> None:
+    """Why the process stops before it ran: on stderr, and as its termination message."""
+    print(line, file=sys.stderr, flush=True)
+    write_termination_message(env, line)
 
 
 def _start_spark(future: cf.Future[SparkBatch], config: RuntimeConfig, transform: Transform,

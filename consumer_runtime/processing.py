@@ -25,6 +25,7 @@ from consumer_runtime.delivery import (
     next_attempt_at,
 )
 from consumer_runtime.records import KafkaRecord
+from consumer_runtime.termination import error_line
 
 log = logging.getLogger(__name__)
 MAX_DEAD_PER_BATCH = 32
@@ -84,11 +85,11 @@ class BatchProcessor:
                 if at is None:
                     break
             log.warning("batch %d attempt %d failed (%s); retrying in %.2f s", batch_id,
-                        attempt, _first_line(error), at - self.clock())
+                        attempt, _describe(error), at - self.clock())
             self.sleep(max(0.0, at - self.clock()))
         if self.dead_letters is None:
             raise BatchFailed(f"batch {batch_id} failed {attempt} times and no dead-letter "
-                              f"topic is set: {_first_line(error)}") from error
+                              f"topic is set: {_describe(error)}") from error
         assert error is not None
         isolation = self._isolate(batch_id, records, error)
         log.warning("batch %d: %d records processed in %d sub-batches, %d dead-lettered",
@@ -119,13 +120,13 @@ class BatchProcessor:
         except TooManyFailures:
             raise BatchFailed(f"batch {batch_id}: more than {MAX_DEAD_PER_BATCH} records fail on "
                               f"their own; not poison records, the transform is broken: "
-                              f"{_first_line(error)}") from error
+                              f"{_describe(error)}") from error
         if len(records) > 1 and len(isolation.failed) == len(records):
             raise BatchFailed(f"batch {batch_id}: every record fails on its own; not poison "
-                              f"records: {_first_line(error)}") from error
+                              f"records: {_describe(error)}") from error
         return isolation
 
 
-def _first_line(error: BaseException | None) -> str:
-    text = str(error) if error is not None else ""
-    return (text.strip().splitlines() or [type(error).__name__])[0][:500]
+def _describe(error: BaseException | None) -> str:
+    """The error's type and message in one line (never a line of its stack trace)."""
+    return error_line(error, limit=500) if error is not None else "no error recorded"

@@ -23,6 +23,11 @@ kubeconfig instead): `token_service_account` decides whether the pod gets a toke
 ServiceAccount admission plugin and the kubelet do; `token_request` is the TokenRequest body bound
 to the pod; `service_account_kubeconfig` the kubeconfig written for it; `with_kubeconfig` points
 `KUBECONFIG` at it unless the pod sets `KUBECONFIG` itself; `token_refresh_at` says when to renew.
+
+The termination message file: a kubelet mounts one at the container's `terminationMessagePath`;
+`with_termination_log` names the local node's stand-in in `TERMINATION_MESSAGE_ENV` instead.
+The environment is resolved at each container start from the pod as last seen, so a restarted
+container sees labels and annotations as they are then (a kubelet does the same).
 """
 
 from __future__ import annotations
@@ -44,6 +49,10 @@ SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_EXPIRATION_SECONDS = 3607
 # The kubelet renews a projected token once 80% of its lifetime has passed.
 TOKEN_REFRESH_FRACTION = 0.8
+TERMINATION_MESSAGE_ENV = "STATICFLEET_TERMINATION_MESSAGE_PATH"
+"""A kubelet mounts a file at the container's `terminationMessagePath` and reads it when the
+container exits; this node cannot mount, so it names each container start's own file in this
+variable (the staticfleet member writes its termination message there, docs/contracts.md)."""
 
 
 class ConfigError(Exception):
@@ -380,3 +389,9 @@ def with_kubeconfig(pod_env: Mapping[str, str], path: str) -> dict[str, str]:
     env = dict(pod_env)
     env.setdefault("KUBECONFIG", path)
     return env
+
+
+def with_termination_log(pod_env: Mapping[str, str], path: str) -> dict[str, str]:
+    """The pod's environment with `TERMINATION_MESSAGE_ENV`=`path`, the file this node reads as
+    the container's termination message (the node's, as the mount is the kubelet's)."""
+    return {**pod_env, TERMINATION_MESSAGE_ENV: path}

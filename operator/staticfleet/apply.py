@@ -1,8 +1,9 @@
 """The one layer that talks to the Kubernetes API.
 
-It adopts children (owner references), server-side-applies them, creates and deletes member
-pods, writes the ConsumerGroup's status and Events, reads Secrets, and turns `ApiException`
-into the project's own errors. Nothing else in the operator imports the Kubernetes client.
+It adopts children (owner references), server-side-applies them, creates, annotates and
+deletes member pods, writes the ConsumerGroup's status and Events, reads Secrets, and turns
+`ApiException` into the project's own errors. Nothing else in the operator imports the
+Kubernetes client.
 
 It keeps the API server's load flat at rest: a child is applied again only when its content
 changed or `REAPPLY_S` passed (to correct drift), and a Secret is read at most once per
@@ -82,6 +83,15 @@ def _error(exc: ApiException | DynamicApiException, what: str) -> ApplyError:
     return ApplyError(f"{what}: HTTP {status} {reason} {str(body)[:300]}".strip(), status)
 
 
+def _refused_field(exc: ApiException) -> str | None:
+    """The field an Invalid (422) answer names first, e.g. `metadata.uid`."""
+    try:
+        causes = json.loads(exc.body or "{}").get("details", {}).get("causes") or []
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return str(causes[0].get("field")) if causes and isinstance(causes[0], dict) else None
+
+
 @dataclass
 class Kube:
     """Operations on the API server used by the reconciler."""
@@ -157,6 +167,21 @@ class Kube:
             raise _error(exc, f"deleting pod {name}") from exc
         out = self.api.sanitize_for_serialization(pod)
         return dict(out) if isinstance(out, dict) and out.get("kind") == "Pod" else None
+
+    def annotate_pod(self, namespace: str, name: str, uid: str,
+                     annotations: Mapping[str, str]) -> bool:
+        """Merge `annotations` into exactly the pod with this uid (the uid in the patch is a
+        precondition: the API server refuses to change it). Returns False when that pod is
+        gone, or its name is a newer pod's."""
+        body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
+        try:
+            self.core.patch_namespaced_pod(name, namespace, body,
+                                           _content_type="application/merge-patch+json")
+        except ApiException as exc:
+            if exc.status == 404 or (exc.status == 422 and _refused_field(exc) == "metadata.uid"):
+                return False
+            raise _error(exc, f"annotating pod {name}") from exc
+        return True
 
     def patch_status(self, owner: Mapping[str, Any], patch: Mapping[str, Any]) -> None:
         """Merge-patch the status subresource of a ConsumerGroup."""

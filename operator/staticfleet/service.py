@@ -6,8 +6,9 @@
    the broker's timeout bounds (cached per cluster for `BOUNDS_TTL_S`).
 2. `plan.decide(snapshot)` decides everything (pure, table-tested).
 3. `execute` carries the plan out through `apply` and `observe`, in order: group configs,
-   children, pod creations, pod deletions; then the status (only when it changed), the Events,
-   the metrics, and one log line per action with its reasons. It decides nothing; an action the
+   children, pod annotations, calls to members, pod creations, pod deletions; then the status
+   (only when it changed), the Events, the metrics, and one log line per action with its
+   reasons. It decides nothing; an action the
    API server or the broker refuses turns the pass into a Degraded one (`plan.degraded`).
 """
 
@@ -254,6 +255,8 @@ def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps,
             observe.set_group_configs(admin, snap.spec.kafka.group_id, plan.group_configs)
         for child in plan.children:
             kube.apply(apply.adopt(child, body))
+        for mark in plan.annotate:  # before the calls: a standby is marked, then activated
+            kube.annotate_pod(snap.namespace, mark.name, mark.uid, mark.annotations)
         _ask_members(snap, plan, deps)
         for new in plan.create:
             _remember(deps, kube.create_pod(apply.adopt(new.pod, body)))

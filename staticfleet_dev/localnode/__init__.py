@@ -34,7 +34,15 @@ Supported
   spec.serviceAccountName, status.podIP(s), status.hostIP(s)), resourceFieldRef (approximated),
   configMapKeyRef, secretKeyRef, envFrom; see `staticfleet_dev.podenv`. A missing
   non-optional ConfigMap/Secret/key leaves the container Waiting with reason
-  CreateContainerConfigError; it is retried every 2 s.
+  CreateContainerConfigError; it is retried every 2 s. The environment is resolved at each
+  container start from the pod as last seen, so a container restarted in place sees the
+  labels and annotations of then, as with a kubelet.
+- Termination message: a kubelet mounts a file at `terminationMessagePath`; this node cannot,
+  so it gives each container start an empty file of its own
+  (`<log-dir>/work/<namespace>_<pod>_<uid>/termination-log`), names it in
+  `STATICFLEET_TERMINATION_MESSAGE_PATH`, and at the exit reads it (at most 4 KiB) into
+  `state.terminated.message`; with nothing written, `FallbackToLogsOnError` keeps the end of
+  the run's log for a failed container.
 - Working directory: `workingDir` if set, else `<log-dir>/work/<namespace>_<pod>_<uid>`.
 - In-cluster credentials as a kubeconfig: a kubelet mounts the ServiceAccount token at
   /var/run/secrets/kubernetes.io/serviceaccount; this node cannot mount, so for a pod that gets a

@@ -191,6 +191,7 @@ def status_patch(desired: Mapping[str, Any]) -> dict[str, Any]:
     return {"status": status}
 
 
+TERMINATION_MESSAGE_FILE_BYTES = 4096
 TERMINATION_MESSAGE_LINES = 80
 TERMINATION_MESSAGE_BYTES = 2048
 START_MARKER = "localnode: starting container"
@@ -206,3 +207,15 @@ def fallback_termination_message(log_text: str) -> str:
     lines = [ln for ln in log_text.splitlines() if not ln.startswith("--- ")]
     text = "\n".join(lines[-TERMINATION_MESSAGE_LINES:])
     return text.encode()[-TERMINATION_MESSAGE_BYTES:].decode(errors="ignore")
+
+
+def termination_message(written: str, policy: str | None, exit_code: int,
+                        log_text: str) -> str | None:
+    """A container's termination message as a kubelet keeps it: what the container wrote to
+    its `terminationMessagePath` (at most 4 KiB); with nothing written, for
+    `FallbackToLogsOnError` and a failed container, the end of this run's log."""
+    if written.strip():
+        return written.encode()[:TERMINATION_MESSAGE_FILE_BYTES].decode(errors="ignore")
+    if policy == "FallbackToLogsOnError" and exit_code != 0:
+        return fallback_termination_message(log_text) or None
+    return None

@@ -32,13 +32,14 @@ from staticfleet_dev.localnode.lifecycle import (
     should_restart,
 )
 from staticfleet_dev.localnode.podstatus import (
+    TERMINATION_MESSAGE_FILE_BYTES,
     ContainerView,
     Terminated,
     desired_status,
     ended_elsewhere,
-    fallback_termination_message,
     status_patch,
     terminated_reason,
+    termination_message,
 )
 from staticfleet_dev.localnode.probes import ProbeTracker, parse_probe, run_probe
 from staticfleet_dev.procs import spawn
@@ -73,6 +74,7 @@ class PodWorker(threading.Thread):
         base = f"{self.ns}_{self.pod_name}_{self.uid}"
         self.log_path = node.log_dir / f"{base}.log"
         self.default_workdir = node.log_dir / "work" / base
+        self.termination_log = self.default_workdir / "termination-log"
         container = (pod.get("spec") or {}).get("containers", [{}])[0]
         self.container: dict[str, Any] = container
         prev = ((pod.get("status") or {}).get("containerStatuses") or [{}])[0]
@@ -219,6 +221,10 @@ class PodWorker(threading.Thread):
                 self.next_start = time.monotonic() + CONFIG_RETRY
                 return
             pod_env = podenv.with_kubeconfig(pod_env, str(kubeconfig))
+        # A new, empty termination message file for each container start, as a kubelet mounts.
+        self.termination_log.parent.mkdir(parents=True, exist_ok=True)
+        self.termination_log.write_bytes(b"")
+        pod_env = podenv.with_termination_log(pod_env, str(self.termination_log))
         # Never the node's own credentials: a pod gets KUBECONFIG from its token or its spec.
         machine = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.proc_env = podenv.process_environment(
@@ -374,17 +380,28 @@ class PodWorker(threading.Thread):
         self._marker(f"container {self.view.name} exited with code {code}")
         log.info("pod %s/%s: pid %d exited with code %d after %.1fs", self.ns, self.pod_name,
                  proc.pid, code, ran_for)
-        if message is None and code != 0 and (
-                self.container.get("terminationMessagePolicy") == "FallbackToLogsOnError"):
-            try:
-                message = fallback_termination_message(self.log_path.read_text(errors="replace"))
-            except OSError:
-                message = None
+        if message is None:
+            message = self._termination_message(code)
         term = Terminated(exit_code=code, reason=terminated_reason(code),
                           finished_at=rfc3339(time.time()), started_at=self.view.running_since,
                           message=message or None, container_id=self.view.container_id)
         self._after_exit(term, ran_for=ran_for, restart=restart)
         return code
+
+    def _termination_message(self, code: int) -> str | None:
+        """What the container wrote to its termination message file, else (policy
+        FallbackToLogsOnError, failed) the end of this run's log, as a kubelet reads them."""
+        try:
+            with self.termination_log.open("rb") as f:
+                written = f.read(TERMINATION_MESSAGE_FILE_BYTES).decode(errors="replace")
+        except OSError:
+            written = ""
+        policy = self.container.get("terminationMessagePolicy")
+        log_text = ""
+        if not written.strip() and policy == "FallbackToLogsOnError" and code != 0:
+            with contextlib.suppress(OSError):
+                log_text = self.log_path.read_text(errors="replace")
+        return termination_message(written, policy, code, log_text)
 
     def _after_exit(self, term: Terminated, *, ran_for: float, restart: bool = True) -> None:
         if ran_for >= BACKOFF_RESET_AFTER:

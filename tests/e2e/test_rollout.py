@@ -8,18 +8,23 @@ membership must cost at least one per member, so the first proof cannot pass vac
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from staticfleet import observe
+from staticfleet.decisions.builders import ACTIVATED_ANNOTATION, HTTP_PORT
 from staticfleet_dev import dashboard, grafana_alerts
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.stream import committed_lag, read_all
 from tests.conftest import unique
 from tests.support import groups
 from tests.support.kube import get_json, kubectl
+from tests.support.members import wait_until_true
 from tests.support.operator import OperatorProcess
 from tests.support.polling import Poller
 from tests.support.prometheus import Prometheus, dashboard_answers, legend_labels
@@ -164,6 +169,8 @@ def test_static_rollout_costs_no_rebalance_and_loses_nothing(
         assert rollout["longestAbsenceMs"] < 3000, handoffs
         assert all(h.get("processingGapMs") is not None for h in handoffs.values()), handoffs
         assert rollout["longestProcessingGapMs"] < 8000, handoffs
+        kill9_with_the_operator_stopped(kafka, kubeconfig, operator, prometheus, namespace,
+                                        name, status["timeouts"]["sessionTimeoutMs"])
 
     produced, out = drain(kafka, name, stream)
     missing = set(stream["producer"].produced) - set(out)
@@ -183,6 +190,67 @@ def test_static_rollout_costs_no_rebalance_and_loses_nothing(
         assert last.poll() == {}, last.first
     assert alerts.first == {}, f"rebalance alerts (s after the rollout started): {alerts.first}"
     check_dashboard(prometheus, namespace, name, started)
+
+
+def kill9_with_the_operator_stopped(kafka: KafkaBroker, kubeconfig: Path,
+                                    operator: OperatorProcess, prometheus: Prometheus,
+                                    namespace: str, name: str, session_ms: int) -> None:
+    """Members stand on their own. After a warm rollout every member pod is a former standby
+    (STATICFLEET_STANDBY=true); the operator marked each activated before activating it. With
+    the operator stopped, a `kill -9` of member 1's process restarts its container in place
+    (the local node, as a kubelet), and the new process joins the group at once: back within
+    its cold start, inside the session timeout, with no rebalance. (Part of the warm rollout
+    test: it needs the state that rollout leaves, and another warm rollout costs minutes.)"""
+    pod = next(p for p in groups.pods(kubeconfig, namespace, name)
+               if p["metadata"]["labels"]["staticfleet.io/ordinal"] == "1"
+               and not p["metadata"].get("deletionTimestamp"))
+    assert pod["metadata"]["annotations"].get(ACTIVATED_ANNOTATION) == "true", pod["metadata"]
+    (container,) = pod["status"]["containerStatuses"]
+    pid = int(container["containerID"].removeprefix("localnode://"))
+    ip = pod["status"]["podIP"]
+    generations, rebalance_lines = kafka.generations(name), len(kafka.rebalance_lines(name))
+
+    # The dashboard check reads the operator's count of finished rollouts, which a restarted
+    # operator starts again from nothing: Prometheus has scraped it twice before the stop.
+    sel = f'{{namespace="{namespace}",group="{name}"}}'
+    for series in ("staticfleet_rollouts_total", "staticfleet_rollout_duration_seconds_count"):
+        wait_until_true(f"two scrapes of {series}", lambda series=series: prometheus.query(
+            f"count_over_time({series}{sel}[10m]) >= 2"), timeout=30, interval=1.0)
+
+    def processing_again() -> dict[str, Any] | None:
+        status = observe.read_member_status(ip, HTTP_PORT)
+        started = status and status.get("processStart")
+        first = status and (status.get("startupSeconds") or {}).get("firstBatch")
+        return status if started and first is not None and started > killed else None
+
+    operator.stop()
+    try:
+        killed = time.time()
+        os.kill(pid, signal.SIGKILL)
+        status = wait_until_true("member 1 processing again", processing_again, timeout=240,
+                                 interval=0.2)
+    finally:
+        operator.start()
+    phases, started = status["startupSeconds"], status["processStart"]
+    in_group_s = started + phases["firstAssignment"] - killed
+    processing_s = started + phases["firstBatch"] - killed
+    print(f"kill -9 of member 1 (pod {pod['metadata']['name']}, pid {pid}) with the operator "
+          f"stopped: new process {started - killed:.1f} s after the kill, back in the group "
+          f"after {in_group_s:.1f} s, processing again after {processing_s:.1f} s (its cold "
+          f"start: {phases['firstBatch']:.1f} s to the first batch; session timeout "
+          f"{session_ms} ms)")
+    assert status["standby"] is None and phases.get("activated") is None, (
+        "the restarted process waited in standby")
+    assert status["memberId"] and status["state"] == "running", status
+    assert in_group_s < session_ms / 1000, "back in the group after the session timeout"
+    # Nothing but a cold start: the restart back-off (1 s), then the process's own start.
+    assert started - killed < 5.0, "the container was not restarted at once"
+    after = next(p for p in groups.pods(kubeconfig, namespace, name)
+                 if p["metadata"]["uid"] == pod["metadata"]["uid"])
+    assert after["status"]["containerStatuses"][0]["restartCount"] == (
+        container["restartCount"] + 1), "restarted in place"
+    assert kafka.generations(name) == generations, "the broker formed a new generation"
+    assert len(kafka.rebalance_lines(name)) == rebalance_lines
 
 
 def check_dashboard(prometheus: Prometheus, namespace: str, group: str, started: float) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import sys
 import textwrap
 import time
@@ -15,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from staticfleet import apply as kube_apply
+from staticfleet.decisions.builders import ACTIVATED_ANNOTATION
 from staticfleet_dev import environment
 from staticfleet_dev.procs import ProcessRecord
 from tests.conftest import unique
@@ -404,3 +407,79 @@ def test_command_is_required(kubeconfig: Path, ns: str) -> None:
                     and container_status(p).get("state", {}).get("waiting", {}).get("reason")
                     == "NoImageEntrypoint" and p)
     assert "local node runs command only" in container_status(live)["state"]["waiting"]["message"]
+
+
+RECORD_EACH_START = """
+    import json, os, time
+    with open(os.environ["OUT"], "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "activated": os.environ["ACTIVATED"]}) + "\\n")
+    time.sleep(3600)
+"""
+
+
+def test_a_restarted_container_reads_the_pods_annotations_as_they_are_then(
+        kubeconfig: Path, ns: str, tmp_path: Path) -> None:
+    """A kubelet resolves env fieldRefs at each container start, so a container restarted in
+    place sees the pod's annotations as they are then. A warm handoff's replacement relies on
+    it: the operator's apply layer marks it activated (`annotate_pod`), and a restart of its
+    container after that reads STATICFLEET_ACTIVATED=true and joins the group directly."""
+    out = tmp_path / "starts.jsonl"
+    apply(kubeconfig, ns, python_pod("marked", RECORD_EACH_START, container={"env": [
+        {"name": "OUT", "value": str(out)},
+        {"name": "ACTIVATED", "valueFrom": {"fieldRef": {
+            "fieldPath": f"metadata.annotations['{ACTIVATED_ANNOTATION}']"}}}]}))
+
+    def starts() -> list[dict[str, Any]]:
+        return [json.loads(ln) for ln in out.read_text().splitlines()] if out.exists() else []
+
+    (first,) = wait_for("the first start", starts)
+    assert first["activated"] == "", "no annotation yet: empty, as a kubelet resolves it"
+    pod = get_pod(kubeconfig, ns, "marked")
+    assert pod is not None
+    kube = kube_apply.Kube(kube_apply.load_client(str(kubeconfig)))
+    try:
+        assert not kube.annotate_pod(ns, "marked", "a-newer-pods-uid",
+                                     {ACTIVATED_ANNOTATION: "true"}), "only the pod of that uid"
+        assert kube.annotate_pod(ns, "marked", pod["metadata"]["uid"],
+                                 {ACTIVATED_ANNOTATION: "true"})
+        assert not kube.annotate_pod(ns, "no-such-pod", "uid", {ACTIVATED_ANNOTATION: "true"})
+    finally:
+        kube.close()
+    marked = get_pod(kubeconfig, ns, "marked")
+    assert marked is not None
+    assert marked["metadata"]["annotations"][ACTIVATED_ANNOTATION] == "true"
+    assert len(starts()) == 1, "an annotation restarts nothing"
+    # The watch brings the annotation within milliseconds; the restart comes after the 1 s
+    # back-off.
+    os.kill(first["pid"], signal.SIGKILL)
+    second = wait_for("the restart in place", lambda: (s := starts()) and len(s) > 1 and s[1])
+    assert second["activated"] == "true"
+    after = wait_for("restartCount 1", lambda: (p := get_pod(kubeconfig, ns, "marked"))
+                     and container_status(p).get("restartCount") == 1 and p)
+    assert after["metadata"]["uid"] == pod["metadata"]["uid"], "the same pod, restarted in place"
+    assert container_status(after)["lastState"]["terminated"]["exitCode"] == 137
+
+
+WRITES_ITS_LAST_WORDS = """
+    import os, sys
+    print("a long log\\n" * 200, flush=True)
+    with open(os.environ["STATICFLEET_TERMINATION_MESSAGE_PATH"], "w") as f:
+        f.write("ValueError: the reason, in the container's own words")
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("policy", ["File", "FallbackToLogsOnError"])
+def test_the_termination_message_is_what_the_container_wrote(kubeconfig: Path, ns: str,
+                                                             policy: str) -> None:
+    """The local node honours terminationMessagePath as a kubelet does: each container start
+    gets an empty file of its own (named in STATICFLEET_TERMINATION_MESSAGE_PATH, as it cannot
+    mount one), read at the exit into the state's message; the log's end only stands in when
+    nothing was written (FallbackToLogsOnError)."""
+    apply(kubeconfig, ns, python_pod("says", WRITES_ITS_LAST_WORDS, restartPolicy="Never",
+                                     container={"terminationMessagePolicy": policy}))
+    pod = wait_for("phase Failed", lambda: (p := get_pod(kubeconfig, ns, "says"))
+                   and p["status"].get("phase") == "Failed" and p)
+    terminated = container_status(pod)["state"]["terminated"]
+    assert terminated["exitCode"] == 3
+    assert terminated["message"] == "ValueError: the reason, in the container's own words"

@@ -27,6 +27,12 @@ CONFIG_KEY = "config.json"
 
 NAME_LABEL = "app.kubernetes.io/name"
 STANDBY_ENV = "STATICFLEET_STANDBY"
+ACTIVATED_ENV = "STATICFLEET_ACTIVATED"
+ACTIVATED_ANNOTATION = "staticfleet.io/activated"
+"""Set to "true" on a standby pod before the operator activates it. The pod's
+`STATICFLEET_ACTIVATED` comes from it (downward API, resolved at each container start), so a
+container of an activated member that restarts in place joins the group directly, with no call
+from the operator."""
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 GROUP_LABEL = "staticfleet.io/group"
@@ -273,6 +279,13 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
+def _standby_env() -> list[dict[str, Any]]:
+    """A standby starts in standby until its pod says it was activated (`ACTIVATED_ANNOTATION`,
+    empty while absent)."""
+    return [{"name": STANDBY_ENV, "value": "true"},
+            _field_env(ACTIVATED_ENV, f"metadata.annotations['{ACTIVATED_ANNOTATION}']")]
+
+
 def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
@@ -284,7 +297,8 @@ def build_member_pod(
     """Member pod `ordinal` running `view` (from `member_spec_view`), per docs/contracts.md;
     `session_timeout_ms`: the one it will join with (recorded as `SESSION_ANNOTATION`).
     `standby`: a warm handoff's replacement (`replacement_name`), whose process waits for
-    POST /activate before it joins the group (`STATICFLEET_STANDBY`)."""
+    POST /activate before it joins the group (`STATICFLEET_STANDBY`) until its pod carries
+    `ACTIVATED_ANNOTATION` (`STATICFLEET_ACTIVATED`)."""
     t = group.template
     name = replacement_name(group, ordinal, view.revision) if standby else member_name(
         group, ordinal)
@@ -293,11 +307,12 @@ def build_member_pod(
         "image": t.image,
         "command": list(t.command),
         "env": _operator_env(group, ordinal, with_instance_id=True, config=view.config)
-        + ([{"name": STANDBY_ENV, "value": "true"}] if standby else [])
+        + (_standby_env() if standby else [])
         + [dict(v) for v in t.env],
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
-        # A member that refuses its config says why on stderr and exits: the kubelet keeps the
-        # end of that log as the container's termination message, which the operator quotes.
+        # A member that stops on an error writes it, one line, to its termination message
+        # (/dev/termination-log), which the operator quotes; one that dies before it can (a
+        # crash, an OOM kill) leaves the kubelet the end of its log instead.
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "http"},

@@ -4,6 +4,7 @@ sees them (pure): one `ObservedMember` per ordinal, with its restart reasons com
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -84,7 +85,8 @@ class Failure:
 
     exit_code: int
     message: str
-    """What it said (its termination message: with FallbackToLogsOnError, its log's end)."""
+    """What it said: its termination message, the member's own line, or (FallbackToLogsOnError)
+    its log's end when it died before it could write one."""
 
 
 def member_failure(pod: Mapping[str, Any]) -> Failure | None:
@@ -103,13 +105,27 @@ def member_failure(pod: Mapping[str, Any]) -> Failure | None:
     return None
 
 
+OWN_WORDS = "consumer_runtime: "
+"""How a member's own account of why it stopped begins: the line it writes as its termination
+message (and to its log), e.g. `consumer_runtime: member stops: batch 4 failed ...:
+SparkRuntimeException: [USER_RAISED_EXCEPTION] bad record SQLSTATE: P0001`."""
+_STACK_FRAME = re.compile(r"^(at [\w$.<>/-]+\(|\.\.\. \d+ more$|File \".*\", line \d+)")
+
+
 def refusal_line(message: str) -> str:
-    """The line of a member's log end that says why it stopped."""
+    """The line of a member's termination message that says why it stopped: the member's own
+    (`OWN_WORDS`); in a log's end (kept when the member died before it could say, or from an
+    image that does not say), the last line that says refused or error, never a frame of a stack
+    trace (`at org.apache.spark...`), else the last line that is not one."""
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     for line in reversed(lines):
+        if line.startswith(OWN_WORDS):
+            return line[:600]
+    said = [ln for ln in lines if not _STACK_FRAME.match(ln)] or lines
+    for line in reversed(said):
         if "refused" in line or "Error" in line or "error" in line:
             return line[:600]
-    return lines[-1][:600] if lines else ""
+    return said[-1][:600] if said else ""
 
 
 def still_running(pod: Mapping[str, Any], closures: Mapping[str, datetime]) -> bool:

@@ -83,6 +83,17 @@ class PodDelete:
 
 
 @dataclass(frozen=True)
+class PodAnnotate:
+    """Annotations to merge into a live member pod (exactly the pod of this uid)."""
+
+    ordinal: int
+    name: str
+    uid: str
+    annotations: Mapping[str, str]
+    why: str
+
+
+@dataclass(frozen=True)
 class MetricValues:
     """What the pass exports (`metrics.py` names them); None: leave the gauge as it is."""
 
@@ -125,6 +136,10 @@ class Plan:
     """When to look again (None: on the next change or the periodic resync)."""
     calls: tuple[pl.MemberCall, ...] = ()
     """Members to ask to leave the group or to rejoin it (`planned`), before any deletion."""
+    annotate: tuple[PodAnnotate, ...] = ()
+    """Pods to annotate before the calls: a standby is marked activated
+    (`builders.ACTIVATED_ANNOTATION`) before it is asked to activate, so that a restart of its
+    container joins directly whether or not the operator is there to activate it again."""
 
 
 # --- the decision ---------------------------------------------------------------------------
@@ -207,8 +222,8 @@ def decide(snap: Snapshot) -> Plan:
              else c.parse_optional(previous.get("unassignedSince")))
     rejoin = _rejoin(snap, table, spec, missing, since, last_planned)
     planned = down.planned or (rejoin.planned if rejoin else None) or last_planned
-    calls = (_activations(snap, table, spec.replicas) + down.calls
-             + ((rejoin.call,) if rejoin else ()))
+    activations = _activations(snap, table, spec.replicas)
+    calls = activations + down.calls + ((rejoin.call,) if rejoin else ())
 
     problems = _stuck(snap, table) + _failing(spec, table)
     unassigned_cond = (_unassigned_condition(missing, since, rejoin, last_planned) if judged
@@ -253,7 +268,7 @@ def decide(snap: Snapshot) -> Plan:
         requeue_after_s=_soonest(roll.requeue_after_s, down.requeue_after_s,
                                  pl.UNASSIGNED_GRACE_S if missing else None,
                                  ENDED_RECHECK_S if ended else None),
-        calls=calls)
+        calls=calls, annotate=_marked_activated(table, activations))
 
 
 def _soonest(*delays: float | None) -> float | None:
@@ -354,8 +369,11 @@ _RUNTIME_FIELDS = (
 
 
 def spec_field(line: str) -> str | None:
-    """The ConsumerGroup field a member's refusal names, if it names one."""
-    said = line.split("refused: ", 1)[-1]
+    """The ConsumerGroup field a member's refusal names, if it names one (a member that stops
+    on an error, `consumer_runtime: member stops: ...`, names none)."""
+    if "refused: " not in line:
+        return None
+    said = line.split("refused: ", 1)[1]
     for prefix, field_ in _RUNTIME_FIELDS:
         if said.startswith(prefix):
             if field_.endswith("."):
@@ -584,8 +602,10 @@ def _activations(snap: Snapshot, table: MemberTable,
                  replicas: int) -> tuple[pl.MemberCall, ...]:
     """Standby processes that are their ordinal's only member now: activate them once no
     older process of the ordinal still runs (two processes of one instance id in the group
-    fence each other). This finishes a warm handoff, and brings back a replacement whose
-    container restarted in place after its activation (it starts in standby again)."""
+    fence each other). This finishes a warm handoff. A replacement whose container restarts in
+    place after its activation joins by itself (its pod is marked activated first,
+    `_marked_activated`); one that still comes back in standby (a pod made before that mark
+    existed) is activated again here."""
     out = []
     for m in table.members:
         pod = table.live.get(m.ordinal)
@@ -600,6 +620,26 @@ def _activations(snap: Snapshot, table: MemberTable,
             continue
         out.append(pl.MemberCall(m.ordinal, str(m.pod_name), "activate",
                                  "the old member process of this instance id has closed"))
+    return tuple(out)
+
+
+WHY_ACTIVATED = ("it is activated now: a restart of its container joins the group directly, "
+                 "not in standby")
+
+
+def _marked_activated(table: MemberTable,
+                      activations: Sequence[pl.MemberCall]) -> tuple[PodAnnotate, ...]:
+    """Each pod about to be activated, marked so first (`builders.ACTIVATED_ANNOTATION`)."""
+    out = []
+    for call in activations:
+        pod = table.live.get(call.ordinal)
+        if pod is None or pod["metadata"]["name"] != call.pod:
+            continue
+        if (pod["metadata"].get("annotations") or {}).get(
+                builders.ACTIVATED_ANNOTATION) == "true":
+            continue  # marked in an earlier pass; its activation did not take (yet)
+        out.append(PodAnnotate(call.ordinal, call.pod, pod["metadata"]["uid"],
+                               {builders.ACTIVATED_ANNOTATION: "true"}, WHY_ACTIVATED))
     return tuple(out)
 
 
@@ -954,6 +994,9 @@ def without_nulls(value: Any) -> Any:
 def summarize(plan: Plan) -> Sequence[str]:
     """One line per action of the plan, with its reasons (the operator's INFO log)."""
     lines = [f"set group configs {dict(plan.group_configs)}"] if plan.group_configs else []
+    lines += [f"annotate pod {a.name} (member {a.ordinal}) "
+              f"{', '.join(f'{k}={v}' for k, v in sorted(a.annotations.items()))}: {a.why}"
+              for a in plan.annotate]
     lines += [f"ask member {m.ordinal} (pod {m.pod}) to {m.action}: {m.why}"
               for m in plan.calls]
     for d in plan.delete:

@@ -134,6 +134,21 @@ def test_dynamic_membership_switch_drops_the_instance_id() -> None:
     assert "STATICFLEET_GROUP_INSTANCE_ID" not in env_of(pod_for(b))
 
 
+def test_a_standby_pod_reads_its_activation_from_its_own_annotation() -> None:
+    """A warm handoff's replacement starts in standby until its pod is marked activated; the
+    mark reaches a restarted container through the downward API (resolved at each start)."""
+    g = group()
+    view = member_spec_view(g, TIMEOUTS)
+    standby = env_of(build_member_pod(g, 1, view, standby=True))
+    assert standby["STATICFLEET_STANDBY"]["value"] == "true"
+    assert standby["STATICFLEET_ACTIVATED"]["valueFrom"] == {"fieldRef": {
+        "fieldPath": "metadata.annotations['staticfleet.io/activated']"}}
+    assert "staticfleet.io/activated" not in build_member_pod(
+        g, 1, view, standby=True)["metadata"]["annotations"], "activated only by the operator"
+    cold = env_of(build_member_pod(g, 1, view))
+    assert "STATICFLEET_STANDBY" not in cold and "STATICFLEET_ACTIVATED" not in cold
+
+
 def test_secrets_come_through_secret_key_refs() -> None:
     b = with_path(
         body(),

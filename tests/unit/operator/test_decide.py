@@ -939,6 +939,43 @@ def test_a_member_that_refuses_to_start_is_quoted_in_the_status(said: str,
     assert [e.reason for e in plan.events if e.type == "Warning"] == [c.MEMBER_FAILING]
 
 
+OWN_WORDS = ("consumer_runtime: member stops: batch 4 failed 3 times and no dead-letter topic is "
+             "set: SparkRuntimeException: [USER_RAISED_EXCEPTION] bad record SQLSTATE: P0001")
+JVM_LOG_END = (
+    "26/01/01 12:00:00 ERROR Executor: Exception in task 0.0 in stage 3.0 (TID 3)\n"
+    "org.apache.spark.SparkRuntimeException: [USER_RAISED_EXCEPTION] bad record SQLSTATE: P0001\n"
+    "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.raiseError(QueryExecutionErrors"
+    ".scala:2761)\n"
+    "\tat org.apache.spark.util.SparkErrorUtils.tryWithSafeFinally$(SparkErrorUtils.scala:83)\n"
+    "\t... 17 more")
+
+
+@pytest.mark.parametrize(("message", "quoted"), [
+    (OWN_WORDS, OWN_WORDS),
+    ("2026-01-01 12:00:00,000 ERROR consumer_runtime.member: member stops: ...\n"
+     f"{OWN_WORDS}\n{JVM_LOG_END}", OWN_WORDS),
+    (JVM_LOG_END, "org.apache.spark.SparkRuntimeException: [USER_RAISED_EXCEPTION] bad record "
+                  "SQLSTATE: P0001"),
+], ids=["its termination message", "its own words in a log end", "a log end without them"])
+def test_a_failing_member_is_quoted_by_its_own_error_never_a_stack_frame(
+        message: str, quoted: str) -> None:
+    """The member writes its error as its termination message; a log end (a member that died
+    before it could write one) is read for the error, never a frame of a JVM stack trace."""
+    pods, status = settled(CG)
+    failing = copy.deepcopy(next(p for p in pods if _ordinal(p) == 0))
+    failing["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    failing["status"]["containerStatuses"] = [{
+        "name": builders.MEMBER_CONTAINER, "restartCount": 1,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 1, "message": message}}}]
+    others = [p for p in pods if _ordinal(p) != 0]
+    plan = decide(snapshot(CG, [failing, *others], previous=status, in_group=(1, 2)))
+    degraded = c.get_condition(plan.status["conditions"], c.DEGRADED)
+    assert degraded["reason"] == c.MEMBER_FAILING
+    assert degraded["message"] == (f"member 0 (pod {failing['metadata']['name']}) exited with "
+                                   f"code 1: {quoted} (see the pod's log)")
+
+
 def test_a_deleted_up_to_date_pod_is_not_a_rollout_and_stops_none() -> None:
     """Someone deletes member 1's pod (or its node goes) while every member is up to date: it
     is recreated; no rollout is followed, so none can stop at the session timeout."""
@@ -1178,6 +1215,34 @@ def test_a_warm_handoff_activates_the_replacement_once_the_old_process_closed() 
     assert roll.status["rollout"]["longestProcessingGapMs"] == gap_ms
     assert done.metrics.processing_gaps_s == (2.3,)
     assert done.metrics.absences_s == (0.8,)
+
+
+def test_a_standby_is_marked_activated_before_it_is_asked_to_activate() -> None:
+    """The mark is the annotation the standby pod's STATICFLEET_ACTIVATED reads at each container
+    start: set before the activation (execute annotates before it calls), a restart of the
+    activated member's container joins the group directly, with the operator up or not. A
+    standby never activated is never marked: it must wait while the old member may run."""
+    from staticfleet.decisions.plan import summarize
+
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    ready = roll.step(5, standby="ready", standby_ready_at=roll.at(5))
+    assert ready.annotate == () and ready.calls == (), "the old member still runs"
+    roll.pods = [p for p in roll.pods if p is not roll.old2]
+    roll.closures[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t)
+    asked = roll.step(0.5, standby="ready")
+    (call,) = asked.calls
+    (mark,) = asked.annotate
+    assert call.action == "activate"
+    assert (mark.ordinal, mark.name, mark.uid) == (2, call.pod, roll.standby["metadata"]["uid"])
+    assert mark.annotations == {builders.ACTIVATED_ANNOTATION: "true"}
+    lines = list(summarize(asked))
+    said = [i for i, line in enumerate(lines) if line.startswith(f"annotate pod {call.pod}")]
+    assert said and said[0] < lines.index(f"ask member 2 (pod {call.pod}) to activate: {call.why}")
+    # Marked (the watch shows it): a pass that asks again does not mark it again.
+    roll.standby["metadata"]["annotations"][builders.ACTIVATED_ANNOTATION] = "true"
+    again = roll.step(0.5, standby="ready")
+    assert again.annotate == ()
 
 
 @pytest.mark.parametrize("how", ["replacement exits", "standby timeout"])

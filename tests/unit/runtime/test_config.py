@@ -243,3 +243,22 @@ def test_the_config_the_operator_builds_is_accepted(protocol: str) -> None:
     assert cfg.protocol == protocol
     assert cfg.session_timeout_ms == (45000 if protocol == "classic" else None)
     assert cfg.max_poll_interval_ms == 300000
+
+
+@pytest.mark.parametrize(("standby", "activated", "expect"), [
+    ("", "", (False, False)),
+    ("true", "", (True, False)),  # a warm handoff's replacement, never activated: waits
+    ("true", "true", (False, True)),  # its pod was activated: a restart joins directly
+    ("", "true", (False, False)),  # not a standby pod: the mark changes nothing
+    ("false", "1", (False, False)),
+])
+def test_a_standby_whose_pod_was_activated_is_not_a_standby(
+        standby: str, activated: str, expect: tuple[bool, bool]) -> None:
+    cfg = load_config(env_with(base(), STATICFLEET_STANDBY=standby,
+                               STATICFLEET_ACTIVATED=activated))
+    assert (cfg.standby, cfg.pod_activated) == expect
+
+
+def test_a_bad_activation_mark_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^STATICFLEET_ACTIVATED: must be true or false"):
+        load_config(env_with(base(), STATICFLEET_STANDBY="true", STATICFLEET_ACTIVATED="yes"))

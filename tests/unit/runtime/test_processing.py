@@ -64,7 +64,8 @@ def test_poison_record_is_dead_lettered_and_the_rest_written() -> None:
 
 def test_without_dead_letter_topic_the_batch_fails() -> None:
     proc, _ = make(FakeRun(), None)
-    with pytest.raises(BatchFailed, match="no dead-letter topic"):
+    with pytest.raises(BatchFailed, match=r"no dead-letter topic is set: ValueError: cannot "
+                                          r"parse$"):
         proc.handle(1, recs("a", 0, range(2), b"bad"))
 
 

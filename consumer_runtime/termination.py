@@ -1,0 +1,105 @@
+"""The member's last words: one line saying what stopped it, written as the container's
+termination message, so the operator quotes the member's own error rather than the end of its log
+(where a JVM stack trace often has the last word).
+
+`error_line` names an exception by its type and message, never by a stack frame, using pyspark's
+own exception API where the exception is one of pyspark's. `write_termination_message` puts a
+line where the kubelet reads the termination message: `/dev/termination-log` (the container's
+`terminationMessagePath`, which the kubelet mounts), or the file named by
+`STATICFLEET_TERMINATION_MESSAGE_PATH` (the local node gives each container start a file of its
+own there; docs/contracts.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TERMINATION_PATH_ENV = "STATICFLEET_TERMINATION_MESSAGE_PATH"
+DEFAULT_TERMINATION_PATH = "/dev/termination-log"
+MESSAGE_BYTES = 4096
+"""What a kubelet reads of a termination message file."""
+LINE_LIMIT = 600
+
+
+def error_line(exc: BaseException, limit: int = LINE_LIMIT) -> str:
+    """`exc` in one line: its type and message, e.g. `ValueError: bad value`; for pyspark's
+    exceptions the error condition and message as pyspark gives them
+    (`SparkRuntimeException: [USER_RAISED_EXCEPTION] bad record SQLSTATE: P0001`), for an error
+    raised in a Python worker (a UDF) the Python exception it reports
+    (`PythonException: [PYTHON_EXCEPTION] ValueError: ...`), for a Java exception py4j
+    did not convert the Java exception (`org.apache.spark.SparkException: ...`). The runtime's
+    own errors (already a sentence, naming the batch) are their message alone."""
+    text = _spark_message(exc) or _java_message(exc) or _first_line(str(exc))
+    if type(exc).__module__.split(".")[0] == "consumer_runtime" and text:
+        return text[:limit]
+    name = type(exc).__name__
+    return (f"{name}: {text}" if text else name)[:limit]
+
+
+def _first_line(text: str) -> str:
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+def _last_line(text: str) -> str:
+    return next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "")
+
+
+def _spark_message(exc: BaseException) -> str | None:
+    """A pyspark exception's condition and message (None for other exceptions, or when a
+    captured exception cannot ask the JVM any more)."""
+    errors: Any = sys.modules.get("pyspark.errors")  # loaded whenever one was raised
+    if errors is None or not isinstance(exc, errors.PySparkException):
+        return None
+    try:
+        condition = exc.getCondition()
+        parameters = exc.getMessageParameters() or {}
+        message = exc.getMessage()
+    except Exception:  # a captured exception reads these from the JVM
+        return None
+    # Raised in a Python worker (a UDF): the traceback's last line is the Python exception.
+    line = (_last_line(str(parameters["traceback"])) if parameters.get("traceback")
+            else _first_line(str(message)))
+    if condition and f"[{condition}]" not in line:
+        line = f"[{condition}] {line}".rstrip()
+    return line or None
+
+
+def _java_message(exc: BaseException) -> str | None:
+    """A Java exception py4j raised as it is (pyspark converts only the ones it knows): the
+    Java exception's own `toString()`, class and message (py4j's message names the call)."""
+    protocol: Any = sys.modules.get("py4j.protocol")
+    if protocol is None or not isinstance(exc, protocol.Py4JJavaError):
+        return None
+    try:
+        return _first_line(str(exc.java_exception.toString())) or None
+    except Exception:  # the gateway is gone
+        return None
+
+
+def termination_path(env: Mapping[str, str]) -> Path | None:
+    """Where the termination message goes: the file `STATICFLEET_TERMINATION_MESSAGE_PATH`
+    names, else `/dev/termination-log` when it exists (a kubelet mounts it into every
+    container; a process run by hand has none, and then nothing is written)."""
+    named = env.get(TERMINATION_PATH_ENV, "").strip()
+    if named:
+        return Path(named)
+    default = Path(DEFAULT_TERMINATION_PATH)
+    return default if default.exists() else None
+
+
+def write_termination_message(env: Mapping[str, str], text: str) -> None:
+    """Write `text` (at most what a kubelet reads of it) as the termination message."""
+    path = termination_path(env)
+    if path is None:
+        return
+    data = text.encode()[:MESSAGE_BYTES].decode(errors="ignore")
+    try:
+        path.write_text(data)
+    except OSError as exc:
+        log.warning("cannot write the termination message to %s: %s", path, exc.strerror)
