@@ -74,9 +74,42 @@ class Deps:
                     del self.closures[uid]
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    refused: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Standby pods the API server refused to create, by ConsumerGroup uid, then pod name."""
+    answers: dict[str, datetime] = field(default_factory=dict)
+    """When each member pod's process last answered /status, by pod uid."""
+
+    def note_answers(self, uids: Sequence[str], pods: Sequence[Mapping[str, Any]],
+                     now: datetime) -> dict[str, datetime]:
+        """Record this pass's answers; return the last answer of each of `pods`."""
+        with self.lock:
+            for uid in uids:
+                self.answers[uid] = now
+            if len(self.answers) > CLOSURES_KEPT:
+                for uid in sorted(self.answers, key=self.answers.__getitem__)[
+                        :len(self.answers) - CLOSURES_KEPT]:
+                    del self.answers[uid]
+            return {p["metadata"]["uid"]: self.answers[p["metadata"]["uid"]] for p in pods
+                    if p["metadata"]["uid"] in self.answers}
+
+    def note_refusal(self, owner_uid: str, pod_name: str, message: str) -> None:
+        with self.lock:
+            self.refused.setdefault(owner_uid, {})[pod_name] = message[:600]
+
+    def refusals(self, owner_uid: str, pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+        """The refusals still unanswered: a pod of that name exists now (the quota was
+        raised) forgets its refusal."""
+        names = {p["metadata"]["name"] for p in pods}
+        with self.lock:
+            mine = self.refused.get(owner_uid, {})
+            for name in [n for n in mine if n in names]:
+                del mine[name]
+            return dict(mine)
+
     def forget(self, uid: str) -> None:
         with self.lock:
             self.written.pop(uid, None)
+            self.refused.pop(uid, None)
         self.kube.forget(uid)
 
     def close(self) -> None:
@@ -147,10 +180,12 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     # Members being stopped are read too while their process runs: a warm handoff's processing
     # gap starts at the old process's last batch.
     running = live + [p for p in pods if still_running(p, closures)]
+    statuses = _member_statuses(running, deps)
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
-                    statuses=_member_statuses(running, deps), group=group, partitions=partitions,
+                    statuses=statuses, group=group, partitions=partitions,
                     closures=closures, claimants=claimants, broker_config=broker_config,
-                    bounds_denied=bounds_denied, lag=lag)
+                    bounds_denied=bounds_denied, lag=lag, refused=deps.refusals(uid, pods),
+                    last_answers=deps.note_answers(list(statuses), pods, now))
     return snap, admin
 
 
@@ -259,7 +294,17 @@ def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps,
             kube.annotate_pod(snap.namespace, mark.name, mark.uid, mark.annotations)
         _ask_members(snap, plan, deps)
         for new in plan.create:
-            _remember(deps, kube.create_pod(apply.adopt(new.pod, body)))
+            try:
+                _remember(deps, kube.create_pod(apply.adopt(new.pod, body)))
+            except apply.ApplyError as exc:
+                if not new.standby:
+                    raise
+                # A standby the API server refuses (a quota, Pod Security, a webhook) is the
+                # roller's to handle next pass (a fallback); the rest of the plan goes on.
+                deps.note_refusal(body["metadata"]["uid"], new.pod["metadata"]["name"],
+                                  str(exc))
+                log.warning("%s/%s: the API server refused the standby pod %s: %s",
+                            snap.namespace, snap.name, new.pod["metadata"]["name"], exc)
         for gone in plan.delete:
             _remember(deps, kube.delete_pod(snap.namespace, gone.name, gone.uid))
     except observe.KafkaUnavailable as exc:

@@ -27,3 +27,14 @@ def reject_poison(df: DataFrame, context: Any) -> DataFrame:
     """Fails the Spark job when a record's value is POISON, like a parser meeting bad input."""
     check = F.when(F.col("value") == F.lit(POISON), F.raise_error(F.lit("poison record")))
     return df.filter(check.otherwise(F.lit(True)))
+
+
+WARM_UP_TOPIC = "staticfleet-warm-up"
+
+
+def fail_on_real_records(df: DataFrame, context: Any) -> DataFrame:
+    """Passes the runtime's warm-up (its one made-up record) and fails the Spark job on every
+    real record: a revision that starts, gets standby-ready, and cannot process."""
+    check = F.when(F.col("topic") != F.lit(WARM_UP_TOPIC),
+                   F.raise_error(F.lit("cannot parse a real record")))
+    return df.filter(check.otherwise(F.lit(True)))

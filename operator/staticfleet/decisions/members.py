@@ -105,6 +105,20 @@ def member_failure(pod: Mapping[str, Any]) -> Failure | None:
     return None
 
 
+def member_crash(pod: Mapping[str, Any]) -> Failure | None:
+    """The member container's last failed exit, whether or not it runs again: a container that
+    restarted after a failure is crash-looping as far as a rollout is concerned."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        if cs.get("name") != builders.MEMBER_CONTAINER:
+            continue
+        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+            term = state.get("terminated") or {}
+            code = int(term.get("exitCode") or 0)
+            if code:
+                return Failure(code, str(term.get("message") or term.get("reason") or ""))
+    return None
+
+
 OWN_WORDS = "consumer_runtime: "
 """How a member's own account of why it stopped begins: the line it writes as its termination
 message (and to its log), e.g. `consumer_runtime: member stops: batch 4 failed ...:
@@ -310,7 +324,10 @@ def observe_members(
                      f"{refusal_line(failure.message) or '(no message)'}" if failure else None),
             standby_ready_at=_moment(st, "standbyReady"),
             first_batch_at=_moment(st, "firstBatch"),
-            answers=bool(st))
+            answers=bool(st),
+            crash=(f"exit code {crash.exit_code}: {refusal_line(crash.message) or '(no message)'}"
+                   if (crash := member_crash(pod)) is not None and not pod_ended(pod) else None),
+            pod_failed=ended_reason(pod) if pod_ended(pod) else None)
 
     members = []
     for ordinal in sorted(set(live) | set(stopping) | set(ended)):

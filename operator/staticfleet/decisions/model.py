@@ -30,6 +30,8 @@ MAX_NAME_LENGTH = 50
 Protocol = Literal["classic", "consumer"]
 RolloutStrategy = Literal["WarmHandoff", "Recreate"]
 STRATEGIES: tuple[RolloutStrategy, ...] = ("WarmHandoff", "Recreate")
+ON_FAILURE = ("Rollback", "Halt")
+FALLBACKS = ("Recreate", "Stop")
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -216,6 +218,15 @@ class RolloutSpec:
     standby_timeout_s: int = 600
     """WarmHandoff: how long a replacement may take to be standby-ready before the rollout
     stops (the old member keeps running)."""
+    progress_deadline_s: int = 600
+    """How long a restarted member may take to process real records on the new revision (a
+    committed batch, or nothing waiting on its partitions) before the rollout fails."""
+    on_failure: str = "Rollback"
+    """What a failed member gets: Rollback (handed back to the last revision that processed,
+    by warm handoff) or Halt (left as it is; the other members keep their revision)."""
+    fallback: str = "Recreate"
+    """WarmHandoff: what a member whose standby cannot be created or started gets: Recreate
+    (a cold restart inside the session timeout) or Stop (the rollout stops)."""
 
 
 @dataclass(frozen=True)
@@ -635,4 +646,15 @@ def _parse_rollout(ro: Mapping[str, Any]) -> RolloutSpec:
         strategy=strategy,
         max_surge=_int(ro, "maxSurge", path, default=1, minimum=1),
         standby_timeout_s=_int(ro, "standbyTimeoutSeconds", path, default=600, minimum=10),
+        progress_deadline_s=_int(ro, "progressDeadlineSeconds", path, default=600, minimum=10),
+        on_failure=_choice(ro, "onFailure", path, ON_FAILURE),
+        fallback=_choice(ro, "fallback", path, FALLBACKS),
     )
+
+
+def _choice(obj: Mapping[str, Any], key: str, path: str, choices: tuple[str, ...]) -> str:
+    """`obj[key]`, one of `choices` (the first is the default)."""
+    value = obj.get(key, choices[0])
+    if value not in choices:
+        raise SpecError(f"{path}.{key}", f"must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)

@@ -17,7 +17,7 @@ partitions nobody owns) are decided here too, with `planned`: the plan's `calls`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -43,7 +43,7 @@ from staticfleet.decisions.members import (
     start_wait_s,
     still_running,
 )
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION, ConsumerGroupSpec, SpecError
 from staticfleet.decisions.reasons import MemberSpecView, RestartReason
 from staticfleet.decisions.reasons import pod_revision as reasons_revision
 from staticfleet.decisions.rebalances import RebalanceCount, count_rebalances
@@ -70,6 +70,9 @@ class PodCreate:
     ordinal: int
     pod: Mapping[str, Any]
     why: str
+    standby: bool = False
+    """A warm handoff's replacement: a refusal of it is the roller's to handle (a fallback),
+    not the pass's failure."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,9 @@ def decide(snap: Snapshot) -> Plan:
         last_planned is not None and last_planned.explains(snap.now)) else 0
     events += _rebalance_events(previous, rebalances, group, planned_now, last_planned)
 
-    roll = _roll(snap, spec, view, effective, table, group.state, rebalances.total)
+    activations = _activations(snap, table, spec.replicas)
+    roll = _roll(snap, spec, view, effective, table, group.state, rebalances.total,
+                 frozenset(call.ordinal for call in activations))
     creates = _creates(snap, spec, view, effective, table, roll.state)
     down = _scale_down(snap, spec, table, last_planned)
     deletes = down.deletes + roll.deletes + _abandoned(table, roll.state, spec.replicas,
@@ -222,7 +227,6 @@ def decide(snap: Snapshot) -> Plan:
              else c.parse_optional(previous.get("unassignedSince")))
     rejoin = _rejoin(snap, table, spec, missing, since, last_planned)
     planned = down.planned or (rejoin.planned if rejoin else None) or last_planned
-    activations = _activations(snap, table, spec.replicas)
     calls = activations + down.calls + ((rejoin.call,) if rejoin else ())
 
     problems = _stuck(snap, table) + _failing(spec, table)
@@ -235,6 +239,7 @@ def decide(snap: Snapshot) -> Plan:
     status["plannedRebalance"] = planned.to_status() if planned else None
     status["plannedRebalances"] = int(previous.get("plannedRebalances") or 0) + planned_now
     status["unassignedSince"] = c.rfc3339(since) if since else None
+    status["currentSpec"] = current_spec(snap, spec, status, view.revision)
     events += _transition_events(previous.get("conditions") or [], status["conditions"],
                                  (c.UNASSIGNED_PARTITIONS, "True"),
                                  (c.BROKER_BOUNDS_KNOWN, "False"))
@@ -515,6 +520,7 @@ WHY_STANDBY = "standby replacement (warm handoff)"
 WHY_ABANDONED = ("a standby replacement no handoff waits for (the spec changed while it "
                  "prepared, or its member was scaled away)")
 WHY_GROUP_ID_IN_USE = "its Kafka group id is in use"
+WHY_ROLLBACK = "standby replacement of the last revision that processed (rollback)"
 WHY_ENDED = "its pod ended and never runs again"
 WHY_ENDED_REPLACEMENT = "replacement of its pod that ended"
 ENDED_RECHECK_S = 1.0
@@ -543,11 +549,21 @@ def _creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
         out.append(PodCreate(ordinal, pod, why))
     names = {p["metadata"]["name"] for p in snap.pods}
     for f in state.in_flight:
-        if f.mode == "warm" and f.stopped_at is None and f.replacement not in names \
-                and f.ordinal in table.live:
+        if f.mode != "warm" or f.stopped_at is not None or f.replacement in names \
+                or f.ordinal not in table.live:
+            continue
+        if f.revision is None:
             pod = builders.build_member_pod(spec, f.ordinal, view, effective.session_timeout_ms,
                                             standby=True)
-            out.append(PodCreate(f.ordinal, pod, f"{WHY_STANDBY} (revision {view.revision})"))
+            out.append(PodCreate(f.ordinal, pod, f"{WHY_STANDBY} (revision {view.revision})",
+                                 standby=True))
+            continue
+        back = rollback_source(snap)
+        if back is not None and back.view.revision == f.revision:
+            pod = builders.build_member_pod(back.spec, f.ordinal, back.view,
+                                            back.session_timeout_ms, standby=True)
+            out.append(PodCreate(f.ordinal, pod, f"{WHY_ROLLBACK} (revision {f.revision})",
+                                 standby=True))
     return tuple(out)
 
 
@@ -802,8 +818,9 @@ class _Roll:
 
 def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
           effective: timeouts.EffectiveTimeouts, table: MemberTable, group_state: str,
-          rebalances: int) -> _Roll:
-    """One rollout step: the roller decides, this says what it means."""
+          rebalances: int, activating: frozenset[int] = frozenset()) -> _Roll:
+    """One rollout step: the roller decides (`ro.next_step`), `ro.RECORDERS` says what state
+    follows, and `STEP_EFFECTS` what it means for pods and Events (one row per step type)."""
     now = snap.now
     state = ro.RolloutState.from_status(snap.previous.get("rollout"))
     # A classic member keeps the session timeout it joined with; a KIP-848 group's is a group
@@ -812,125 +829,276 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                if spec.membership.protocol == "classic" else None)
     which = _slowest_text(st.slowest_restart(snap.previous.get("measurements")),
                           _slowest_cold_start(snap))
-    limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout, running, which)
+    limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout, running, which,
+                                            float(spec.template.termination_grace_period_seconds))
+    back = rollback_source(snap)
     obs = ro.GroupObservation(
         members=tuple(m for m in table.members if m.ordinal < spec.replicas),
         group_state=group_state, rebalances=rebalances, closures=snap.closures,
+        replicas=spec.replicas,
         last_batches={uid: at for uid, st_ in snap.statuses.items()
                       if (at := last_batch_at(st_)) is not None},
         replacement_names={o: builders.replacement_name(spec, o, view.revision)
                            for o in range(spec.replicas)},
-        lag=snap.lag)
+        lag=snap.lag, last_seen=snap.last_answers, refused=snap.refused,
+        activating=activating,
+        rollback_revision=(back.view.revision if back is not None
+                           and back.view.revision != view.revision else None),
+        rollback_names=({o: builders.replacement_name(back.spec, o, back.view.revision)
+                         for o in range(spec.replicas)} if back is not None else {}))
     decided = ro.next_step(state, obs, view.revision, limits, now)
     after = ro.record_step(state, decided, obs, view.revision, now)
     if isinstance(decided, ro.Complete) and not state.started_at and not after.started_at:
         # Nothing was ever restarted for this revision (first creation, scale-up): no rollout.
         after = ro.RolloutState(revision=view.revision, phase="Idle",
                                 reason=f"every member runs revision {view.revision}")
-    roll = _Roll(state=after, observation=obs)
+    step = _Step(snap, spec, view, table, limits, state, after, rebalances)
+    roll = STEP_EFFECTS[type(decided)](step, decided, _Roll(state=after, observation=obs))
+    if isinstance(decided, ro.Wait) and decided.recheck_after_s is not None:
+        roll = replace(roll, requeue_after_s=decided.recheck_after_s)
+    return roll
 
-    if isinstance(decided, ro.RestartMembers | ro.PrepareReplacements):
-        warm = isinstance(decided, ro.PrepareReplacements)
-        events = []
-        if not state.started_at or state.revision != view.revision:
-            count = len(after.pending) + len(decided.ordinals)
-            at_once = (f"{limits.max_surge} replacement(s)" if warm
-                       else str(limits.max_unavailable))
-            events.append(Event("Normal", c.ROLLOUT_STARTED,
-                                f"rolling to revision {view.revision}"
-                                f"{' by warm handoff' if warm else ''}: {count} member(s), "
-                                f"at most {at_once} at a time"))
-        deletes = []
-        for ordinal in decided.ordinals:
-            member = table.member(ordinal)
-            pod = table.live[ordinal]
-            why = member.restart_reasons if member else ()
-            codes = ",".join(sorted({r.code for r in why}))
-            said = f"{codes}): {'; '.join(r.message for r in why)}"
-            if warm:
-                events.append(Event("Normal", c.HANDOFF_STARTED, (
-                    f"starting the replacement of member {ordinal} in standby (pod "
-                    f"{builders.replacement_name(spec, ordinal, view.revision)}; {said}")))
-            else:
-                events.append(Event("Normal", c.MEMBER_RESTARTING,
-                                    f"restarting member {ordinal} ({said}"))
-                deletes.append(PodDelete(ordinal, pod["metadata"]["name"],
-                                         pod["metadata"]["uid"], WHY_RESTART, why))
-        return replace(roll, deletes=tuple(deletes), events=tuple(events), requeue_after_s=1.0)
-    if isinstance(decided, ro.HandOver):
-        old = table.live.get(decided.ordinal)
-        stops: tuple[PodDelete, ...] = ()
-        if decided.delete_uid is not None and old is not None and (
-                old["metadata"]["uid"] == decided.delete_uid):
-            member = table.member(decided.ordinal)
-            stops = (PodDelete(decided.ordinal, old["metadata"]["name"],
-                               old["metadata"]["uid"], WHY_HANDOFF,
-                               member.restart_reasons if member else ()),)
-        flight = next((f for f in after.in_flight if f.ordinal == decided.ordinal), None)
-        warm_s = ((decided.standby_ready_at - flight.prepared_at).total_seconds()
-                  if flight and flight.prepared_at and decided.standby_ready_at else None)
-        return replace(roll, deletes=stops, requeue_after_s=0.2, events=(Event(
+
+@dataclass(frozen=True)
+class RollbackSource:
+    """The spec every member last processed on (`status.currentSpec`), to hand a failed
+    member back to."""
+
+    spec: ConsumerGroupSpec
+    view: MemberSpecView
+    session_timeout_ms: int
+
+
+def rollback_source(snap: Snapshot) -> RollbackSource | None:
+    """The last completed revision's spec, rebuilt from `status.currentSpec`; None when none
+    is recorded or it no longer makes the recorded revision."""
+    saved = snap.previous.get("currentSpec")
+    if not saved or not isinstance(saved.get("spec"), Mapping):
+        return None
+    meta = dict(snap.body.get("metadata") or {})
+    annotations = dict(meta.get("annotations") or {})
+    annotations.pop(RESTARTED_AT_ANNOTATION, None)
+    if saved.get("restartedAt"):
+        annotations[RESTARTED_AT_ANNOTATION] = saved["restartedAt"]
+    try:
+        old = ConsumerGroupSpec.from_body({**snap.body, "metadata": {**meta,
+                                                                     "annotations": annotations},
+                                           "spec": saved["spec"]})
+        old_timeouts = timeouts.EffectiveTimeouts.from_status(saved.get("timeouts"))
+    except (SpecError, KeyError, TypeError, ValueError):
+        return None
+    if old_timeouts is None:
+        return None
+    old_view = builders.member_spec_view(old, old_timeouts)
+    if old_view.revision != snap.previous.get("currentRevision"):
+        return None
+    return RollbackSource(old, old_view, old_timeouts.session_timeout_ms)
+
+
+def current_spec(snap: Snapshot, spec: ConsumerGroupSpec, status: Mapping[str, Any],
+                 revision: str) -> Mapping[str, Any] | None:
+    """What `status.currentSpec` records: the spec (with the restartedAt annotation and the
+    timeouts) once every member runs it, kept otherwise."""
+    if status.get("currentRevision") != revision:
+        return snap.previous.get("currentSpec")
+    return {"spec": snap.body.get("spec") or {}, "restartedAt": spec.restarted_at,
+            "timeouts": status.get("timeouts")}
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What a step's effects see."""
+
+    snap: Snapshot
+    spec: ConsumerGroupSpec
+    view: MemberSpecView
+    table: MemberTable
+    limits: ro.RolloutLimits
+    before: ro.RolloutState
+    after: ro.RolloutState
+    rebalances: int
+
+
+def _restart_reasons_text(table: MemberTable, ordinal: int) -> tuple[tuple[RestartReason, ...],
+                                                                     str]:
+    member = table.member(ordinal)
+    why = member.restart_reasons if member else ()
+    codes = ",".join(sorted({r.code for r in why}))
+    return why, f"{codes}): {'; '.join(r.message for r in why)}"
+
+
+def _on_start(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
+    assert isinstance(decided, ro.RestartMembers | ro.PrepareReplacements)
+    warm = isinstance(decided, ro.PrepareReplacements)
+    events = []
+    if not s.before.started_at or s.before.revision != s.view.revision:
+        count = len(s.after.pending) + len(decided.ordinals)
+        at_once = (f"{s.limits.max_surge} replacement(s)" if warm
+                   else str(s.limits.max_unavailable))
+        events.append(Event("Normal", c.ROLLOUT_STARTED,
+                            f"rolling to revision {s.view.revision}"
+                            f"{' by warm handoff' if warm else ''}: {count} member(s), "
+                            f"at most {at_once} at a time"))
+    deletes = []
+    for ordinal in decided.ordinals:
+        pod = s.table.live[ordinal]
+        why, said = _restart_reasons_text(s.table, ordinal)
+        if warm:
+            events.append(Event("Normal", c.HANDOFF_STARTED, (
+                f"starting the replacement of member {ordinal} in standby (pod "
+                f"{builders.replacement_name(s.spec, ordinal, s.view.revision)}; {said}")))
+        else:
+            events.append(Event("Normal", c.MEMBER_RESTARTING,
+                                f"restarting member {ordinal} ({said}"))
+            deletes.append(PodDelete(ordinal, pod["metadata"]["name"],
+                                     pod["metadata"]["uid"], WHY_RESTART, why))
+    return replace(roll, deletes=tuple(deletes), events=tuple(events), requeue_after_s=1.0)
+
+
+def _stop_old(s: _Step, ordinal: int, uid: str | None, why: str) -> tuple[PodDelete, ...]:
+    old = s.table.live.get(ordinal)
+    if uid is None or old is None or old["metadata"]["uid"] != uid:
+        return ()
+    member = s.table.member(ordinal)
+    return (PodDelete(ordinal, old["metadata"]["name"], uid, why,
+                      member.restart_reasons if member else ()),)
+
+
+def _on_hand_over(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
+    assert isinstance(decided, ro.HandOver)
+    flight = next((f for f in s.after.in_flight if f.ordinal == decided.ordinal), None)
+    warm_s = ((decided.standby_ready_at - flight.prepared_at).total_seconds()
+              if flight and flight.prepared_at and decided.standby_ready_at else None)
+    return replace(
+        roll, deletes=_stop_old(s, decided.ordinal, decided.delete_uid, WHY_HANDOFF),
+        requeue_after_s=0.2, events=(Event(
             "Normal", c.MEMBER_RESTARTING,
             f"member {decided.ordinal}: its replacement is standby-ready"
             + (f" ({warm_s:.1f} s after it was created)" if warm_s is not None else "")
             + "; stopping the old member (it finishes and commits its batch), then the "
             "replacement joins with the same instance id"),))
-    if isinstance(decided, ro.HandoffFailed | ro.FallBackCold):
-        dropped = ((decided.ordinal, *decided.ordinals) if isinstance(decided, ro.HandoffFailed)
-                   else (decided.ordinal,))
-        names = {f.replacement for f in state.in_flight if f.ordinal in dropped}
-        aborted = tuple(
-            PodDelete(ordinal_of(p) or 0, p["metadata"]["name"], p["metadata"]["uid"],
-                      WHY_HANDOFF_ABORTED)
-            for p in snap.pods if p["metadata"]["name"] in names
-            and not p["metadata"].get("deletionTimestamp"))
-        reason = (c.HANDOFF_FAILED if isinstance(decided, ro.HandoffFailed)
-                  else c.HANDOFF_FALLBACK)
-        return replace(roll, deletes=aborted, requeue_after_s=1.0,
-                       events=(Event("Warning", reason, decided.message),))
-    if isinstance(decided, ro.MemberRejoined):
-        return replace(roll, requeue_after_s=0.5, events=(Event(
-            "Normal", c.MEMBER_BACK,
-            f"member {decided.ordinal} back in the group with its partitions after "
-            f"{decided.absence_s:.1f} s (session timeout {limits.session_timeout_ms} ms)"),))
-    if isinstance(decided, ro.MarkMemberDone):
-        warm = any(f.ordinal == decided.ordinal and f.mode == "warm" for f in state.in_flight)
-        if decided.processing_gap_s is not None:
-            gap = (f" (processing gap {decided.processing_gap_s:.1f} s: the old process's last "
-                   "batch to the replacement's first)")
-        elif warm:
-            gap = (" (processing gap not measured: no record was waiting, or no batch within "
-                   f"{ro.GAP_WAIT_MAX_S:.0f} s)")
-        else:
-            gap = ""
-        ready = Event("Normal", c.MEMBER_READY,
-                      f"member {decided.ordinal} ready to process again{gap}")
-        return replace(roll, requeue_after_s=0.5, events=(ready,),
-                       restarts=(_sample(table, decided.ordinal, decided.absence_s),),
-                       gaps=(() if decided.processing_gap_s is None
-                             else (decided.processing_gap_s,)))
-    if isinstance(decided, ro.StopAtRisk):
-        reason = c.SESSION_TIMEOUT_EXCEEDED if decided.expired else c.RESTART_RUNNING_LATE
-        return replace(roll, requeue_after_s=1.0,
-                       restarts=((_sample(table, decided.ordinal, decided.absence_s),)
-                                 if decided.expired else ()),
-                       events=(Event("Warning", reason, decided.message),))
-    if isinstance(decided, ro.Complete) and after.phase == "Complete":
-        started = after.started_at or now
-        return replace(roll, finished=((now - started).total_seconds(), after.phase), events=(
-            Event("Normal", c.ROLLOUT_COMPLETE,
-                  f"revision {view.revision} rolled out: members "
-                  f"{list(after.members_restarted)} restarted, longest absence "
-                  f"{after.longest_absence_ms} ms, rebalances during the rollout "
-                  f"{after.to_status(rebalances).get('rebalancesDuringRollout', 0)}"),))
-    if isinstance(decided, ro.RefuseToStart):
-        roll = replace(roll, refusal=decided.message)
-        if state.reason != decided.message:
-            return replace(roll, events=(Event("Warning", c.RESTART_UNSAFE, decided.message),))
+
+
+def _on_recreate_instead(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
+    assert isinstance(decided, ro.RecreateInstead)
+    return replace(roll, deletes=_stop_old(s, decided.ordinal, decided.delete_uid, WHY_RESTART),
+                   requeue_after_s=1.0,
+                   events=(Event("Warning", c.HANDOFF_FALLBACK, decided.message),))
+
+
+def _on_abandon(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
+    """The replacements a failed handoff or a fallback drops are deleted."""
+    assert isinstance(decided, ro.HandoffFailed | ro.FallBackCold)
+    failed = isinstance(decided, ro.HandoffFailed)
+    dropped = ((decided.ordinal, *decided.ordinals) if isinstance(decided, ro.HandoffFailed)
+               else (decided.ordinal,))
+    names = {f.replacement for f in s.before.in_flight if f.ordinal in dropped}
+    aborted = tuple(
+        PodDelete(ordinal_of(p) or 0, p["metadata"]["name"], p["metadata"]["uid"],
+                  WHY_HANDOFF_ABORTED)
+        for p in s.snap.pods if p["metadata"]["name"] in names
+        and not p["metadata"].get("deletionTimestamp"))
+    reason = c.HANDOFF_FAILED if failed else c.HANDOFF_FALLBACK
+    return replace(roll, deletes=aborted, requeue_after_s=1.0,
+                   events=(Event("Warning", reason, decided.message),))
+
+
+def _on_rejoined(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
+    assert isinstance(decided, ro.MemberRejoined)
+    return replace(roll, requeue_after_s=0.5, events=(Event(
+        "Normal", c.MEMBER_BACK,
+        f"member {decided.ordinal} back in the group with its partitions after "
+        f"{decided.absence_s:.1f} s (session timeout {s.limits.session_timeout_ms} ms)"),))
+
+
+def _on_done(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
+    assert isinstance(decided, ro.MarkMemberDone)
+    warm = any(f.ordinal == decided.ordinal and f.mode == "warm" for f in s.before.in_flight)
+    if decided.processing_gap_s is not None:
+        gap = (f" (processing gap {decided.processing_gap_s:.1f} s: the old process's last "
+               "batch to the replacement's first)")
+    elif warm:
+        gap = " (processing gap not measured: no record was waiting on its partitions)"
+    else:
+        gap = ""
+    events = [Event("Normal", c.MEMBER_READY,
+                    f"member {decided.ordinal} processing again{gap}")]
+    if s.after.phase == "RolledBack":
+        events.append(Event("Warning", c.ROLLED_BACK, s.after.reason))
+    return replace(roll, requeue_after_s=0.5, events=tuple(events),
+                   restarts=(_sample(s.table, decided.ordinal, decided.absence_s),),
+                   gaps=(() if decided.processing_gap_s is None
+                         else (decided.processing_gap_s,)),
+                   finished=(_finished(s) if s.after.phase == "RolledBack" else None))
+
+
+def _on_failed(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
+    """A failed member halts the rollout, or is handed back (its standby of the last revision
+    is created by `_creates`); standbys still preparing are dropped (`_abandoned`)."""
+    assert isinstance(decided, ro.MemberFailed)
+    reason = c.ROLLOUT_HALTED if s.after.phase == "Halted" else c.ROLLING_BACK
+    # A member that exits is announced by `_failing` (MemberFailing) already; a member that
+    # made no progress is announced here.
+    said = (() if decided.reason == ro.MEMBER_FAILING
+            else (Event("Warning", decided.reason, decided.message),))
+    return replace(roll, requeue_after_s=1.0,
+                   finished=_finished(s) if s.after.phase == "Halted" else None,
+                   events=(*said, Event("Warning", reason, s.after.reason)))
+
+
+def _on_at_risk(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
+    assert isinstance(decided, ro.StopAtRisk)
+    reason = c.SESSION_TIMEOUT_EXCEEDED if decided.expired else c.RESTART_RUNNING_LATE
+    return replace(roll, requeue_after_s=1.0,
+                   restarts=((_sample(s.table, decided.ordinal, decided.absence_s),)
+                             if decided.expired else ()),
+                   events=(Event("Warning", reason, decided.message),))
+
+
+def _on_complete(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
+    if s.after.phase != "Complete":
         return roll
-    if isinstance(decided, ro.Wait) and decided.recheck_after_s is not None:
-        return replace(roll, requeue_after_s=decided.recheck_after_s)
+    return replace(roll, finished=_finished(s), events=(
+        Event("Normal", c.ROLLOUT_COMPLETE,
+              f"revision {s.view.revision} rolled out: members "
+              f"{list(s.after.members_restarted)} restarted, longest absence "
+              f"{s.after.longest_absence_ms} ms, rebalances during the rollout "
+              f"{s.after.to_status(s.rebalances).get('rebalancesDuringRollout', 0)}"),))
+
+
+def _finished(s: _Step) -> tuple[float, str]:
+    started = s.after.started_at or s.snap.now
+    return (s.snap.now - started).total_seconds(), s.after.phase
+
+
+def _on_refusal(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
+    assert isinstance(decided, ro.RefuseToStart)
+    roll = replace(roll, refusal=decided.message)
+    if s.before.reason != decided.message:
+        return replace(roll, events=(Event("Warning", c.RESTART_UNSAFE, decided.message),))
     return roll
+
+
+def _on_wait(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
+    return roll
+
+
+STEP_EFFECTS: Mapping[type, Callable[[_Step, ro.Step, _Roll], _Roll]] = {
+    ro.Wait: _on_wait,
+    ro.RestartMembers: _on_start,
+    ro.PrepareReplacements: _on_start,
+    ro.HandOver: _on_hand_over,
+    ro.HandoffFailed: _on_abandon,
+    ro.RecreateInstead: _on_recreate_instead,
+    ro.FallBackCold: _on_abandon,
+    ro.MemberRejoined: _on_rejoined,
+    ro.MarkMemberDone: _on_done,
+    ro.MemberFailed: _on_failed,
+    ro.StopAtRisk: _on_at_risk,
+    ro.Complete: _on_complete,
+    ro.RefuseToStart: _on_refusal,
+}
+"""One row per step type (as `ro.RECORDERS` for the state): the pods and Events it means."""
 
 
 # --- status ---------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""When to restart which member: the roller's pure decision (the "why" is in `reasons`).
+"""When to restart which member: the roller's pure decision (the "why" is in `reasons`, the
+safety checks in `gates`, the typed inputs and `status.rollout` in `rollstate`).
 
 State lives in `status.rollout` (`RolloutState.from_status` / `to_status`), so an operator restart
 resumes where it stopped. Each pass `plan.decide` calls
@@ -6,40 +7,46 @@ resumes where it stopped. Each pass `plan.decide` calls
     step = next_step(state, observation, update_revision, limits, now)
     state = record_step(state, step, observation, update_revision, now)
 
-and turns the step into the plan's pod deletions (each with its member's restart reasons),
-Events and status; the service carries the plan out.
+and turns the step into the plan's pod creations and deletions, Events and status (one row per
+step type in `plan.STEP_EFFECTS`, as `RECORDERS` here has one per step type for the state).
 
 Rules:
 
 * A member needs a restart when its pod exists, is not already being deleted and has restart
-  reasons (`reasons.restart_reasons`: what of its revision differs from the update revision);
-  no reasons, no restart. Missing pods are not restarted: `plan.decide` creates them, and a
-  restarted member's replacement is created there too (it is missing once its pod is gone).
+  reasons (`reasons.restart_reasons`); no reasons, no restart. Missing pods are not restarted:
+  `plan.decide` creates them.
 * Order (`plan_rollout`): unready members first (restarting them costs nothing), then by ordinal
-  descending, as a StatefulSet rolls, so the ordinals a scale-down would remove go first.
-* Up to `max_unavailable` members are restarted together, only while the group is Stable (or Empty)
-  and the other members are ready and in the group; the roller then waits for all of them.
-* A member is done when its pod has the update revision, is ready, holds an assignment in the group
-  again, and the group is Stable. Its absence (stop to done) is reported for the measurements.
-* Running late: a member away longer than `at_risk_fraction` (0.8) of the session timeout and still
-  not back -> StopAtRisk (phase AtRisk): no further member is touched. If it comes back within the
-  session timeout the rollout continues; if its absence passes the session timeout the broker has
-  rebalanced -> StopAtRisk(expired) (phase Stopped): this revision is not rolled any further. A new
-  revision (the measured late restart raises the automatic session timeout, or a restartNonce bump)
-  starts a new rollout.
-* RefuseToStart when the effective timeouts are not restart-safe (the slowest measured restart does
-  not fit the largest session timeout the broker or the spec allows).
+  descending, as a StatefulSet rolls.
+* Before a member is stopped every predicate of `gates.BEFORE_STOP` is evaluated (the group is
+  Stable, enough members are available, the restart fits the session timeout, the standby is
+  ready, no pod is stuck terminating, the members restarted so far still process); all that fail
+  are reported in `status.rollout.blockedBy`.
+* A member is done when its pod has the target revision, is ready, holds an assignment in the
+  group (the group Stable) and has made progress: it processed a batch, or no record waits on
+  its partitions. A restarted member whose container fails (batches failing for good, a crash
+  loop, an evicted pod) or that makes no progress within `progressDeadlineSeconds` fails the
+  rollout before the next member is touched: `onFailure: Halt` leaves it (phase Halted);
+  `Rollback` hands it back, by warm handoff, to the revision the others still run (phase
+  RolledBack once it processes there). A new revision starts a new rollout.
+* Running late: a member away longer than `at_risk_fraction` of the session timeout -> AtRisk
+  (no further member is touched); past the session timeout the broker has rebalanced -> Stopped.
+* A warm handoff: the replacement starts in standby beside the old member; the old member is
+  stopped once the predicates hold; the standby is activated once the old process closed; a
+  standby that does not take the activation within `ACTIVATION_GIVE_UP_S` of it being sent is
+  replaced by a cold start. A standby that cannot be created (quota, admission) or started in
+  `standbyTimeoutSeconds` gets `fallback`: Recreate (a cold restart, gated like any stop) or
+  Stop (the rollout stops, the old member keeps running).
 * Resume: a member already restarted has the new revision, so it is never restarted twice; a pod
   found being deleted is followed as in flight even if the status did not record it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
 
+from staticfleet.decisions import gates
 from staticfleet.decisions.conditions import (
     WAIT_AVAILABILITY,
     WAIT_GROUP,
@@ -47,294 +54,40 @@ from staticfleet.decisions.conditions import (
     WAIT_PAUSED,
     WAIT_STOPPED,
     WAIT_UP_TO_DATE,
-    parse_optional,
-    rfc3339,
-    rfc3339_ms,
 )
-from staticfleet.decisions.model import RolloutSpec
-from staticfleet.decisions.reasons import RestartReason
-from staticfleet.decisions.timeouts import EffectiveTimeouts
+from staticfleet.decisions.gates import GateContext, is_available, replacement_of
+from staticfleet.decisions.rollstate import (
+    ACTIVATION_GIVE_UP_S,
+    AT_RISK_FRACTION,
+    MAX_RECHECK_S,
+    STABLE_STATES,
+    STARTABLE_STATES,
+    WARM_HANDOFF,
+    Blocker,
+    GroupObservation,
+    Handoff,
+    InFlight,
+    ObservedMember,
+    Phase,
+    RolloutLimits,
+    RolloutState,
+)
 
-Phase = Literal["Idle", "Pending", "Rolling", "Paused", "AtRisk", "Stopped", "Complete"]
+__all__ = [
+    "ACTIVATION_GIVE_UP_S", "AT_RISK_FRACTION", "MAX_RECHECK_S", "STABLE_STATES",
+    "STARTABLE_STATES", "WARM_HANDOFF", "Blocker", "GroupObservation", "Handoff", "InFlight",
+    "ObservedMember", "Phase", "RolloutLimits", "RolloutState", "is_available",
+]
 
-STABLE_STATES = frozenset({"Stable"})
-STARTABLE_STATES = frozenset({"Stable", "Empty"})
-AT_RISK_FRACTION = 0.8
-MAX_RECHECK_S = 5.0
-WARM_HANDOFF = "WarmHandoff"
-GAP_WAIT_MAX_S = 120.0
-"""How long a warm replacement back in the group, with records waiting, may go without a first
-batch before it is done anyway (its processing gap then stays unknown, and the Event says so)."""
-ACTIVATION_GIVE_UP_S = 5.0
-"""How long after the old process's close a standby replacement may go without taking the
-activation (not answering, or still in standby) before a cold start replaces it."""
-
-
-
-@dataclass(frozen=True)
-class ObservedMember:
-    """One member ordinal as observed this pass (pod from Kubernetes, group from the broker)."""
-
-    ordinal: int
-    pod_exists: bool = True
-    revision: str | None = None
-    ready: bool = False
-    stopped_at: datetime | None = None
-    """When the pod's deletion was requested (its deletionTimestamp), if it is being deleted."""
-    in_group: bool = False
-    """The broker lists its instance id with a non-empty assignment."""
-    pod_name: str | None = None
-    pod_phase: str | None = None
-    member_id: str | None = None
-    assignment: tuple[tuple[str, int], ...] = ()
-    pod_uid: str | None = None
-    restart_reasons: tuple[RestartReason, ...] = ()
-    """Why its pod must be restarted to run the update revision (`reasons.restart_reasons`,
-    computed once per pass); empty when it runs it. No reasons, no restart."""
-    standby_state: str | None = None
-    """What its process says in /status `standby`: "warming" or "ready" while it waits for
-    activation (a warm handoff's replacement), None when active or not answering."""
-    failure: str | None = None
-    """Its member container's last failed exit, while it is not running again."""
-    standby_ready_at: datetime | None = None
-    first_batch_at: datetime | None = None
-    """When its process finished its first batch (from /status)."""
-    answers: bool = False
-    """Its process answered /status this pass."""
-    standby: ObservedMember | None = None
-    """A newer live pod of this ordinal beside it: a warm handoff's replacement."""
-
-
-@dataclass(frozen=True)
-class GroupObservation:
-    """The whole group this pass."""
-
-    members: tuple[ObservedMember, ...]
-    group_state: str
-    rebalances: int = 0
-    """The operator's running count of rebalances of this group (status.rebalances)."""
-    closures: Mapping[str, datetime] = field(default_factory=dict)
-    """When each stopped member pod's process closed, by pod uid (as far as seen)."""
-    last_batches: Mapping[str, datetime] = field(default_factory=dict)
-    """When each member pod's process last finished a batch, by pod uid (as last read)."""
-    replacement_names: Mapping[int, str] = field(default_factory=dict)
-    """The name a warm replacement of each ordinal gets for the update revision."""
-    lag: Mapping[tuple[str, int], int] | None = None
-    """Each committed partition's lag as the broker sees it (None: not read this pass)."""
-
-    def member(self, ordinal: int) -> ObservedMember | None:
-        return next((m for m in self.members if m.ordinal == ordinal), None)
-
-
-HandoffPhase = Literal["Preparing", "Stopping", "Activating", "Rejoining", "Serving"]
-
-
-@dataclass(frozen=True)
-class InFlight:
-    """A member being restarted: its old pod deleted at `stopped_at`, its process closed at
-    `closed_at` (once seen), back in the group at `rejoined_at`. A warm handoff starts earlier:
-    its replacement `replacement` is created at `prepared_at` and the old pod is deleted once
-    the replacement is standby-ready (`stopped_at` is None until then)."""
-
-    ordinal: int
-    stopped_at: datetime | None
-    rejoined_at: datetime | None = None
-    pod_uid: str | None = None
-    """The uid of the old pod (deleted, or to be deleted by a warm handoff)."""
-    closed_at: datetime | None = None
-    mode: Literal["warm", "cold"] = "cold"
-    replacement: str | None = None
-    prepared_at: datetime | None = None
-    standby_ready_at: datetime | None = None
-    old_last_batch_at: datetime | None = None
-
-    @property
-    def away_since(self) -> datetime | None:
-        """When the member stopped heartbeating: its process's close (the old pod's drain is
-        not absence), or the deletion while the close is not known; None before the stop."""
-        return self.closed_at or self.stopped_at
-
-    def absence_s(self, now: datetime) -> float:
-        """Close to rejoin (or to now, while it is still away); 0 before the stop."""
-        since = self.away_since
-        if since is None:
-            return 0.0
-        return max(0.0, ((self.rejoined_at or now) - since).total_seconds())
-
-    @property
-    def phase(self) -> HandoffPhase:
-        if self.stopped_at is None:
-            return "Preparing"
-        if self.rejoined_at is not None:
-            return "Serving"
-        if self.closed_at is None:
-            return "Stopping"
-        return "Activating" if self.mode == "warm" else "Rejoining"
-
-    @property
-    def order(self) -> tuple[datetime, int]:
-        return (self.stopped_at or self.prepared_at or datetime.min.replace(tzinfo=UTC),
-                self.ordinal)
-
-
-@dataclass(frozen=True)
-class Handoff:
-    """What one member's restart in this rollout cost."""
-
-    ordinal: int
-    mode: str
-    absence_ms: int
-    processing_gap_ms: int | None = None
-    standby_ready_ms: int | None = None
-
-    def to_status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ordinal": self.ordinal, "mode": self.mode,
-                               "absenceMs": self.absence_ms}
-        if self.processing_gap_ms is not None:
-            out["processingGapMs"] = self.processing_gap_ms
-        if self.standby_ready_ms is not None:
-            out["standbyReadyMs"] = self.standby_ready_ms
-        return out
-
-    @classmethod
-    def from_status(cls, raw: Mapping[str, Any]) -> Handoff:
-        return cls(int(raw["ordinal"]), str(raw.get("mode") or "cold"),
-                   int(raw.get("absenceMs") or 0), raw.get("processingGapMs"),
-                   raw.get("standbyReadyMs"))
-
-
-@dataclass(frozen=True)
-class RolloutState:
-    """`status.rollout`, typed."""
-
-    revision: str | None = None
-    phase: Phase = "Idle"
-    reason: str = ""
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    members_restarted: tuple[int, ...] = ()
-    pending: tuple[int, ...] = ()
-    in_flight: tuple[InFlight, ...] = ()
-    longest_absence_ms: int = 0
-    rebalances_at_start: int | None = None
-    rebalances_during: int | None = None
-    """Fixed when the rollout finished: rebalances after it (a planned rejoin that assigns a
-    topic the rollout added, say) are not the rollout's."""
-    strategy: str | None = None
-    handoffs: tuple[Handoff, ...] = ()
-    longest_gap_ms: int | None = None
-
-    @classmethod
-    def from_status(cls, status: Mapping[str, Any] | None) -> RolloutState:
-        if not status:
-            return cls()
-        return cls(
-            revision=status.get("revision"),
-            phase=status.get("phase") or "Idle",
-            reason=status.get("reason") or "",
-            started_at=parse_optional(status.get("startedAt")),
-            finished_at=parse_optional(status.get("finishedAt")),
-            members_restarted=tuple(status.get("membersRestarted") or ()),
-            pending=tuple(status.get("pending") or ()),
-            in_flight=tuple(
-                InFlight(int(f["ordinal"]), parse_optional(f.get("stoppedAt")),
-                         parse_optional(f.get("rejoinedAt")), f.get("podUid"),
-                         parse_optional(f.get("closedAt")), f.get("mode") or "cold",
-                         f.get("replacementPod"), parse_optional(f.get("preparedAt")),
-                         parse_optional(f.get("standbyReadyAt")),
-                         parse_optional(f.get("oldLastBatchAt")))
-                for f in status.get("inFlight") or ()
-            ),
-            strategy=status.get("strategy"),
-            handoffs=tuple(Handoff.from_status(h) for h in status.get("handoffs") or ()),
-            longest_gap_ms=status.get("longestProcessingGapMs"),
-            longest_absence_ms=int(status.get("longestAbsenceMs") or 0),
-            rebalances_at_start=status.get("rebalancesAtStart"),
-            rebalances_during=(status.get("rebalancesDuringRollout")
-                               if status.get("finishedAt") else None),
-        )
-
-    def to_status(self, rebalances_now: int) -> dict[str, Any]:
-        """`status.rollout`; `rebalances_now` gives rebalancesDuringRollout."""
-        first = min(self.in_flight, key=lambda f: f.order, default=None)
-        status: dict[str, Any] = {
-            "revision": self.revision,
-            "phase": self.phase,
-            "reason": self.reason,
-            "membersRestarted": list(self.members_restarted),
-            "pending": list(self.pending),
-            "current": first.ordinal if first else None,
-            "currentStoppedAt": (rfc3339(first.stopped_at) if first and first.stopped_at
-                                 else None),
-            "inFlight": [_in_flight_status(f) for f in self.in_flight],
-            "longestAbsenceMs": self.longest_absence_ms,
-            "longestProcessingGapMs": self.longest_gap_ms,
-            "strategy": self.strategy,
-            "handoffs": [h.to_status() for h in self.handoffs],
-        }
-        if self.started_at is not None:
-            status["startedAt"] = rfc3339(self.started_at)
-        if self.finished_at is not None:
-            status["finishedAt"] = rfc3339(self.finished_at)
-        if self.rebalances_at_start is not None:
-            status["rebalancesAtStart"] = self.rebalances_at_start
-            status["rebalancesDuringRollout"] = (
-                self.rebalances_during if self.rebalances_during is not None
-                else max(0, rebalances_now - self.rebalances_at_start))
-        return status
-
-
-@dataclass(frozen=True)
-class RolloutLimits:
-    """What bounds the roller. `session_timeout_ms` is the session timeout the members being
-    restarted joined with (the broker holds their place that long): pass the smaller of the
-    running and the new effective value when they differ."""
-
-    session_timeout_ms: int
-    restart_safe: bool = True
-    needed_session_ms: int | None = None
-    running_session_ms: int | None = None
-    """The shortest session timeout a member runs with, when below the effective one."""
-    slowest_restart: str | None = None
-    """Which measured restart needs the timeout (for the refusal's message)."""
-    capped: bool = False
-    """The needed timeout is above what the effective one may be (not only the running one)."""
-    effective_session_ms: int | None = None
-    max_unavailable: int = 1
-    paused: bool = False
-    at_risk_fraction: float = AT_RISK_FRACTION
-    strategy: str = "Recreate"
-    max_surge: int = 1
-    standby_timeout_s: float = 600.0
-
-    @classmethod
-    def from_timeouts(
-        cls,
-        timeouts: EffectiveTimeouts,
-        rollout: RolloutSpec,
-        running_session_timeout_ms: int | None = None,
-        slowest_restart: str | None = None,
-    ) -> RolloutLimits:
-        session = timeouts.session_timeout_ms
-        if running_session_timeout_ms is not None:
-            session = min(session, running_session_timeout_ms)
-        needed = timeouts.needed_session_timeout_ms
-        return cls(
-            session_timeout_ms=session,
-            # The broker holds a restarting member to the timeout it joined with: a restart
-            # must fit that one, not only the new effective value.
-            restart_safe=timeouts.restart_safe and (needed is None or needed <= session),
-            running_session_ms=running_session_timeout_ms,
-            slowest_restart=slowest_restart,
-            capped=not timeouts.restart_safe,
-            effective_session_ms=timeouts.session_timeout_ms,
-            needed_session_ms=needed,
-            max_unavailable=rollout.max_unavailable,
-            paused=rollout.paused,
-            strategy=rollout.strategy,
-            max_surge=rollout.max_surge,
-            standby_timeout_s=float(rollout.standby_timeout_s),
-        )
+ENDED_PHASES = ("AtRisk", "Stopped", "Halted", "RolledBack")
+"""A rollout in one of these starts nobody new for its revision."""
+WAIT_REASONS = {"NotPaused": WAIT_PAUSED, "GroupStable": WAIT_GROUP,
+                "EnoughAvailable": WAIT_AVAILABILITY}
+"""The Wait reason of a rollout held back by a predicate (others: WAIT_BLOCKED)."""
+WAIT_BLOCKED = "Blocked"
+WAIT_FAILED = "RolloutFailed"
+MEMBER_FAILING = "MemberFailing"
+NO_PROGRESS = "ProgressDeadlineExceeded"
 
 
 # --- steps ---------------------------------------------------------------------------------------
@@ -342,11 +95,13 @@ class RolloutLimits:
 
 @dataclass(frozen=True)
 class Wait:
-    """Nothing to do now. `recheck_after_s`: when to look again (None: on the next event/timer)."""
+    """Nothing to do now. `recheck_after_s`: when to look again (None: on the next event/timer).
+    `blocked_by`: the predicates holding the next member back, when that is why."""
 
     reason: str
     message: str
     recheck_after_s: float | None = None
+    blocked_by: tuple[Blocker, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -365,8 +120,9 @@ class PrepareReplacements:
 
 @dataclass(frozen=True)
 class HandOver:
-    """The replacement is standby-ready: stop the old member (`delete_uid`: its pod, None when
-    it is gone already). The replacement is activated once the old process has closed."""
+    """The replacement is standby-ready and the predicates hold: stop the old member
+    (`delete_uid`: its pod, None when it is gone already). The replacement is activated once
+    the old process has closed."""
 
     ordinal: int
     delete_uid: str | None
@@ -375,11 +131,22 @@ class HandOver:
 
 @dataclass(frozen=True)
 class HandoffFailed:
-    """A replacement failed before it was standby-ready: delete the replacements still
-    preparing (`ordinals`), keep the old members, stop the rollout."""
+    """A replacement failed before it was standby-ready (or could not be made, with fallback
+    Stop): delete the replacements still preparing (`ordinals`), keep the old members, stop."""
 
     ordinal: int
     ordinals: tuple[int, ...]
+    message: str
+
+
+@dataclass(frozen=True)
+class RecreateInstead:
+    """A standby could not be created or started (quota, admission, timeout) and `fallback` is
+    Recreate: restart the old member the cold way (`delete_uid`), its replacement is created
+    once it is gone."""
+
+    ordinal: int
+    delete_uid: str | None
     message: str
 
 
@@ -395,7 +162,7 @@ class FallBackCold:
 @dataclass(frozen=True)
 class MemberRejoined:
     """The member's replacement is back in the group with its partitions: its absence ended
-    (`absence_s`, stop to rejoin). It is not done before it can process again (ready)."""
+    (`absence_s`, stop to rejoin). It is not done before it has processed."""
 
     ordinal: int
     absence_s: float
@@ -403,11 +170,24 @@ class MemberRejoined:
 
 @dataclass(frozen=True)
 class MarkMemberDone:
-    """The member is back and serving; `absence_s` (stop to rejoin) is a restart measurement."""
+    """The member is back and processing; `absence_s` (stop to rejoin) is a restart
+    measurement."""
 
     ordinal: int
     absence_s: float
     processing_gap_s: float | None = None
+
+
+@dataclass(frozen=True)
+class MemberFailed:
+    """A restarted member fails on the new revision (`reason`: MEMBER_FAILING or NO_PROGRESS)
+    and `message` says how, quoting its own error. `rollback`: hand it back to the revision the
+    other members run (onFailure Rollback); else the rollout halts."""
+
+    ordinal: int
+    reason: str
+    message: str
+    rollback: bool = False
 
 
 @dataclass(frozen=True)
@@ -436,8 +216,9 @@ class RefuseToStart:
     message: str
 
 
-Step = (Wait | RestartMembers | PrepareReplacements | HandOver | HandoffFailed | FallBackCold
-        | MemberRejoined | MarkMemberDone | StopAtRisk | Complete | RefuseToStart)
+Step = (Wait | RestartMembers | PrepareReplacements | HandOver | HandoffFailed | RecreateInstead
+        | FallBackCold | MemberRejoined | MarkMemberDone | MemberFailed | StopAtRisk | Complete
+        | RefuseToStart)
 
 
 @dataclass(frozen=True)
@@ -451,43 +232,37 @@ class RolloutPlan:
 
 
 def needs_restart(member: ObservedMember) -> bool:
-    """A live pod (not being deleted) with reasons to restart."""
-    return member.pod_exists and member.stopped_at is None and bool(member.restart_reasons)
+    """A live pod (not being deleted, not Failed) with reasons to restart."""
+    return (member.pod_exists and member.stopped_at is None and member.pod_failed is None
+            and bool(member.restart_reasons))
 
 
-def is_available(member: ObservedMember, group_state: str) -> bool:
-    """Ready and serving: in the group (an Empty group has nobody to be in)."""
-    return (
-        member.pod_exists
-        and member.stopped_at is None
-        and member.ready
-        and (member.in_group or group_state == "Empty")
-    )
-
-
-def has_rejoined(member: ObservedMember | None, update_revision: str) -> bool:
-    """The replacement (new revision) is in the group with an assignment: the broker no longer
+def has_rejoined(member: ObservedMember | None, revision: str) -> bool:
+    """The replacement (of `revision`) is in the group with an assignment: the broker no longer
     holds its place against the session timeout."""
     return (
         member is not None
         and member.pod_exists
         and member.stopped_at is None
-        and member.revision == update_revision
+        and member.revision == revision
         and member.in_group
     )
 
 
-def is_done(member: ObservedMember | None, update_revision: str, group_state: str) -> bool:
-    """Back after a restart: new revision, ready, assigned again, and the group is Stable."""
-    return (
-        member is not None
-        and member.pod_exists
-        and member.stopped_at is None
-        and member.revision == update_revision
-        and member.ready
-        and member.in_group
-        and group_state in STABLE_STATES
-    )
+def is_done(member: ObservedMember | None, revision: str, group_state: str) -> bool:
+    """Back after a restart: `revision`, ready, assigned again, and the group is Stable."""
+    return (has_rejoined(member, revision) and member is not None and member.ready
+            and group_state in STABLE_STATES)
+
+
+def progressed(member: ObservedMember, lag: Mapping[tuple[str, int], int] | None) -> bool:
+    """It processed real records (its process committed a batch), or none waits on its
+    partitions (the broker's lag is 0 there, or it holds none)."""
+    if member.first_batch_at is not None:
+        return True
+    if lag is None:
+        return False
+    return not any(lag.get(tp, 0) for tp in member.assignment)
 
 
 def plan_rollout(members: Sequence[ObservedMember]) -> RolloutPlan:
@@ -528,112 +303,169 @@ def next_step(
 ) -> Step:
     """What the roller should do now. Pure: same inputs, same step."""
     same_rollout = state.revision == update_revision
+    phase = state.phase if same_rollout else "Pending"
+    ctx = GateContext(state if same_rollout else RolloutState(), observed, limits,
+                      _in_flight(state, observed, update_revision, now), update_revision, now)
+
+    # 1: A restarted member fails, or makes no progress in time: the rollout fails.
+    failed = _failed(ctx)
+    if failed is not None:
+        return failed
+    # 2: A member in flight is done: back, ready and processing on its revision.
+    for f in ctx.in_flight:
+        member = observed.member(f.ordinal)
+        if (is_done(member, _target(f, update_revision), observed.group_state)
+                and member is not None and progressed(member, observed.lag)):
+            return (_expired(ctx, f, phase)
+                    or MarkMemberDone(f.ordinal, f.absence_s(now), _gap_s(f, member)))
+    # 3: A member in flight is back in the group: its absence ends (an absence seen only now
+    # to be longer than the session timeout, a frozen old process's, is a rebalance).
+    for f in ctx.in_flight:
+        if (f.stopped_at is not None and f.rejoined_at is None
+                and has_rejoined(observed.member(f.ordinal), _target(f, update_revision))):
+            return _expired(ctx, f, phase) or MemberRejoined(f.ordinal, f.absence_s(now))
+    # 4: A warm handoff's own steps (the standby failed, cannot be made, is ready, is late).
+    warm = _follow_warm(ctx)
+    if warm is not None and not isinstance(warm, Wait):
+        return warm
+    # 5: A member away too long against the session timeout: stop touching others.
+    late = _late(ctx, phase)
+    if isinstance(late, StopAtRisk):
+        return late
+    recheck = min(MAX_RECHECK_S, late or MAX_RECHECK_S,
+                  (warm.recheck_after_s if warm is not None else None) or MAX_RECHECK_S)
+    # 6: Members still in flight: wait for them (and say which predicates hold a stop back).
+    if warm is not None and warm.blocked_by:
+        return replace(warm, recheck_after_s=recheck)
+    if ctx.in_flight:
+        return Wait(WAIT_MEMBER, _waiting_for(ctx.in_flight), recheck)
+    # 7: Nothing in flight: finished, ended, or start the next restart(s) the predicates allow.
+    plan = plan_rollout(observed.members)
+    if not plan.ordinals:
+        if same_rollout and phase in ("Complete", "Idle"):
+            return Wait(WAIT_UP_TO_DATE, f"every member runs revision {update_revision}")
+        if same_rollout and phase == "RolledBack":
+            return Wait(WAIT_FAILED, state.reason)
+        return Complete()
+    if same_rollout and phase in ENDED_PHASES:
+        code = WAIT_STOPPED if phase in ("AtRisk", "Stopped") else WAIT_FAILED
+        return Wait(code, state.reason or "the rollout stopped: a restart ran late",
+                    blocked_by=(Blocker(f"Rollout{phase}", state.reason),))
+    if not limits.restart_safe and not limits.paused:
+        return RefuseToStart(limits.needed_session_ms or limits.session_timeout_ms,
+                             refusal_message(limits))
+    return _start(ctx, plan)
+
+
+def _target(f: InFlight, update_revision: str) -> str:
+    return f.revision or update_revision
+
+
+def _start(ctx: GateContext, plan: RolloutPlan) -> Step:
+    """The next member(s) to restart (Recreate) or to prepare a standby for (WarmHandoff), as
+    many as `maxUnavailable` / `maxSurge` allow and the predicates let through."""
+    limits, warm = ctx.limits, ctx.limits.strategy == WARM_HANDOFF
+    predicates = gates.BEFORE_PREPARE if warm else gates.BEFORE_STOP
+    at_once = limits.max_surge if warm else limits.max_unavailable
+    pick: list[int] = []
+    first_blockers: tuple[Blocker, ...] = ()
+    for ordinal in plan.ordinals:
+        if len(pick) >= at_once:
+            break
+        blocked = gates.blockers(ctx, ordinal, predicates)
+        if blocked:
+            first_blockers = first_blockers or blocked
+            continue
+        pick.append(ordinal)
+        if not warm:  # the next candidate sees this one stopped
+            ctx = replace(ctx, in_flight=(*ctx.in_flight, InFlight(ordinal, ctx.now)))
+    if not pick:
+        return _blocked_wait(first_blockers)
+    return PrepareReplacements(tuple(pick)) if warm else RestartMembers(tuple(pick))
+
+
+def _blocked_wait(blocked: tuple[Blocker, ...], recheck: float = 2.0) -> Wait:
+    first = blocked[0]
+    return Wait(WAIT_REASONS.get(first.name, WAIT_BLOCKED),
+                "; ".join(f"{b.name}: {b.message}" for b in blocked), recheck, blocked)
+
+
+def _failed(ctx: GateContext) -> MemberFailed | None:
+    """A member stopped in this rollout whose replacement fails on its revision, or has not
+    processed within the progress deadline."""
+    limits, rollback = ctx.limits, ctx.limits.on_failure == "Rollback"
+    for f in ctx.in_flight:
+        if f.stopped_at is None:
+            continue
+        member = ctx.observed.member(f.ordinal)
+        target = _target(f, ctx.update_revision)
+        back_to = rollback and f.revision is None  # a rollback that fails is not rolled back
+        if member is not None and member.revision == target and member.stopped_at is None:
+            trouble = member.pod_failed or member.failure or member.crash
+            if trouble is not None:
+                return MemberFailed(f.ordinal, MEMBER_FAILING, (
+                    f"member {f.ordinal} fails on revision {target}: {trouble}"), back_to)
+        waited = (ctx.now - f.stopped_at).total_seconds()
+        if waited > limits.progress_deadline_s:
+            return MemberFailed(f.ordinal, NO_PROGRESS, (
+                f"member {f.ordinal} has not processed on revision {target} within "
+                f"spec.rollout.progressDeadlineSeconds ({limits.progress_deadline_s:.0f} s) "
+                "while records wait on its partitions"), back_to)
+    return None
+
+
+def _expired(ctx: GateContext, f: InFlight, phase: str) -> StopAtRisk | None:
+    """A member whose absence, not yet ended when first seen, is past the session timeout."""
+    if f.rejoined_at is not None or phase == "Stopped":
+        return None
+    late = _late(replace(ctx, in_flight=(f,)), phase)
+    return late if isinstance(late, StopAtRisk) and late.expired else None
+
+
+def _late(ctx: GateContext, phase: str) -> StopAtRisk | float | None:
+    """A member away past the at-risk mark or the session timeout, or when to look again."""
+    limits, now = ctx.limits, ctx.now
     session_ms = limits.session_timeout_ms
     risk_ms = session_ms * limits.at_risk_fraction
     needed = limits.needed_session_ms or session_ms
-    in_flight = _in_flight(state, observed, update_revision)
-
-    # 1. Follow members being restarted: done, back in the group, late, too late, or wait.
-    for f in in_flight:
-        member = observed.member(f.ordinal)
-        if (is_done(member, update_revision, observed.group_state)
-                and _settled(f, member, observed.lag, now)):
-            return MarkMemberDone(f.ordinal, f.absence_s(now), _gap_s(f, member))
-    for f in in_flight:
-        if (f.stopped_at is not None and f.rejoined_at is None
-                and has_rejoined(observed.member(f.ordinal), update_revision)):
-            return MemberRejoined(f.ordinal, f.absence_s(now))
-    phase = state.phase if same_rollout else "Pending"
-    recheck = MAX_RECHECK_S
-    warm = _follow_warm(in_flight, observed, limits, now)
-    if isinstance(warm, Wait):
-        recheck = min(recheck, warm.recheck_after_s or recheck)
-    elif warm is not None:
-        return warm
-    for f in in_flight:
+    recheck: float | None = None
+    for f in ctx.in_flight:
         if f.rejoined_at is not None or f.stopped_at is None:
             continue  # back in the group, or not stopped yet: the session timeout is not running
         absence_s = f.absence_s(now)
         absence_ms = absence_s * 1000
         if absence_ms > session_ms and phase != "Stopped":
             return StopAtRisk(
-                f.ordinal,
-                absence_s,
-                needed,
+                f.ordinal, absence_s, needed,
                 f"member {f.ordinal} has been away {absence_s:.1f} s, longer than the session "
                 f"timeout {session_ms} ms: the broker has rebalanced the group. The rollout stops; "
                 "a new revision (raised timeouts or a restartNonce change) starts a new one",
-                expired=True,
-            )
+                expired=True)
         if absence_ms > risk_ms and phase not in ("AtRisk", "Stopped"):
             return StopAtRisk(
-                f.ordinal,
-                absence_s,
-                needed,
+                f.ordinal, absence_s, needed,
                 f"member {f.ordinal} has been away {absence_s:.1f} s, more than "
                 f"{limits.at_risk_fraction:.0%} of the session timeout {session_ms} ms, and is not "
-                "back in the group: no further member will be restarted until it is",
-            )
+                "back in the group: no further member will be restarted until it is")
         next_mark = risk_ms if absence_ms <= risk_ms else session_ms
-        recheck = min(recheck, max(0.5, (next_mark - absence_ms) / 1000))
-    if in_flight:
-        preparing = [str(f.ordinal) for f in in_flight if f.stopped_at is None]
-        away = [str(f.ordinal) for f in in_flight
-                if f.rejoined_at is None and f.stopped_at is not None]
-        back = [str(f.ordinal) for f in in_flight if f.rejoined_at is not None]
-        parts = []
-        if preparing:
-            parts.append(f"the standby replacement(s) of member(s) {', '.join(preparing)} to be "
-                         "ready")
-        if away:
-            parts.append(f"member(s) {', '.join(away)} to rejoin the group")
-        if back:
-            parts.append(f"member(s) {', '.join(back)} (back in the group) to be ready to process")
-        return Wait(WAIT_MEMBER, "waiting for " + " and ".join(parts), recheck)
-
-    # 2. Nothing in flight: finished, halted, or start the next restart(s).
-    plan = plan_rollout(observed.members)
-    if not plan.ordinals:
-        if same_rollout and phase in ("Complete", "Idle"):
-            return Wait(WAIT_UP_TO_DATE, f"every member runs revision {update_revision}")
-        return Complete()
-    if same_rollout and phase in ("AtRisk", "Stopped"):
-        return Wait(WAIT_STOPPED, state.reason or "the rollout stopped: a restart ran late")
-    if limits.paused:
-        return Wait(WAIT_PAUSED, "spec.rollout.paused is true")
-    if not limits.restart_safe:
-        return RefuseToStart(needed, refusal_message(limits))
-    if observed.group_state not in STARTABLE_STATES:
-        return Wait(WAIT_GROUP, f"the group is {observed.group_state}", 2.0)
-
-    by_ordinal = {m.ordinal: m for m in observed.members}
-    unavailable = [m for m in observed.members if not is_available(m, observed.group_state)]
-    free = [o for o in plan.ordinals if not is_available(by_ordinal[o], observed.group_state)]
-    at_once = limits.max_surge if limits.strategy == WARM_HANDOFF else limits.max_unavailable
-    budget = at_once - (len(unavailable) - len(free))
-    pick = free[:at_once]
-    ready = [o for o in plan.ordinals if o not in free]
-    pick += ready[: max(0, budget - len(pick))]
-    if not pick:
-        others = ", ".join(str(m.ordinal) for m in unavailable if m.ordinal not in free)
-        return Wait(WAIT_AVAILABILITY, f"waiting for member(s) {others} to be ready", 2.0)
-    if limits.strategy == WARM_HANDOFF:
-        return PrepareReplacements(tuple(pick))
-    return RestartMembers(tuple(pick))
+        wait = max(0.5, (next_mark - absence_ms) / 1000)
+        recheck = wait if recheck is None else min(recheck, wait)
+    return recheck
 
 
-def _settled(f: InFlight, member: ObservedMember | None,
-             lag: Mapping[tuple[str, int], int] | None, now: datetime) -> bool:
-    """A warm replacement is done once its processing gap is known (its first batch), or once
-    no record of its partitions waits (the broker's lag is 0: nothing to process, no gap to
-    measure). It waits at most GAP_WAIT_MAX_S. A cold member is done once ready."""
-    if f.mode != "warm" or member is None or member.first_batch_at is not None:
-        return True
-    if f.rejoined_at is None:
-        return False
-    if lag is not None and not any(lag.get(tp, 0) for tp in member.assignment):
-        return True
-    return (now - f.rejoined_at).total_seconds() >= GAP_WAIT_MAX_S
+def _waiting_for(in_flight: Sequence[InFlight]) -> str:
+    preparing = [str(f.ordinal) for f in in_flight if f.stopped_at is None]
+    away = [str(f.ordinal) for f in in_flight if f.rejoined_at is None and f.stopped_at is not None]
+    back = [str(f.ordinal) for f in in_flight if f.rejoined_at is not None]
+    parts = []
+    if preparing:
+        parts.append(f"the standby replacement(s) of member(s) {', '.join(preparing)} to be ready")
+    if away:
+        parts.append(f"member(s) {', '.join(away)} to rejoin the group")
+    if back:
+        parts.append(f"member(s) {', '.join(back)} (back in the group) to process on the new "
+                     "revision")
+    return "waiting for " + " and ".join(parts)
 
 
 def _gap_s(f: InFlight, member: ObservedMember | None) -> float | None:
@@ -643,65 +475,114 @@ def _gap_s(f: InFlight, member: ObservedMember | None) -> float | None:
     return max(0.0, (member.first_batch_at - f.old_last_batch_at).total_seconds())
 
 
-def _replacement(f: InFlight, member: ObservedMember | None) -> ObservedMember | None:
-    if member is None or f.replacement is None:
-        return None
-    if member.pod_name == f.replacement:
-        return member
-    if member.standby is not None and member.standby.pod_name == f.replacement:
-        return member.standby
-    return None
-
-
-def _follow_warm(in_flight: Sequence[InFlight], observed: GroupObservation,
-                 limits: RolloutLimits, now: datetime) -> Step | None:
-    """A warm handoff's own steps: the replacement failed or is late (stop), it is
-    standby-ready (stop the old member), or it does not take the activation (fall back)."""
-    preparing = tuple(f.ordinal for f in in_flight if f.stopped_at is None)
+def _follow_warm(ctx: GateContext) -> Step | None:
+    """A warm handoff's own steps: the replacement failed, cannot be made or is late (fall
+    back, or stop), it is standby-ready (stop the old member once the predicates hold), or it
+    does not take the activation (fall back to a cold start)."""
+    observed, limits, now = ctx.observed, ctx.limits, ctx.now
+    preparing = tuple(f.ordinal for f in ctx.in_flight if f.stopped_at is None)
     soonest: float | None = None
-    for f in in_flight:
+    held: Wait | None = None  # the first member the predicates hold back; others may go on
+    for f in ctx.in_flight:
         if f.mode != "warm":
             continue
         member = observed.member(f.ordinal)
-        rep = _replacement(f, member)
+        rep = replacement_of(f, member)
         if f.stopped_at is None:
-            if rep is not None and rep.failure is not None:
-                return HandoffFailed(f.ordinal, preparing, (
-                    f"the replacement of member {f.ordinal} (pod {rep.pod_name}) failed before "
-                    f"it was standby-ready: {rep.failure}. Member {f.ordinal} keeps running on "
-                    "its old revision and nothing rebalanced; fix the cause and change the spec "
-                    "(or spec.rollout.restartNonce) to roll again"))
-            waited = (now - (f.prepared_at or now)).total_seconds()
-            if waited > limits.standby_timeout_s:
-                return HandoffFailed(f.ordinal, preparing, (
-                    f"the replacement of member {f.ordinal} was not standby-ready within "
-                    f"spec.rollout.standbyTimeoutSeconds ({limits.standby_timeout_s:.0f} s); it "
-                    "was deleted, the member keeps running on its old revision and nothing "
-                    "rebalanced. See the replacement's log for what took the time"))
+            cannot, no_room = _cannot_prepare(f, rep, ctx)
+            if cannot is not None:
+                if (no_room and limits.fallback == "Recreate" and f.revision is None
+                        and member is not None and member is not rep):
+                    cold = replace(ctx, in_flight=tuple(
+                        replace(x, mode="cold") if x.ordinal == f.ordinal else x
+                        for x in ctx.in_flight))
+                    blocked = gates.blockers(cold, f.ordinal)
+                    if blocked:
+                        held = held or _blocked_wait((Blocker("ReplacementCreated", cannot),
+                                                      *blocked))
+                        continue
+                    return RecreateInstead(f.ordinal, member.pod_uid, cannot + (
+                        f"; spec.rollout.fallback is Recreate: member {f.ordinal} is restarted "
+                        "the cold way instead, inside the session timeout"))
+                return HandoffFailed(f.ordinal, preparing, cannot + (
+                    f". Member {f.ordinal} keeps running on its old revision and nothing "
+                    "rebalanced; fix the cause and change the spec (or spec.rollout.restartNonce) "
+                    "to roll again"))
             if rep is not None and member is not None and rep is member:
                 # The old member went first (deleted, or lost with its node): nothing to stop.
                 return HandOver(f.ordinal, None, rep.standby_ready_at)
-            if rep is not None and rep.standby_state == "ready" and member is not None:
-                return HandOver(f.ordinal, member.pod_uid, rep.standby_ready_at or now)
             if member is None:
                 return HandOver(f.ordinal, None, None)
-            left = limits.standby_timeout_s - waited
+            if rep is not None and rep.standby_state == "ready":
+                blocked = gates.blockers(ctx, f.ordinal)
+                if blocked:
+                    held = held or _blocked_wait(blocked, 1.0)
+                    continue
+                return HandOver(f.ordinal, member.pod_uid, rep.standby_ready_at or now)
+            left = limits.standby_timeout_s - (now - (f.prepared_at or now)).total_seconds()
             soonest = min(soonest or 1.0, max(0.5, min(1.0, left)))
             continue
         if f.rejoined_at is not None or f.closed_at is None:
             continue
-        since_close = (now - f.closed_at).total_seconds()
         active = rep is not None and rep.standby_state is None and rep.answers
-        if not active and since_close > ACTIVATION_GIVE_UP_S:
+        # The deadline for taking the activation runs from when it was first sent (so never
+        # in the pass that sends it), or from the close when it could not be sent (no pod, no
+        # address).
+        sent = f.activated_at
+        waited = (now - (sent or f.closed_at)).total_seconds()
+        if not active and waited > ACTIVATION_GIVE_UP_S:
             who = f"pod {rep.pod_name}" if rep is not None else "its pod"
+            what = (f"within {ACTIVATION_GIVE_UP_S:.0f} s of the activation"
+                    if sent is not None else "(it could not be sent)")
             return FallBackCold(f.ordinal, (
                 f"the standby replacement of member {f.ordinal} ({who}) did not take the "
-                f"activation within {ACTIVATION_GIVE_UP_S:.0f} s of the old process's close; "
-                "it is replaced by a cold start, inside the session timeout"))
+                f"activation {what}; it is replaced by a cold start, which must fit in the "
+                "session timeout"))
         soonest = min(soonest or 0.5, 0.5)
+    if held is not None:
+        return held
     if soonest is not None:
         return Wait(WAIT_MEMBER, "warm handoff under way", soonest)
     return None
+
+
+def _cannot_prepare(f: InFlight, rep: ObservedMember | None,
+                    ctx: GateContext) -> tuple[str | None, bool]:
+    """Why the standby replacement of `f` will not be standby-ready, and whether that is a
+    lack of room (the API server refused it, or it is still Pending or missing at the standby
+    timeout: `fallback` applies) rather than the revision failing (it failed, or it runs and
+    did not get ready: the rollout stops). (None, False) while it may still get there."""
+    if rep is not None and rep.failure is not None:
+        return (f"the replacement of member {f.ordinal} (pod {rep.pod_name}) failed before it "
+                f"was standby-ready: {rep.failure}"), False
+    refusal = ctx.observed.refused.get(f.replacement or "")
+    if refusal is not None:
+        return (f"the replacement of member {f.ordinal} (pod {f.replacement}) could not be "
+                f"created: {refusal}"), True
+    waited = (ctx.now - (f.prepared_at or ctx.now)).total_seconds()
+    if waited > ctx.limits.standby_timeout_s and not (rep is not None
+                                                        and rep.standby_state == "ready"):
+        where = (f"pod {rep.pod_name} is {rep.pod_phase}" if rep is not None
+                 else "its pod does not exist")
+        pending = rep is None or rep.pod_phase in (None, "Pending")
+        return (f"the replacement of member {f.ordinal} was not standby-ready within "
+                f"spec.rollout.standbyTimeoutSeconds ({ctx.limits.standby_timeout_s:.0f} s; "
+                f"{where}); see the replacement's Events and log for what took the time"
+                ), pending
+    return None, False
+
+
+# --- the state after a step ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What `record_step`'s rows see besides the state and the step."""
+
+    observed: GroupObservation
+    update_revision: str
+    now: datetime
+    plan: tuple[int, ...]
 
 
 def record_step(
@@ -714,142 +595,228 @@ def record_step(
     """The rollout state after `step` was carried out (call after the apply layer acted)."""
     if state.revision != update_revision:
         state = RolloutState(revision=update_revision, phase="Pending")
-    state = replace(state, in_flight=_in_flight(state, observed, update_revision))
-    plan = plan_rollout(observed.members).ordinals
-    if isinstance(step, RestartMembers | PrepareReplacements):
-        picked = set(step.ordinals)
-        warm = isinstance(step, PrepareReplacements)
-        added = tuple(
-            InFlight(o, None, pod_uid=_uid(observed, o), mode="warm",
-                     replacement=observed.replacement_names.get(o), prepared_at=now)
-            if warm else InFlight(o, now, pod_uid=_uid(observed, o))
-            for o in step.ordinals)
-        doing = ("starting the standby replacement(s) of member(s) " if warm
-                 else "restarting member(s) ")
+    state = replace(state, in_flight=_in_flight(state, observed, update_revision, now),
+                    blocked_by=())
+    rec = Recording(observed, update_revision, now, plan_rollout(observed.members).ordinals)
+    return RECORDERS[type(step)](state, step, rec)
+
+
+def _record_start(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, RestartMembers | PrepareReplacements)
+    warm = isinstance(step, PrepareReplacements)
+    added = tuple(
+        InFlight(o, None, pod_uid=_uid(rec.observed, o), mode="warm",
+                 replacement=rec.observed.replacement_names.get(o), prepared_at=rec.now)
+        if warm else InFlight(o, rec.now, pod_uid=_uid(rec.observed, o))
+        for o in step.ordinals)
+    doing = ("starting the standby replacement(s) of member(s) " if warm
+             else "restarting member(s) ")
+    return replace(
+        state, phase="Rolling", reason=doing + ", ".join(map(str, step.ordinals)),
+        started_at=state.started_at or rec.now, finished_at=None, rebalances_during=None,
+        rebalances_at_start=(rec.observed.rebalances if state.rebalances_at_start is None
+                             else state.rebalances_at_start),
+        strategy=state.strategy or (WARM_HANDOFF if warm else "Recreate"),
+        in_flight=state.in_flight + added,
+        pending=tuple(o for o in rec.plan if o not in set(step.ordinals)))
+
+
+def _record_hand_over(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, HandOver)
+    return replace(
+        state,
+        reason=f"member {step.ordinal}: replacement standby-ready, stopping the old member",
+        in_flight=tuple(
+            replace(f, stopped_at=rec.now, standby_ready_at=step.standby_ready_at,
+                    pod_uid=step.delete_uid or f.pod_uid)
+            if f.ordinal == step.ordinal else f for f in state.in_flight),
+        pending=rec.plan)
+
+
+def _record_handoff_failed(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, HandoffFailed)
+    dropped = set(step.ordinals) | {step.ordinal}
+    return replace(
+        state, phase="Stopped", reason=step.message, finished_at=rec.now,
+        rebalances_during=_during(state, rec.observed),
+        in_flight=tuple(f for f in state.in_flight if f.ordinal not in dropped),
+        pending=rec.plan)
+
+
+def _record_recreate_instead(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, RecreateInstead)
+    return replace(
+        state, reason=step.message,
+        in_flight=tuple(replace(f, mode="cold", stopped_at=rec.now, replacement=None,
+                                pod_uid=step.delete_uid or f.pod_uid)
+                        if f.ordinal == step.ordinal else f for f in state.in_flight),
+        pending=rec.plan)
+
+
+def _record_fall_back(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, FallBackCold)
+    return replace(
+        state, reason=step.message,
+        in_flight=tuple(replace(f, mode="cold") if f.ordinal == step.ordinal else f
+                        for f in state.in_flight),
+        pending=rec.plan)
+
+
+def _record_rejoined(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, MemberRejoined)
+    return replace(
+        state,
+        # Back before the session timeout: a rollout at risk is no longer at risk.
+        phase="Rolling" if state.phase == "AtRisk" else state.phase,
+        reason=f"member {step.ordinal} back in the group after {step.absence_s:.1f} s",
+        in_flight=tuple(replace(f, rejoined_at=rec.now) if f.ordinal == step.ordinal else f
+                        for f in state.in_flight),
+        longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
+        pending=rec.plan)
+
+
+def _record_done(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, MarkMemberDone)
+    absence_ms = round(step.absence_s * 1000)
+    done = next((f for f in state.in_flight if f.ordinal == step.ordinal), None)
+    gap_ms = None if step.processing_gap_s is None else round(step.processing_gap_s * 1000)
+    handoff = Handoff(
+        step.ordinal, done.mode if done else "cold", absence_ms, gap_ms,
+        _ms_between(done.prepared_at, done.standby_ready_at) if done else None)
+    after = replace(
+        state,
+        handoffs=(*state.handoffs, handoff),
+        longest_gap_ms=(state.longest_gap_ms if gap_ms is None
+                        else max(state.longest_gap_ms or 0, gap_ms)),
+        in_flight=tuple(f for f in state.in_flight if f.ordinal != step.ordinal),
+        longest_absence_ms=max(state.longest_absence_ms, absence_ms),
+        pending=rec.plan)
+    if done is not None and done.revision is not None:
+        # A rollback finished: the member processes on the revision it was handed back to.
+        return replace(after, phase="RolledBack", finished_at=rec.now,
+                       rebalances_during=_during(state, rec.observed),
+                       reason=(f"{state.failure or 'the rollout failed'}. Member "
+                               f"{step.ordinal} was handed back to "
+                               f"revision {done.revision} and processes again (it was away "
+                               f"{step.absence_s:.1f} s); fix the spec to roll again"))
+    if state.phase in ("Stopped", "Halted", "RolledBack"):
+        return after
+    return replace(after, phase="Rolling",
+                   members_restarted=(*state.members_restarted, step.ordinal),
+                   reason=f"member {step.ordinal} processing again (it was away "
+                          f"{step.absence_s:.1f} s)")
+
+
+def _record_failed(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, MemberFailed)
+    failed = next(f for f in state.in_flight if f.ordinal == step.ordinal)
+    if step.rollback and rec.observed.rollback_revision is not None:
+        back = rec.observed.rollback_revision
+        handback = InFlight(step.ordinal, None, pod_uid=_uid(rec.observed, step.ordinal),
+                            mode="warm", prepared_at=rec.now, revision=back,
+                            replacement=rec.observed.rollback_names.get(step.ordinal),
+                            old_last_batch_at=failed.old_last_batch_at)
         return replace(
-            state,
-            phase="Rolling",
-            reason=doing + ", ".join(map(str, step.ordinals)),
-            started_at=state.started_at or now,
-            finished_at=None,
-            rebalances_during=None,
-            rebalances_at_start=(
-                observed.rebalances
-                if state.rebalances_at_start is None
-                else state.rebalances_at_start
-            ),
-            strategy=state.strategy or (WARM_HANDOFF if warm else "Recreate"),
-            in_flight=state.in_flight + added,
-            pending=tuple(o for o in plan if o not in picked),
-        )
-    if isinstance(step, HandOver):
-        return replace(
-            state,
-            reason=f"member {step.ordinal}: replacement standby-ready, stopping the old member",
-            in_flight=tuple(
-                replace(f, stopped_at=now, standby_ready_at=step.standby_ready_at,
-                        pod_uid=step.delete_uid or f.pod_uid)
-                if f.ordinal == step.ordinal else f for f in state.in_flight),
-            pending=plan,
-        )
-    if isinstance(step, HandoffFailed):
-        dropped = set(step.ordinals) | {step.ordinal}
-        return replace(
-            state, phase="Stopped", reason=step.message, finished_at=now,
-            rebalances_during=_during(state, observed),
-            in_flight=tuple(f for f in state.in_flight if f.ordinal not in dropped),
-            pending=plan,
-        )
-    if isinstance(step, FallBackCold):
-        return replace(
-            state, reason=step.message,
-            in_flight=tuple(replace(f, mode="cold") if f.ordinal == step.ordinal else f
-                            for f in state.in_flight),
-            pending=plan,
-        )
-    if isinstance(step, MemberRejoined):
-        return replace(
-            state,
-            # Back before the session timeout: a rollout at risk is no longer at risk.
-            phase="Rolling" if state.phase == "AtRisk" else state.phase,
-            reason=f"member {step.ordinal} back in the group after {step.absence_s:.1f} s",
-            in_flight=tuple(replace(f, rejoined_at=now) if f.ordinal == step.ordinal else f
-                            for f in state.in_flight),
-            longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
-            pending=plan,
-        )
-    if isinstance(step, MarkMemberDone):
-        absence_ms = round(step.absence_s * 1000)
-        done = next((f for f in state.in_flight if f.ordinal == step.ordinal), None)
-        gap_ms = None if step.processing_gap_s is None else round(step.processing_gap_s * 1000)
-        handoff = Handoff(
-            step.ordinal, done.mode if done else "cold", absence_ms, gap_ms,
-            _ms_between(done.prepared_at, done.standby_ready_at) if done else None)
-        return replace(
-            state,
-            handoffs=(*state.handoffs, handoff),
-            longest_gap_ms=(state.longest_gap_ms if gap_ms is None
-                            else max(state.longest_gap_ms or 0, gap_ms)),
-            phase="Stopped" if state.phase == "Stopped" else "Rolling",
-            reason=state.reason
-            if state.phase == "Stopped"
-            else f"member {step.ordinal} serving again (it was away {step.absence_s:.1f} s)",
-            in_flight=tuple(f for f in state.in_flight if f.ordinal != step.ordinal),
-            members_restarted=(*state.members_restarted, step.ordinal),
-            longest_absence_ms=max(state.longest_absence_ms, absence_ms),
-            pending=plan,
-        )
-    if isinstance(step, StopAtRisk):
-        return replace(
-            state,
-            phase="Stopped" if step.expired else "AtRisk",
-            reason=step.message,
-            finished_at=now if step.expired else None,
-            rebalances_during=_during(state, observed) if step.expired else None,
-            longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
-            pending=plan,
-        )
-    if isinstance(step, Complete):
-        return replace(
-            state,
-            phase="Complete",
-            reason=f"every member runs revision {update_revision}",
-            finished_at=now,
-            rebalances_during=_during(state, observed),
-            in_flight=(),
-            pending=(),
-        )
-    if isinstance(step, RefuseToStart):
-        return replace(state, phase="Pending", reason=step.message, pending=plan)
-    # Wait
+            state, phase="Rolling", rolled_back_to=back, failure=step.message,
+            reason=(f"{step.message}; rolling member {step.ordinal} back to revision {back} "
+                    "(spec.rollout.onFailure: Rollback) by warm handoff"),
+            in_flight=(handback,), pending=rec.plan)
+    why = step.message + ("" if not step.rollback else (
+        "; no revision to roll back to is known (no rollout completed before), so it halts"))
+    return replace(
+        state, phase="Halted", finished_at=rec.now, failure=step.message,
+        rebalances_during=_during(state, rec.observed),
+        reason=(f"{why}. The rollout halted (spec.rollout.onFailure: Halt); the members on the "
+                "old revision keep serving. Fix the spec (or the transform) to roll again"
+                if not step.rollback else why + ". The members on the old revision keep "
+                "serving. Fix the spec (or the transform) to roll again"),
+        in_flight=(), pending=rec.plan)
+
+
+def _record_at_risk(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, StopAtRisk)
+    return replace(
+        state,
+        phase="Stopped" if step.expired else "AtRisk",
+        reason=step.message,
+        finished_at=rec.now if step.expired else None,
+        rebalances_during=_during(state, rec.observed) if step.expired else None,
+        longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
+        pending=rec.plan)
+
+
+def _record_complete(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    return replace(
+        state, phase="Complete", reason=f"every member runs revision {rec.update_revision}",
+        finished_at=rec.now, rebalances_during=_during(state, rec.observed),
+        in_flight=(), pending=())
+
+
+def _record_refusal(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, RefuseToStart)
+    return replace(state, phase="Pending", reason=step.message, pending=rec.plan,
+                   blocked_by=(Blocker("RestartFitsSessionTimeout", step.message),))
+
+
+def _record_wait(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, Wait)
     phase: Phase = state.phase
     if step.reason == WAIT_PAUSED:
         phase = "Paused"
     elif state.phase == "Paused":
         phase = "Rolling" if state.started_at else "Pending"
-    return replace(state, phase=phase, reason=step.message, pending=plan)
+    return replace(state, phase=phase, reason=step.message, pending=rec.plan,
+                   blocked_by=step.blocked_by)
 
 
-def _in_flight(state: RolloutState, observed: GroupObservation,
-               update_revision: str) -> tuple[InFlight, ...]:
+RECORDERS: Mapping[type, Callable[[RolloutState, Step, Recording], RolloutState]] = {
+    Wait: _record_wait,
+    RestartMembers: _record_start,
+    PrepareReplacements: _record_start,
+    HandOver: _record_hand_over,
+    HandoffFailed: _record_handoff_failed,
+    RecreateInstead: _record_recreate_instead,
+    FallBackCold: _record_fall_back,
+    MemberRejoined: _record_rejoined,
+    MarkMemberDone: _record_done,
+    MemberFailed: _record_failed,
+    StopAtRisk: _record_at_risk,
+    Complete: _record_complete,
+    RefuseToStart: _record_refusal,
+}
+"""One row per step type: the rollout state after it."""
+
+
+def _in_flight(state: RolloutState, observed: GroupObservation, update_revision: str,
+               now: datetime) -> tuple[InFlight, ...]:
     """The recorded in-flight members plus any outdated pod found being deleted (resume after a
-    crash between deleting a pod and recording it), oldest first. A pod of the update revision
-    being deleted is not a restart of the roller's (someone deleted it, or its node went): the
-    member is recreated, and no rollout stops because of it."""
+    crash between deleting a pod and recording it), oldest first, with what this pass saw of
+    them: the old process's close, last batch and last answer, the activation sent. A pod of
+    the update revision being deleted is not a restart of the roller's (someone deleted it,
+    or its node went): the member is recreated, and no rollout stops because of it."""
     known = {f.ordinal: f for f in state.in_flight}
     for m in observed.members:
         if (m.stopped_at is not None and m.ordinal not in known
                 and m.revision != update_revision):
             known[m.ordinal] = InFlight(m.ordinal, m.stopped_at, pod_uid=m.pod_uid)
     for ordinal, f in known.items():
-        closed = observed.closures.get(f.pod_uid or "")
-        if f.closed_at is None and closed is not None:
-            known[ordinal] = replace(f, closed_at=closed)
-    for ordinal, f in known.items():
-        last = observed.last_batches.get(f.pod_uid or "")
-        if last is not None and (f.old_last_batch_at is None or last > f.old_last_batch_at):
-            known[ordinal] = replace(f, old_last_batch_at=last)
+        uid = f.pod_uid or ""
+        closed = observed.closures.get(uid)
+        last = observed.last_batches.get(uid)
+        known[ordinal] = replace(
+            f,
+            closed_at=f.closed_at or closed,
+            old_last_batch_at=(last if last is not None and (
+                f.old_last_batch_at is None or last > f.old_last_batch_at)
+                else f.old_last_batch_at),
+            old_last_seen_at=_latest(f.old_last_seen_at, observed.last_seen.get(uid)),
+            activated_at=(f.activated_at or (now if ordinal in observed.activating else None)))
     return tuple(sorted(known.values(), key=lambda f: f.order))
+
+
+def _latest(*moments: datetime | None) -> datetime | None:
+    known = [m for m in moments if m is not None]
+    return max(known) if known else None
 
 
 def _uid(observed: GroupObservation, ordinal: int) -> str | None:
@@ -861,25 +828,6 @@ def _ms_between(start: datetime | None, end: datetime | None) -> int | None:
     if start is None or end is None:
         return None
     return max(0, round((end - start).total_seconds() * 1000))
-
-
-def _in_flight_status(f: InFlight) -> dict[str, Any]:
-    out: dict[str, Any] = {"ordinal": f.ordinal, "phase": f.phase, "mode": f.mode}
-    if f.stopped_at is not None:
-        out["stoppedAt"] = rfc3339(f.stopped_at)
-    for key, value in (("preparedAt", f.prepared_at), ("standbyReadyAt", f.standby_ready_at),
-                       ("oldLastBatchAt", f.old_last_batch_at)):
-        if value is not None:
-            out[key] = rfc3339_ms(value)
-    if f.replacement is not None:
-        out["replacementPod"] = f.replacement
-    if f.pod_uid is not None:
-        out["podUid"] = f.pod_uid
-    if f.closed_at is not None:
-        out["closedAt"] = rfc3339_ms(f.closed_at)
-    if f.rejoined_at is not None:
-        out["rejoinedAt"] = rfc3339_ms(f.rejoined_at)
-    return out
 
 
 def _during(state: RolloutState, observed: GroupObservation) -> int | None:

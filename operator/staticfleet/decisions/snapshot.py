@@ -99,6 +99,12 @@ class Snapshot:
     bounds_denied: str | None = None
     """Why the broker's bounds could not be read (the principal may not DescribeConfigs on the
     cluster); Kafka's default bounds stand in for them."""
+    last_answers: Mapping[str, datetime] = field(default_factory=dict)
+    """When each member pod's process (by uid) last answered /status, as this operator process
+    saw it (this pass's answers included)."""
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """Member pods (by name) the API server refused to create on an earlier pass, with its
+    answer (a quota, Pod Security admission, a webhook), as the service remembers them."""
     lag: Mapping[tuple[str, int], int] | None = None
     """Each partition's lag as the broker sees it (end offset minus committed offset), for the
     partitions the group committed; None when it could not be read."""

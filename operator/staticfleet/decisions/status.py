@@ -135,6 +135,8 @@ def derive_conditions(
         "AtRisk": ("True", c.ROLLING),
         "Paused": ("False", c.ROLLOUT_PAUSED),
         "Stopped": ("False", c.ROLLOUT_STOPPED),
+        "Halted": ("False", c.ROLLOUT_HALTED),
+        "RolledBack": ("False", c.ROLLED_BACK),
         "Complete": ("False", c.ROLLOUT_COMPLETE),
     }
     progressing = phases[rollout.phase]
@@ -146,8 +148,8 @@ def derive_conditions(
     degraded: Cond
     if problems:
         degraded = ("True", problems[0][0], problems[0][1])
-    elif rollout.phase == "Stopped":
-        degraded = ("True", c.ROLLOUT_STOPPED, rollout.reason)
+    elif rollout.phase in ("Stopped", "Halted", "RolledBack"):
+        degraded = ("True", phases[rollout.phase][1], rollout.reason)
     elif refusal is not None:
         degraded = ("True", c.RESTART_UNSAFE, refusal)
     elif timeouts is not None and not timeouts.restart_safe:

@@ -7,6 +7,7 @@ the YAML, in milliseconds.
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from staticfleet.decisions.model import ConsumerGroupSpec, SpecError
+from staticfleet.decisions.rollstate import Phase
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD = ROOT / "crds" / "consumergroups.staticfleet.io.yaml"
@@ -62,7 +64,9 @@ def test_status_has_a_schema_not_a_blank_cheque(schema: dict[str, Any]) -> None:
     for field in ("observedGeneration", "conditions", "members", "timeouts", "rollout"):
         assert field in status["properties"]
     phases = at(schema, "status.rollout.phase")["enum"]
-    assert phases == ["Idle", "Pending", "Rolling", "Paused", "AtRisk", "Stopped", "Complete"]
+    # The CRD's phases are the roller's, in the same order.
+    assert phases == list(typing.get_args(Phase))
+    assert "Halted" in phases and "RolledBack" in phases
 
 
 def test_names_subresources_and_columns(crd: dict[str, Any]) -> None:

@@ -56,8 +56,10 @@ def snapshot(cg: dict[str, Any], pods: list[dict[str, Any]] | None = None, *,
              state: str = "Stable", previous: dict[str, Any] | None = None,
              partitions: dict[str, int] | None = None, statuses: dict[str, Any] | None = None,
              in_group: tuple[int, ...] | None = None, now_offset_s: float = 0,
-             broker_config: dict[str, int] | None = None) -> Snapshot:
-    """A gathered snapshot; `in_group`: ordinals the broker lists (default: every live pod)."""
+             broker_config: dict[str, int] | None = None,
+             lag: dict[tuple[str, int], int] | None = None) -> Snapshot:
+    """A gathered snapshot; `in_group`: ordinals the broker lists (default: every live pod);
+    `lag`: the broker's lag per partition (default: read, and no record waits anywhere)."""
     pods = pods or []
     cg = copy.deepcopy(cg)
     if previous is not None:
@@ -80,7 +82,8 @@ def snapshot(cg: dict[str, Any], pods: list[dict[str, Any]] | None = None, *,
     return Snapshot(body=cg, now=NOW + timedelta(seconds=now_offset_s), spec=spec,
                     pods=tuple(pods), statuses=statuses,
                     group=GroupView(state, spec.membership.protocol, members),
-                    partitions=parts, broker_config=broker_config or {})
+                    partitions=parts, broker_config=broker_config or {},
+                    lag={} if lag is None else lag)
 
 
 def _ordinal(pod: dict[str, Any]) -> int:
@@ -448,7 +451,8 @@ def test_a_rollout_waits_for_a_stable_group() -> None:
     pods, status = settled(CG)
     plan = decide(snapshot(NEW_IMAGE, pods, previous=status, state="PreparingRebalance"))
     assert plan.delete == ()
-    assert plan.status["rollout"]["reason"] == "the group is PreparingRebalance"
+    assert "the group is PreparingRebalance" in plan.status["rollout"]["reason"]
+    assert [b["name"] for b in plan.status["rollout"]["blockedBy"]] == ["GroupStable"]
 
 
 def test_restarts_that_cannot_fit_the_session_timeout_are_refused() -> None:
@@ -1139,7 +1143,7 @@ class WarmRoll:
         pods = self.pods + ([self.standby] if self.standby is not None else [])
         plan = decide(replace(snapshot(
             WARM_NEW, pods, previous=self.status, in_group=(0, 1, 2), now_offset_s=self.t,
-            statuses=self.statuses(**replacement)), closures=self.closures, lag=lag))
+            statuses=self.statuses(**replacement), lag=lag), closures=self.closures))
         self.status = without_nulls(dict(plan.status))
         return plan
 
@@ -1369,7 +1373,6 @@ def test_a_warm_member_with_nothing_to_process_is_done_without_a_gap() -> None:
     roll.to_the_old_members_exit()
     roll.standby["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     idle = {("orders", p): 0 for p in range(6)}
-    roll.step(0.5, lag=idle, standby=None, member_id="m-2")
     done = roll.step(0.5, lag=idle, standby=None, member_id="m-2")
     assert c.MEMBER_READY in reasons(done)
     assert "not measured" in next(e.message for e in done.events if e.reason == c.MEMBER_READY)

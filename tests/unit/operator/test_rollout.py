@@ -39,6 +39,8 @@ def member(
 ) -> ObservedMember:
     why = () if rev == NEW else (RestartReason(TEMPLATE_CHANGED, f"runs {rev}, not {NEW}"),)
     kw.setdefault("restart_reasons", why)
+    # A member on the new revision has processed a batch, unless the case says otherwise.
+    kw.setdefault("first_batch_at", NOW - timedelta(seconds=1) if rev == NEW else None)
     return ObservedMember(ordinal=o, revision=rev, ready=ready, in_group=in_group, **kw)
 
 
@@ -394,7 +396,7 @@ def test_a_rejoined_member_is_never_at_risk_while_it_gets_ready() -> None:
     # 40 s after the stop (past 80 % of the session), but back in the group after 5 s.
     step = next_step(rejoined(2, 40, 35), group(member(0), member(1), member(2, NEW, ready=False)),
                      NEW, LIMITS, NOW)
-    assert isinstance(step, Wait) and "ready to process" in step.message
+    assert isinstance(step, Wait) and "to process on the new revision" in step.message
 
 
 def test_done_measures_the_absence_until_the_rejoin() -> None:

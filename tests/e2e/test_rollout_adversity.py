@@ -1,0 +1,180 @@
+"""Warm rollouts when the cluster or a process does not play along (issue 20), on the whole
+system: the real API server (its ResourceQuota admission), the local node running real members,
+the real broker, the operator as its own process, and a steady stream.
+
+* No room for a standby: a `ResourceQuota` of `pods: 4` for a 3-member group with `maxSurge: 2`
+  and `maxUnavailable: 1`. The second standby is refused by the API server; that member is
+  restarted the cold way (`fallback: Recreate`), and the predicates never let two members be
+  stopped at once. Zero rebalances, nothing lost.
+* A late first pass: the operator is frozen (SIGSTOP) while a handoff's old member exits, and
+  thawed 10 s later. Its first pass after the exit sends the activation and does not fall back:
+  the handoff stays warm.
+* A frozen old member: the member process is SIGSTOPped before its stop; it heartbeats no
+  more and exits only at its SIGKILL, and its absence is counted from its last answer, not
+  as the 1 s from that exit to its replacement's join.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from staticfleet_dev.kafka import KafkaBroker
+from tests.conftest import unique
+from tests.e2e.test_day2 import member_process
+from tests.e2e.test_rollout import drain, env_patch, rollout_complete, start_group, trigger
+from tests.support import groups
+from tests.support.kube import kubectl
+from tests.support.operator import OperatorProcess
+from tests.support.polling import Poller
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+
+
+class StoppedAtOnce(Poller):
+    """Polls `status.rollout.inFlight` and records the most members seen stopped and not yet
+    serving at the same time, and every handoff phase seen."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, name: str) -> None:
+        self.args = (kubeconfig, namespace, name)
+        self.most = 0
+        self.phases: set[tuple[int, str]] = set()
+
+    def poll(self) -> None:
+        rollout = (groups.get(*self.args).get("status") or {}).get("rollout") or {}
+        flights = rollout.get("inFlight") or ()
+        for f in flights:
+            self.phases.add((int(f["ordinal"]), str(f.get("phase"))))
+        away = [f for f in flights if f.get("phase") in ("Stopping", "Activating", "Rejoining")]
+        self.most = max(self.most, len(away))
+
+
+def events(kubeconfig: Path, namespace: str, reason: str) -> list[str]:
+    out = kubectl(kubeconfig, "-n", namespace, "get", "events", "-o", "json").stdout
+    return [e.get("message") or "" for e in json.loads(out)["items"] if e.get("reason") == reason]
+
+
+def test_no_room_for_a_standby_falls_back_cold_and_stops_one_member_at_a_time(
+    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
+    stream: dict[str, Any],
+) -> None:
+    name = unique("quota")
+    spec = groups.consumer_group(name, kafka.bootstrap, stream["topic"], replicas=3,
+                                 out_topic=stream["out"], strategy="WarmHandoff")
+    spec["spec"]["rollout"].update({"maxSurge": 2, "maxUnavailable": 1})
+    start_group(kubeconfig, namespace, spec)
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota",
+             "metadata": {"name": "pods", "namespace": namespace},
+             "spec": {"hard": {"pods": "4"}}}
+    kubectl(kubeconfig, "apply", "-f", "-", input=json.dumps(quota))
+    deadline = time.monotonic() + 30  # the quota controller fills in its usage first
+    while not json.loads(kubectl(kubeconfig, "-n", namespace, "get", "resourcequota", "pods",
+                                 "-o", "json").stdout).get("status", {}).get("used"):
+        assert time.monotonic() < deadline, "the ResourceQuota has no usage after 30 s"
+        time.sleep(0.5)
+    time.sleep(3)
+    generations = kafka.generations(name)
+
+    with StoppedAtOnce(kubeconfig, namespace, name) as watch:
+        trigger(kubeconfig, namespace, name, env_patch("quota"))
+        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
+                                 "rolled out")
+    rollout = obj["status"]["rollout"]
+    modes = {h["ordinal"]: h["mode"] for h in rollout["handoffs"]}
+    print(f"quota: handoffs {rollout['handoffs']}; most stopped at once {watch.most}; "
+          f"phases seen {sorted(watch.phases)}")
+    assert sorted(modes) == [0, 1, 2]
+    assert "cold" in modes.values() and "warm" in modes.values(), modes
+    fallbacks = events(kubeconfig, namespace, "HandoffFellBackToColdStart")
+    assert any("could not be created" in m and "quota" in m for m in fallbacks), fallbacks
+    assert watch.most == 1, "two members were stopped at once with maxUnavailable 1"
+    assert kafka.generations(name) == generations, "the broker formed a new generation"
+    assert rollout["rebalancesDuringRollout"] == 0
+    produced, out = drain(kafka, name, stream)
+    missing = set(stream["producer"].produced) - set(out)
+    assert produced > 0 and not missing, f"{len(missing)} of {produced} records lost"
+
+
+def test_a_late_first_pass_activates_the_standby_and_does_not_fall_back(
+    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
+    stream: dict[str, Any],
+) -> None:
+    name = unique("late")
+    start_group(kubeconfig, namespace, groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=2, out_topic=stream["out"],
+        strategy="WarmHandoff"))
+    generations = kafka.generations(name)
+    trigger(kubeconfig, namespace, name, env_patch("late"))
+
+    def stopping(obj: dict[str, Any]) -> bool:
+        flights = ((obj.get("status") or {}).get("rollout") or {}).get("inFlight") or ()
+        return any(f.get("phase") == "Stopping" for f in flights)
+
+    groups.wait_status(kubeconfig, namespace, name, stopping, 300, "handing over")
+    assert operator.proc is not None
+    os.kill(operator.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(10)  # the old member exits meanwhile (it drains in about a second)
+    finally:
+        os.kill(operator.proc.pid, signal.SIGCONT)
+    obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600, "rolled out")
+    rollout = obj["status"]["rollout"]
+    print(f"late pass: handoffs {rollout['handoffs']}")
+    assert {h["mode"] for h in rollout["handoffs"]} == {"warm"}, rollout["handoffs"]
+    assert events(kubeconfig, namespace, "HandoffFellBackToColdStart") == []
+    assert kafka.generations(name) == generations, "the broker formed a new generation"
+    _produced, out = drain(kafka, name, stream)
+    assert not set(stream["producer"].produced) - set(out)
+
+
+def test_a_frozen_old_member_is_absent_from_its_last_answer_not_its_exit(
+    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
+    stream: dict[str, Any],
+) -> None:
+    """Member 1's old process is frozen (SIGSTOP) once its standby is ready, held there 12 s
+    (the rollout paused: the stop waits), then the rollout goes on: the frozen process gets
+    its SIGTERM but exits only at its SIGKILL, 5 s later, and its replacement joins a moment
+    after. Counted from that exit the absence is about 1 s; the broker has had no heartbeat for
+    17 s, and that is what the roller records (from the process's last /status answer).
+    The freeze stays under the liveness probe's 20-30 s, which would restart a frozen member."""
+    name = unique("frozen")
+    spec = groups.consumer_group(name, kafka.bootstrap, stream["topic"], replicas=2,
+                                 out_topic=stream["out"], strategy="WarmHandoff")
+    spec["spec"]["template"]["terminationGracePeriodSeconds"] = 5
+    start_group(kubeconfig, namespace, spec)
+    generations = kafka.generations(name)
+    trigger(kubeconfig, namespace, name, json.dumps([
+        {"op": "add", "path": "/spec/template/env/-",
+         "value": {"name": "ROLLOUT_MARK", "value": "frozen"}}]))
+
+    def preparing(obj: dict[str, Any]) -> bool:
+        flights = ((obj.get("status") or {}).get("rollout") or {}).get("inFlight") or ()
+        return any(f.get("phase") == "Preparing" for f in flights)
+
+    groups.wait_status(kubeconfig, namespace, name, preparing, 120, "preparing")
+    kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
+            json.dumps({"spec": {"rollout": {"paused": True}}}))
+    obj = groups.wait_status(kubeconfig, namespace, name, lambda o: any(
+        b.get("name") == "NotPaused" and len(o["status"]["rollout"]["blockedBy"]) == 1
+        for b in ((o.get("status") or {}).get("rollout") or {}).get("blockedBy") or ()),
+        300, "held back by the pause alone (the standby ready)")
+    print("blockedBy while paused:", obj["status"]["rollout"]["blockedBy"])
+    pid, _ = member_process(namespace, f"{name}-1")
+    os.kill(pid, signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    time.sleep(12)
+    kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
+            json.dumps({"spec": {"rollout": {"paused": False}}}))
+    obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 300, "rolled out")
+    rollout = obj["status"]["rollout"]
+    handoff = next(h for h in rollout["handoffs"] if h["ordinal"] == 1)
+    print(f"frozen: rolled out {time.monotonic() - frozen_at:.1f} s after the freeze; member 1's "
+          f"handoff {handoff}")
+    assert handoff["absenceMs"] > 12000, handoff
+    assert kafka.generations(name) == generations, "the broker formed a new generation"
