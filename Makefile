@@ -22,4 +22,4 @@ unit: setup
 	pytest -m unit -q
 
 test: setup lint
-	pytest -q -p no:cacheprovider
+	pytest -q -p no:cacheprovider --durations=25
