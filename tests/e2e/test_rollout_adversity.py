@@ -6,12 +6,11 @@ the real broker, the operator as its own process, and a steady stream.
   and `maxUnavailable: 1`. The second standby is refused by the API server; that member is
   restarted the cold way (`fallback: Recreate`), and the predicates never let two members be
   stopped at once. Zero rebalances, nothing lost.
-* A late first pass: the operator is frozen (SIGSTOP) while a handoff's old member exits, and
-  thawed 10 s later. Its first pass after the exit sends the activation and does not fall back:
-  the handoff stays warm.
 * A frozen old member: the member process is SIGSTOPped before its stop; it heartbeats no
   more and exits only at its SIGKILL, and its absence is counted from its last answer, not
-  as the 1 s from that exit to its replacement's join.
+  as the 1 s from that exit to its replacement's join. In the same rollout, a late first pass:
+  the operator is frozen (SIGSTOP) while the next handoff's old member exits, and thawed 10 s
+  later; its first pass after the exit sends the activation and does not fall back.
 """
 
 from __future__ import annotations
@@ -101,48 +100,23 @@ def test_no_room_for_a_standby_falls_back_cold_and_stops_one_member_at_a_time(
     assert produced > 0 and not missing, f"{len(missing)} of {produced} records lost"
 
 
-def test_a_late_first_pass_activates_the_standby_and_does_not_fall_back(
+def test_a_frozen_old_member_and_a_late_first_pass(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
     stream: dict[str, Any],
 ) -> None:
-    name = unique("late")
-    start_group(kubeconfig, namespace, groups.consumer_group(
-        name, kafka.bootstrap, stream["topic"], replicas=2, out_topic=stream["out"],
-        strategy="WarmHandoff"))
-    generations = kafka.generations(name)
-    trigger(kubeconfig, namespace, name, env_patch("late"))
+    """One 2-member warm rollout, two things going wrong (one group for both: they touch
+    different members, one after the other).
 
-    def stopping(obj: dict[str, Any]) -> bool:
-        flights = ((obj.get("status") or {}).get("rollout") or {}).get("inFlight") or ()
-        return any(f.get("phase") == "Stopping" for f in flights)
-
-    groups.wait_status(kubeconfig, namespace, name, stopping, 300, "handing over")
-    assert operator.proc is not None
-    os.kill(operator.proc.pid, signal.SIGSTOP)
-    try:
-        time.sleep(10)  # the old member exits meanwhile (it drains in about a second)
-    finally:
-        os.kill(operator.proc.pid, signal.SIGCONT)
-    obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600, "rolled out")
-    rollout = obj["status"]["rollout"]
-    print(f"late pass: handoffs {rollout['handoffs']}")
-    assert {h["mode"] for h in rollout["handoffs"]} == {"warm"}, rollout["handoffs"]
-    assert events(kubeconfig, namespace, "HandoffFellBackToColdStart") == []
-    assert kafka.generations(name) == generations, "the broker formed a new generation"
-    _produced, out = drain(kafka, name, stream)
-    assert not set(stream["producer"].produced) - set(out)
-
-
-def test_a_frozen_old_member_is_absent_from_its_last_answer_not_its_exit(
-    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any],
-) -> None:
-    """Member 1's old process is frozen (SIGSTOP) once its standby is ready, held there 12 s
+    Member 1's old process is frozen (SIGSTOP) once its standby is ready, held there 12 s
     (the rollout paused: the stop waits), then the rollout goes on: the frozen process gets
     its SIGTERM but exits only at its SIGKILL, 5 s later, and its replacement joins a moment
     after. Counted from that exit the absence is about 1 s; the broker has had no heartbeat for
     17 s, and that is what the roller records (from the process's last /status answer).
-    The freeze stays under the liveness probe's 20-30 s, which would restart a frozen member."""
+    The freeze stays under the liveness probe's 20-30 s, which would restart a frozen member.
+
+    Then the operator itself is frozen for 10 s while member 0's old process exits: its first
+    pass after the exit is late. It sends the activation and does not fall back to a cold
+    start: member 0's handoff stays warm (its absence is the operator's 10 s)."""
     name = unique("frozen")
     spec = groups.consumer_group(name, kafka.bootstrap, stream["topic"], replicas=2,
                                  out_topic=stream["out"], strategy="WarmHandoff")
@@ -171,10 +145,29 @@ def test_a_frozen_old_member_is_absent_from_its_last_answer_not_its_exit(
     time.sleep(12)
     kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
             json.dumps({"spec": {"rollout": {"paused": False}}}))
+
+    # Member 0's turn: freeze the operator as soon as its old member is being stopped.
+    deadline = time.monotonic() + 300
+    while not any(f.get("ordinal") == 0 and f.get("phase") == "Stopping" for f in (
+            (groups.get(kubeconfig, namespace, name).get("status") or {}).get("rollout")
+            or {}).get("inFlight") or ()):
+        assert time.monotonic() < deadline, "member 0 was never seen Stopping"
+        time.sleep(0.1)
+    assert operator.proc is not None
+    os.kill(operator.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(10)  # member 0's old process exits meanwhile (it drains in about a second)
+    finally:
+        os.kill(operator.proc.pid, signal.SIGCONT)
+
     obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 300, "rolled out")
     rollout = obj["status"]["rollout"]
-    handoff = next(h for h in rollout["handoffs"] if h["ordinal"] == 1)
-    print(f"frozen: rolled out {time.monotonic() - frozen_at:.1f} s after the freeze; member 1's "
-          f"handoff {handoff}")
-    assert handoff["absenceMs"] > 12000, handoff
+    handoffs = {h["ordinal"]: h for h in rollout["handoffs"]}
+    print(f"frozen member and late pass: rolled out {time.monotonic() - frozen_at:.1f} s after "
+          f"the freeze; handoffs {handoffs}")
+    assert handoffs[1]["absenceMs"] > 12000, handoffs[1]
+    assert handoffs[0]["mode"] == "warm", handoffs[0]
+    assert events(kubeconfig, namespace, "HandoffFellBackToColdStart") == []
     assert kafka.generations(name) == generations, "the broker formed a new generation"
+    _produced, out = drain(kafka, name, stream)
+    assert not set(stream["producer"].produced) - set(out), "records lost"
