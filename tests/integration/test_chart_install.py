@@ -1,7 +1,11 @@
 """The Helm chart against the real control plane: lint, a server-side dry-run of every rendering,
 and a real `helm install` whose operator pod runs under the local node with the chart's own
 ServiceAccount (the local node hands it a TokenRequest token as a kubeconfig), so a ConsumerGroup
-becoming Ready proves the chart's RBAC is enough.
+becoming Ready and scaling down proves the chart's RBAC is enough. The same install carries the
+members' NetworkPolicy (accepted by the API server, its selectors matching the real pods; the
+environment has no CNI, so nothing enforces it) and the users' aggregated roles, which the
+kube-controller-manager's ClusterRole aggregation controller folds into `view`, `edit` and
+`admin`.
 
 The session's admin operator (the `operator` fixture) must not run next to the chart's operator:
 this module never requests it, and stops it for the duration when another module started it.
@@ -77,6 +81,15 @@ def test_helm_lint(helm: Path) -> None:
 FEATURES = {
     "defaults": [],
     "watchNamespaces": ["--set", "watchNamespaces={WATCHED}"],
+    "networkPolicy in listed namespaces, own sources": [
+        "--set", "networkPolicy.namespaces={WATCHED}",
+        "--set-json", 'networkPolicy.prometheus=[{"namespaceSelector":{"matchExpressions":'
+                      '[{"key":"team","operator":"In","values":["obs"]}]},"podSelector":{}}]',
+        "--set-json", 'networkPolicy.extraFrom=[{"ipBlock":{"cidr":"10.9.0.0/16",'
+                      '"except":["10.9.1.0/24"]}},{"podSelector":{"matchLabels":{"debug":"1"}}}]'],
+    "no networkPolicy, no user roles": ["--set", "watchNamespaces={WATCHED}",
+                                        "--set", "networkPolicy.enabled=false",
+                                        "--set", "rbac.aggregateClusterRoles=false"],
     "serviceMonitor": ["--set", "serviceMonitor.enabled=true"],
     "memberPodMonitor": ["--set", "memberPodMonitor.enabled=true"],
     "memberPodMonitor+watchNamespaces": ["--set", "memberPodMonitor.enabled=true",
@@ -106,6 +119,8 @@ def test_every_rendering_passes_a_server_side_dry_run(
         out = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", "-", input=manifest).stdout
         assert out.count("(server dry run)") == len(kinds), out
         assert "Deployment" in kinds
+        if "networkPolicy" in feature or feature == "watchNamespaces":
+            assert kinds.count("NetworkPolicy") == (0 if "no networkPolicy" in feature else 1)
     finally:
         kubectl(kubeconfig, "delete", "namespace", watched, "--wait=false", check=False)
 
@@ -124,9 +139,10 @@ def test_the_operator_pod_meets_the_restricted_pod_security_standard(
     (deployment,) = [d for d in yaml.safe_load_all(manifest) if d and d["kind"] == "Deployment"]
     template = deployment["spec"]["template"]
     # The chart's ServiceAccount is not installed here; the pod's security is the question.
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "operator", "labels": template["metadata"]["labels"]},
-           "spec": {**template["spec"], "serviceAccountName": "default"}}
+    pod: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "operator", "labels": template["metadata"]["labels"]},
+        "spec": {**template["spec"], "serviceAccountName": "default"}}
 
     def create(obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
         return kubectl(kubeconfig, "-n", release_ns, "create", "--dry-run=server", "-f", "-",
@@ -191,6 +207,87 @@ def http_get(url: str) -> str | None:
         return None
 
 
+def label_selector(selector: dict[str, Any]) -> str:
+    """A NetworkPolicy's matchLabels as a `-l` selector (the chart uses matchLabels only)."""
+    assert set(selector) == {"matchLabels"}, selector
+    return ",".join(f"{k}={v}" for k, v in sorted(selector["matchLabels"].items()))
+
+
+def check_network_policy(kubeconfig: Path, namespace: str, release_ns: str, group: str,
+                         operator_pod: dict[str, Any]) -> None:
+    """The installed policy, as the API server stored it, selects exactly the group's member pods
+    and admits the real operator pod by its namespace's and its own labels."""
+    (policy,) = get_json(kubeconfig, "-n", namespace, "networkpolicies")["items"]
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    selected = get_json(kubeconfig, "-n", namespace, "pods", "-l",
+                        label_selector(spec["podSelector"]))["items"]
+    members = groups.pods(kubeconfig, namespace, group)
+    assert members and sorted(p["metadata"]["name"] for p in selected) == sorted(
+        p["metadata"]["name"] for p in members)
+    (rule,) = spec["ingress"]
+    # The named port is the members' container port.
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    for member in members:
+        assert {"name": "http", "containerPort": 8080, "protocol": "TCP"} in member["spec"][
+            "containers"][0]["ports"]
+    operator_peer = rule["from"][0]
+    ns_labels = get_json(kubeconfig, "namespace", release_ns)["metadata"]["labels"]
+    assert operator_peer["namespaceSelector"]["matchLabels"].items() <= ns_labels.items()
+    assert operator_peer["podSelector"]["matchLabels"].items() <= (
+        operator_pod["metadata"]["labels"].items())
+    # No other pod of the release namespace, nor any pod of the group's, matches the operator.
+    admitted = get_json(kubeconfig, "-n", release_ns, "pods", "-l",
+                        label_selector(operator_peer["podSelector"]))["items"]
+    assert [p["metadata"]["name"] for p in admitted] == [operator_pod["metadata"]["name"]]
+
+
+def bind_builtin_roles(kubeconfig: Path, namespace: str) -> dict[str, str]:
+    """Users bound to the built-in view, edit and admin ClusterRoles in `namespace`, once the
+    aggregation controller has folded the chart's roles into them; checks what each may do."""
+    users = {role: f"{role}-user-{namespace}" for role in ("view", "edit", "admin")}
+    for role, user in users.items():
+        kubectl(kubeconfig, "-n", namespace, "create", "rolebinding", f"{role}-user",
+                f"--clusterrole={role}", f"--user={user}")
+
+    def rules_of(role: str) -> dict[str, set[str]]:
+        rules = get_json(kubeconfig, "clusterrole", role).get("rules") or []
+        out: dict[str, set[str]] = {}
+        for rule in rules:
+            if "staticfleet.io" in rule.get("apiGroups", ()):
+                for resource in rule["resources"]:
+                    out.setdefault(resource, set()).update(rule["verbs"])
+        return out
+
+    def aggregated() -> bool:
+        edit, admin = rules_of("edit"), rules_of("admin")
+        return all("create" in r.get("consumergroups", ()) and "update" in r.get(
+            "consumergroups/scale", ()) for r in (edit, admin)) and "watch" in rules_of(
+            "view").get("consumergroups", ())
+
+    wait_for("the consumergroups rules aggregated into view, edit and admin", aggregated, 60)
+    view = rules_of("view")
+    assert view == {r: {"get", "list", "watch"} for r in (
+        "consumergroups", "consumergroups/status", "consumergroups/scale")}, view
+    ns = ("-n", namespace)
+    cg = "consumergroups.staticfleet.io"
+    for user, verb, resource, extra, allowed in (
+        (users["view"], "list", cg, (), True),
+        (users["view"], "watch", cg, (), True),
+        (users["view"], "create", cg, (), False),
+        (users["view"], "update", cg, ("--subresource=scale",), False),
+        (users["edit"], "create", cg, (), True),
+        (users["edit"], "delete", cg, (), True),
+        (users["edit"], "patch", cg, ("--subresource=scale",), True),
+        (users["edit"], "patch", cg, ("--subresource=status",), False),
+        (users["admin"], "deletecollection", cg, (), True),
+        (users["admin"], "update", cg, ("--subresource=status",), False),
+    ):
+        assert can_i(kubeconfig, user, verb, resource, *extra, *ns) is allowed, (
+            f"{user} {verb} {resource} {extra}: expected {allowed}")
+    return users
+
+
 def test_install_runs_the_operator_under_its_own_service_account(
     helm: Path, kubeconfig: Path, kafka: KafkaBroker, crds: None, local_node: ProcessRecord,
     local_env: environment.LocalEnv, no_admin_operator: None, release_ns: str, namespace: str,
@@ -200,8 +297,11 @@ def test_install_runs_the_operator_under_its_own_service_account(
     fullname = "sf-staticfleet"
     sa = f"system:serviceaccount:{release_ns}:{fullname}"
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"extraEnv": [
-        {"name": "STATICFLEET_RESYNC_SECONDS", "value": "5"}]}))
+    # The members' NetworkPolicy in the group's namespace (the all-namespaces mode has no other
+    # way to know it).
+    values.write_text(yaml.safe_dump({
+        "extraEnv": [{"name": "STATICFLEET_RESYNC_SECONDS", "value": "5"}],
+        "networkPolicy": {"namespaces": [namespace]}}))
     helm_args: list[str | Path] = ["--kubeconfig", kubeconfig, "--namespace", release_ns]
 
     def operator_log() -> str:
@@ -246,32 +346,56 @@ def test_install_runs_the_operator_under_its_own_service_account(
         log = operator_log()
         assert "Forbidden" not in log and " 403" not in log, log
 
-        # What the ServiceAccount may do, and what it may not.
+        check_network_policy(kubeconfig, namespace, release_ns, name, pod)
+        # A user holding the built-in `edit` scales the group through the aggregated role; the
+        # operator, with the chart's RBAC only, asks the member to leave and deletes its pod.
+        alice = bind_builtin_roles(kubeconfig, namespace)["edit"]
+        kubectl(kubeconfig, "-n", namespace, "scale", "cg", name, "--replicas=1",
+                f"--as={alice}")
+        try:
+            groups.wait_status(kubeconfig, namespace, name, lambda cg: groups.ready(cg) and len(
+                groups.pods(kubeconfig, namespace, name)) == 1, 180, "Ready with 1 member")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{operator_log()}") from None
+        log = operator_log()
+        assert "Forbidden" not in log and " 403" not in log, log
+
+        # What the ServiceAccount may do, and what it may not (docs/security.md).
         for verb, resource, *extra in (
             ("create", "pods", "-n", namespace),
             ("delete", "pods", "-n", namespace),
+            ("patch", "pods", "-n", namespace),
             ("patch", "consumergroups.staticfleet.io", "--subresource=status", "-n", namespace),
+            ("update", "consumergroups.staticfleet.io", "--subresource=finalizers",
+             "-n", namespace),
             ("create", "events", "-n", namespace),
-            ("create", "events.events.k8s.io", "-n", namespace),
             ("create", "poddisruptionbudgets.policy", "-n", namespace),
-            ("watch", "namespaces"),
+            ("get", "secrets", "-n", namespace),
             ("list", "customresourcedefinitions.apiextensions.k8s.io"),
         ):
             assert can_i(kubeconfig, sa, verb, resource, *extra), f"cannot {verb} {resource}"
         for verb, resource, *extra in (
+            ("watch", "namespaces"),
             ("delete", "namespaces"),
             ("update", "customresourcedefinitions.apiextensions.k8s.io"),
             ("delete", "customresourcedefinitions.apiextensions.k8s.io"),
             ("list", "secrets", "-n", "kube-system"),
             ("create", "secrets", "-n", namespace),
+            ("get", "configmaps", "-n", namespace),
+            ("delete", "services", "-n", namespace),
+            ("update", "consumergroups.staticfleet.io", "-n", namespace),
+            ("create", "events.events.k8s.io", "-n", namespace),
+            ("create", "networkpolicies.networking.k8s.io", "-n", namespace),
             ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
             ("create", "serviceaccounts", "--subresource=token", "-n", release_ns),
             ("delete", "consumergroups.staticfleet.io", "-n", namespace),
         ):
             assert not can_i(kubeconfig, sa, verb, resource, *extra), f"may {verb} {resource}"
         # NOTE: in the all-namespaces mode the ClusterRole grants `get secrets` in every
-        # namespace (kube-system included): the operator checks that the Secrets a group names
-        # exist. watchNamespaces confines it (test_watch_namespaces_rbac_confines_secrets).
+        # namespace (kube-system included): the operator reads the Kafka credentials a group
+        # references, and RBAC cannot narrow `get` to those. watchNamespaces confines it
+        # (test_watch_namespaces_rbac_confines_secrets); docs/security.md says so.
+        assert can_i(kubeconfig, sa, "get", "secrets", "-n", "kube-system")
     finally:
         uninstall = run([helm, "uninstall", release, *helm_args, "--wait", "--timeout", "120s"])
     ok(uninstall)
@@ -283,6 +407,11 @@ def test_install_runs_the_operator_under_its_own_service_account(
     assert kubectl(kubeconfig, "-n", release_ns, "get", "deploy,sa,svc", "-o", "name").stdout \
         .split() == ["serviceaccount/default"]
     assert kubectl(kubeconfig, "get", "clusterrole", fullname, check=False).returncode != 0
+    assert not get_json(kubeconfig, "-n", namespace, "networkpolicies")["items"]
+    # The aggregated roles went with the release, and the controller took their rules out of
+    # `edit` again.
+    wait_for("consumergroups gone from the built-in edit role", lambda: not can_i(
+        kubeconfig, alice, "create", "consumergroups.staticfleet.io", "-n", namespace), 30)
     assert kubectl(kubeconfig, "get", "crd", "consumergroups.staticfleet.io").returncode == 0
     assert groups.get(kubeconfig, namespace, name)["metadata"]["name"] == name
     assert not can_i(kubeconfig, sa, "create", "pods", "-n", namespace)

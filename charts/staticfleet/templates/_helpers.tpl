@@ -71,38 +71,56 @@ The operator image reference.
 
 {{/*
 Rules the operator needs inside every namespace it watches (shared by the ClusterRole of the
-all-namespaces mode and the Roles of the watchNamespaces mode).
+all-namespaces mode and the Roles of the watchNamespaces mode): the verbs its code and kopf call,
+no more. docs/security.md explains each; tests/unit/chart/test_chart.py holds the same table.
 */}}
 {{- define "staticfleet.namespacedRules" -}}
+# kopf lists and watches ConsumerGroups (each group's reconcile daemon, the index of Kafka group
+# ids) and patches them: its finalizer (a daemon needs one) and its progress annotations.
 - apiGroups: ["staticfleet.io"]
   resources: ["consumergroups"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["list", "watch", "patch"]
+# The operator writes each group's status (a merge patch of the status subresource).
 - apiGroups: ["staticfleet.io"]
   resources: ["consumergroups/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["patch"]
+# Children name their ConsumerGroup as owner with blockOwnerDeletion; where the
+# OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift), setting that needs
+# `update` on the owner's finalizers. Nothing calls it otherwise.
+- apiGroups: ["staticfleet.io"]
+  resources: ["consumergroups/finalizers"]
+  verbs: ["update"]
+# Member pods: watched (kopf's pod index, by label), created and deleted by the operator itself
+# (no StatefulSet), and patched to set a standby's staticfleet.io/activated annotation.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create", "delete", "patch"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# The group's ConfigMap (config.json) and headless Service, server-side applied (a patch, which
+# needs create when the object is new); the garbage collector deletes them with the group.
 - apiGroups: [""]
   resources: ["configmaps", "services"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["create", "patch"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
-# Only to check that the Secrets a ConsumerGroup references exist; never list or watch.
+  verbs: ["create", "patch"]
+# Secrets are read, by name only (never listed or watched): the Kafka credentials a
+# ConsumerGroup references in spec.kafka.security (SASL username and password, TLS CA,
+# certificate and private key), with which the operator connects to Kafka itself (group and
+# offset reads, broker limits). Members get them from the kubelet (secretKeyRef), not from the
+# operator. RBAC cannot narrow `get` to the referenced Secrets: this reaches every Secret of the
+# namespaces it applies to (all of them without watchNamespaces).
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
+# Events about ConsumerGroups (the operator's decisions, kopf's warnings): core/v1, created only.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
-- apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- end }}
 
 {{/*
-Cluster-scoped rules kopf needs in every mode: it scans the CRDs to find its resources.
+Cluster-scoped rules kopf needs in every mode: it watches the CRDs to notice its resource
+appearing or going.
 */}}
 {{- define "staticfleet.crdRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]

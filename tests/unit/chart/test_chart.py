@@ -18,7 +18,10 @@ from .conftest import CHART, KUBE_VERSION, REPO, Rendered, run
 
 pytestmark = pytest.mark.unit
 
-BASE_KINDS = ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+# The operator's ClusterRole and the users' view and edit roles; no NetworkPolicy without
+# namespaces to put it in (the all-namespaces mode).
+BASE_KINDS = ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment",
+              "Service", "ServiceAccount"]
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -152,6 +155,100 @@ def test_member_pod_monitor_selects_member_pods(render: Callable[..., Rendered])
     assert scoped.one("PodMonitor")["spec"]["namespaceSelector"] == {"matchNames": ["a", "b"]}
 
 
+# --- NetworkPolicy: only the operator and Prometheus reach a member's port --------------------
+
+def _network_policies(out: Rendered) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["namespace"]: d for d in out.docs if d["kind"] == "NetworkPolicy"}
+
+
+def _member_pods() -> list[dict[str, Any]]:
+    """Member pods as the operator builds them (a member and a warm-handoff standby), with
+    podLabels of the user's own."""
+    from staticfleet.decisions.builders import build_member_pod, member_spec_view
+    from staticfleet.decisions.model import ConsumerGroupSpec
+    from staticfleet.decisions.timeouts import EffectiveTimeouts
+    from tests.unit.operator.support import body
+
+    group = ConsumerGroupSpec.from_body(body(template={
+        "image": "staticfleet/member:0.1.0", "podLabels": {"team": "shop"}}))
+    timeouts = EffectiveTimeouts(session_timeout_ms=45000, heartbeat_interval_ms=3000,
+                                 max_poll_interval_ms=300000, sources={})
+    view = member_spec_view(group, timeouts)
+    return [build_member_pod(group, 0, view), build_member_pod(group, 1, view, standby=True)]
+
+
+def test_network_policy_in_each_watched_namespace(render: Callable[..., Rendered]) -> None:
+    out = render("--set", "watchNamespaces={team-a,team-b}")
+    _check_valid_kubernetes(out.docs)
+    policies = _network_policies(out)
+    assert sorted(policies) == ["team-a", "team-b"]
+    deploy = out.one("Deployment")
+    operator_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    for policy in policies.values():
+        assert policy["metadata"]["name"] == "sf-staticfleet-members"
+        spec = policy["spec"]
+        # Ingress only: members still reach Kafka and DNS.
+        assert spec["policyTypes"] == ["Ingress"]
+        # It selects every member pod the operator builds, standbys included, whatever the
+        # group's podLabels; and only the member port is opened.
+        selector = spec["podSelector"]["matchLabels"]
+        for pod in _member_pods():
+            assert selector.items() <= pod["metadata"]["labels"].items(), pod["metadata"]
+            ports = [p for c in pod["spec"]["containers"] for p in c.get("ports", ())]
+            assert [p["name"] for p in ports] == ["http"]
+        (rule,) = spec["ingress"]
+        assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+        operator, prometheus = rule["from"]
+        # The operator: its pods' selector labels, in the release namespace.
+        assert operator["namespaceSelector"] == {
+            "matchLabels": {"kubernetes.io/metadata.name": "staticfleet-system"}}
+        assert operator["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
+        assert operator["podSelector"]["matchLabels"].items() <= operator_labels.items()
+        # Prometheus, by default the Prometheus Operator's pods in `monitoring`.
+        assert prometheus == {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
+
+
+def test_network_policy_in_all_namespaces_mode_needs_namespaces(
+    render: Callable[..., Rendered],
+) -> None:
+    """The chart cannot know where groups live when it watches every namespace: none by
+    default (NOTES.txt warns, test_notes_render), one per networkPolicy.namespaces entry."""
+    assert not _network_policies(render())
+    out = render("--set", "networkPolicy.namespaces={shop,billing}")
+    assert sorted(_network_policies(out)) == ["billing", "shop"]
+    # networkPolicy.namespaces wins over watchNamespaces (e.g. only some of them hold groups).
+    out = render("--set", "watchNamespaces={a,b}", "--set", "networkPolicy.namespaces={b}")
+    assert sorted(_network_policies(out)) == ["b"]
+
+
+def test_network_policy_can_be_turned_off(render: Callable[..., Rendered]) -> None:
+    out = render("--set", "watchNamespaces={a}", "--set", "networkPolicy.enabled=false")
+    assert not _network_policies(out)
+
+
+def test_network_policy_sources_are_configurable(
+    render: Callable[..., Rendered], tmp_path: Path,
+) -> None:
+    """Lists of peers, so a user's list replaces the default whole (maps would merge with it:
+    a user's namespace label ANDed with the default's `monitoring`)."""
+    prometheus = [{"namespaceSelector": {"matchLabels": {"team": "observability"}},
+                   "podSelector": {"matchExpressions": [
+                       {"key": "app.kubernetes.io/name", "operator": "In",
+                        "values": ["prometheus", "vmagent"]}]}}]
+    extra = [{"ipBlock": {"cidr": "10.1.0.0/16"}}, {"podSelector": {"matchLabels": {"debug": "1"}}}]
+    out = render(values={"watchNamespaces": ["a"], "networkPolicy": {
+        "prometheus": prometheus, "extraFrom": extra}}, tmp=tmp_path)
+    sources = _network_policies(out)["a"]["spec"]["ingress"][0]["from"]
+    assert sources[1:] == [*prometheus, *extra]
+    # Without a Prometheus only the operator is admitted.
+    alone = render("--set", "watchNamespaces={a}", "--set", "networkPolicy.prometheus=null")
+    (operator,) = _network_policies(alone)["a"]["spec"]["ingress"][0]["from"]
+    assert operator["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "sf"
+
+
 def test_grafana_dashboard_config_map(render: Callable[..., Rendered]) -> None:
     cm = render(
         "--set",
@@ -195,27 +292,22 @@ def test_grafana_alert_rules_config_map(render: Callable[..., Rendered]) -> None
 
 # --- RBAC: exactly what the operator needs -----------------------------------------------------
 
+# Each verb has its caller (docs/security.md): kopf's watches, finalizer and Events, and the
+# operator's apply layer (operator/staticfleet/apply.py). Nothing reads ConfigMaps, Services or
+# PodDisruptionBudgets back (server-side apply; the garbage collector deletes them).
 NAMESPACED_RULES = {
-    ("staticfleet.io", "consumergroups"): {"get", "list", "watch", "patch", "update"},
-    ("staticfleet.io", "consumergroups/status"): {"get", "patch", "update"},
-    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-    ("", "services"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-    ("policy", "poddisruptionbudgets"): {
-        "get",
-        "list",
-        "watch",
-        "create",
-        "patch",
-        "update",
-        "delete",
-    },
+    ("staticfleet.io", "consumergroups"): {"list", "watch", "patch"},
+    ("staticfleet.io", "consumergroups/status"): {"patch"},
+    ("staticfleet.io", "consumergroups/finalizers"): {"update"},
+    ("", "pods"): {"list", "watch", "create", "patch", "delete"},
+    ("", "configmaps"): {"create", "patch"},
+    ("", "services"): {"create", "patch"},
+    ("policy", "poddisruptionbudgets"): {"create", "patch"},
     ("", "secrets"): {"get"},
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
+    ("", "events"): {"create"},
 }
 CRD_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
-NAMESPACE_RULES = {("", "namespaces"): {"list", "watch"}}
+USER_ROLES = {"sf-staticfleet-view", "sf-staticfleet-edit"}
 
 
 def _grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
@@ -229,10 +321,15 @@ def _grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
     return grants
 
 
+def _operator_roles(out: Rendered, kind: str) -> list[dict[str, Any]]:
+    return [d for d in out.docs if d["kind"] == kind and d["metadata"]["name"] not in USER_ROLES]
+
+
 def test_rbac_all_namespaces(render: Callable[..., Rendered]) -> None:
     out = render()
-    role = out.one("ClusterRole")
-    assert _grants(role["rules"]) == NAMESPACED_RULES | CRD_RULES | NAMESPACE_RULES
+    (role,) = _operator_roles(out, "ClusterRole")
+    # No `namespaces`: kopf lists them only when it watches chosen namespaces.
+    assert _grants(role["rules"]) == NAMESPACED_RULES | CRD_RULES
     binding = out.one("ClusterRoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -251,9 +348,13 @@ def test_rbac_all_namespaces(render: Callable[..., Rendered]) -> None:
 
 def test_rbac_watch_namespaces(render: Callable[..., Rendered]) -> None:
     out = render("--set", "watchNamespaces={team-a,team-b}")
-    assert out.kinds() == sorted([*BASE_KINDS, "Role", "Role", "RoleBinding", "RoleBinding"])
-    # Cluster-wide: only the CRD scan kopf needs; no namespaces, nothing namespaced.
-    assert _grants(out.one("ClusterRole")["rules"]) == CRD_RULES
+    assert out.kinds() == sorted([*BASE_KINDS, "NetworkPolicy", "NetworkPolicy",
+                                  "Role", "Role", "RoleBinding", "RoleBinding"])
+    # Cluster-wide: only the CRD watch kopf needs; no namespaces, nothing namespaced.
+    (cluster_role,) = _operator_roles(out, "ClusterRole")
+    assert _grants(cluster_role["rules"]) == CRD_RULES
+    (cluster_binding,) = _operator_roles(out, "ClusterRoleBinding")
+    assert cluster_binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
     roles = [d for d in out.docs if d["kind"] == "Role"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
@@ -266,6 +367,85 @@ def test_rbac_watch_namespaces(render: Callable[..., Rendered]) -> None:
     assert "--all-namespaces" not in args
 
 
+def test_rbac_watch_namespaces_has_no_namespaced_cluster_right(
+    render: Callable[..., Rendered],
+) -> None:
+    """With watchNamespaces, whatever the operator may do to a namespaced resource it may do only
+    through a Role: no ClusterRole it is bound to names a namespaced resource."""
+    out = render("--set", "watchNamespaces={team-a}")
+    cluster_scoped = {("apiextensions.k8s.io", "customresourcedefinitions")}
+    for role in _operator_roles(out, "ClusterRole"):
+        assert set(_grants(role["rules"])) <= cluster_scoped, role["metadata"]["name"]
+
+
+VIEW_GRANTS = {
+    ("staticfleet.io", "consumergroups"): {"get", "list", "watch"},
+    ("staticfleet.io", "consumergroups/status"): {"get", "list", "watch"},
+    ("staticfleet.io", "consumergroups/scale"): {"get", "list", "watch"},
+}
+EDIT_GRANTS = {
+    ("staticfleet.io", "consumergroups"): {"create", "update", "patch", "delete",
+                                           "deletecollection"},
+    ("staticfleet.io", "consumergroups/scale"): {"update", "patch"},
+}
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+@pytest.mark.parametrize("args", [[], ["--set", "watchNamespaces={team-a}"]])
+def test_aggregated_user_roles(render: Callable[..., Rendered], args: list[str]) -> None:
+    """`<fullname>-view` and `-edit` aggregate into the built-in view, edit and admin roles; no
+    binding of the chart's names them (they are for people, bound through view/edit/admin)."""
+    out = render(*args)
+    view = out.one("ClusterRole", "sf-staticfleet-view")
+    edit = out.one("ClusterRole", "sf-staticfleet-edit")
+    assert _grants(view["rules"]) == VIEW_GRANTS
+    assert _grants(edit["rules"]) == EDIT_GRANTS
+
+    def aggregates(role: dict[str, Any]) -> set[str]:
+        return {k.removeprefix(AGGREGATE) for k, v in role["metadata"]["labels"].items()
+                if k.startswith(AGGREGATE) and v == "true"}
+
+    assert aggregates(view) == {"view", "edit", "admin"}
+    assert aggregates(edit) == {"edit", "admin"}
+    # Nobody writes the status but the operator.
+    assert not any(resource == "consumergroups/status" for _, resource in _grants(edit["rules"]))
+    bound = {d["roleRef"]["name"] for d in out.docs if d["kind"].endswith("Binding")}
+    assert not bound & USER_ROLES
+    # A release named staticfleet gives the names of the Kubernetes convention.
+    named = render("--set", "fullnameOverride=staticfleet")
+    assert {"staticfleet-view", "staticfleet-edit"} <= {
+        d["metadata"]["name"] for d in named.docs if d["kind"] == "ClusterRole"}
+    off = render("--set", "rbac.aggregateClusterRoles=false", *args)
+    assert not [d for d in off.docs if d["metadata"]["name"] in USER_ROLES]
+
+
+def _doc_grants(section: str) -> dict[tuple[str, str], set[str]]:
+    """The permission table of a docs/security.md section: `| group | resources | verbs | why |`."""
+    grants: dict[tuple[str, str], set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 4 or not cells[1].startswith("`"):
+            continue
+        group = "" if cells[0] == "core" else cells[0].strip("`")
+        for resource in re.findall(r"`([^`]+)`", cells[1]):
+            grants[(group, resource)] = {v.strip() for v in cells[2].split(",")}
+    return grants
+
+
+def test_security_doc_lists_every_permission(render: Callable[..., Rendered]) -> None:
+    """docs/security.md's table is the chart's RBAC, verb for verb, and the docs link to it."""
+    doc = (REPO / "docs" / "security.md").read_text()
+    operator_section = doc.split("### The operator\n\n| API group")[1].split("\n\n")[0]
+    documented = _doc_grants("| API group" + operator_section)
+    (role,) = _operator_roles(render(), "ClusterRole")
+    assert documented == _grants(role["rules"]) == NAMESPACED_RULES | CRD_RULES
+    for page, link in (("README.md", "docs/security.md"), ("docs/install.md", "security.md"),
+                       ("docs/install.md", "security.md#the-member-networkpolicy")):
+        assert f"]({link})" in (REPO / page).read_text(), f"{page} does not link {link}"
+    assert "## The member NetworkPolicy" in doc
+    assert "### Member NetworkPolicy" in (REPO / "docs" / "install.md").read_text()
+
+
 def test_rbac_and_service_account_can_be_turned_off(render: Callable[..., Rendered]) -> None:
     out = render(
         "--set",
@@ -275,6 +455,7 @@ def test_rbac_and_service_account_can_be_turned_off(render: Callable[..., Render
         "--set",
         "serviceAccount.name=existing",
     )
+    # No RBAC at all, the users' aggregated roles included.
     assert out.kinds() == ["Deployment", "Service"]
     pod = out.one("Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "existing"
@@ -334,6 +515,21 @@ SCHEMA_PREFIX = "values don't meet the specifications of the schema(s)"
             ["--set", "prometheusRule.alerts.StaticfleetLagGrowing.severity=page"],
             "value must be one of 'critical', 'warning', 'info'",
         ),
+        (["--set", "networkPolicy.namespaces={Team_A}"], "at '/networkPolicy/namespaces/0'"),
+        (
+            ["--set", "networkPolicy.prometheus[0].podSelector.matchLabel.app=prometheus"],
+            "at '/networkPolicy/prometheus/0/podSelector': additional properties 'matchLabel'",
+        ),
+        (
+            ["--set", "networkPolicy.prometheus[0].podSelector.matchExpressions[0].key=a",
+             "--set", "networkPolicy.prometheus[0].podSelector.matchExpressions[0].operator=Is"],
+            "at '/networkPolicy/prometheus/0/podSelector/matchExpressions/0/operator'",
+        ),
+        (
+            ["--set", "networkPolicy.extraFrom[0].podSelectr.app=x"],
+            "at '/networkPolicy/extraFrom/0': additional properties 'podSelectr'",
+        ),
+        (["--set", "rbac.aggregateClusterRoles=yes"], "at '/rbac/aggregateClusterRoles'"),
     ],
 )
 def test_schema_refuses(render: Callable[..., Rendered], args: list[str], message: str) -> None:
@@ -362,6 +558,11 @@ def test_schema_is_documented_and_closed() -> None:
     assert schema["additionalProperties"] is False
 
 
+# Values whose defaults are Kubernetes objects (or lists of them), documented as a whole.
+KUBERNETES_OBJECT_VALUES = ("podSecurityContext", "securityContext", "resources", "labels",
+                            "prometheus")
+
+
 def _leaf_paths(values: dict[str, Any], prefix: str = "") -> list[str]:
     paths = []
     for key, value in values.items():
@@ -369,7 +570,7 @@ def _leaf_paths(values: dict[str, Any], prefix: str = "") -> list[str]:
         if (
             isinstance(value, dict)
             and value
-            and key not in {"podSecurityContext", "securityContext", "resources", "labels"}
+            and key not in KUBERNETES_OBJECT_VALUES
         ):
             paths += _leaf_paths(value, path)
         else:
@@ -390,7 +591,7 @@ def test_every_value_is_in_the_schema_and_documented() -> None:
     # Every leaf value has its `# --` doc comment right above it (blocks are documented by their
     # leaves); keys inside the Kubernetes-object defaults of a documented value are exempt.
     lines = text.splitlines()
-    documented_objects = ("podSecurityContext", "securityContext", "resources", "labels")
+    documented_objects = KUBERNETES_OBJECT_VALUES
     inside: str | None = None
     for i, line in enumerate(lines):
         m = re.match(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*):\s*(.*)$", line)
@@ -419,7 +620,13 @@ def test_notes_render(helm: Path, tmp_path: Path) -> None:
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
         '  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
     )
-    for args in ([], ["--set", "watchNamespaces={a,b}", "--set", "prometheusRule.enabled=true"]):
+    cases = {
+        "defaults": [],
+        "scoped": ["--set", "watchNamespaces={a,b}", "--set", "prometheusRule.enabled=true"],
+        "no policy": ["--set", "networkPolicy.enabled=false"],
+    }
+    rendered = {}
+    for case, args in cases.items():
         proc = run(
             [
                 helm,
@@ -439,8 +646,15 @@ def test_notes_render(helm: Path, tmp_path: Path) -> None:
         notes = yaml.safe_load(proc.stdout)["data"]["notes"]
         assert "kubectl apply --server-side -f crds/" in notes
         assert "deployment/sf-staticfleet" in notes
+        rendered[case] = notes
+    notes = rendered["scoped"]
     assert "these namespaces: a, b" in notes
     assert "memberPodMonitor.enabled=true" in notes
+    assert "a NetworkPolicy in a, b" in notes and "WARNING" not in notes
+    # Where no NetworkPolicy guards the members, the notes say so.
+    assert "WARNING: no NetworkPolicy protects the member pods" in rendered["defaults"]
+    assert "networkPolicy.namespaces" in rendered["defaults"]
+    assert "WARNING: networkPolicy.enabled=false" in rendered["no policy"]
 
 
 # --- CRDs: one source, copied by scripts/sync-crds.py -------------------------------------------
