@@ -39,7 +39,11 @@ SECRET_ENV = {
     "STATICFLEET_SSL_CA_PEM": "ssl.ca.pem",
     "STATICFLEET_SSL_CERT_PEM": "ssl.certificate.pem",
     "STATICFLEET_SSL_KEY_PEM": "ssl.key.pem",
+    "STATICFLEET_OAUTHBEARER_CLIENT_ID": "sasl.oauthbearer.client.id",
+    "STATICFLEET_OAUTHBEARER_CLIENT_SECRET": "sasl.oauthbearer.client.secret",
 }
+"""Credentials the operator gives a member from Secrets, as environment variables, and the
+librdkafka property each fills (the operator's `decisions.kafkaclient` writes the same table)."""
 SINK_TYPES = ("kafka", "parquet", "null")
 SPARK_MODES = ("local", "connect")
 TRANSFORM_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -292,6 +296,12 @@ def _consumer(value: Any, env: Mapping[str, str]) -> dict[str, str | int | float
     for env_key, prop in SECRET_ENV.items():
         if env.get(env_key):
             merged[prop] = env[env_key]
+    if merged.get("sasl.oauthbearer.method") == "oidc":
+        for env_key in ("STATICFLEET_OAUTHBEARER_CLIENT_ID",
+                        "STATICFLEET_OAUTHBEARER_CLIENT_SECRET"):
+            if SECRET_ENV[env_key] not in merged:
+                raise ConfigError(f"{env_key}: not set, and OAUTHBEARER (oidc) needs it; the "
+                                  "operator sets it from spec.kafka.security.sasl.oauthbearer")
     return merged
 
 

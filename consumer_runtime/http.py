@@ -1,5 +1,6 @@
 """The member's HTTP endpoints (stdlib server, own thread): the probes /healthz and /readyz,
-/status and /metrics, and the operator's requests POST /leave, /rejoin and /activate."""
+/status and /metrics, open to any caller, and the operator's requests POST /leave, /rejoin and
+/activate, taken only with the group's bearer token (`consumer_runtime.control`)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from consumer_runtime import control
 from consumer_runtime.metrics import Telemetry
 
 log = logging.getLogger(__name__)
 REQUESTS = ("leave", "rejoin", "activate")
+MAX_BODY = 64 * 1024
+"""The requests have no body to speak of; a longer one is refused unread (413)."""
 
 
 def serve(telemetry: Telemetry, host: str, port: int,
           request: Callable[[str], str | None] = lambda action: "not started yet",
-          ) -> ThreadingHTTPServer:
+          token: Callable[[], str | None] = lambda: None) -> ThreadingHTTPServer:
     """Start serving in a daemon thread; return the server (its port is the bound one).
     `request(action)` takes a POSTed request ("leave", "rejoin" or "activate"): None when
-    accepted (202), else why not (409)."""
+    accepted (202), else why not (409). Every POST needs `Authorization: Bearer <token()>`
+    first (401 without one, 403 with another; `token()` None refuses them all); refusals are
+    counted and their callers logged at a rate limit."""
+    refusals = control.RefusalLog()
+    refusals_lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -44,8 +52,20 @@ def serve(telemetry: Telemetry, host: str, port: int,
                 self._send(404, b"not found\n")
 
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
             action = self.path.split("?", 1)[0].strip("/")
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if not 0 <= length <= MAX_BODY:
+                self.close_connection = True
+                self._send(413 if length > 0 else 400, b"bad Content-Length\n")
+                return
+            self.rfile.read(length)
+            refusal = control.check(self.headers.get("Authorization"), token())
+            if refusal is not None:
+                self._refuse(action, refusal)
+                return
             if action not in REQUESTS:
                 self._send(404, b"not found\n")
                 return
@@ -58,9 +78,25 @@ def serve(telemetry: Telemetry, host: str, port: int,
                 self._send(409, json.dumps({"refused": action, "reason": refused}).encode(),
                            "application/json")
 
-        def _send(self, code: int, body: bytes, ctype: str = "text/plain") -> None:
+        def _refuse(self, action: str, refusal: control.Refusal) -> None:
+            telemetry.control_refused(action if action in REQUESTS else "other", refusal.reason)
+            with refusals_lock:
+                line = refusals.refused(time.monotonic(), self.client_address[0], action,
+                                        refusal)
+            if line is not None:
+                log.warning("http: %s", line)
+            challenge = ('Bearer realm="staticfleet-member"' if refusal.status == 401
+                         else 'Bearer realm="staticfleet-member", error="invalid_token"')
+            body = {"refused": action, "error": refusal.error, "reason": refusal.message}
+            self._send(refusal.status, json.dumps(body).encode(), "application/json",
+                       {"WWW-Authenticate": challenge})
+
+        def _send(self, code: int, body: bytes, ctype: str = "text/plain",
+                  headers: dict[str, str] | None = None) -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaException
 
 from consumer_runtime.config import ConfigError, RuntimeConfig, load_config
+from consumer_runtime.control import TOKEN_FILE_ENV, TokenFile
 from consumer_runtime.http import serve
 from consumer_runtime.member import Member
 from consumer_runtime.metrics import Telemetry
@@ -69,8 +70,14 @@ def main(env: Mapping[str, str] | None = None) -> int:
         """POST /leave, /rejoin and /activate; the probes answer before the member exists."""
         return "the member is still starting" if member is None else member.request(action)
 
+    token = TokenFile(env.get(TOKEN_FILE_ENV))
+    if token.path is None:
+        log.warning("no control token (%s unset): POST /leave, /rejoin and /activate are all "
+                    "refused", TOKEN_FILE_ENV)
+    else:
+        token.current()  # says at the start whether it can be read
     try:
-        server = serve(telemetry, config.http_host, config.http_port, request)
+        server = serve(telemetry, config.http_host, config.http_port, request, token.current)
     except OSError as exc:
         _last_words(env, f"consumer_runtime: cannot listen on {config.http_host}:"
                          f"{config.http_port}: {exc.strerror}")

@@ -15,9 +15,11 @@ and stay out of the group) and rejoin (POST /rejoin: leave and subscribe again, 
 assignment is computed anew). membership.py says how a leave and a refused join work.
 
 A standby process (a warm handoff's replacement, `config.standby`) does not subscribe before a
-fourth request, activate (POST /activate): it starts Spark and warms it up meanwhile, with its
-consumer made but outside the group, so the old member of its instance id runs undisturbed until
-it has closed. Joining earlier would fence the old member (classic) or be refused (KIP-848).
+fourth request, activate (POST /activate, taken once Spark is up and warm: standby-ready): it
+starts Spark and warms it up meanwhile, with its consumer made but outside the group, so the old
+member of its instance id runs undisturbed until it has closed. Joining earlier would fence the
+old member (classic) or be refused (KIP-848). Every request comes with the operator's token
+(consumer_runtime/control.py), which the HTTP server checks first.
 """
 
 from __future__ import annotations
@@ -89,6 +91,20 @@ def consumer_settings(config: RuntimeConfig, telemetry: Telemetry) -> dict[str, 
     return settings
 
 
+def activation_refused(*, active: bool, stopping: bool, standby: str | None) -> str | None:
+    """Why a process does not take POST /activate now (None: it does): only a standby that is
+    standby-ready does (`standby` as /status says it). One that is still warming would hold
+    partitions in the group that it cannot process until Spark is up."""
+    if active:
+        return "not in standby: already active"
+    if stopping:
+        return "stopping"
+    if standby != "ready":
+        return ("standby not ready yet: Spark is still starting or warming up (/status standby "
+                f"is {standby!r}); activate it once it is 'ready'")
+    return None
+
+
 def _log_error(err: KafkaError) -> None:
     log.warning("kafka: %s", err)
 
@@ -156,14 +172,16 @@ class Member:
         self.stopping.set()
 
     def request(self, action: str) -> str | None:
-        """Take an operator request (ACTIVATE, LEAVE or REJOIN; from the HTTP thread): None
-        when accepted, else why not. The loop carries it out between batches."""
+        """Take an operator request (ACTIVATE, LEAVE or REJOIN; from the HTTP thread, which
+        checked the operator's token): None when accepted, else why not. ACTIVATE is taken only
+        by a standby that is standby-ready. The loop carries it out between batches."""
         with self._requests:
             if action == ACTIVATE:
-                if self.activation.is_set():
-                    return "not in standby: already active"
-                if self.stopping.is_set():
-                    return "stopping"
+                refused = activation_refused(active=self.activation.is_set(),
+                                             stopping=self.stopping.is_set(),
+                                             standby=self.telemetry.standby)
+                if refused is not None:
+                    return refused
                 self.telemetry.activated(time.monotonic())
                 self.activation.set()
                 return None

@@ -23,6 +23,10 @@ READY_POLL_AGE = 10.0
 BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 FAST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 LABELS = ("namespace", "group", "member")
+CONTROL_ACTIONS = ("leave", "rejoin", "activate")
+CONTROL_REFUSALS = ("missing", "wrong", "unconfigured")
+"""`reason` of a refused control request (`consumer_runtime.control`): no bearer token, another
+token than the group's, no token on the member to compare with."""
 
 
 class Telemetry:
@@ -105,6 +109,12 @@ class Telemetry:
                                   ("thread", "stage"))
         self.m_startup = metric(Gauge, "staticfleet_member_startup_seconds",
                                 "Seconds from process start to a startup phase", ("phase",))
+        self.m_refused = metric(Counter, "staticfleet_member_control_refused",
+                                "Control requests (POST) refused for want of the operator's "
+                                "token", ("action", "reason"))
+        for action in (*CONTROL_ACTIONS, "other"):
+            for reason in CONTROL_REFUSALS:
+                self.m_refused.labels(**self.ids, action=action, reason=reason)
         metric(Gauge, "staticfleet_member_max_poll_interval_seconds",
                "Configured max.poll.interval.ms in seconds").labels(**self.ids).set(
                    max_poll_interval_s)
@@ -219,6 +229,11 @@ class Telemetry:
             self.state = "starting" if self.state == "standby" else self.state
             self.activated_s = self._since_start(now)
             self.m_startup.labels(**self.ids, phase="activated").set(self.activated_s)
+
+    def control_refused(self, action: str, reason: str) -> None:
+        """A POST refused for want of the operator's token (`action` "other" for a path that
+        is no request)."""
+        self.m_refused.labels(**self.ids, action=action, reason=reason).inc()
 
     def rejoined(self) -> None:
         with self._lock:

@@ -1,5 +1,7 @@
-"""Certificates and keys for the local control plane: a CA, the API server's serving
-certificate, an admin client certificate in `system:masters`, and the service-account key pair."""
+"""Certificates and keys for the local environment: for the control plane a CA, the API server's
+serving certificate, an admin client certificate in `system:masters` and the service-account key
+pair (`generate`); for a Kafka broker's TLS listeners a CA, the broker's serving certificate and
+client certificates (`generate_kafka`)."""
 
 from __future__ import annotations
 
@@ -107,3 +109,54 @@ def generate(directory: Path) -> CertFiles:
     files.sa_pub.write_bytes(sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     return files
+
+
+@dataclass(frozen=True)
+class KafkaTlsFiles:
+    """PEM files for a broker's TLS listeners. `keystore` is the broker's key (PKCS#8, as Kafka's
+    PEM key store wants it) followed by its certificate; `clients` maps a client's name (its
+    certificate's only subject attribute, CN=<name>) to its certificate and key files."""
+
+    ca_cert: Path
+    keystore: Path
+    clients: dict[str, tuple[Path, Path]]
+
+    def client_pems(self, name: str) -> tuple[str, str]:
+        """The certificate and key of client `name`, as PEM text."""
+        cert, key = self.clients[name]
+        return cert.read_text(), key.read_text()
+
+
+def generate_kafka(directory: Path, clients: tuple[str, ...] = ()) -> KafkaTlsFiles:
+    """Write a fresh CA, a broker certificate for 127.0.0.1 and localhost, and one client
+    certificate per name in `clients` into `directory`. Two calls make two unrelated CAs: a
+    client certificate of one is refused by a broker of the other."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = _key()
+    ca_name = _name("staticfleet-kafka-ca")
+    ca_cert = _sign(ca_name, ca_key.public_key(), ca_name, ca_key, ca=True)
+    ca_path = directory / "kafka-ca.crt"
+    ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+
+    broker_key = _key()
+    sans: list[x509.GeneralName] = [x509.DNSName("localhost"),
+                                    x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    broker = _sign(_name("kafka-broker"), broker_key.public_key(), ca_name, ca_key, ca=False,
+                   usages=[ExtendedKeyUsageOID.SERVER_AUTH], sans=sans)
+    keystore = directory / "kafka-broker.pem"
+    keystore.write_bytes(
+        broker_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+        + broker.public_bytes(serialization.Encoding.PEM))
+    keystore.chmod(0o600)
+
+    written: dict[str, tuple[Path, Path]] = {}
+    for name in clients:
+        key = _key()
+        cert = _sign(_name(name), key.public_key(), ca_name, ca_key, ca=False,
+                     usages=[ExtendedKeyUsageOID.CLIENT_AUTH])
+        cert_path, key_path = directory / f"client-{name}.crt", directory / f"client-{name}.key"
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_key(key_path, key)
+        written[name] = (cert_path, key_path)
+    return KafkaTlsFiles(ca_cert=ca_path, keystore=keystore, clients=written)

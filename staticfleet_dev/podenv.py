@@ -26,6 +26,13 @@ to the pod; `service_account_kubeconfig` the kubeconfig written for it; `with_ku
 
 The termination message file: a kubelet mounts one at the container's `terminationMessagePath`;
 `with_termination_log` names the local node's stand-in in `TERMINATION_MESSAGE_ENV` instead.
+
+Secret volumes (the only volumes this node projects): a process here cannot see anything at a
+`mountPath`, so `secret_mounts` lists the first container's mounts of `secret` volumes, the node
+writes each one's files (`secret_files`: every key, or the volume's `items` at their paths) into a
+directory of the pod's own, and `with_mounts` points every environment value that names a path
+under such a `mountPath` at that directory instead (e.g. the member's
+`STATICFLEET_MEMBER_TOKEN_FILE`). Paths written literally into `command`/`args` are not rewritten.
 The environment is resolved at each container start from the pod as last seen, so a restarted
 container sees labels and annotations as they are then (a kubelet does the same).
 """
@@ -302,6 +309,81 @@ def process_environment(base: Mapping[str, str], pod_env: Mapping[str, str], *,
     return env
 
 
+@dataclass(frozen=True)
+class SecretMount:
+    """A mount of a `secret` volume by the first container."""
+
+    volume: str
+    secret: str
+    mount_path: str
+    items: tuple[tuple[str, str], ...] | None = None
+    """(key, path) pairs when the volume lists `items`; None: every key, as a file of its name."""
+    optional: bool = False
+
+
+def secret_mounts(pod: Mapping[str, Any], container: Mapping[str, Any]) -> list[SecretMount]:
+    """The container's mounts of `secret` volumes that this node projects (no `subPath`)."""
+    volumes = {v.get("name"): v for v in (pod.get("spec") or {}).get("volumes") or []}
+    out = []
+    for mount in container.get("volumeMounts") or []:
+        secret = (volumes.get(mount.get("name")) or {}).get("secret")
+        if not secret or mount.get("subPath") or mount.get("subPathExpr"):
+            continue
+        items = secret.get("items")
+        out.append(SecretMount(
+            volume=str(mount.get("name")), secret=str(secret.get("secretName") or ""),
+            mount_path=str(mount.get("mountPath") or ""),
+            items=None if items is None else tuple(
+                (str(i.get("key")), str(i.get("path"))) for i in items),
+            optional=bool(secret.get("optional"))))
+    return out
+
+
+def secret_files(mount: SecretMount, data: Mapping[str, str] | None) -> dict[str, str]:
+    """The files of a projected Secret volume (relative path -> text) from the Secret's `data`
+    (base64; None: the Secret does not exist). Raises ConfigError in the kubelet's words when a
+    non-optional Secret or listed key is missing; an optional missing Secret has no files."""
+    if data is None:
+        if mount.optional:
+            return {}
+        raise ConfigError(f'MountVolume.SetUp failed for volume "{mount.volume}" : '
+                          f'secret "{mount.secret}" not found')
+    decoded = decode_secret_data(data)
+    if mount.items is None:
+        return {key: value for key, value in decoded.items() if _safe_path(key)}
+    files = {}
+    for key, path in mount.items:
+        if key not in decoded:
+            if mount.optional:
+                continue
+            raise ConfigError(f'MountVolume.SetUp failed for volume "{mount.volume}" : '
+                              f"couldn't find key {key} in Secret {mount.secret}")
+        if _safe_path(path):
+            files[path] = decoded[key]
+    return files
+
+
+def _safe_path(path: str) -> bool:
+    """A relative path that stays inside the volume (the API server refuses others too)."""
+    parts = path.split("/")
+    return bool(path) and not path.startswith("/") and ".." not in parts and "" not in parts
+
+
+def with_mounts(pod_env: Mapping[str, str], mounts: Mapping[str, str]) -> dict[str, str]:
+    """The environment with each value that names a `mountPath` of `mounts` (mount path ->
+    the local directory holding that volume), or a path under it, pointed at the local
+    directory."""
+    env = dict(pod_env)
+    ordered = sorted(((m.rstrip("/") or "/", local) for m, local in mounts.items()),
+                     key=lambda pair: -len(pair[0]))
+    for name, value in env.items():
+        for mount_path, local in ordered:
+            if value == mount_path or value.startswith(mount_path + "/"):
+                env[name] = local + value[len(mount_path):]
+                break
+    return env
+
+
 def unsupported_notes(pod: Mapping[str, Any]) -> list[str]:
     """What the local node ignores in this pod, for the pod's status message."""
     spec = pod.get("spec") or {}
@@ -314,10 +396,12 @@ def unsupported_notes(pod: Mapping[str, Any]) -> list[str]:
         notes.append("init containers are not run: "
                      + ", ".join(c.get("name", "?") for c in spec["initContainers"]))
     first = containers[0] if containers else {}
+    projected = {m.volume for m in secret_mounts(pod, first)}
     mounts = [m for m in first.get("volumeMounts") or []
-              if m.get("mountPath") != SERVICE_ACCOUNT_MOUNT]
+              if m.get("mountPath") != SERVICE_ACCOUNT_MOUNT and m.get("name") not in projected]
     if mounts:
-        notes.append("volumes are not supported; ignored volumeMounts: "
+        notes.append("volumes other than secret volumes are not supported; ignored "
+                     "volumeMounts: "
                      + ", ".join(f"{m.get('name')}:{m.get('mountPath')}" for m in mounts))
     ignored = sorted(spec.get("securityContext") or {}) + sorted(
         f"{first.get('name', '?')}.{key}" for key in first.get("securityContext") or {})

@@ -21,6 +21,8 @@ from staticfleet_dev.procs import ProcessRecord, ServerFailed, stop
 from staticfleet_dev.tools import tail
 from tests.support.kube import create_namespace, install_crds, kubectl
 from tests.support.operator import OperatorProcess
+from tests.support.secured_kafka import SecuredKafka
+from tests.support.secured_kafka import secured_kafka as secured_kafka_broker
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +65,25 @@ def local_node(local_env: environment.LocalEnv) -> Iterator[ProcessRecord]:
     environment.save(local_env)
     yield rec
     stop(rec, grace=30)
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
+    """A second broker for the session, with four secured listeners (SSL, mutual TLS,
+    SASL_SSL/SCRAM-SHA-512, SASL_SSL/OAUTHBEARER; `KafkaSettings.with_secured_listeners`) and
+    the token endpoint of the OAUTHBEARER one.
+
+    Sharing it is honest: a listener authenticates each connection by itself, and a client
+    given one listener's address is only ever told that listener's address back (each listener
+    advertises its own), so a test on one listener cannot pass through another. Tests isolate
+    by topic and group names, and each grants its topic and group to its principal alone (ACLs),
+    so a listener that authenticated the wrong principal fails its test. The session broker
+    stays as it is (PLAINTEXT, no authorizer) for every other test."""
+    try:
+        with secured_kafka_broker(tmp_path_factory.mktemp("secured-kafka")) as broker:
+            yield broker
+    except ServerFailed as exc:
+        pytest.fail(f"the secured broker did not start: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,9 @@
 """The one layer that talks to the Kubernetes API.
 
-It adopts children (owner references), server-side-applies them, creates, annotates and
-deletes member pods, writes the ConsumerGroup's status and Events, reads Secrets, and turns
-`ApiException` into the project's own errors. Nothing else in the operator imports the
-Kubernetes client.
+It adopts children (owner references), server-side-applies them (the members' token Secret
+among them), creates, annotates and deletes member pods, writes the ConsumerGroup's status and
+Events, reads Secrets, and turns `ApiException` into the project's own errors. Nothing else in
+the operator imports the Kubernetes client.
 
 It keeps the API server's load flat at rest: a child is applied again only when its content
 changed or `REAPPLY_S` passed (to correct drift), and a Secret is read at most once per
@@ -239,6 +239,20 @@ class Kube:
         if key not in data:
             raise SecretMissing(f"Secret {namespace}/{name} has no key {key!r}", 404)
         return data[key]
+
+    def secret_key(self, namespace: str, name: str, key: str) -> str | None:
+        """One key of a Secret the operator keeps itself (the members' token), None while the
+        Secret or the key does not exist or is empty; read as `secret_data` (cached)."""
+        try:
+            data = self.secret_data(namespace, name)
+        except SecretMissing:
+            return None
+        return data.get(key) or None
+
+    def forget_secret(self, namespace: str, name: str) -> None:
+        """Read this Secret from the API server next time (it was changed by someone)."""
+        with self.lock:
+            self.secrets.pop((namespace, name), None)
 
     def close(self) -> None:
         self.api.close()

@@ -1,5 +1,6 @@
 """What the operator reads from (and sets on) outside Kubernetes: the Kafka cluster, through
-the admin client, and the members' own `/status` endpoints.
+the admin client, and the members' own `/status` endpoints, and what it asks of members
+(`/leave`, `/rejoin`, `/activate`, with their group's bearer token).
 
 Everything here blocks; the service calls it from a worker thread. Errors become
 `KafkaUnavailable` / `TopicMissing` with a message a user can act on. A cluster that did not
@@ -15,7 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,12 @@ class KafkaUnavailable(RuntimeError):
     """The Kafka cluster could not be reached or refused a request."""
 
 
+class KafkaAuthFailed(KafkaUnavailable):
+    """The cluster answers but refused the client's credentials (SASL) or its TLS handshake (a
+    certificate it does not trust, or one the client does not trust). The message is the
+    client's own error, which names no secret."""
+
+
 class TopicMissing(RuntimeError):
     """A topic named in the spec does not exist on the cluster."""
 
@@ -82,6 +89,9 @@ class AdminPool:
     hold_s: float = FAILED_CLUSTER_HOLD_S
     idle_s: float = IDLE_CLIENT_CLOSE_S
     last_used: dict[str, float] = field(default_factory=dict)
+    auth_errors: dict[str, str] = field(default_factory=dict)
+    """The last authentication or TLS error of each client, until a request succeeds. librdkafka
+    reports it once (to `error_cb`), and the request itself then only times out."""
 
     def get(self, conf: dict[str, str]) -> Admin:
         key = json.dumps(conf, sort_keys=True)
@@ -93,13 +103,28 @@ class AdminPool:
                 self.last_used.pop(idle, None)
                 self.failures.pop(idle, None)
                 self.answered.discard(idle)
+                self.auth_errors.pop(idle, None)
             self.last_used[key] = now
             client = self.clients.get(key)
             if client is None:
-                client = AdminClient({**conf, "socket.timeout.ms": 10000,
-                                      "client.id": "staticfleet-operator"})
+                settings: dict[str, Any] = {
+                    **conf, "socket.timeout.ms": 10000, "client.id": "staticfleet-operator",
+                    "error_cb": lambda err: self._on_error(key, err)}
+                client = AdminClient(settings)
                 self.clients[key] = client
             return Admin(client, conf.get("bootstrap.servers", "?"), key, self)
+
+    def _on_error(self, key: str, err: KafkaError) -> None:
+        if is_auth_error(err):
+            with self.lock:
+                self.auth_errors[key] = str(err.str())
+
+    def auth_error(self, admin: Admin) -> str | None:
+        """The client's authentication or TLS error, if it had one since its last success
+        (served from librdkafka's event queue first)."""
+        admin.client.poll(0)
+        with self.lock:
+            return self.auth_errors.get(admin.key)
 
     def check(self, key: str, bootstrap: str) -> None:
         """Raise the cluster's recent failure again instead of waiting for it once more; for a
@@ -109,7 +134,9 @@ class AdminPool:
             failed = self.failures.get(key)
             answered = key in self.answered
         if failed is not None and time.monotonic() - failed[0] < self.hold_s:
-            raise KafkaUnavailable(failed[1])
+            with self.lock:
+                auth = key in self.auth_errors
+            raise (KafkaAuthFailed if auth else KafkaUnavailable)(failed[1])
         if not answered and (refused := unreachable(bootstrap)) is not None:
             self.record(key, refused)
             raise KafkaUnavailable(refused)
@@ -118,6 +145,7 @@ class AdminPool:
         with self.lock:
             if error is None:
                 self.failures.pop(key, None)
+                self.auth_errors.pop(key, None)
                 self.answered.add(key)
             else:
                 self.answered.discard(key)
@@ -137,6 +165,11 @@ class Admin:
     bootstrap: str
     key: str
     pool: AdminPool
+
+    @property
+    def conf(self) -> dict[str, str]:
+        """The configuration the client was made with (credentials included)."""
+        return dict(json.loads(self.key))
 
 
 PROBE_TIMEOUT_S = 2.0
@@ -165,9 +198,11 @@ def _result(admin: Admin, future: Any, what: str) -> Any:
         code = error.code() if isinstance(error, KafkaError) else None
         message = f"{what} at {admin.bootstrap}: {error}"
         if code in _UNREACHABLE_CODES:
+            _refused(admin, what)
             admin.pool.record(admin.key, message)
         raise KafkaUnavailable(message) from exc
     except TimeoutError as exc:
+        _refused(admin, what)
         message = f"{what} at {admin.bootstrap}: no answer within {ADMIN_TIMEOUT_S:.0f}s"
         admin.pool.record(admin.key, message)
         raise KafkaUnavailable(message) from exc
@@ -175,10 +210,32 @@ def _result(admin: Admin, future: Any, what: str) -> Any:
     return value
 
 
+def _refused(admin: Admin, what: str) -> None:
+    """Raise `KafkaAuthFailed` when the request failed because the cluster refused the
+    client's credentials or TLS handshake (what the request's own error does not say)."""
+    auth = admin.pool.auth_error(admin)
+    if auth is not None:
+        message = f"{what} at {admin.bootstrap}: {auth}"
+        admin.pool.record(admin.key, message)
+        raise KafkaAuthFailed(message)
+
+
 _UNREACHABLE_CODES = frozenset({
     KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
     KafkaError._RESOLVE, KafkaError._AUTHENTICATION, KafkaError._SSL,
 })
+
+
+def is_auth_error(err: KafkaError) -> bool:
+    """An error that says the cluster refused the client's credentials or TLS handshake (or the
+    client refused the cluster's certificate)."""
+    code = err.code()
+    if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+                KafkaError._SSL):
+        return True
+    # A broker that refuses the client's certificate closes the connection with a TLS alert,
+    # which the client sees as a failed receive.
+    return code == KafkaError._TRANSPORT and "SSL routines" in str(err.str())
 
 
 def _call(admin: Admin, what: str, request: Any) -> Any:
@@ -288,6 +345,7 @@ def matching_topics(admin: Admin, pattern: str) -> dict[str, int]:
     try:
         md = admin.client.list_topics(timeout=ADMIN_TIMEOUT_S)
     except KafkaException as exc:
+        _refused(admin, "listing topics")
         message = f"listing topics at {admin.bootstrap}: {exc.args[0]}"
         admin.pool.record(admin.key, message)
         raise KafkaUnavailable(message) from exc
@@ -358,16 +416,42 @@ def read_member_status(host: str, port: int, timeout: float = 2.0) -> dict[str, 
     return data if isinstance(data, dict) else None
 
 
-def ask_member(host: str, port: int, action: str, timeout: float = 5.0) -> str | None:
-    """POST the member's `/leave` or `/rejoin`; None when it accepted, else why not."""
+@dataclass(frozen=True)
+class Refused:
+    """Why a member did not take a request: the HTTP status of its answer (0: none) and what
+    it said or what failed."""
+
+    status: int
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def ask_member(host: str, port: int, action: str, tokens: Sequence[str] = (),
+               timeout: float = 5.0) -> Refused | None:
+    """POST the member's `/leave`, `/rejoin` or `/activate` with the group's token as a bearer
+    token; None when it accepted. `tokens`: newest first; the next one is tried only when the
+    member refuses a token (403): the previous token, while the member's mounted Secret has
+    not been updated yet after a rotation (a kubelet takes up to about a minute)."""
     if not host:
-        return "the pod has no IP yet"
-    request = urllib.request.Request(f"http://{host}:{port}/{action}", data=b"",
-                                     method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return None if resp.status == 202 else f"HTTP {resp.status}"
-    except urllib.error.HTTPError as exc:
-        return f"HTTP {exc.code}: {exc.read()[:200].decode(errors='replace').strip()}"
-    except OSError as exc:
-        return str(exc)
+        return Refused(0, "the pod has no IP yet")
+    refused = Refused(0, "no request sent")
+    for token in tokens or ("",):
+        request = urllib.request.Request(f"http://{host}:{port}/{action}", data=b"",
+                                         method="POST")
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                if resp.status == 202:
+                    return None
+                return Refused(resp.status, f"HTTP {resp.status}")
+        except urllib.error.HTTPError as exc:
+            refused = Refused(exc.code, f"HTTP {exc.code}: "
+                                        f"{exc.read()[:200].decode(errors='replace').strip()}")
+        except OSError as exc:
+            return Refused(0, str(exc))
+        if refused.status != 403:
+            return refused
+    return refused

@@ -3,7 +3,10 @@
 1. `gather` reads one immutable `Snapshot`: the ConsumerGroup (with the status this operator
    last wrote), its member pods (from the handlers' watch-backed index, no API request), the
    members' `/status`, and from Kafka the group, the subscribed topics' partition counts and
-   the broker's timeout bounds (cached per cluster for `BOUNDS_TTL_S`).
+   the broker's timeout bounds (cached per cluster for `BOUNDS_TTL_S`), and the members' token
+   from its Secret (cached as other Secrets are). While that Secret is missing, gather draws a
+   new random token for the plan to create it with: randomness stays out of `decide`, and a
+   token is made once (the next pass reads it back from the Secret).
 2. `plan.decide(snapshot)` decides everything (pure, table-tested).
 3. `execute` carries the plan out through `apply` and `observe`, in order: group configs,
    children, pod annotations, calls to members, pod creations, pod deletions; then the status
@@ -15,6 +18,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -24,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from staticfleet import apply, metrics, observe
-from staticfleet.decisions import builders
+from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.members import member_closed_at, pod_ended, still_running
 from staticfleet.decisions.model import ConsumerGroupSpec, SpecError
@@ -76,6 +80,18 @@ class Deps:
 
     refused: dict[str, dict[str, str]] = field(default_factory=dict)
     """Standby pods the API server refused to create, by ConsumerGroup uid, then pod name."""
+    tokens: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Each group's member tokens by ConsumerGroup uid, newest first: the one its Secret holds
+    now and the one before, which members still hold until their mounted Secret is updated."""
+
+    def member_tokens(self, owner_uid: str, current: str) -> tuple[str, ...]:
+        """The tokens to try on the group's members: `current`, then the one before it."""
+        with self.lock:
+            known = self.tokens.get(owner_uid, ())
+            if not known or known[0] != current:
+                known = (current, *known[:1])
+                self.tokens[owner_uid] = known
+            return known
     answers: dict[str, datetime] = field(default_factory=dict)
     """When each member pod's process last answered /status, by pod uid."""
 
@@ -110,6 +126,7 @@ class Deps:
         with self.lock:
             self.written.pop(uid, None)
             self.refused.pop(uid, None)
+            self.tokens.pop(uid, None)
         self.kube.forget(uid)
 
     def close(self) -> None:
@@ -147,18 +164,21 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     except SpecError as exc:
         return Snapshot(body=body, now=now, problem=Problem(c.INVALID_SPEC, str(exc))), None
     namespace = body["metadata"]["namespace"]
+    conf: dict[str, str] = {}
     try:
-        admin = deps.admins.get(_admin_conf(spec, namespace, deps.kube))
+        conf = _admin_conf(spec, namespace, deps.kube)
+        admin = deps.admins.get(conf)
         broker_config, bounds_denied = _broker_config(admin, deps)
         if spec.kafka.topics is not None:
             partitions = observe.partition_counts(admin, spec.kafka.topics)
         else:
             partitions = observe.matching_topics(admin, spec.kafka.topic_pattern or "")
         group = observe.describe_group(admin, spec.kafka.group_id, spec.membership.protocol)
+        token, token_missing = _member_token(spec, deps.kube)
     except observe.TopicMissing as exc:
         return _failed(base, spec, Problem(c.TOPIC_MISSING, str(exc), TOPIC_RETRY_S))
     except observe.KafkaUnavailable as exc:
-        return _failed(base, spec, Problem(c.KAFKA_UNREACHABLE, f"Kafka unreachable: {exc}"))
+        return _failed(base, spec, kafka_problem(spec, exc, conf))
     except apply.SecretMissing as exc:
         return _failed(base, spec, Problem(
             c.SECRET_MISSING, f"{exc}: create it or fix the reference in spec.kafka.security",
@@ -185,8 +205,19 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
                     statuses=statuses, group=group, partitions=partitions,
                     closures=closures, claimants=claimants, broker_config=broker_config,
                     bounds_denied=bounds_denied, lag=lag, refused=deps.refusals(uid, pods),
-                    last_answers=deps.note_answers(list(statuses), pods, now))
+                    last_answers=deps.note_answers(list(statuses), pods, now),
+                    member_token=token, member_token_missing=token_missing)
     return snap, admin
+
+
+def _member_token(spec: ConsumerGroupSpec, kube: apply.Kube) -> tuple[str, bool]:
+    """The members' token as the group's Secret holds it, or a new random one while that
+    Secret (or its key) is missing, for the plan to create it with; and whether it is missing."""
+    held = kube.secret_key(spec.namespace, builders.member_token_secret_name(spec),
+                           builders.MEMBER_TOKEN_KEY)
+    if held is not None:
+        return held, False
+    return secrets.token_urlsafe(32), True
 
 
 def _with_own_writes(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
@@ -228,21 +259,23 @@ def _failed(base: Snapshot, spec: ConsumerGroupSpec,
 
 def _admin_conf(spec: ConsumerGroupSpec, namespace: str, kube: apply.Kube) -> dict[str, str]:
     """The operator's own Kafka client configuration, credentials read from the Secrets."""
-    sec = spec.kafka.security
-    conf = {"bootstrap.servers": spec.kafka.bootstrap_servers,
-            "security.protocol": sec.protocol}
-    if sec.sasl is not None:
-        conf["sasl.mechanism"] = sec.sasl.mechanism
-        conf["sasl.username"] = kube.secret_value(
-            namespace, sec.sasl.username.name, sec.sasl.username.key)
-        conf["sasl.password"] = kube.secret_value(
-            namespace, sec.sasl.password.name, sec.sasl.password.key)
-    if sec.tls is not None:
-        for prop, ref in (("ssl.ca.pem", sec.tls.ca), ("ssl.certificate.pem", sec.tls.cert),
-                          ("ssl.key.pem", sec.tls.key)):
-            if ref is not None:
-                conf[prop] = kube.secret_value(namespace, ref.name, ref.key)
-    return conf
+    return kafkaclient.admin_conf(
+        spec.kafka, lambda ref: kube.secret_value(namespace, ref.name, ref.key))
+
+
+def kafka_problem(spec: ConsumerGroupSpec, exc: observe.KafkaUnavailable,
+                  conf: Mapping[str, str]) -> Problem:
+    """Degraded for a cluster that did not answer, or that refused the operator's credentials
+    or TLS handshake: then the message names the mechanism and the Secrets the credentials came
+    from, and no secret value (any that the client's error might echo is redacted)."""
+    security = spec.kafka.security
+    text = kafkaclient.redact(str(exc), kafkaclient.sensitive_values(security, dict(conf)))
+    if not isinstance(exc, observe.KafkaAuthFailed):
+        return Problem(c.KAFKA_UNREACHABLE, f"Kafka unreachable: {text}")
+    return Problem(c.KAFKA_AUTHENTICATION_FAILED, (
+        f"Kafka refused the {kafkaclient.mechanism(security)} connection made with "
+        f"{kafkaclient.credentials(security)}: {text}; check those Secrets and the "
+        "principal on the brokers (the members use the same credentials)"), SECRET_RETRY_S)
 
 
 def _broker_config(admin: observe.Admin, deps: Deps) -> tuple[dict[str, int], str | None]:
@@ -307,8 +340,9 @@ def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps,
                             snap.namespace, snap.name, new.pod["metadata"]["name"], exc)
         for gone in plan.delete:
             _remember(deps, kube.delete_pod(snap.namespace, gone.name, gone.uid))
-    except observe.KafkaUnavailable as exc:
-        plan = degraded(snap, Problem(c.KAFKA_UNREACHABLE, f"Kafka unreachable: {exc}"))
+    except observe.KafkaUnavailable as exc:  # only set_group_configs talks to Kafka here
+        assert snap.spec is not None and admin is not None
+        plan = degraded(snap, kafka_problem(snap.spec, exc, admin.conf))
     except apply.ApplyError as exc:
         plan = degraded(snap, Problem(c.API_ERROR, f"the API server refused a request: {exc}"))
     prefix = f"{snap.namespace}/{snap.name}"
@@ -325,14 +359,25 @@ def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps,
 
 
 def _ask_members(snap: Snapshot, plan: Plan, deps: Deps) -> None:
-    """Tell members to leave the group or to rejoin it (a member that does not answer is
-    deleted after `planned.LEAVE_WAIT_S`, or asked again after `planned.REJOIN_RETRY_S`)."""
+    """Tell members to leave the group, to rejoin it or to activate (a member that does not
+    answer is deleted after `planned.LEAVE_WAIT_S`, or asked again after
+    `planned.REJOIN_RETRY_S`), with the group's token, or the one before it for a member whose
+    mounted Secret still holds that. A member that refuses both makes the next pass read the
+    Secret again (someone may have written a token into it)."""
+    if not plan.calls:
+        return
     ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in snap.pods}
+    tokens = (deps.member_tokens(snap.body["metadata"]["uid"], snap.member_token)
+              if snap.member_token else ())
     for call in plan.calls:
-        refused = observe.ask_member(ips.get(call.pod) or "", MEMBER_PORT, call.action)
-        if refused is not None:
-            log.warning("%s/%s: member %d (pod %s) did not take %s: %s", snap.namespace,
-                        snap.name, call.ordinal, call.pod, call.action, refused)
+        refused = observe.ask_member(ips.get(call.pod) or "", MEMBER_PORT, call.action, tokens)
+        if refused is None:
+            continue
+        log.warning("%s/%s: member %d (pod %s) did not take %s: %s", snap.namespace,
+                    snap.name, call.ordinal, call.pod, call.action, refused)
+        if refused.status in (401, 403) and snap.spec is not None:
+            deps.kube.forget_secret(snap.namespace,
+                                    builders.member_token_secret_name(snap.spec))
 
 
 def _remember(deps: Deps, pod: Mapping[str, Any] | None) -> None:

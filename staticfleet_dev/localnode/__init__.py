@@ -60,6 +60,17 @@ Supported
   401). Container restarts keep the current token. A failed TokenRequest (no such
   ServiceAccount) leaves the container waiting in ContainerCreating with the error as message,
   retried every 2 s.
+- Secret volumes (`secret`, mounted whole: no `subPath`): a process here cannot see a file at a
+  `mountPath`, so the node writes the volume's files (every key of the Secret, or its `items` at
+  their paths; mode 0600) to `<log-dir>/work/<namespace>_<pod>_<uid>/volumes/<volume>/` before
+  the container starts, and rewrites each environment value that names the `mountPath` or a
+  path under it to point there (so `STATICFLEET_MEMBER_TOKEN_FILE=/var/run/secrets/...` names
+  the projected file); paths written literally into `command`/`args` are not rewritten. A
+  missing non-optional Secret or listed key leaves the container in ContainerCreating with the
+  kubelet's message (`MountVolume.SetUp failed for volume ...`), retried every 2 s. While the pod
+  runs, its Secrets are read every 5 s and changed files replaced in place, atomically (a
+  kubelet takes up to about a minute); a Secret deleted meanwhile leaves the files as they were,
+  as with a kubelet. Container restarts keep the files.
 - Probes (startup, readiness, liveness): httpGet (port by number or by container port name,
   host defaults to the pod IP, path, scheme, headers; 200-399 is success), tcpSocket and exec
   (run locally with the container's environment), with initialDelaySeconds, periodSeconds,
@@ -86,11 +97,11 @@ Supported
 - Output: stdout and stderr of every run go to `<log-dir>/<namespace>_<pod>_<uid>.log`, appended
   across restarts, with a marker line at each start and exit.
 
-Not supported: images, volumes (volumeMounts other than the service-account token are ignored and
-named in the pod's status message), securityContext (the process runs as the node's own user with
-its capabilities, no seccomp profile and a writable filesystem; the fields set are named in the
-message, and a member pod's /tmp emptyDir is the machine's /tmp), init and sidecar containers
-(ignored, named in the message),
+Not supported: images, volumes other than Secret volumes (their volumeMounts, and those with a
+`subPath`, are ignored and named in the pod's status message), securityContext (the process
+runs as the node's own user with its capabilities, no seccomp profile and a writable
+filesystem; the fields set are named in the message, and a member pod's /tmp emptyDir is the
+machine's /tmp), init and sidecar containers (ignored, named in the message),
 containers after the first, resource limits and fit, taints/tolerations, pod (anti-)affinity,
 preferred node affinity, hostNetwork/ports (everything is on loopback anyway), service
 environment variables (so no KUBERNETES_SERVICE_HOST; credentials come as a kubeconfig, above),
@@ -104,7 +115,8 @@ The modules, pure ones first:
   probes      probe specs and their thresholds; running one probe (I/O)
   podstatus   the pod status this node reports, and the patch that sets it
   api         its own small client of the API server (raw JSON) and ApiError
-  worker      PodWorker: one pod's process, probes, credentials, status and deletion
+  worker      PodWorker: one pod's process, probes, credentials, Secret volumes, status and
+              deletion
   node        LocalNode (registration, heartbeat, pod watch, binding, shutdown) and main()
 The operator's rule that only `staticfleet.apply` talks to the Kubernetes API does not cover this
 package: the local node plays the kubelet and has its own client (`api`).

@@ -1,7 +1,8 @@
 """The local node's pod worker: one thread per pod (by UID) that starts its first container as a
 process, restarts it with back-off, runs its probes, issues and renews its ServiceAccount token
-as a kubeconfig, publishes its status and completes its deletion. Decisions come from the pure
-modules (lifecycle, probes, podstatus, `staticfleet_dev.podenv`); this module carries them out."""
+as a kubeconfig, projects and refreshes its Secret volumes as files, publishes its status and
+completes its deletion. Decisions come from the pure modules (lifecycle, probes, podstatus,
+`staticfleet_dev.podenv`); this module carries them out."""
 
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ log = logging.getLogger("staticfleet.localnode")
 
 CONFIG_RETRY = 2.0
 TOKEN_RETRY = 10.0
+SECRET_VOLUME_SYNC = 5.0
+"""How often a running pod's Secret volumes are read again (a kubelet: within about a minute)."""
 FORCE_DELETE_GRACE = 2.0
 TICK = 0.2
 
@@ -100,6 +103,11 @@ class PodWorker(threading.Thread):
         self.next_publish_retry = 0.0
         self.notes = podenv.unsupported_notes(pod)
         self.credentials_dir = self.default_workdir / "serviceaccount"
+        self.secret_mounts = podenv.secret_mounts(pod, container)
+        self.volumes_dir = self.default_workdir / "volumes"
+        self.volume_files: dict[str, dict[str, str]] = {}
+        """What each Secret volume's directory holds now (volume -> relative path -> text)."""
+        self.next_volume_sync = 0.0
         self.token_refresh_at: float | None = None  # unix time; None: no token issued
         self.next_token_try = 0.0
 
@@ -152,6 +160,8 @@ class PodWorker(threading.Thread):
         if (self.token_refresh_at is not None and time.time() >= self.token_refresh_at
                 and now >= self.next_token_try):
             self._refresh_credentials(pod)
+        if self.secret_mounts and self.volume_files and now >= self.next_volume_sync:
+            self._sync_volumes()
         if self.proc is None:
             if self.view.terminated is None and not self.permanent and now >= self.next_start:
                 self._start(pod)
@@ -190,9 +200,20 @@ class PodWorker(threading.Thread):
         ctx = podenv.PodContext(node_name=self.node.node_name, pod_ip=self.pod_ip,
                                 node_memory=self.node.memory)
         try:
+            mounted = self._project_volumes()
+        except (podenv.ConfigError, ApiError) as exc:
+            message = str(exc) if isinstance(exc, podenv.ConfigError) else (
+                f"MountVolume.SetUp failed: reading a Secret: {exc}")
+            if self.view.waiting_message != message:
+                log.warning("pod %s/%s: %s", self.ns, self.pod_name, message)
+            self._set(waiting_reason="ContainerCreating", waiting_message=message)
+            self.next_start = time.monotonic() + CONFIG_RETRY
+            return
+        try:
             configmaps, secrets = self._fetch_sources()
-            pod_env = podenv.resolve_env(pod, self.container, configmaps=configmaps,
-                                         secrets=secrets, ctx=ctx)
+            pod_env = podenv.with_mounts(
+                podenv.resolve_env(pod, self.container, configmaps=configmaps,
+                                   secrets=secrets, ctx=ctx), mounted)
             cmd = podenv.build_command(self.container, pod_env, python=sys.executable)
         except podenv.ConfigError as exc:
             if self.view.waiting_reason != "CreateContainerConfigError":
@@ -267,6 +288,65 @@ class PodWorker(threading.Thread):
         self._set(running_since=now_wall, container_id=f"localnode://{proc.pid}",
                   terminated=None, waiting_message=None, restart_count=restart_count,
                   started=started, ready=started and "readiness" not in self.probes)
+
+    # -- Secret volumes, as files in the pod's own directory
+    def _read_secret(self, name: str) -> dict[str, str] | None:
+        """A Secret's `data` (base64), None when it does not exist."""
+        try:
+            obj = self.node.kube.request("GET", f"/api/v1/namespaces/{self.ns}/secrets/{name}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(obj.get("data") or {})
+
+    def _project_volumes(self) -> dict[str, str]:
+        """Write every Secret volume's files (a kubelet mounts them before the container
+        starts); return mount path -> local directory. Raises ConfigError (a missing Secret or
+        key, the kubelet's words) or ApiError: the container cannot start yet."""
+        mounted = {}
+        for mount in self.secret_mounts:
+            if mount.volume not in self.volume_files:
+                files = podenv.secret_files(mount, self._read_secret(mount.secret))
+                self._write_volume(mount.volume, files)
+            mounted[mount.mount_path] = str(self.volumes_dir / mount.volume)
+        self.next_volume_sync = time.monotonic() + SECRET_VOLUME_SYNC
+        return mounted
+
+    def _sync_volumes(self) -> None:
+        """Bring the Secret volumes up to date with their Secrets, in place (a running process
+        sees the new files, as with a kubelet). A Secret that is gone or lacks a key leaves the
+        files as they are, as a kubelet does."""
+        self.next_volume_sync = time.monotonic() + SECRET_VOLUME_SYNC
+        for mount in self.secret_mounts:
+            try:
+                files = podenv.secret_files(mount, self._read_secret(mount.secret))
+            except podenv.ConfigError:
+                continue
+            except ApiError as exc:
+                log.warning("pod %s/%s: reading Secret %s for volume %s: %s", self.ns,
+                            self.pod_name, mount.secret, mount.volume, exc)
+                continue
+            if files != self.volume_files.get(mount.volume):
+                self._write_volume(mount.volume, files)
+                log.info("pod %s/%s: volume %s updated from Secret %s", self.ns, self.pod_name,
+                         mount.volume, mount.secret)
+
+    def _write_volume(self, volume: str, files: Mapping[str, str]) -> None:
+        """Make the volume's directory hold exactly `files`, each replaced atomically and only
+        when its content changed (a reader that watches a file's identity sees real changes
+        only)."""
+        root = self.volumes_dir / volume
+        root.mkdir(parents=True, exist_ok=True)
+        before = self.volume_files.get(volume, {})
+        for path, text in files.items():
+            if before.get(path) != text or not (root / path).exists():
+                (root / path).parent.mkdir(parents=True, exist_ok=True)
+                _write_private(root / path, text)
+        for path in set(before) - set(files):
+            with contextlib.suppress(OSError):
+                (root / path).unlink()
+        self.volume_files[volume] = dict(files)
 
     # -- in-cluster credentials as a kubeconfig
     def _credentials(self, pod: dict[str, Any], service_account: str) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -57,17 +58,25 @@ def runtime_config(bootstrap: str, group: str, topic: str, *, sink: dict[str, An
 
 @dataclass
 class RuntimeProcess:
-    """`python -m consumer_runtime` in its own session, its output in `log`."""
+    """`python -m consumer_runtime` in its own session, its output in `log`; it requires
+    `token` on its control requests (`post` sends it), read from the file `token_file`, as a
+    member pod reads its group's Secret volume."""
 
     proc: subprocess.Popen[bytes]
     port: int
     log: Path
+    token_file: Path
+    token: str
 
     @classmethod
     def start(cls, config: dict[str, Any], log: Path, instance_id: str | None,
               extra_env: dict[str, str] | None = None) -> RuntimeProcess:
         port = free_port()
-        env = {**os.environ, **(extra_env or {}), "STATICFLEET_CONFIG": json.dumps(config),
+        token = secrets.token_urlsafe(16)
+        token_file = log.with_name(f"{log.name}.token")
+        token_file.write_text(token)
+        env = {**os.environ, "STATICFLEET_MEMBER_TOKEN_FILE": str(token_file),
+               **(extra_env or {}), "STATICFLEET_CONFIG": json.dumps(config),
                "STATICFLEET_GROUP_INSTANCE_ID": instance_id or "",
                "POD_NAME": instance_id or "dynamic-member", "POD_NAMESPACE": "test",
                "STATICFLEET_HTTP_HOST": "127.0.0.1", "STATICFLEET_HTTP_PORT": str(port),
@@ -76,7 +85,7 @@ class RuntimeProcess:
             proc = subprocess.Popen([sys.executable, "-m", "consumer_runtime"], stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                     cwd=REPO, start_new_session=True)
-        return cls(proc, port, log)
+        return cls(proc, port, log, token_file, token)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -87,6 +96,19 @@ class RuntimeProcess:
                 return r.status, r.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
+
+    def post(self, path: str, token: str | None = "") -> tuple[int, dict[str, Any]]:
+        """POST a control request with the member's token (`token` None: without one; a
+        string: that one instead); the status and the JSON answer."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=b"",
+                                         method="POST")
+        if token is not None:
+            request.add_header("Authorization", f"Bearer {token or self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
 
     def status(self) -> dict[str, Any] | None:
         if not port_open(self.port):

@@ -371,6 +371,9 @@ def test_install_runs_the_operator_under_its_own_service_account(
             ("create", "events", "-n", namespace),
             ("create", "poddisruptionbudgets.policy", "-n", namespace),
             ("get", "secrets", "-n", namespace),
+            # The members' token Secret <group>-member-token, server-side applied when missing.
+            ("create", "secrets", "-n", namespace),
+            ("patch", "secrets", "-n", namespace),
             ("list", "customresourcedefinitions.apiextensions.k8s.io"),
         ):
             assert can_i(kubeconfig, sa, verb, resource, *extra), f"cannot {verb} {resource}"
@@ -380,7 +383,7 @@ def test_install_runs_the_operator_under_its_own_service_account(
             ("update", "customresourcedefinitions.apiextensions.k8s.io"),
             ("delete", "customresourcedefinitions.apiextensions.k8s.io"),
             ("list", "secrets", "-n", "kube-system"),
-            ("create", "secrets", "-n", namespace),
+            ("delete", "secrets", "-n", namespace),
             ("get", "configmaps", "-n", namespace),
             ("delete", "services", "-n", namespace),
             ("update", "consumergroups.staticfleet.io", "-n", namespace),

@@ -73,6 +73,19 @@ INVALID = [
      "clientProperties may not set enable.auto.commit"),
     ("SASL without credentials", with_spec("kafka.security", {"protocol": "SASL_SSL"}),
      "security.sasl is required when security.protocol is SASL_PLAINTEXT or SASL_SSL"),
+    ("an ssl file through client properties",
+     with_spec("kafka.clientProperties", {"ssl.ca.location": "/etc/ssl/ca.pem"}),
+     "clientProperties may set only the ssl.* keys ssl.cipher.suites"),
+    ("certificate verification off",
+     with_spec("kafka.clientProperties", {"enable.ssl.certificate.verification": "false"}),
+     "the broker's certificate is always verified"),
+    ("OAUTHBEARER without its token endpoint",
+     with_spec("kafka.security", {"protocol": "SASL_SSL", "sasl": {"mechanism": "OAUTHBEARER"}}),
+     "sasl.oauthbearer is required with mechanism OAUTHBEARER"),
+    ("SCRAM without a password",
+     with_spec("kafka.security", {"protocol": "SASL_SSL", "sasl": {
+         "mechanism": "SCRAM-SHA-512", "usernameSecretRef": {"name": "s", "key": "u"}}}),
+     "sasl.usernameSecretRef and sasl.passwordSecretRef are required"),
     ("connect mode without a URL", with_spec("processing.spark", {"mode": "connect"}),
      "spark.connectUrl is required with mode connect"),
     ("kafka sink without a topic", with_spec("processing.sink", {"type": "kafka"}),
@@ -93,6 +106,34 @@ def test_invalid_object_is_refused_with_its_message(
     assert code != 0, f"{what} was accepted"
     assert message in out, out
     assert "spec.spec." not in out, out
+
+
+def ref(name: str, key: str) -> dict[str, str]:
+    return {"name": name, "key": key}
+
+
+SECURITY = {
+    "SSL": {"protocol": "SSL", "tls": {"caSecretRef": ref("kafka-ca", "ca.crt")}},
+    "mutual TLS": {"protocol": "SSL", "tls": {"caSecretRef": ref("kafka-ca", "ca.crt"),
+                                              "certSecretRef": ref("member-tls", "tls.crt"),
+                                              "keySecretRef": ref("member-tls", "tls.key")}},
+    "SCRAM": {"protocol": "SASL_SSL", "sasl": {"mechanism": "SCRAM-SHA-512",
+                                               "usernameSecretRef": ref("scram", "username"),
+                                               "passwordSecretRef": ref("scram", "password")}},
+    "OAUTHBEARER": {"protocol": "SASL_SSL", "sasl": {"mechanism": "OAUTHBEARER", "oauthbearer": {
+        "tokenEndpointUrl": "https://idp.example.com/oauth2/token", "scope": "kafka",
+        "extensions": {"logicalCluster": "lkc-1"},
+        "clientIdSecretRef": ref("oauth", "client-id"),
+        "clientSecretSecretRef": ref("oauth", "client-secret")}}},
+}
+
+
+@pytest.mark.parametrize("mechanism", SECURITY)
+def test_each_security_mechanism_is_accepted(kubeconfig: Path, ns: str, mechanism: str) -> None:
+    obj = with_spec("kafka.security", SECURITY[mechanism])
+    obj["spec"]["kafka"]["clientProperties"] = {"ssl.curves.list": "P-256"}
+    code, out = dry_run(kubeconfig, ns, obj)
+    assert code == 0, out
 
 
 def test_unknown_field_is_refused(kubeconfig: Path, ns: str) -> None:

@@ -483,3 +483,61 @@ def test_the_termination_message_is_what_the_container_wrote(kubeconfig: Path, n
     terminated = container_status(pod)["state"]["terminated"]
     assert terminated["exitCode"] == 3
     assert terminated["message"] == "ValueError: the reason, in the container's own words"
+
+
+def test_a_secret_volume_is_projected_and_updated_in_place(kubeconfig: Path, ns: str,
+                                                           tmp_path: Path) -> None:
+    """What a member's token needs (docs/contracts.md): the Secret's files before the container
+    starts (it waits for a missing Secret, as with a kubelet), the path in the environment
+    pointed at them, and a change of the Secret seen by the running process (no restart); a
+    Secret deleted meanwhile leaves the files as they were."""
+    seen = tmp_path / "seen.txt"
+    mount = "/var/run/secrets/example.io/tok"
+    code = f"""
+        import os, time
+        path = os.environ["TOKEN_FILE"]
+        while True:
+            with open(path) as f:
+                text = f.read()
+            with open({str(seen)!r} + ".tmp", "w") as out:
+                out.write(path + "\\n" + text)
+            os.replace({str(seen)!r} + ".tmp", {str(seen)!r})
+            time.sleep(0.2)
+    """
+    pod = python_pod("vol", code, container={
+        "env": [{"name": "TOKEN_FILE", "value": f"{mount}/token"}],
+        "volumeMounts": [{"name": "tok", "mountPath": mount, "readOnly": True}]},
+        volumes=[{"name": "tok", "secret": {"secretName": "tok"}}])
+
+    def secret(value: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tok"},
+                "data": {"token": base64.b64encode(value.encode()).decode()}}
+
+    def read_seen() -> tuple[str, str] | None:
+        try:
+            path, text = seen.read_text().split("\n", 1)
+        except (OSError, ValueError):
+            return None
+        return path, text
+
+    apply(kubeconfig, ns, pod)
+    waiting = wait_for("the container waiting for its Secret volume", lambda: (
+        p := get_pod(kubeconfig, ns, "vol")) and container_status(p).get("state", {}).get(
+            "waiting", {}).get("reason") == "ContainerCreating" and p)
+    assert container_status(waiting)["state"]["waiting"]["message"] == (
+        'MountVolume.SetUp failed for volume "tok" : secret "tok" not found')
+    apply(kubeconfig, ns, secret("first"))
+    path, _ = wait_for("the process reading the projected file",
+                       lambda: (s := read_seen()) and s[1] == "first" and s, timeout=20)
+    running = get_pod(kubeconfig, ns, "vol")
+    assert not path.startswith(mount) and path.endswith("/volumes/tok/token"), path
+    assert "tok:" not in (running or {}).get("status", {}).get("message", ""), (
+        "a Secret volume is not among what the node ignores")
+    apply(kubeconfig, ns, secret("second"))
+    wait_for("the change seen by the running process",
+             lambda: (s := read_seen()) and s[1] == "second", timeout=20)
+    kubectl(kubeconfig, "-n", ns, "delete", "secret", "tok")
+    time.sleep(6)  # more than one refresh of the volume (every 5 s)
+    assert read_seen() == (path, "second"), "a deleted Secret leaves the files as they were"
+    after = get_pod(kubeconfig, ns, "vol")
+    assert container_status(after)["restartCount"] == 0 and is_ready(after)

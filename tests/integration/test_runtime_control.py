@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,13 +38,8 @@ TP = tuple[str, int]
 
 
 def post(member: RuntimeProcess, path: str) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(f"http://127.0.0.1:{member.port}{path}", data=b"",
-                                     method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    """The operator's request: with the member's token."""
+    return member.post(path)
 
 
 def owners(admin: AdminClient, group: str) -> dict[TP, str]:

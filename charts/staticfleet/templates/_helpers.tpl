@@ -112,6 +112,13 @@ no more. docs/security.md explains each; tests/unit/chart/test_chart.py holds th
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
+# Each group's member token Secret `<group>-member-token`: created by server-side apply (a
+# patch, which needs create when it is new) when missing, and read back with the `get` above.
+# Members require its token on POST /leave, /rejoin and /activate. RBAC cannot narrow create to
+# a name, so this too reaches every namespace the rule applies to.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create", "patch"]
 # Events about ConsumerGroups (the operator's decisions, kopf's warnings): core/v1, created only.
 - apiGroups: [""]
   resources: ["events"]

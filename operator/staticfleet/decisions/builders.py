@@ -7,11 +7,12 @@ so the apply layer can compare and patch.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from typing import Any
 
-from staticfleet.decisions import podsecurity
+from staticfleet.decisions import kafkaclient, podsecurity
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import (
     FINGERPRINT_ANNOTATION,
@@ -43,6 +44,12 @@ SESSION_ANNOTATION = "staticfleet.io/session-timeout-ms"
 restarts later, whatever the spec says by then."""
 MEMBER_APP = "staticfleet-member"
 MANAGER = "staticfleet"
+MEMBER_TOKEN_KEY = "token"
+MEMBER_TOKEN_VOLUME = "member-token"
+MEMBER_TOKEN_DIR = "/var/run/secrets/staticfleet.io/member-token"
+MEMBER_TOKEN_ENV = "STATICFLEET_MEMBER_TOKEN_FILE"
+"""The file the member reads the group's token from (the Secret volume's `token` key): every
+POST /leave, /rejoin and /activate must carry it as a bearer token."""
 
 
 # --- names and labels ----------------------------------------------------------------------------
@@ -75,6 +82,11 @@ def service_name(group: ConsumerGroupSpec) -> str:
 
 def pdb_name(group: ConsumerGroupSpec) -> str:
     return f"{group.name}-members"
+
+
+def member_token_secret_name(group: ConsumerGroupSpec) -> str:
+    """The Secret holding the group's member token (`MEMBER_TOKEN_KEY`)."""
+    return f"{group.name}-member-token"
 
 
 def selector_labels(group: ConsumerGroupSpec) -> dict[str, str]:
@@ -113,12 +125,10 @@ def runtime_config(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> dic
         **timeouts.client_properties(membership.protocol),
         "group.protocol": membership.protocol,
         "auto.offset.reset": group.processing.auto_offset_reset,
-        "security.protocol": kafka.security.protocol,
+        **kafkaclient.security_properties(kafka.security),
     }
     if membership.assignment_strategy is not None:
         consumer["partition.assignment.strategy"] = membership.assignment_strategy
-    if kafka.security.sasl is not None:
-        consumer["sasl.mechanism"] = kafka.security.sasl.mechanism
     p = group.processing
     return {
         "bootstrapServers": kafka.bootstrap_servers,
@@ -252,26 +262,8 @@ def _operator_env(
         _field_env("STATICFLEET_HTTP_HOST", "status.podIP"),
         {"name": "STATICFLEET_HTTP_PORT", "value": str(HTTP_PORT)},
     ]
-    security = group.kafka.security
-    if security.sasl is not None:
-        env.append(
-            _secret_env(
-                "STATICFLEET_SASL_USERNAME", security.sasl.username.name, security.sasl.username.key
-            )
-        )
-        env.append(
-            _secret_env(
-                "STATICFLEET_SASL_PASSWORD", security.sasl.password.name, security.sasl.password.key
-            )
-        )
-    if security.tls is not None:
-        for var, ref in (
-            ("STATICFLEET_SSL_CA_PEM", security.tls.ca),
-            ("STATICFLEET_SSL_CERT_PEM", security.tls.cert),
-            ("STATICFLEET_SSL_KEY_PEM", security.tls.key),
-        ):
-            if ref is not None:
-                env.append(_secret_env(var, ref.name, ref.key))
+    env += [_secret_env(sp.env, sp.ref.name, sp.ref.key)
+            for sp in kafkaclient.secret_properties(group.kafka.security)]
     return env
 
 
@@ -284,6 +276,14 @@ def _standby_env() -> list[dict[str, Any]]:
     empty while absent)."""
     return [{"name": STANDBY_ENV, "value": "true"},
             _field_env(ACTIVATED_ENV, f"metadata.annotations['{ACTIVATED_ANNOTATION}']")]
+
+
+def _member_token_env() -> list[dict[str, Any]]:
+    """Where the member finds the group's token: a file of the Secret volume, which the kubelet
+    updates in place, so a rotated token reaches the member without a restart (an env var from
+    the Secret would keep the old one until then). Like the volume, not part of the revision: a
+    pod made before the token existed gets it at its next rollout."""
+    return [{"name": MEMBER_TOKEN_ENV, "value": f"{MEMBER_TOKEN_DIR}/{MEMBER_TOKEN_KEY}"}]
 
 
 def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
@@ -307,6 +307,7 @@ def build_member_pod(
         "image": t.image,
         "command": list(t.command),
         "env": _operator_env(group, ordinal, with_instance_id=True, config=view.config)
+        + _member_token_env()
         + (_standby_env() if standby else [])
         + [dict(v) for v in t.env],
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
@@ -338,7 +339,9 @@ def build_member_pod(
     # read-only, so the member, its JVM and Spark write to an emptyDir at /tmp.
     container["securityContext"] = podsecurity.container_context(t.container_security_context)
     container["volumeMounts"] = [{"name": podsecurity.TMP_VOLUME,
-                                  "mountPath": podsecurity.TMP_PATH}]
+                                  "mountPath": podsecurity.TMP_PATH},
+                                 {"name": MEMBER_TOKEN_VOLUME, "mountPath": MEMBER_TOKEN_DIR,
+                                  "readOnly": True}]
     spec: dict[str, Any] = {
         "hostname": name,
         "subdomain": service_name(group),
@@ -346,7 +349,9 @@ def build_member_pod(
         "terminationGracePeriodSeconds": t.termination_grace_period_seconds,
         "securityContext": podsecurity.pod_context(t.security_context),
         "containers": [container],
-        "volumes": [{"name": podsecurity.TMP_VOLUME, "emptyDir": {}}],
+        "volumes": [{"name": podsecurity.TMP_VOLUME, "emptyDir": {}},
+                    {"name": MEMBER_TOKEN_VOLUME,
+                     "secret": {"secretName": member_token_secret_name(group)}}],
     }
     if t.service_account_name:
         spec["serviceAccountName"] = t.service_account_name
@@ -374,6 +379,27 @@ def build_member_pod(
             "annotations": annotations,
         },
         "spec": spec,
+    }
+
+
+# --- member token --------------------------------------------------------------------------------
+
+
+def build_member_token_secret(group: ConsumerGroupSpec, token: str) -> dict[str, Any]:
+    """The Secret `<cg>-member-token`: the bearer token the member pods require on every
+    request that changes them, which the operator sends. `token` is made by the caller (random,
+    once: the service's gather makes one only while the Secret does not exist), so this stays
+    pure."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": member_token_secret_name(group),
+            "namespace": group.namespace,
+            "labels": common_labels(group),
+        },
+        "data": {MEMBER_TOKEN_KEY: base64.b64encode(token.encode()).decode()},
     }
 
 

@@ -53,11 +53,25 @@ OWNED_CLIENT_PROPERTIES: Mapping[str, str] = {
     "partition.assignment.strategy": "spec.membership.assignmentStrategy",
     "auto.offset.reset": "spec.processing.autoOffsetReset",
     "security.protocol": "spec.kafka.security.protocol",
+    "enable.ssl.certificate.verification": (
+        "nothing: the broker's certificate is always verified (give its CA in "
+        "spec.kafka.security.tls.caSecretRef)"),
+    "enable.sasl.oauthbearer.unsecure.jwt": (
+        "spec.kafka.security.sasl.oauthbearer: tokens come from the token endpoint"),
 }
 OWNED_CLIENT_PREFIXES: Mapping[str, str] = {
     "sasl.": "spec.kafka.security.sasl (with Secret references)",
-    "ssl.": "spec.kafka.security.tls (with Secret references)",
 }
+SSL_TUNING_PROPERTIES = ("ssl.cipher.suites", "ssl.curves.list", "ssl.sigalgs.list")
+"""The ssl.* clientProperties a user may set: they tune the TLS handshake and name no file and
+no secret. The operator's admin client uses them too."""
+SSL_REFUSAL = (
+    "is not one of the ssl.* keys clientProperties take ("
+    + ", ".join(SSL_TUNING_PROPERTIES)
+    + "): certificates and keys come as PEM from Secrets through spec.kafka.security.tls "
+    "(a member pod mounts no files, so *.location keys cannot work, and key material is "
+    "never written inline), and verification cannot be switched off")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 RESERVED_ENV_PREFIX = "STATICFLEET_"
 RESERVED_ENV_NAMES = frozenset({"POD_NAME", "POD_NAMESPACE"})
 RESERVED_LABELS = frozenset(
@@ -84,10 +98,26 @@ class SecretKeyRef:
 
 
 @dataclass(frozen=True)
+class OAuthBearerSpec:
+    """OAUTHBEARER with OIDC client credentials: librdkafka fetches a token from the endpoint
+    with the client id and secret (HTTP Basic) and refreshes it before it expires."""
+
+    token_endpoint_url: str
+    client_id: SecretKeyRef
+    client_secret: SecretKeyRef
+    scope: str | None = None
+    extensions: Mapping[str, str] | None = None
+    """SASL extensions sent with the token (e.g. logicalCluster, identityPoolId)."""
+
+
+@dataclass(frozen=True)
 class SaslSpec:
+    """A user name and password (PLAIN, SCRAM-*), or OAUTHBEARER's `oauthbearer`."""
+
     mechanism: str
-    username: SecretKeyRef
-    password: SecretKeyRef
+    username: SecretKeyRef | None = None
+    password: SecretKeyRef | None = None
+    oauthbearer: OAuthBearerSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -422,6 +452,8 @@ def _parse_kafka(kafka: Mapping[str, Any], name: str) -> KafkaSpec:
             raise SpecError(
                 f"{path}.clientProperties[{key}]", f"is set by the operator; use {instead}"
             )
+        if key.startswith("ssl.") and key not in SSL_TUNING_PROPERTIES:
+            raise SpecError(f"{path}.clientProperties[{key}]", SSL_REFUSAL)
     return KafkaSpec(
         bootstrap_servers=bootstrap,
         group_id=group_id,
@@ -444,15 +476,7 @@ def _parse_security(sec: Mapping[str, Any]) -> SecuritySpec:
     if raw_sasl is not None:
         if not protocol.startswith("SASL_"):
             raise SpecError(f"{path}.sasl", f"is only used with SASL_* protocols, not {protocol}")
-        s = _obj(raw_sasl, f"{path}.sasl")
-        mechanism = _req_str(s, "mechanism", f"{path}.sasl")
-        if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-            raise SpecError(f"{path}.sasl.mechanism", f"unknown mechanism {mechanism!r}")
-        sasl = SaslSpec(
-            mechanism=mechanism,
-            username=_req_secret_ref(s, "usernameSecretRef", f"{path}.sasl"),
-            password=_req_secret_ref(s, "passwordSecretRef", f"{path}.sasl"),
-        )
+        sasl = _parse_sasl(_obj(raw_sasl, f"{path}.sasl"), f"{path}.sasl")
     tls: TlsSpec | None = None
     if sec.get("tls") is not None:
         t = _obj(sec["tls"], f"{path}.tls")
@@ -464,6 +488,41 @@ def _parse_security(sec: Mapping[str, Any]) -> SecuritySpec:
         if (tls.cert is None) != (tls.key is None):
             raise SpecError(f"{path}.tls", "certSecretRef and keySecretRef must be set together")
     return SecuritySpec(protocol=protocol, sasl=sasl, tls=tls)  # type: ignore[arg-type]
+
+
+def _parse_sasl(s: Mapping[str, Any], path: str) -> SaslSpec:
+    mechanism = _req_str(s, "mechanism", path)
+    if mechanism not in SASL_MECHANISMS:
+        raise SpecError(f"{path}.mechanism", f"unknown mechanism {mechanism!r} (one of "
+                                             f"{', '.join(SASL_MECHANISMS)})")
+    if mechanism != "OAUTHBEARER":
+        if s.get("oauthbearer") is not None:
+            raise SpecError(f"{path}.oauthbearer", "is only used with mechanism OAUTHBEARER")
+        return SaslSpec(mechanism=mechanism,
+                        username=_req_secret_ref(s, "usernameSecretRef", path),
+                        password=_req_secret_ref(s, "passwordSecretRef", path))
+    for key in ("usernameSecretRef", "passwordSecretRef"):
+        if s.get(key) is not None:
+            raise SpecError(f"{path}.{key}", "is not used with mechanism OAUTHBEARER (the "
+                                             "client id and secret are in sasl.oauthbearer)")
+    ob_path = f"{path}.oauthbearer"
+    ob = _obj(s.get("oauthbearer"), ob_path, required=True)
+    url = _req_str(ob, "tokenEndpointUrl", ob_path)
+    if not url.startswith(("https://", "http://")):
+        raise SpecError(f"{ob_path}.tokenEndpointUrl", f"must be an https:// (or http://) URL, "
+                                                       f"got {url!r}")
+    extensions = _str_map(ob, "extensions", ob_path)
+    for key, value in (extensions or {}).items():
+        if not key or any(ch in key + value for ch in ",="):
+            raise SpecError(f"{ob_path}.extensions[{key}]",
+                            "keys must be non-empty and keys and values may not contain , or =")
+    return SaslSpec(mechanism=mechanism, oauthbearer=OAuthBearerSpec(
+        token_endpoint_url=url,
+        client_id=_req_secret_ref(ob, "clientIdSecretRef", ob_path),
+        client_secret=_req_secret_ref(ob, "clientSecretSecretRef", ob_path),
+        scope=_opt_str(ob, "scope", ob_path) or None,
+        extensions=extensions or None,
+    ))
 
 
 def _parse_template(tpl: Mapping[str, Any]) -> TemplateSpec:

@@ -267,13 +267,22 @@ def decide(snap: Snapshot) -> Plan:
         rollout_finished=roll.finished)
     return Plan(
         status=_stamped(status, previous, snap), group_configs=configs,
-        children=(builders.build_config_map(spec, effective),
+        children=(*_member_token_secret(snap, spec), builders.build_config_map(spec, effective),
                   builders.build_headless_service(spec), builders.build_pdb(spec)),
         create=creates, delete=deletes, events=tuple(events), metrics=metric_values,
         requeue_after_s=_soonest(roll.requeue_after_s, down.requeue_after_s,
                                  pl.UNASSIGNED_GRACE_S if missing else None,
                                  ENDED_RECHECK_S if ended else None),
         calls=calls, annotate=_marked_activated(table, activations))
+
+
+def _member_token_secret(snap: Snapshot, spec: ConsumerGroupSpec) -> tuple[dict[str, Any], ...]:
+    """The Secret of the members' token, when it is missing (first pass, or deleted by hand):
+    made with the token the gather drew for it. An existing one is left as it is, so a token
+    written into it by hand (a rotation) stands; the operator only reads it."""
+    if not snap.member_token_missing or not snap.member_token:
+        return ()
+    return (builders.build_member_token_secret(spec, snap.member_token),)
 
 
 def _soonest(*delays: float | None) -> float | None:
@@ -616,18 +625,18 @@ def _abandoned(table: MemberTable, state: ro.RolloutState, replicas: int,
 
 def _activations(snap: Snapshot, table: MemberTable,
                  replicas: int) -> tuple[pl.MemberCall, ...]:
-    """Standby processes that are their ordinal's only member now: activate them once no
-    older process of the ordinal still runs (two processes of one instance id in the group
-    fence each other). This finishes a warm handoff. A replacement whose container restarts in
-    place after its activation joins by itself (its pod is marked activated first,
-    `_marked_activated`); one that still comes back in standby (a pod made before that mark
-    existed) is activated again here."""
+    """Standby processes that are their ordinal's only member now: activate them once they
+    are standby-ready (before, the member refuses) and no older process of the ordinal still
+    runs (two processes of one instance id in the group fence each other). This finishes a
+    warm handoff. A replacement whose container restarts in place after its activation joins
+    by itself (its pod is marked activated first, `_marked_activated`); one that still comes
+    back in standby (a pod made before that mark existed) is activated again here."""
     out = []
     for m in table.members:
         pod = table.live.get(m.ordinal)
-        if (pod is None or m.ordinal >= replicas or m.standby_state is None
+        if (pod is None or m.ordinal >= replicas or m.standby_state != "ready"
                 or pod["metadata"]["name"] != m.pod_name):
-            continue
+            continue  # a standby refuses an activation until it is standby-ready
         if not (pod.get("status") or {}).get("podIP"):
             continue
         older = [p for p in snap.pods

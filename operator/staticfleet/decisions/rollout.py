@@ -31,11 +31,13 @@ Rules:
 * Running late: a member away longer than `at_risk_fraction` of the session timeout -> AtRisk
   (no further member is touched); past the session timeout the broker has rebalanced -> Stopped.
 * A warm handoff: the replacement starts in standby beside the old member; the old member is
-  stopped once the predicates hold; the standby is activated once the old process closed; a
-  standby that does not take the activation within `ACTIVATION_GIVE_UP_S` of it being sent is
-  replaced by a cold start. A standby that cannot be created (quota, admission) or started in
-  `standbyTimeoutSeconds` gets `fallback`: Recreate (a cold restart, gated like any stop) or
-  Stop (the rollout stops, the old member keeps running).
+  stopped once the predicates hold; the standby is activated once the old process closed (and
+  only once it is standby-ready: it refuses before, so an old process that went first waits for
+  it, within `standbyTimeoutSeconds`); a standby that does not take the activation within
+  `ACTIVATION_GIVE_UP_S` of it being sent is replaced by a cold start. A standby that cannot
+  be created (quota, admission) or started in `standbyTimeoutSeconds` gets `fallback`: Recreate
+  (a cold restart, gated like any stop) or Stop (the rollout stops, the old member keeps
+  running).
 * Resume: a member already restarted has the new revision, so it is never restarted twice; a pod
   found being deleted is followed as in flight even if the status did not record it.
 """
@@ -529,6 +531,20 @@ def _follow_warm(ctx: GateContext) -> Step | None:
         # in the pass that sends it), or from the close when it could not be sent (no pod, no
         # address).
         sent = f.activated_at
+        if (not active and sent is None and rep is not None and rep.answers
+                and rep.standby_state == "warming"):
+            # The old process went first (deleted, lost with its node) while the standby still
+            # warms up: it refuses an activation until it is standby-ready, and gets it then,
+            # within standbyTimeoutSeconds of its preparation like any standby.
+            left = limits.standby_timeout_s - (now - (f.prepared_at or now)).total_seconds()
+            if left > 0:
+                soonest = min(soonest or 1.0, max(0.5, min(1.0, left)))
+                continue
+            return FallBackCold(f.ordinal, (
+                f"the standby replacement of member {f.ordinal} (pod {rep.pod_name}) was not "
+                f"standby-ready within spec.rollout.standbyTimeoutSeconds "
+                f"({limits.standby_timeout_s:.0f} s) and its old process is gone; it is "
+                "replaced by a cold start, which must fit in the session timeout"))
         waited = (now - (sent or f.closed_at)).total_seconds()
         if not active and waited > ACTIVATION_GIVE_UP_S:
             who = f"pod {rep.pod_name}" if rep is not None else "its pod"

@@ -108,6 +108,12 @@ class Snapshot:
     lag: Mapping[tuple[str, int], int] | None = None
     """Each partition's lag as the broker sees it (end offset minus committed offset), for the
     partitions the group committed; None when it could not be read."""
+    member_token: str | None = field(default=None, repr=False)
+    """The group's member token (the bearer token its members require on POST /leave, /rejoin
+    and /activate): what the Secret `<cg>-member-token` holds, or, while that Secret (or its
+    key) is missing, a new random one that the gather made for the plan to create it with."""
+    member_token_missing: bool = False
+    """The Secret `<cg>-member-token` or its key does not exist: the plan creates it."""
 
     @property
     def namespace(self) -> str:

@@ -303,7 +303,7 @@ NAMESPACED_RULES = {
     ("", "configmaps"): {"create", "patch"},
     ("", "services"): {"create", "patch"},
     ("policy", "poddisruptionbudgets"): {"create", "patch"},
-    ("", "secrets"): {"get"},
+    ("", "secrets"): {"get", "create", "patch"},
     ("", "events"): {"create"},
 }
 CRD_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}

@@ -196,7 +196,12 @@ def test_process_environment(base: dict[str, str], pod_env: dict[str, str], path
     ({"containers": [{"name": "a", "volumeMounts": [
         {"name": "kube-api-access-x", "mountPath": podenv.SERVICE_ACCOUNT_MOUNT}]}]}, []),
     ({"containers": [{"name": "a", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]},
-     ["volumes are not supported; ignored volumeMounts: data:/data"]),
+     ["volumes other than secret volumes are not supported; ignored volumeMounts: data:/data"]),
+    # A secret volume is projected (not ignored); the emptyDir beside it is.
+    ({"volumes": [{"name": "tok", "secret": {"secretName": "s"}}, {"name": "tmp", "emptyDir": {}}],
+      "containers": [{"name": "a", "volumeMounts": [{"name": "tok", "mountPath": "/var/tok"},
+                                                    {"name": "tmp", "mountPath": "/tmp"}]}]},
+     ["volumes other than secret volumes are not supported; ignored volumeMounts: tmp:/tmp"]),
     ({"containers": [{"name": "a"}, {"name": "b"}], "initContainers": [{"name": "i"}]},
      ["only the first container runs; ignored: b", "init containers are not run: i"]),
     ({"securityContext": {"runAsUser": 10001, "runAsNonRoot": True},
@@ -207,3 +212,62 @@ def test_process_environment(base: dict[str, str], pod_env: dict[str, str], path
 ])
 def test_unsupported_notes(spec: dict[str, Any], notes: list[str]) -> None:
     assert podenv.unsupported_notes({"spec": spec}) == notes
+
+
+# --- secret volumes --------------------------------------------------------------------------
+
+TOKEN_POD = {"spec": {
+    "volumes": [{"name": "member-token", "secret": {"secretName": "orders-member-token"}},
+                {"name": "picked", "secret": {"secretName": "tls", "optional": True,
+                                              "items": [{"key": "ca", "path": "certs/ca.pem"}]}},
+                {"name": "tmp", "emptyDir": {}}],
+    "containers": [{"name": "member", "volumeMounts": [
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "member-token", "mountPath": "/var/run/secrets/staticfleet.io/member-token",
+         "readOnly": True},
+        {"name": "picked", "mountPath": "/etc/tls/"},
+        {"name": "member-token", "mountPath": "/one/file", "subPath": "token"}]}]}}
+
+
+def test_secret_mounts_are_the_secret_volumes_mounted_whole() -> None:
+    mounts = podenv.secret_mounts(TOKEN_POD, TOKEN_POD["spec"]["containers"][0])
+    assert mounts == [
+        podenv.SecretMount("member-token", "orders-member-token",
+                           "/var/run/secrets/staticfleet.io/member-token"),
+        podenv.SecretMount("picked", "tls", "/etc/tls/", (("ca", "certs/ca.pem"),), True)]
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize(("mount", "data", "files"), [
+    (podenv.SecretMount("v", "s", "/m"), {"token": b64("abc"), "other": b64("x")},
+     {"token": "abc", "other": "x"}),
+    (podenv.SecretMount("v", "s", "/m", (("ca", "certs/ca.pem"),)), {"ca": b64("PEM"), "k": ""},
+     {"certs/ca.pem": "PEM"}),
+    (podenv.SecretMount("v", "s", "/m", (("ca", "../escape"),)), {"ca": b64("PEM")}, {}),
+    (podenv.SecretMount("v", "s", "/m", optional=True), None, {}),
+    (podenv.SecretMount("v", "s", "/m", (("ca", "ca.pem"),), optional=True), {}, {}),
+    (podenv.SecretMount("v", "s", "/m"), None,
+     'MountVolume.SetUp failed for volume "v" : secret "s" not found'),
+    (podenv.SecretMount("v", "s", "/m", (("ca", "ca.pem"),)), {},
+     'MountVolume.SetUp failed for volume "v" : couldn\'t find key ca in Secret s'),
+])
+def test_secret_files(mount: podenv.SecretMount, data: dict[str, str] | None,
+                      files: dict[str, str] | str) -> None:
+    if isinstance(files, str):
+        with pytest.raises(ConfigError, match=files):
+            podenv.secret_files(mount, data)
+    else:
+        assert podenv.secret_files(mount, data) == files
+
+
+def test_with_mounts_points_paths_under_a_mount_at_its_local_directory() -> None:
+    env = {"STATICFLEET_MEMBER_TOKEN_FILE": "/var/run/secrets/staticfleet.io/member-token/token",
+           "DIR": "/etc/tls", "DEEP": "/etc/tls/certs/ca.pem", "NEAR": "/etc/tlsx/a",
+           "OTHER": "/tmp/x", "TEXT": "hello"}
+    out = podenv.with_mounts(env, {"/var/run/secrets/staticfleet.io/member-token": "/w/v/tok",
+                                   "/etc/tls/": "/w/v/picked"})
+    assert out == {**env, "STATICFLEET_MEMBER_TOKEN_FILE": "/w/v/tok/token",
+                   "DIR": "/w/v/picked", "DEEP": "/w/v/picked/certs/ca.pem"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -11,6 +12,7 @@ from staticfleet.decisions.builders import (
     build_config_map,
     build_headless_service,
     build_member_pod,
+    build_member_token_secret,
     build_pdb,
     config_json,
     instance_id,
@@ -107,8 +109,35 @@ def test_member_pods_meet_the_restricted_standard_by_default(standby: bool) -> N
     (c,) = spec["containers"]
     assert spec["securityContext"] == RESTRICTED_POD
     assert c["securityContext"] == RESTRICTED_CONTAINER
-    assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
-    assert spec["volumes"] == [{"name": "tmp", "emptyDir": {}}]
+    assert c["volumeMounts"][0] == {"name": "tmp", "mountPath": "/tmp"}
+    assert spec["volumes"][0] == {"name": "tmp", "emptyDir": {}}
+    # The only other volume is the member token's Secret (allowed by `restricted`), read-only.
+    assert [(v["name"], sorted(v)) for v in spec["volumes"][1:]] == [
+        ("member-token", ["name", "secret"])]
+    assert c["volumeMounts"][1]["readOnly"] is True
+
+
+@pytest.mark.parametrize("standby", [False, True], ids=["member", "standby replacement"])
+def test_member_pods_read_the_token_from_a_file_of_the_secret_volume(standby: bool) -> None:
+    """A file, which the kubelet updates in place (a rotated token reaches the running member),
+    not an env var from the Secret, which would keep the old token until a restart."""
+    g = group()
+    pod = build_member_pod(g, 1, member_spec_view(g, TIMEOUTS), standby=standby)
+    (c,) = pod["spec"]["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    path = env["STATICFLEET_MEMBER_TOKEN_FILE"]["value"]
+    (mount,) = [m for m in c["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    assert mount["readOnly"] is True and path.rsplit("/", 1)[1] == "token"
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
+    secret = build_member_token_secret(g, "t0k3n")
+    assert volume["secret"] == {"secretName": secret["metadata"]["name"]} == {
+        "secretName": "orders-member-token"}
+    assert secret["kind"] == "Secret" and secret["type"] == "Opaque"
+    assert secret["metadata"]["labels"] == {**selector_labels(g),
+                                            "app.kubernetes.io/managed-by": "staticfleet"}
+    assert base64.b64decode(secret["data"]["token"]) == b"t0k3n"
+    assert not [e for e in c["env"] if "secretKeyRef" in (e.get("valueFrom") or {})
+                and e["valueFrom"]["secretKeyRef"]["name"] == "orders-member-token"]
 
 
 def test_the_users_security_context_merges_over_the_defaults() -> None:

@@ -96,7 +96,11 @@ CEL = [
     ("spec.kafka", "set exactly one of kafka.topics or kafka.topicPattern"),
     ("spec.kafka.security", "security.sasl is required"),
     ("spec.kafka.clientProperties", "may not set group.instance.id"),
-    ("spec.kafka.clientProperties", "may not set sasl.* or ssl.*"),
+    ("spec.kafka.clientProperties", "may not set sasl.* keys"),
+    ("spec.kafka.clientProperties", "may set only the ssl.* keys ssl.cipher.suites"),
+    ("spec.kafka.clientProperties", "may not set enable.ssl.certificate.verification"),
+    ("spec.kafka.security.sasl", "sasl.oauthbearer is required with mechanism OAUTHBEARER"),
+    ("spec.kafka.security.sasl", "sasl.usernameSecretRef and sasl.passwordSecretRef are required"),
     ("spec.membership", "assignmentStrategy applies to protocol classic only"),
     ("spec.membership.timeouts", "at most a third of sessionTimeoutMs"),
     ("spec.membership.timeouts", "maxPollIntervalMs must be at least sessionTimeoutMs"),
@@ -174,6 +178,22 @@ def test_operator_owned_client_properties_match_the_model(schema: dict[str, Any]
     )
     for key in OWNED_CLIENT_PROPERTIES:
         assert f"'{key}'" in rules, key
+
+
+def test_the_ssl_tuning_keys_match_the_model(schema: dict[str, Any]) -> None:
+    from staticfleet.decisions.model import SSL_TUNING_PROPERTIES
+
+    rules = [r["rule"] for r in at(schema, "spec.kafka.clientProperties")[
+        "x-kubernetes-validations"] if "'ssl.'" in r["rule"]]
+    assert len(rules) == 1
+    assert rules[0].endswith(
+        "[" + ", ".join(f"'{k}'" for k in SSL_TUNING_PROPERTIES) + "])"), rules[0]
+
+
+def test_sasl_mechanisms_match_the_model(schema: dict[str, Any]) -> None:
+    from staticfleet.decisions.model import SASL_MECHANISMS
+
+    assert tuple(at(schema, "spec.kafka.security.sasl.mechanism")["enum"]) == SASL_MECHANISMS
 
 
 def test_defaults_match_the_model(schema: dict[str, Any]) -> None:

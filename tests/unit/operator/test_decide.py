@@ -9,6 +9,7 @@ says which pods to create, and those pods (made running and ready) are the up-to
 
 from __future__ import annotations
 
+import base64
 import copy
 from collections.abc import Sequence
 from dataclasses import replace
@@ -146,6 +147,27 @@ def test_a_new_group_creates_every_member_and_no_rollout() -> None:
     pod = plan.create[0].pod
     assert pod["metadata"]["annotations"][builders.SESSION_ANNOTATION] == str(
         plan.status["timeouts"]["sessionTimeoutMs"])
+
+
+@pytest.mark.parametrize(("missing", "children"), [
+    # First pass, or the Secret deleted by hand: created with the token the gather drew.
+    (True, ["Secret", "ConfigMap", "Service", "PodDisruptionBudget"]),
+    # It exists: left alone, so a token written into it by hand stands.
+    (False, ["ConfigMap", "Service", "PodDisruptionBudget"]),
+])
+def test_the_member_token_secret_is_made_only_while_missing(missing: bool,
+                                                             children: list[str]) -> None:
+    pods, status = settled(CG)
+    snap = replace(snapshot(CG, pods, previous=status), member_token="drawn-by-gather",
+                   member_token_missing=missing)
+    plan = decide(snap)
+    assert [ch["kind"] for ch in plan.children] == children
+    if missing:
+        secret = plan.children[0]
+        assert secret["metadata"]["name"] == "orders-member-token"
+        assert base64.b64decode(secret["data"]["token"]) == b"drawn-by-gather"
+    assert "drawn-by-gather" not in repr(snap), "the token never shows in a snapshot's repr"
+    assert plan.delete == () and plan.create == ()
 
 
 def test_scaling_up_creates_the_new_members_and_plans_their_joins() -> None:
@@ -1297,11 +1319,15 @@ def test_a_standby_that_does_not_take_the_activation_is_replaced_by_a_cold_start
 
 def test_a_replacement_restarted_in_place_after_its_activation_is_activated_again() -> None:
     """Its container restarts in standby (the pod's environment): the operator activates the
-    only member process of the ordinal again, outside any rollout step."""
+    only member process of the ordinal again, outside any rollout step, once it is
+    standby-ready (it refuses an activation before)."""
     pods, status = settled(WARM)
     standby = copy.deepcopy(next(p for p in pods if _ordinal(p) == 1))
     statuses = {p["metadata"]["uid"]: member_status(_ordinal(p)) for p in pods}
     statuses[standby["metadata"]["uid"]] = member_status(1, standby="warming", member_id="")
+    warming = decide(snapshot(WARM, pods, previous=status, statuses=statuses, in_group=(0, 2)))
+    assert warming.calls == () and warming.create == () and warming.delete == ()
+    statuses[standby["metadata"]["uid"]] = member_status(1, standby="ready", member_id="")
     plan = decide(snapshot(WARM, pods, previous=status, statuses=statuses, in_group=(0, 2)))
     assert [(call.ordinal, call.action) for call in plan.calls] == [(1, "activate")]
     assert plan.create == () and plan.delete == ()
@@ -1309,14 +1335,51 @@ def test_a_replacement_restarted_in_place_after_its_activation_is_activated_agai
 
 def test_an_old_member_gone_while_its_replacement_prepares_hands_over_without_a_stop() -> None:
     """Killed mid-handoff (its pod deleted by someone, or lost with its node): nothing is left
-    to stop; the replacement is activated once the old process is known to be gone."""
+    to stop; the replacement is activated once the old process is known to be gone and it is
+    standby-ready (a warming standby refuses the activation, so it is not sent before)."""
     roll = WarmRoll()
     roll.standby = running(roll.step(1), ready=False, tag="b")[0]
     roll.pods = [p for p in roll.pods if p is not roll.old2]
     plan = roll.step(2)
     assert plan.delete == (), "nothing to stop"
     assert roll.flight()["phase"] in ("Stopping", "Activating")
-    assert [(call.ordinal, call.action) for call in plan.calls] == [(2, "activate")]
+    assert plan.calls == (), "warming: not activated yet"
+    ready = roll.step(3, standby="ready", standby_ready_at=roll.at(roll.t))
+    assert [(call.ordinal, call.action) for call in ready.calls] == [(2, "activate")]
+
+
+def old_member_closed_while_the_standby_warms() -> WarmRoll:
+    """Member 2's old process closed (its pod deleted by someone) 2 s into the handoff, its
+    standby replacement still warming."""
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    roll.pods = [p for p in roll.pods if p is not roll.old2]
+    roll.closures[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=2)
+    roll.step(1)
+    return roll
+
+
+def test_a_warming_standby_whose_old_member_closed_is_activated_once_ready() -> None:
+    """No deadline for taking an activation runs while none can be sent (it would have fallen
+    back to a cold start 5 s after the close): the standby's own timeout bounds the wait."""
+    roll = old_member_closed_while_the_standby_warms()
+    still = roll.step(20)
+    assert still.calls == () and still.delete == () and still.create == ()
+    assert c.HANDOFF_FALLBACK not in reasons(still) and roll.flight()["mode"] == "warm"
+    assert still.requeue_after_s is not None and still.requeue_after_s <= 1.0
+    ready = roll.step(1, standby="ready", standby_ready_at=roll.at(roll.t))
+    assert [(call.ordinal, call.action) for call in ready.calls] == [(2, "activate")]
+
+
+def test_a_standby_not_ready_within_its_timeout_after_the_old_member_closed_falls_back_cold(
+        ) -> None:
+    roll = old_member_closed_while_the_standby_warms()
+    assert roll.step(590).delete == ()
+    late = roll.step(10)
+    (gone,) = late.delete
+    assert gone.name == roll.standby["metadata"]["name"]
+    assert c.HANDOFF_FALLBACK in reasons(late) and roll.flight()["mode"] == "cold"
+    assert "standbyTimeoutSeconds (600 s)" in " ".join(e.message for e in late.events)
 
 
 def test_an_operator_restarted_mid_handoff_resumes_from_the_status_alone() -> None:

@@ -66,6 +66,39 @@ def test_full_security_parses() -> None:
     assert g.kafka.security.tls is not None and g.kafka.security.tls.ca is not None
 
 
+OAUTH = {"tokenEndpointUrl": "https://idp.example.com/oauth2/token",
+         "clientIdSecretRef": {"name": "oauth", "key": "client-id"},
+         "clientSecretSecretRef": {"name": "oauth", "key": "client-secret"}}
+
+
+def test_oauthbearer_parses() -> None:
+    g = ConsumerGroupSpec.from_body(with_path(body(), "spec.kafka.security", {
+        "protocol": "SASL_SSL", "sasl": {"mechanism": "OAUTHBEARER", "oauthbearer": {
+            **OAUTH, "scope": "kafka", "extensions": {"logicalCluster": "lkc-1"}}}}))
+    sasl = g.kafka.security.sasl
+    assert sasl is not None and sasl.username is None and sasl.password is None
+    assert sasl.oauthbearer is not None
+    assert sasl.oauthbearer.client_secret.key == "client-secret"
+    assert sasl.oauthbearer.scope == "kafka"
+    assert sasl.oauthbearer.extensions == {"logicalCluster": "lkc-1"}
+
+
+def test_ssl_tuning_client_properties_are_taken() -> None:
+    g = ConsumerGroupSpec.from_body(with_path(body(), "spec.kafka.clientProperties", {
+        "ssl.cipher.suites": "ECDHE-ECDSA-AES256-GCM-SHA384", "ssl.curves.list": "P-256"}))
+    assert g.kafka.client_properties["ssl.curves.list"] == "P-256"
+
+
+def test_an_ssl_file_client_property_is_refused_with_the_rule() -> None:
+    with pytest.raises(SpecError) as err:
+        ConsumerGroupSpec.from_body(with_path(body(), "spec.kafka.clientProperties", {
+            "ssl.ca.location": "/etc/ssl/ca.pem"}))
+    assert err.value.field_path == "spec.kafka.clientProperties[ssl.ca.location]"
+    for said in ("ssl.cipher.suites", "PEM from Secrets", "spec.kafka.security.tls",
+                 "mounts no files"):
+        assert said in err.value.message
+
+
 def test_security_contexts_are_the_users_values_or_none() -> None:
     t = ConsumerGroupSpec.from_body(body()).template
     assert t.security_context is None and t.container_security_context is None
@@ -152,10 +185,76 @@ INVALID: list[tuple[str, str, Any, str]] = [
         "spec.kafka.clientProperties[ssl.key.pem]",
     ),
     (
+        "ssl file property",
+        "spec.kafka.clientProperties",
+        {"ssl.keystore.location": "/k.p12"},
+        "spec.kafka.clientProperties[ssl.keystore.location]",
+    ),
+    (
+        "verification off",
+        "spec.kafka.clientProperties",
+        {"enable.ssl.certificate.verification": "false"},
+        "spec.kafka.clientProperties[enable.ssl.certificate.verification]",
+    ),
+    (
+        "unsecured jwt",
+        "spec.kafka.clientProperties",
+        {"enable.sasl.oauthbearer.unsecure.jwt": "true"},
+        "spec.kafka.clientProperties[enable.sasl.oauthbearer.unsecure.jwt]",
+    ),
+    (
         "sasl missing",
         "spec.kafka.security",
         {"protocol": "SASL_PLAINTEXT"},
         "spec.kafka.security.sasl",
+    ),
+    (
+        "unknown mechanism",
+        "spec.kafka.security",
+        {"protocol": "SASL_SSL", "sasl": {"mechanism": "GSSAPI"}},
+        "spec.kafka.security.sasl.mechanism",
+    ),
+    (
+        "OAUTHBEARER without oauthbearer",
+        "spec.kafka.security",
+        {"protocol": "SASL_SSL", "sasl": {"mechanism": "OAUTHBEARER"}},
+        "spec.kafka.security.sasl.oauthbearer",
+    ),
+    (
+        "OAUTHBEARER with a password",
+        "spec.kafka.security",
+        {"protocol": "SASL_SSL", "sasl": {"mechanism": "OAUTHBEARER", "oauthbearer": OAUTH,
+                                          "passwordSecretRef": {"name": "s", "key": "p"}}},
+        "spec.kafka.security.sasl.passwordSecretRef",
+    ),
+    (
+        "OAUTHBEARER without a client secret",
+        "spec.kafka.security",
+        {"protocol": "SASL_SSL", "sasl": {"mechanism": "OAUTHBEARER", "oauthbearer": {
+            k: v for k, v in OAUTH.items() if k != "clientSecretSecretRef"}}},
+        "spec.kafka.security.sasl.oauthbearer.clientSecretSecretRef",
+    ),
+    (
+        "token endpoint not a URL",
+        "spec.kafka.security",
+        {"protocol": "SASL_SSL", "sasl": {"mechanism": "OAUTHBEARER", "oauthbearer": {
+            **OAUTH, "tokenEndpointUrl": "idp.example.com/token"}}},
+        "spec.kafka.security.sasl.oauthbearer.tokenEndpointUrl",
+    ),
+    (
+        "an extension with a comma",
+        "spec.kafka.security",
+        {"protocol": "SASL_SSL", "sasl": {"mechanism": "OAUTHBEARER", "oauthbearer": {
+            **OAUTH, "extensions": {"a": "b,c"}}}},
+        "spec.kafka.security.sasl.oauthbearer.extensions[a]",
+    ),
+    (
+        "oauthbearer with SCRAM",
+        "spec.kafka.security",
+        {"protocol": "SASL_SSL", "sasl": {"mechanism": "SCRAM-SHA-512", "oauthbearer": OAUTH,
+                                          "usernameSecretRef": {"name": "s", "key": "u"},
+                                          "passwordSecretRef": {"name": "s", "key": "p"}}},
+        "spec.kafka.security.sasl.oauthbearer",
     ),
     (
         "sasl without SASL",

@@ -1,0 +1,173 @@
+"""TLS and SASL against a real broker: on each secured listener of the session's secured broker
+(SSL, mutual TLS, SASL_SSL/SCRAM-SHA-512, SASL_SSL/OAUTHBEARER) a real member process joins its
+group and processes records, and the operator's own reads (topic partitions, the group, the
+broker's timeout bounds, the lag) work; credentials the listener refuses give the ConsumerGroup
+a Degraded condition that names the mechanism and the Secret, never the secret.
+
+What connects is what the product makes: the ConsumerGroup body is parsed by the operator's
+model, the member's config.json and environment come from its builders (the environment's Secret
+references resolved the way the kubelet resolves them), and the operator's admin configuration
+from `kafkaclient.admin_conf`. OAUTHBEARER runs the product's own mode, OIDC client credentials:
+librdkafka fetches its token from the session's token endpoint (`staticfleet_dev.oauth`, which
+stands in for an identity provider and issues unsigned tokens), and the broker checks it with
+Kafka's unsecured JWS validator. A real identity provider and signed tokens (JWKS) are not
+exercised here.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from staticfleet import observe
+from staticfleet.decisions import builders, kafkaclient
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts import EffectiveTimeouts
+from staticfleet_dev.kafka import SECURED_LISTENERS
+from tests.conftest import unique
+from tests.integration.runtime_spark_helpers import produce, running
+from tests.integration.test_operator import (
+    PLACEHOLDER,
+    apply_cg,
+    consumer_group,
+    events,
+    has_condition,
+    wait_for,
+)
+from tests.support.kube import kubectl, to_yaml
+from tests.support.operator import OperatorProcess
+from tests.support.secured_kafka import Credentials, SecuredKafka
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 40
+PARTITIONS = 2
+TIMEOUTS = EffectiveTimeouts(
+    session_timeout_ms=10000, heartbeat_interval_ms=1000, max_poll_interval_ms=60000,
+    sources={"sessionTimeoutMs": "spec", "heartbeatIntervalMs": "spec",
+             "maxPollIntervalMs": "spec"})
+MECHANISMS = {"SSL": "SSL", "MTLS": "SSL with a client certificate (mutual TLS)",
+              "SCRAM": "SASL_SSL/SCRAM-SHA-512", "OAUTH": "SASL_SSL/OAUTHBEARER"}
+
+
+def group_body(name: str, creds: Credentials, topic: str, group_id: str,
+               command: list[str] | None = None) -> dict[str, Any]:
+    cg = consumer_group(name, bootstrap=creds.bootstrap, topics=[topic], replicas=1,
+                        command=command)
+    cg["spec"]["kafka"]["groupId"] = group_id
+    cg["spec"]["kafka"]["security"] = copy.deepcopy(creds.security)
+    return cg
+
+
+def member_secret_env(spec: ConsumerGroupSpec, creds: Credentials) -> dict[str, str]:
+    """The member pod's Secret-backed variables, resolved as the kubelet resolves them."""
+    pod = builders.build_member_pod(spec, 0, builders.member_spec_view(spec, TIMEOUTS))
+    out = {}
+    for var in pod["spec"]["containers"][0]["env"]:
+        ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+        if ref is not None:
+            out[var["name"]] = creds.secret_value(ref["name"], ref["key"])
+    return out
+
+
+def admin_for(pool: observe.AdminPool, spec: ConsumerGroupSpec,
+              creds: Credentials) -> observe.Admin:
+    return pool.get(kafkaclient.admin_conf(
+        spec.kafka, lambda ref: creds.secret_value(ref.name, ref.key)))
+
+
+@pytest.mark.parametrize("listener", SECURED_LISTENERS)
+def test_a_member_processes_and_the_operator_reads_over_each_listener(
+        secured_kafka: SecuredKafka, listener: str, tmp_path: Path) -> None:
+    creds = secured_kafka.credentials(listener)
+    topic = secured_kafka.make_topic(unique(f"sec-{listener.lower()}"), PARTITIONS)
+    group_id = unique("g")
+    if creds.principal is not None:
+        secured_kafka.grant(creds.principal, topic, group_id)
+    produce(secured_kafka.broker.bootstrap, topic,
+            [(b"k%d" % i, b"v%d" % i, i % PARTITIONS) for i in range(RECORDS)])
+    spec = ConsumerGroupSpec.from_body(group_body("secured", creds, topic, group_id))
+    config = builders.runtime_config(spec, TIMEOUTS)
+    instance = builders.instance_id(spec, 0)
+    pool = observe.AdminPool()
+    tokens_before = secured_kafka.tokens.issued.get("member", 0)
+    try:
+        with running(config, tmp_path / "member.log", instance,
+                     member_secret_env(spec, creds)) as member:
+            member.wait_status(lambda s: s["recordsProcessed"] >= RECORDS, 180,
+                               f"through its {RECORDS} records over {listener}")
+            admin = admin_for(pool, spec, creds)
+            assert observe.partition_counts(admin, [topic]) == {topic: PARTITIONS}
+            group = wait_for("the member stable in the group", lambda: (
+                g := observe.describe_group(admin, group_id)).state == "Stable" and g,
+                timeout=30)
+            assert [m.instance_id for m in group.members] == [instance]
+            assert group.members[0].partitions == ((topic, 0), (topic, 1))
+            assert observe.broker_bounds(admin)["group.min.session.timeout.ms"] == 1000
+            lag = wait_for("the offsets committed to the end", lambda: observe.group_lag(
+                admin, group_id, {topic: PARTITIONS}) == {(topic, 0): 0, (topic, 1): 0},
+                timeout=30)
+            assert lag
+        if listener == "OAUTH":  # the member and the operator each fetched their own token
+            assert secured_kafka.tokens.issued["member"] >= tokens_before + 2
+        if creds.principal is not None:
+            # The topic is granted to `member` alone: `other`, authenticated by the same
+            # listener, is refused it, so the broker took the principal from these credentials.
+            other = secured_kafka.credentials(listener, "other")
+            refused = admin_for(pool, ConsumerGroupSpec.from_body(
+                group_body("secured", other, topic, group_id)), other)
+            with pytest.raises(observe.KafkaUnavailable, match="TOPIC_AUTHORIZATION_FAILED"):
+                observe.partition_counts(refused, [topic])
+    finally:
+        pool.close()
+
+
+def apply_secrets(kubeconfig: Path, namespace: str, creds: Credentials) -> None:
+    for name, data in creds.secrets.items():
+        kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-", input=to_yaml({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+            "stringData": data}))
+
+
+def test_refused_credentials_are_degraded_naming_mechanism_and_secret(
+        secured_kafka: SecuredKafka, operator: OperatorProcess, namespace: str,
+        kubeconfig: Path) -> None:
+    """One ConsumerGroup per listener (their Secrets have names of their own), all reconciled
+    at once by the session's operator."""
+    groups = {}
+    for listener in SECURED_LISTENERS:
+        creds = secured_kafka.credentials(listener, wrong=True)
+        topic = secured_kafka.make_topic(unique(f"bad-{listener.lower()}"), 1)
+        apply_secrets(kubeconfig, namespace, creds)
+        name = f"bad-{listener.lower()}"
+        apply_cg(kubeconfig, namespace, group_body(name, creds, topic, unique("g"), PLACEHOLDER))
+        groups[listener] = (name, creds)
+    started = time.monotonic()
+    for listener, (name, creds) in groups.items():
+        cond = wait_for(f"{listener}: Degraded=True KafkaAuthenticationFailed", lambda n=name: (
+            has_condition(kubeconfig, namespace, n, "Degraded", "True",
+                          "KafkaAuthenticationFailed")),
+            timeout=max(10.0, 90 - (time.monotonic() - started)))
+        message = cond["message"]
+        print(f"{listener}: {message}")
+        assert f"Kafka refused the {MECHANISMS[listener]} connection" in message, message
+        assert creds.bootstrap in message, message
+        for secret in creds.secrets:
+            assert f"Secret {secret} " in message, message
+        shown = message + " ".join(e.get("message", "") for e in events(
+            kubeconfig, namespace, name, "KafkaAuthenticationFailed"))
+        for data in creds.secrets.values():
+            for key in SECRET_KEYS & data.keys():
+                assert data[key] not in shown, f"{listener}: the {key} is shown"
+    log = operator.log_tail(5000)
+    for _, creds in groups.values():
+        for data in creds.secrets.values():
+            for key in SECRET_KEYS & data.keys():
+                assert data[key] not in log, f"the operator logged a {key}"
+
+
+SECRET_KEYS = {"password", "client-secret", "tls.key"}

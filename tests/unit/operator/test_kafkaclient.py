@@ -1,0 +1,155 @@
+"""spec.kafka.security as librdkafka properties: the member's config.json and env, the operator's
+admin client, and the messages that name credentials without showing them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from consumer_runtime.config import SECRET_ENV, ConfigError, parse_config
+from staticfleet import observe
+from staticfleet.decisions import conditions as c
+from staticfleet.decisions import kafkaclient
+from staticfleet.decisions.builders import build_member_pod, config_json, member_spec_view
+from staticfleet.decisions.model import ConsumerGroupSpec, SecretKeyRef
+from staticfleet.service import kafka_problem
+from tests.unit.operator.support import body, with_path
+from tests.unit.operator.test_builders import TIMEOUTS, env_of
+
+SECRETS = {("creds", "username"): "member", ("creds", "password"): "pa55word-x",
+           ("oauth", "id"): "client-7", ("oauth", "secret"): "oauth-s3cret",
+           ("tls", "ca"): "CA PEM", ("tls", "crt"): "CERT PEM", ("tls", "key"): "KEY PEM"}
+
+SCRAM = {"protocol": "SASL_SSL",
+         "sasl": {"mechanism": "SCRAM-SHA-512",
+                  "usernameSecretRef": {"name": "creds", "key": "username"},
+                  "passwordSecretRef": {"name": "creds", "key": "password"}},
+         "tls": {"caSecretRef": {"name": "tls", "key": "ca"}}}
+OAUTH = {"protocol": "SASL_SSL",
+         "sasl": {"mechanism": "OAUTHBEARER", "oauthbearer": {
+             "tokenEndpointUrl": "https://idp.example.com/token", "scope": "kafka",
+             "extensions": {"logicalCluster": "lkc-1", "identityPoolId": "pool-2"},
+             "clientIdSecretRef": {"name": "oauth", "key": "id"},
+             "clientSecretSecretRef": {"name": "oauth", "key": "secret"}}}}
+MTLS = {"protocol": "SSL",
+        "tls": {"caSecretRef": {"name": "tls", "key": "ca"},
+                "certSecretRef": {"name": "tls", "key": "crt"},
+                "keySecretRef": {"name": "tls", "key": "key"}}}
+
+
+def group(security: dict[str, Any], client: dict[str, str] | None = None) -> ConsumerGroupSpec:
+    b = with_path(body(), "spec.kafka.security", security)
+    if client:
+        b = with_path(b, "spec.kafka.clientProperties", client)
+    return ConsumerGroupSpec.from_body(b)
+
+
+def lookup(ref: SecretKeyRef) -> str:
+    return SECRETS[(ref.name, ref.key)]
+
+
+def member_env(g: ConsumerGroupSpec) -> dict[str, str]:
+    """The member's environment as the kubelet would resolve it from the Secrets."""
+    out = {}
+    for name, var in env_of(build_member_pod(g, 0, member_spec_view(g, TIMEOUTS))).items():
+        ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+        if ref is not None:
+            out[name] = SECRETS[(ref["name"], ref["key"])]
+        elif "value" in var:
+            out[name] = var["value"]
+    return out
+
+
+@pytest.mark.parametrize("security", [SCRAM, OAUTH, MTLS], ids=["scram", "oauth", "mtls"])
+def test_the_member_and_the_operator_connect_alike(security: dict[str, Any]) -> None:
+    """What the member's runtime makes of its config.json and env is what the operator's
+    admin client is given (bar the consumer's own settings)."""
+    g = group(security, {"ssl.curves.list": "P-256", "fetch.max.bytes": "1000000"})
+    env = member_env(g)
+    config = parse_config(json.loads(config_json(g, TIMEOUTS)), env)
+    runtime = {**config.consumer, "bootstrap.servers": config.bootstrap_servers}
+    admin = kafkaclient.admin_conf(g.kafka, lookup)
+    assert {k: v for k, v in runtime.items() if k in admin} == admin
+    assert admin["ssl.curves.list"] == "P-256" and "fetch.max.bytes" not in admin
+    config = config_json(g, TIMEOUTS)
+    for value in kafkaclient.sensitive_values(g.kafka.security, admin):
+        assert value not in config, "a secret in config.json"
+
+
+def test_oauthbearer_is_oidc_with_the_token_endpoint_settings() -> None:
+    g = group(OAUTH)
+    consumer = json.loads(config_json(g, TIMEOUTS))["consumer"]
+    assert consumer["sasl.mechanism"] == "OAUTHBEARER"
+    assert consumer["sasl.oauthbearer.method"] == "oidc"
+    assert consumer["sasl.oauthbearer.token.endpoint.url"] == "https://idp.example.com/token"
+    assert consumer["sasl.oauthbearer.scope"] == "kafka"
+    assert consumer["sasl.oauthbearer.extensions"] == "identityPoolId=pool-2,logicalCluster=lkc-1"
+    env = env_of(build_member_pod(g, 0, member_spec_view(g, TIMEOUTS)))
+    assert env["STATICFLEET_OAUTHBEARER_CLIENT_SECRET"]["valueFrom"] == {
+        "secretKeyRef": {"name": "oauth", "key": "secret"}}
+    assert "STATICFLEET_SASL_PASSWORD" not in env
+
+
+def test_a_member_without_its_oauth_client_secret_says_which_variable() -> None:
+    g = group(OAUTH)
+    env = {k: v for k, v in member_env(g).items() if k != "STATICFLEET_OAUTHBEARER_CLIENT_SECRET"}
+    with pytest.raises(ConfigError, match="STATICFLEET_OAUTHBEARER_CLIENT_SECRET: not set"):
+        parse_config(json.loads(config_json(g, TIMEOUTS)), env)
+
+
+def test_the_runtime_maps_every_secret_variable_the_operator_sets() -> None:
+    for security in (SCRAM, OAUTH, MTLS):
+        for sp in kafkaclient.secret_properties(group(security).kafka.security):
+            assert SECRET_ENV[sp.env] == sp.prop
+
+
+@pytest.mark.parametrize(("security", "mechanism", "credentials"), [
+    (SCRAM, "SASL_SSL/SCRAM-SHA-512",
+     "the SASL user name and SASL password from Secret creds (keys username, password); "
+     "the CA certificate from Secret tls (key ca)"),
+    (OAUTH, "SASL_SSL/OAUTHBEARER",
+     "the OAuth client id and OAuth client secret from Secret oauth (keys id, secret)"),
+    (MTLS, "SSL with a client certificate (mutual TLS)",
+     "the CA certificate, client certificate and client key from Secret tls "
+     "(keys ca, crt, key)"),
+    ({"protocol": "SSL"}, "SSL", "no credentials"),
+], ids=["scram", "oauth", "mtls", "ssl"])
+def test_messages_name_the_mechanism_and_the_secrets(
+        security: dict[str, Any], mechanism: str, credentials: str) -> None:
+    sec = group(security).kafka.security
+    assert kafkaclient.mechanism(sec) == mechanism
+    assert kafkaclient.credentials(sec) == credentials
+
+
+def test_an_auth_failure_is_degraded_naming_mechanism_and_secret_never_the_secret() -> None:
+    g = group(SCRAM)
+    conf = kafkaclient.admin_conf(g.kafka, lookup)
+    exc = observe.KafkaAuthFailed(
+        "describing the cluster at 127.0.0.1:9093: SASL authentication error: Authentication "
+        "failed during authentication due to invalid credentials with SASL mechanism "
+        "SCRAM-SHA-512 (user member, password pa55word-x)")
+    problem = kafka_problem(g, exc, conf)
+    assert problem.reason == c.KAFKA_AUTHENTICATION_FAILED
+    assert "SASL_SSL/SCRAM-SHA-512" in problem.message
+    assert "Secret creds (keys username, password)" in problem.message
+    assert "pa55word-x" not in problem.message and "password ***" in problem.message
+    assert problem.retry_after_s is not None
+    plain = kafka_problem(g, observe.KafkaUnavailable("no answer within 10s"), conf)
+    assert plain.reason == c.KAFKA_UNREACHABLE
+
+
+@pytest.mark.parametrize(("code", "text", "auth"), [
+    (KafkaError._AUTHENTICATION, "SASL authentication error: invalid credentials", True),
+    (KafkaError._AUTHENTICATION, "Failed to acquire SASL OAUTHBEARER token: 401", True),
+    (KafkaError._SSL, "SSL handshake failed: certificate verify failed", True),
+    (KafkaError._TRANSPORT, "Receive failed: error:0A000416:SSL routines::ssl/tls alert "
+                            "certificate unknown", True),
+    (KafkaError._TRANSPORT, "Connection refused", False),
+    (KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down", False),
+], ids=["sasl", "oauth", "ssl", "alert", "refused", "down"])
+def test_auth_errors_are_told_from_an_unreachable_cluster(code: int, text: str,
+                                                          auth: bool) -> None:
+    assert observe.is_auth_error(KafkaError(code, text)) is auth
