@@ -21,7 +21,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,7 +31,7 @@ from staticfleet import apply, metrics, observe
 from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.members import member_closed_at, pod_ended, still_running
-from staticfleet.decisions.model import ConsumerGroupSpec, SpecError
+from staticfleet.decisions.model import ConsumerGroupSpec, SecretKeyRef, SpecError
 from staticfleet.decisions.plan import Plan, decide, degraded, summarize, without_nulls
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
 from staticfleet.statuspatch import merge_patch
@@ -181,7 +181,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         return _failed(base, spec, kafka_problem(spec, exc, conf))
     except apply.SecretMissing as exc:
         return _failed(base, spec, Problem(
-            c.SECRET_MISSING, f"{exc}: create it or fix the reference in spec.kafka.security",
+            c.SECRET_MISSING, str(exc),
             SECRET_RETRY_S))
     except apply.ApplyError as exc:
         return _failed(base, spec, Problem(
@@ -258,9 +258,25 @@ def _failed(base: Snapshot, spec: ConsumerGroupSpec,
 
 
 def _admin_conf(spec: ConsumerGroupSpec, namespace: str, kube: apply.Kube) -> dict[str, str]:
-    """The operator's own Kafka client configuration, credentials read from the Secrets."""
-    return kafkaclient.admin_conf(
-        spec.kafka, lambda ref: kube.secret_value(namespace, ref.name, ref.key))
+    """The operator's own Kafka client configuration, credentials read from the Secrets. With
+    `adminSecurity` the members' Secrets are looked up too: a missing one is named here rather
+    than left to the pods' CreateContainerConfigError. SecretMissing says which field to fix."""
+    def reader(path: str) -> Callable[[SecretKeyRef], str]:
+        def value(ref: SecretKeyRef) -> str:
+            try:
+                return kube.secret_value(namespace, ref.name, ref.key)
+            except apply.SecretMissing as exc:
+                raise apply.SecretMissing(
+                    f"{exc}: create it or fix the reference in {path}", exc.status) from None
+        return value
+
+    kafka = spec.kafka
+    conf = kafkaclient.admin_conf(kafka, reader(kafka.operator_security_path))
+    if kafka.admin_security is not None:
+        members = reader("spec.kafka.security")
+        for sp in kafkaclient.secret_properties(kafka.security):
+            members(sp.ref)
+    return conf
 
 
 def kafka_problem(spec: ConsumerGroupSpec, exc: observe.KafkaUnavailable,
@@ -268,14 +284,16 @@ def kafka_problem(spec: ConsumerGroupSpec, exc: observe.KafkaUnavailable,
     """Degraded for a cluster that did not answer, or that refused the operator's credentials
     or TLS handshake: then the message names the mechanism and the Secrets the credentials came
     from, and no secret value (any that the client's error might echo is redacted)."""
-    security = spec.kafka.security
+    security = spec.kafka.operator_security
     text = kafkaclient.redact(str(exc), kafkaclient.sensitive_values(security, dict(conf)))
     if not isinstance(exc, observe.KafkaAuthFailed):
         return Problem(c.KAFKA_UNREACHABLE, f"Kafka unreachable: {text}")
+    whose = ("the operator's own (spec.kafka.adminSecurity; the members use spec.kafka.security)"
+             if spec.kafka.admin_security else "the members use the same credentials")
     return Problem(c.KAFKA_AUTHENTICATION_FAILED, (
         f"Kafka refused the {kafkaclient.mechanism(security)} connection made with "
         f"{kafkaclient.credentials(security)}: {text}; check those Secrets and the "
-        "principal on the brokers (the members use the same credentials)"), SECRET_RETRY_S)
+        f"principal on the brokers ({whose})"), SECRET_RETRY_S)
 
 
 def _broker_config(admin: observe.Admin, deps: Deps) -> tuple[dict[str, int], str | None]:

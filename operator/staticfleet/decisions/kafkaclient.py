@@ -80,11 +80,13 @@ def security_properties(security: SecuritySpec) -> dict[str, str]:
 def admin_conf(kafka: KafkaSpec,
                secret_value: Callable[[SecretKeyRef], str]) -> dict[str, str]:
     """The operator's admin client configuration for the group's cluster: the members'
-    connection (bootstrap servers, security, the TLS tuning clientProperties), credentials read
-    through `secret_value`."""
-    conf = {"bootstrap.servers": kafka.bootstrap_servers, **security_properties(kafka.security)}
+    bootstrap servers and TLS tuning clientProperties, with `adminSecurity` when it is set (an
+    operator principal, so the members' needs no cluster rights), else the members' security;
+    credentials read through `secret_value`."""
+    security = kafka.operator_security
+    conf = {"bootstrap.servers": kafka.bootstrap_servers, **security_properties(security)}
     conf.update({k: v for k, v in kafka.client_properties.items() if k.startswith("ssl.")})
-    for sp in secret_properties(kafka.security):
+    for sp in secret_properties(security):
         conf[sp.prop] = secret_value(sp.ref)
     return conf
 

@@ -142,6 +142,18 @@ class KafkaSpec:
     topic_pattern: str | None
     security: SecuritySpec
     client_properties: Mapping[str, str]
+    admin_security: SecuritySpec | None = None
+    """The operator's own connection (`spec.kafka.adminSecurity`), when it is not the members':
+    then the members' principal needs rights on its group and topics only."""
+
+    @property
+    def operator_security(self) -> SecuritySpec:
+        """How the operator's admin client connects: adminSecurity, else the members' own."""
+        return self.admin_security or self.security
+
+    @property
+    def operator_security_path(self) -> str:
+        return "spec.kafka.adminSecurity" if self.admin_security else "spec.kafka.security"
 
 
 @dataclass(frozen=True)
@@ -459,13 +471,15 @@ def _parse_kafka(kafka: Mapping[str, Any], name: str) -> KafkaSpec:
         group_id=group_id,
         topics=parsed_topics,
         topic_pattern=pattern,
-        security=_parse_security(_obj(kafka.get("security"), f"{path}.security")),
+        security=_parse_security(_obj(kafka.get("security"), f"{path}.security"),
+                                 f"{path}.security"),
         client_properties=client,
+        admin_security=(None if kafka.get("adminSecurity") is None else _parse_security(
+            _obj(kafka["adminSecurity"], f"{path}.adminSecurity"), f"{path}.adminSecurity")),
     )
 
 
-def _parse_security(sec: Mapping[str, Any]) -> SecuritySpec:
-    path = "spec.kafka.security"
+def _parse_security(sec: Mapping[str, Any], path: str) -> SecuritySpec:
     protocol = _opt_str(sec, "protocol", path) or "PLAINTEXT"
     if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
         raise SpecError(f"{path}.protocol", f"unknown protocol {protocol!r}")

@@ -14,7 +14,7 @@ from staticfleet import observe
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import kafkaclient
 from staticfleet.decisions.builders import build_member_pod, config_json, member_spec_view
-from staticfleet.decisions.model import ConsumerGroupSpec, SecretKeyRef
+from staticfleet.decisions.model import ConsumerGroupSpec, SecretKeyRef, SpecError
 from staticfleet.service import kafka_problem
 from tests.unit.operator.support import body, with_path
 from tests.unit.operator.test_builders import TIMEOUTS, env_of
@@ -153,3 +153,42 @@ def test_an_auth_failure_is_degraded_naming_mechanism_and_secret_never_the_secre
 def test_auth_errors_are_told_from_an_unreachable_cluster(code: int, text: str,
                                                           auth: bool) -> None:
     assert observe.is_auth_error(KafkaError(code, text)) is auth
+
+
+ADMIN = {"protocol": "SASL_SSL",
+         "sasl": {"mechanism": "SCRAM-SHA-512",
+                  "usernameSecretRef": {"name": "ops", "key": "username"},
+                  "passwordSecretRef": {"name": "ops", "key": "password"}},
+         "tls": {"caSecretRef": {"name": "tls", "key": "ca"}}}
+
+
+def with_admin(security: dict[str, Any], admin: dict[str, Any]) -> ConsumerGroupSpec:
+    return ConsumerGroupSpec.from_body(with_path(
+        with_path(body(), "spec.kafka.security", security), "spec.kafka.adminSecurity", admin))
+
+
+def test_the_operator_connects_with_adminsecurity_and_the_members_with_security() -> None:
+    """adminSecurity is the operator's principal only: its credentials go to the admin client
+    and nowhere near a member pod; the members keep theirs."""
+    g = with_admin(SCRAM, ADMIN)
+    ops = {("ops", "username"): "operator", ("ops", "password"): "0ps-pa55"}
+    admin = kafkaclient.admin_conf(g.kafka, lambda ref: {**SECRETS, **ops}[(ref.name, ref.key)])
+    assert (admin["sasl.username"], admin["sasl.password"]) == ("operator", "0ps-pa55")
+    pod = json.dumps(build_member_pod(g, 0, member_spec_view(g, TIMEOUTS)))
+    assert '"ops"' not in pod, "a member pod references the operator's Secret"
+    assert member_env(g)["STATICFLEET_SASL_USERNAME"] == "member"
+    assert "0ps-pa55" not in config_json(g, TIMEOUTS)
+    assert kafkaclient.admin_conf(group(SCRAM).kafka, lookup)["sasl.username"] == "member", (
+        "without adminSecurity the operator uses the members' principal")
+
+
+def test_a_refused_operator_principal_names_adminsecurity() -> None:
+    g = with_admin(SCRAM, ADMIN)
+    problem = kafka_problem(g, observe.KafkaAuthFailed("SASL authentication error"), {})
+    assert "Secret ops (keys username, password)" in problem.message
+    assert "spec.kafka.adminSecurity" in problem.message and "Secret creds" not in problem.message
+
+
+def test_adminsecurity_is_checked_like_security() -> None:
+    with pytest.raises(SpecError, match=r"spec\.kafka\.adminSecurity\.sasl: is required"):
+        with_admin(SCRAM, {"protocol": "SASL_PLAINTEXT"})
