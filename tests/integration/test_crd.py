@@ -82,6 +82,9 @@ INVALID = [
     ("OAUTHBEARER without its token endpoint",
      with_spec("kafka.security", {"protocol": "SASL_SSL", "sasl": {"mechanism": "OAUTHBEARER"}}),
      "sasl.oauthbearer is required with mechanism OAUTHBEARER"),
+    ("the operator's SASL without credentials",
+     with_spec("kafka.adminSecurity", {"protocol": "SASL_SSL"}),
+     "adminSecurity.sasl is required when adminSecurity.protocol is SASL_PLAINTEXT or SASL_SSL"),
     ("SCRAM without a password",
      with_spec("kafka.security", {"protocol": "SASL_SSL", "sasl": {
          "mechanism": "SCRAM-SHA-512", "usernameSecretRef": {"name": "s", "key": "u"}}}),
@@ -132,6 +135,7 @@ SECURITY = {
 def test_each_security_mechanism_is_accepted(kubeconfig: Path, ns: str, mechanism: str) -> None:
     obj = with_spec("kafka.security", SECURITY[mechanism])
     obj["spec"]["kafka"]["clientProperties"] = {"ssl.curves.list": "P-256"}
+    obj["spec"]["kafka"]["adminSecurity"] = SECURITY[mechanism]
     code, out = dry_run(kubeconfig, ns, obj)
     assert code == 0, out
 
