@@ -95,8 +95,10 @@ class TokenFile:
                 if seen != self._seen:
                     with open(self.path, encoding="utf-8") as f:
                         token = f.read().strip() or None
-                    log.info("control token %s from %s", "read" if self._seen is None
-                             else "changed: read again", self.path)
+                    # The first read is routine; a rotation is worth a line.
+                    log.log(logging.DEBUG if self._seen is None else logging.INFO,
+                            "control token %s from %s", "read" if self._seen is None
+                            else "changed: read again", self.path)
                     self._seen, self._token, self._failed = seen, token, False
             except (OSError, UnicodeDecodeError) as exc:
                 if not self._failed:

@@ -40,9 +40,11 @@ def ns(kubeconfig: Path, local_node: ProcessRecord) -> Iterator[str]:
     kubectl(kubeconfig, "delete", "namespace", name, "--wait=false", check=False)
 
 
-def member_pod(namespace: str, bootstrap: str, topic: str, group: str) -> dict[str, Any]:
+def member_pod(namespace: str, bootstrap: str, topic: str,
+               group: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Member 0 of a one-member group whose transform calls `raise_error` on POISON records,
-    with no dead-letter topic: such a batch fails for good and the member exits."""
+    with no dead-letter topic: such a batch fails for good and the member exits; and the
+    group's member token Secret, which the pod mounts (the operator would make it)."""
     spec = ConsumerGroupSpec.from_body({
         "apiVersion": "staticfleet.io/v1alpha1", "kind": "ConsumerGroup",
         "metadata": {"name": group, "namespace": namespace, "generation": 1},
@@ -59,16 +61,18 @@ def member_pod(namespace: str, bootstrap: str, topic: str, group: str) -> dict[s
                 "sink": {"type": "null"},
             },
         }})
-    return builders.build_member_pod(spec, 0, builders.member_spec_view(spec, TIMEOUTS))
+    return (builders.build_member_pod(spec, 0, builders.member_spec_view(spec, TIMEOUTS)),
+            builders.build_member_token_secret(spec, "t0ken"))
 
 
 def test_a_transform_error_on_real_records_is_the_members_termination_message(
         kafka: KafkaBroker, make_topic: Callable[..., str], kubeconfig: Path, ns: str) -> None:
     topic, group = make_topic("in", 1), unique("g")
     produce(kafka.bootstrap, topic, [(b"k", b"fine", 0), (b"k", POISON, 0)])
-    pod = member_pod(ns, kafka.bootstrap, topic, group)
+    pod, token = member_pod(ns, kafka.bootstrap, topic, group)
     name = pod["metadata"]["name"]
-    kubectl(kubeconfig, "-n", ns, "apply", "-f", "-", input=to_yaml(pod))
+    for obj in (token, pod):
+        kubectl(kubeconfig, "-n", ns, "apply", "-f", "-", input=to_yaml(obj))
 
     def failed() -> dict[str, Any] | None:
         live = json.loads(kubectl(kubeconfig, "-n", ns, "get", "pod", name, "-o",

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,17 @@ from tests.integration.runtime_spark_helpers import REPO, runtime_config
 pytestmark = pytest.mark.integration
 
 
+TOKEN_FILE = Path(tempfile.mkdtemp(prefix="member-token-")) / "token"
+TOKEN_FILE.write_text("t0ken")
+
+
 def run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("STATICFLEET_")}
     # Any free port on loopback: the default 0.0.0.0:8080 may be taken by another process, and
-    # the librdkafka case only gets its answer after the HTTP server is up.
-    full.update({"STATICFLEET_HTTP_HOST": "127.0.0.1", "STATICFLEET_HTTP_PORT": "0"})
+    # the librdkafka case only gets its answer after the HTTP server is up. The token file is
+    # what a member pod has mounted (without one, a member warns of it first).
+    full.update({"STATICFLEET_HTTP_HOST": "127.0.0.1", "STATICFLEET_HTTP_PORT": "0",
+                 "STATICFLEET_MEMBER_TOKEN_FILE": str(TOKEN_FILE)})
     full.update(env, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "consumer_runtime"], env=full, cwd=REPO,
                           capture_output=True, text=True, timeout=60)
