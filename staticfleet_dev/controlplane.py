@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from staticfleet_dev import build, certs
-from staticfleet_dev.procs import ProcessRecord, free_port, spawn, stop, wait_until
+from staticfleet_dev.procs import ProcessRecord, free_port, free_ports, spawn, stop, wait_until
 
 SERVICE_CIDR = "10.0.0.0/24"
 
@@ -88,7 +88,7 @@ def start_control_plane(workdir: Path, timeout: float = 120.0) -> ControlPlane:
     logs = workdir / "logs"
     cp = ControlPlane(workdir=workdir, server="", kubeconfig=workdir / "admin.kubeconfig")
     try:
-        etcd_port, peer_port = free_port(), free_port()
+        etcd_port, peer_port = free_ports(2)
         etcd_url = f"http://127.0.0.1:{etcd_port}"
         _p, rec = spawn("etcd", [
             str(etcd), "--name", "staticfleet", "--data-dir", str(workdir / "etcd"),

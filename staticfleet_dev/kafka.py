@@ -14,7 +14,7 @@ from staticfleet_dev.certs import KafkaTlsFiles
 from staticfleet_dev.procs import (
     ProcessRecord,
     ServerFailed,
-    free_port,
+    free_ports,
     port_open,
     spawn,
     wait_until,
@@ -230,12 +230,13 @@ def start_kafka(workdir: Path, settings: KafkaSettings | None = None,
         raise ServerFailed(f"stale Kafka data directory {data}: remove it (staticfleet env down) "
                            "or choose another working directory")
     data.mkdir(parents=True, exist_ok=True)
-    port = settings.port or free_port()
-    cport = settings.controller_port or free_port()
+    picked = free_ports(2 + len(settings.listeners))
+    port = settings.port or picked[0]
+    cport = settings.controller_port or picked[1]
     for p, what in ((port, "the Kafka listener"), (cport, "the Kafka controller")):
         if port_open(p):
             raise ServerFailed(f"port 127.0.0.1:{p} for {what} is already in use")
-    listeners = [(lst, free_port()) for lst in settings.listeners]
+    listeners = list(zip(settings.listeners, picked[2:], strict=True))
     props = workdir / "server.properties"
     props.write_text(server_properties(data, port, cport, settings.overrides, listeners))
     log4j = workdir / "log4j2.properties"
