@@ -74,6 +74,10 @@ class Telemetry:
         self.leaving = False
         self.rejoins = 0
         self._lag_series: set[TopicPartition] = set()
+        self.lag: dict[TopicPartition, int] = {}
+        """Each assigned partition's lag from the last statistics (end offset minus the
+        committed offset): `/status` reports it, so the operator reads lag from the members
+        instead of asking the brokers."""
 
         def metric(kind: Any, name: str, doc: str, extra: tuple[str, ...] = (),
                    **kw: Any) -> Any:
@@ -176,6 +180,8 @@ class Telemetry:
             for tp in gone & self._lag_series:
                 self.m_lag.remove(*self.ids.values(), tp[0], str(tp[1]))
                 self._lag_series.discard(tp)
+            for tp in gone:
+                self.lag.pop(tp, None)
 
     def committed(self, seconds: float) -> None:
         self.m_commit_s.labels(**self.ids).observe(seconds)
@@ -206,6 +212,7 @@ class Telemetry:
             self.state = "left"
             self.member_id = ""
             self.assignment.clear()
+            self.lag.clear()
             self.holds_assignment = False
             self.m_assigned.labels(**self.ids).set(0)
 
@@ -281,6 +288,7 @@ class Telemetry:
                         continue
                     self.m_lag.labels(**self.ids, topic=topic, partition=part).set(lag)
                     self._lag_series.add(tp)
+                    self.lag[tp] = int(lag)
 
     # -- read by the HTTP endpoints ------------------------------------------------------------
 
@@ -299,6 +307,8 @@ class Telemetry:
                 "memberId": self.member_id,
                 "groupId": self.ids["group"],
                 "assignment": [[t, p] for t, p in sorted(self.assignment)],
+                "lag": [[t, p, self.lag[(t, p)]] for t, p in sorted(self.assignment)
+                        if (t, p) in self.lag],
                 "rebalances": self.rebalances,
                 "assigns": self.assigns,
                 "revokes": self.revokes,

@@ -73,6 +73,11 @@ CONSUMERGROUP_LAG = Gauge(
 CONSUMERGROUP_LAG_SUM = Gauge(
     "staticfleet_consumergroup_lag_sum", "The group's lag summed over its partitions",
     (*LABELS, "consumergroup"), registry=REGISTRY)
+CONSUMERGROUP_LAG_AGE = Gauge(
+    "staticfleet_consumergroup_lag_age_seconds",
+    "How old the oldest of the group's lag figures is (members report theirs every 5 s; a "
+    "broker read that fails leaves its figures as they were)", (*LABELS, "consumergroup"),
+    registry=REGISTRY)
 _LAG_SERIES: dict[tuple[str, str], set[tuple[str, ...]]] = {}
 """The partition series each ConsumerGroup exported last, to drop the ones that went."""
 RECONCILE_DURATION = Histogram(
@@ -98,6 +103,8 @@ def forget(namespace: str, group: str) -> None:
     for labels in _sum_labels(namespace, group):
         with contextlib.suppress(KeyError):
             CONSUMERGROUP_LAG_SUM.remove(*labels)
+        with contextlib.suppress(KeyError):
+            CONSUMERGROUP_LAG_AGE.remove(*labels)
     for counter in (REBALANCES, PLANNED_REBALANCES):
         with contextlib.suppress(KeyError):
             counter.remove(namespace, group)
@@ -153,6 +160,8 @@ def export(namespace: str, group: str, values: MetricValues, seconds: float) -> 
             TIMEOUT_CHANGES.labels(*labels, timeout)
     if values.lag is not None and values.group_id is not None:
         _export_lag(namespace, group, values.group_id, values.lag)
+        if values.lag_age_s is not None:
+            CONSUMERGROUP_LAG_AGE.labels(*labels, values.group_id).set(values.lag_age_s)
     if values.unassigned_partitions is not None:
         UNASSIGNED_PARTITIONS.labels(*labels).set(values.unassigned_partitions)
     for timeout in values.timeout_changes:

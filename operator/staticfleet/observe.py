@@ -53,6 +53,12 @@ class KafkaUnavailable(RuntimeError):
     """The Kafka cluster could not be reached or refused a request."""
 
 
+class CoordinatorMoving(KafkaUnavailable):
+    """The group's coordinator moved or is loading the group (its broker restarted, or a
+    leader election moved the `__consumer_offsets` partition): the cluster answers, the group
+    will be back within seconds. Not a failure of the cluster."""
+
+
 class KafkaAuthFailed(KafkaUnavailable):
     """The cluster answers but refused the client's credentials (SASL) or its TLS handshake (a
     certificate it does not trust, or one the client does not trust). The message is the
@@ -114,6 +120,17 @@ class AdminPool:
                 self.clients[key] = client
             return Admin(client, conf.get("bootstrap.servers", "?"), key, self)
 
+    def renew(self, admin: Admin) -> Admin:
+        """A new client for `admin`'s cluster in place of the old one. librdkafka keeps a
+        group's coordinator in a cache that every request refreshes, and its admin requests do
+        not drop the entry on NOT_COORDINATOR: a client that keeps asking would ask the old
+        coordinator for as long as it keeps the group's partition. A new client looks the
+        coordinator up afresh."""
+        with self.lock:
+            if self.clients.get(admin.key) is admin.client:
+                self.clients.pop(admin.key)
+        return self.get(admin.conf)
+
     def _on_error(self, key: str, err: KafkaError) -> None:
         if is_auth_error(err):
             with self.lock:
@@ -140,6 +157,12 @@ class AdminPool:
         if not answered and (refused := unreachable(bootstrap)) is not None:
             self.record(key, refused)
             raise KafkaUnavailable(refused)
+
+    def failed(self, key: str) -> bool:
+        """Whether the cluster is held as failed now (see `check`)."""
+        with self.lock:
+            failed = self.failures.get(key)
+        return failed is not None and time.monotonic() - failed[0] < self.hold_s
 
     def record(self, key: str, error: str | None) -> None:
         with self.lock:
@@ -190,24 +213,36 @@ def unreachable(bootstrap: str) -> str | None:
     return f"no bootstrap server accepts a connection ({'; '.join(errors)})" if errors else None
 
 
-def _result(admin: Admin, future: Any, what: str) -> Any:
+def _result(admin: Admin, future: Any, what: str, optional: bool = False,
+            timeout: float = ADMIN_TIMEOUT_S) -> Any:
+    """The answer of one admin request. A request that got no answer marks the cluster failed
+    (its groups fail fast for `hold_s`) only when no bootstrap server accepts a connection: one
+    broker down in a cluster whose others answer fails this request, not every group on the
+    cluster. An `optional` read (lag) never marks the cluster at all."""
     try:
-        value = future.result(timeout=ADMIN_TIMEOUT_S)
+        value = future.result(timeout=timeout)
     except KafkaException as exc:
         error = exc.args[0]
         code = error.code() if isinstance(error, KafkaError) else None
         message = f"{what} at {admin.bootstrap}: {error}"
         if code in _UNREACHABLE_CODES:
             _refused(admin, what)
-            admin.pool.record(admin.key, message)
+            _cluster_failed(admin, message, optional)
         raise KafkaUnavailable(message) from exc
     except TimeoutError as exc:
         _refused(admin, what)
-        message = f"{what} at {admin.bootstrap}: no answer within {ADMIN_TIMEOUT_S:.0f}s"
-        admin.pool.record(admin.key, message)
+        message = f"{what} at {admin.bootstrap}: no answer within {timeout:.0f}s"
+        _cluster_failed(admin, message, optional)
         raise KafkaUnavailable(message) from exc
     admin.pool.record(admin.key, None)
     return value
+
+
+def _cluster_failed(admin: Admin, message: str, optional: bool) -> None:
+    if optional:
+        return
+    if unreachable(admin.bootstrap) is not None:
+        admin.pool.record(admin.key, message)
 
 
 def _refused(admin: Admin, what: str) -> None:
@@ -247,14 +282,56 @@ def _call(admin: Admin, what: str, request: Any) -> Any:
         raise KafkaUnavailable(f"{what} at {admin.bootstrap}: {exc.args[0]}") from exc
 
 
+COORDINATOR_CODES = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+})
+"""Group errors that mean the coordinator moved or is loading the group: librdkafka hands them
+to the application as the group's result, without retrying."""
+GROUP_RETRIES_S = (0.25, 0.75, 1.5)
+"""Waits before asking again, with a client that looks the coordinator up afresh, while a
+group request meets a moving coordinator (about 2.5 s in all, within one pass)."""
+GROUP_TIMEOUT_S = 5.0
+"""A group request that waits longer is asked again: its coordinator is likely down."""
+
+
+def _group_request(admin: Admin, what: str, request: Any, optional: bool = False) -> Any:
+    """The group's result of a request to its coordinator (`request(admin)` returns the futures
+    by group id; the result is the only group's). While the coordinator moves (a coordinator
+    error, or no answer while the cluster answers), asks again after `GROUP_RETRIES_S`, each
+    time with a renewed client; then raises `CoordinatorMoving`."""
+    for wait in (*GROUP_RETRIES_S, None):
+        try:
+            futures = _call(admin, what, lambda a=admin: request(a))
+            (future,) = futures.values()
+            return _result(admin, future, what, optional, timeout=GROUP_TIMEOUT_S)
+        except KafkaUnavailable as exc:
+            if isinstance(exc, KafkaAuthFailed) or not _coordinator_moving(admin, exc):
+                raise
+            if wait is None:
+                if optional:
+                    admin.pool.renew(admin)
+                raise CoordinatorMoving(f"{exc}; the group's coordinator is moving") from exc
+            time.sleep(wait)
+            admin = admin.pool.renew(admin)
+    raise AssertionError("unreachable")
+
+
+def _coordinator_moving(admin: Admin, exc: KafkaUnavailable) -> bool:
+    code = _code(exc)
+    if code in COORDINATOR_CODES:
+        return True
+    no_answer = code is None or code in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+    return no_answer and not admin.pool.failed(admin.key)
+
+
 def describe_group(admin: Admin, group_id: str, protocol: str = "classic") -> GroupView:
     """State and members of a group; a group the broker does not know yet is `Dead` (with
     the `protocol` it will be created with)."""
     what = f"describing group {group_id}"
-    futures = _call(admin, what, lambda: admin.client.describe_consumer_groups(
-        [group_id], request_timeout=ADMIN_TIMEOUT_S))
     try:
-        desc = _result(admin, futures[group_id], what)
+        desc = _group_request(admin, what, lambda a: a.client.describe_consumer_groups(
+            [group_id], request_timeout=GROUP_TIMEOUT_S))
     except KafkaUnavailable as exc:
         if is_unknown_group(exc):
             return GroupView(state="Dead", protocol=protocol)
@@ -278,27 +355,43 @@ def group_lag(admin: Admin, group_id: str,
     """Each subscribed partition's lag as the broker sees it: its end offset minus the group's
     committed offset (partitions the group never committed are left out, as kafka_exporter
     does). Two admin requests, whatever the members are doing: lag shows while all are down."""
-    tps = [TopicPartition(t, p) for t, count in sorted(partitions.items()) for p in range(count)]
-    if not tps:
+    tps = [(t, p) for t, count in sorted(partitions.items()) for p in range(count)]
+    committed = committed_offsets(admin, group_id, tps)
+    ends = end_offsets(admin, committed) if committed else {}
+    return {tp: max(0, ends[tp] - offset) for tp, offset in committed.items() if tp in ends}
+
+
+def committed_offsets(admin: Admin, group_id: str, tps: Iterable[tuple[str, int]]
+                      ) -> dict[tuple[str, int], int]:
+    """The group's committed offset of each of `tps` it committed (an OffsetFetch to its
+    coordinator). An optional read: a failure fails this read only."""
+    wanted = [TopicPartition(t, p) for t, p in tps]
+    if not wanted:
         return {}
     what = f"reading the committed offsets of group {group_id}"
-    futures = _call(admin, what, lambda: admin.client.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group_id, tps)], request_timeout=ADMIN_TIMEOUT_S))
-    committed = {(tp.topic, tp.partition): tp.offset
-                 for tp in _result(admin, futures[group_id], what).topic_partitions
-                 if tp.error is None and tp.offset >= 0}
-    if not committed:
+    answer = _group_request(admin, what, lambda a: a.client.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group_id, wanted)], request_timeout=GROUP_TIMEOUT_S),
+        optional=True)
+    return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions
+            if tp.error is None and tp.offset >= 0}
+
+
+def end_offsets(admin: Admin, tps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The end offset of each of `tps` (one ListOffsets per partition leader; partitions whose
+    leader did not answer are left out). An optional read: it never marks the cluster failed."""
+    wanted = {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps}
+    if not wanted:
         return {}
-    what = f"reading the end offsets of the topics of group {group_id}"
-    ends = _call(admin, what, lambda: admin.client.list_offsets(
-        {TopicPartition(t, p): OffsetSpec.latest() for t, p in committed},
-        request_timeout=ADMIN_TIMEOUT_S))
-    lag = {}
-    for tp, future in ends.items():
-        end = _result(admin, future, what).offset
-        key = (tp.topic, tp.partition)
-        lag[key] = max(0, end - committed[key])
-    return lag
+    what = "reading end offsets"
+    futures = _call(admin, what, lambda: admin.client.list_offsets(
+        wanted, request_timeout=ADMIN_TIMEOUT_S))
+    out: dict[tuple[str, int], int] = {}
+    for tp, future in futures.items():
+        try:
+            out[(tp.topic, tp.partition)] = _result(admin, future, what, optional=True).offset
+        except KafkaUnavailable:
+            continue  # that partition's leader is moving: its figure stays stale
+    return out
 
 
 def _state_name(state: Any) -> str:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from staticfleet import apply, metrics, observe
+from staticfleet import apply, lagreads, metrics, observe
 from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.members import member_closed_at, pod_ended, still_running
@@ -43,6 +43,8 @@ WRITTEN_POD_TTL_S = 30.0
 the watch has not shown that change yet."""
 TOPIC_RETRY_S = 10.0
 SECRET_RETRY_S = 15.0
+COORDINATOR_RETRY_S = 1.0
+"""A moving coordinator is asked again soon (it answers within seconds), not with a backoff."""
 MEMBER_PORT = builders.HTTP_PORT
 
 log = logging.getLogger("staticfleet")
@@ -54,6 +56,7 @@ class Deps:
 
     kube: apply.Kube
     admins: observe.AdminPool = field(default_factory=observe.AdminPool)
+    lag_reads: lagreads.LagReads = field(default_factory=lagreads.LagReads)
     http_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="member-status"))
     bounds: dict[str, tuple[float, tuple[dict[str, int], str | None]]] = field(
@@ -173,7 +176,6 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
             partitions = observe.partition_counts(admin, spec.kafka.topics)
         else:
             partitions = observe.matching_topics(admin, spec.kafka.topic_pattern or "")
-        group = observe.describe_group(admin, spec.kafka.group_id, spec.membership.protocol)
         token, token_missing = _member_token(spec, deps.kube)
     except observe.TopicMissing as exc:
         return _failed(base, spec, Problem(c.TOPIC_MISSING, str(exc), TOPIC_RETRY_S))
@@ -186,11 +188,19 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     except apply.ApplyError as exc:
         return _failed(base, spec, Problem(
             c.API_ERROR, f"the API server refused a request: {exc}"))
-    lag: dict[tuple[str, int], int] | None = None
+    problem: Problem | None = None
+    group = None
     try:
-        lag = observe.group_lag(admin, spec.kafka.group_id, partitions)
-    except observe.KafkaUnavailable as exc:  # a metric only: the pass goes on without it
-        log.debug("%s/%s: no lag this pass: %s", namespace, body["metadata"]["name"], exc)
+        group = observe.describe_group(admin, spec.kafka.group_id, spec.membership.protocol)
+    except observe.CoordinatorMoving as exc:
+        # The members keep serving and a handoff under way still needs its activation: the
+        # pass goes on with what it sees of the pods, and steers only that (`plan.degraded`).
+        problem = Problem(c.COORDINATOR_MOVING, (
+            f"{exc} (a broker restarted or a leader election moved it); the members find the "
+            "new coordinator by themselves, handoffs under way go on, nothing new starts until "
+            "the group answers again"), COORDINATOR_RETRY_S)
+    except observe.KafkaUnavailable as exc:
+        return _failed(base, spec, kafka_problem(spec, exc, conf))
     # A pod that ended runs no process; its address may already be another pod's.
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp") and not pod_ended(p)]
     for pod in pods:
@@ -201,12 +211,19 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     # gap starts at the old process's last batch.
     running = live + [p for p in pods if still_running(p, closures)]
     statuses = _member_statuses(running, deps)
+    lag = None
+    if group is not None:
+        lag = deps.lag_reads.lag(admin, spec.kafka.group_id, partitions,
+                                 lagreads.reported_lag(statuses.values()))
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=statuses, group=group, partitions=partitions,
                     closures=closures, claimants=claimants, broker_config=broker_config,
-                    bounds_denied=bounds_denied, lag=lag, refused=deps.refusals(uid, pods),
+                    bounds_denied=bounds_denied,
+                    lag=lag.by_partition if lag is not None else None,
+                    lag_age_s=lag.age_s if lag is not None else None,
+                    refused=deps.refusals(uid, pods),
                     last_answers=deps.note_answers(list(statuses), pods, now),
-                    member_token=token, member_token_missing=token_missing)
+                    member_token=token, member_token_missing=token_missing, problem=problem)
     return snap, admin
 
 

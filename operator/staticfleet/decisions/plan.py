@@ -114,6 +114,7 @@ class MetricValues:
     unassigned_partitions: int | None = None
     lag: Mapping[tuple[str, int], int] | None = None
     """Each committed partition's lag as the broker sees it (None: not read this pass)."""
+    lag_age_s: float | None = None
     group_id: str | None = None
     """The Kafka group id (the `consumergroup` label of the lag series)."""
     timeout_changes: tuple[str, ...] = ()
@@ -261,7 +262,7 @@ def decide(snap: Snapshot) -> Plan:
         rollout_at_risk=bool(at_risk and at_risk["status"] == "True"),
         rebalances=rebalances.increase, planned_rebalances=planned_now,
         unassigned_partitions=len(missing) if group.state == "Stable" else None,
-        lag=snap.lag, group_id=spec.kafka.group_id,
+        lag=snap.lag, lag_age_s=snap.lag_age_s, group_id=spec.kafka.group_id,
         timeout_changes=tuple(TIMEOUT_METRIC_NAMES[f] for f in changed),
         absences_s=tuple(r[1] for r in roll.restarts), processing_gaps_s=roll.gaps,
         rollout_finished=roll.finished)
@@ -310,8 +311,32 @@ def degraded(snap: Snapshot, problem: Problem) -> Plan:
     retry = problem.retry_after_s
     if retry is None and problem.reason in (c.KAFKA_UNREACHABLE, c.API_ERROR):
         retry = float(min(MAX_BACKOFF_S, 2 ** min(failures + 1, 6)))
+    calls = _handoffs_under_way(snap) if problem.reason == c.COORDINATOR_MOVING else ()
     return Plan(status=status, events=events, metrics=MetricValues(error=problem.reason),
-                requeue_after_s=retry)
+                requeue_after_s=retry, calls=calls,
+                annotate=_marked_activated(_table_without_group(snap), calls) if calls else ())
+
+
+def _table_without_group(snap: Snapshot) -> MemberTable:
+    assert snap.spec is not None
+    spec = snap.spec
+    effective = timeouts.EffectiveTimeouts.from_status(snap.previous.get("timeouts"))
+    assert effective is not None
+    return observe_members(
+        spec=spec, view=builders.member_spec_view(spec, effective), pods=snap.pods,
+        statuses=snap.statuses, group=GroupView(state="Unknown", protocol=spec.membership.protocol),
+        partitions=sum((snap.partitions or {}).values()))
+
+
+def _handoffs_under_way(snap: Snapshot) -> tuple[pl.MemberCall, ...]:
+    """While the group's coordinator moves the group cannot be described, but a warm handoff
+    whose old process has closed still gets its activation: the standby joins the group when
+    the new coordinator answers it, inside the session timeout, instead of waiting for the
+    operator to see the group again. Nothing else is steered in such a pass."""
+    if (snap.spec is None or not snap.pods
+            or timeouts.EffectiveTimeouts.from_status(snap.previous.get("timeouts")) is None):
+        return ()
+    return _activations(snap, _table_without_group(snap), snap.spec.replicas)
 
 
 # --- what stops a group ---------------------------------------------------------------------

@@ -108,6 +108,8 @@ class Snapshot:
     lag: Mapping[tuple[str, int], int] | None = None
     """Each partition's lag as the broker sees it (end offset minus committed offset), for the
     partitions the group committed; None when it could not be read."""
+    lag_age_s: float | None = None
+    """How old the oldest figure in `lag` is, in seconds."""
     member_token: str | None = field(default=None, repr=False)
     """The group's member token (the bearer token its members require on POST /leave, /rejoin
     and /activate): what the Secret `<cg>-member-token` holds, or, while that Secret (or its

@@ -1243,6 +1243,36 @@ def test_a_warm_handoff_activates_the_replacement_once_the_old_process_closed() 
     assert done.metrics.absences_s == (0.8,)
 
 
+def test_a_handoff_in_stopping_gets_its_activation_while_the_coordinator_moves() -> None:
+    """The broker coordinating the group died while member 2's old process stopped: the group
+    cannot be described (CoordinatorMoving), yet the standby is activated once the old process
+    closed, so it joins when the new coordinator answers, inside the session timeout. Nothing
+    else is steered; the pass is retried in a second, not with a backoff."""
+    roll = WarmRoll()
+    roll.to_the_old_members_exit()
+    pods = [*roll.pods, roll.standby]
+    moving = Problem(c.COORDINATOR_MOVING, "describing group orders: NOT_COORDINATOR", 1.0)
+    snap = replace(snapshot(WARM_NEW, pods, previous=roll.status, in_group=(0, 1),
+                            now_offset_s=roll.t + 0.5,
+                            statuses=roll.statuses(standby="ready")),
+                   closures=roll.closures, problem=moving)
+    plan = decide(snap)
+    (call,) = plan.calls
+    (mark,) = plan.annotate
+    assert (call.action, call.pod) == ("activate", roll.standby["metadata"]["name"])
+    assert mark.name == call.pod
+    assert plan.create == () and plan.delete == ()
+    assert plan.requeue_after_s == 1.0
+    degraded_cond = c.get_condition(plan.status["conditions"], c.DEGRADED)
+    assert degraded_cond["reason"] == c.COORDINATOR_MOVING
+    # The old process still running: nothing is activated (two processes would fence).
+    still = decide(replace(snap, closures={}, pods=(*pods, roll.old2)))
+    assert still.calls == () and still.annotate == ()
+    # Any other Kafka failure steers nothing.
+    other = decide(replace(snap, problem=Problem(c.KAFKA_UNREACHABLE, "no broker")))
+    assert other.calls == ()
+
+
 def test_a_standby_is_marked_activated_before_it_is_asked_to_activate() -> None:
     """The mark is the annotation the standby pod's STATICFLEET_ACTIVATED reads at each container
     start: set before the activation (execute annotates before it calls), a restart of the

@@ -9,7 +9,7 @@ CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances"
                  "revokes", "lost", "startupSeconds", "processStart", "batchSecondsMax",
                  "batchSecondsP99", "recordsProcessed", "batchesProcessed", "deadLettered",
                  "lastPollAgeSeconds", "state", "processingReady", "waiting", "leaving",
-                 "rejoins", "standby", "lastBatchAt"}
+                 "rejoins", "standby", "lastBatchAt", "lag"}
 
 
 def telemetry(standby: bool = False) -> Telemetry:
@@ -92,8 +92,10 @@ def test_lag_comes_from_statistics_for_assigned_partitions_only() -> None:
     t.stats(json.dumps(stats))
     assert sample(t, "staticfleet_member_consumer_lag", topic="a", partition="0") == 42
     assert sample(t, "staticfleet_member_consumer_lag", topic="a", partition="1") is None
+    assert t.status(now=102.0)["lag"] == [["a", 0, 42]], "/status reports what the operator reads"
     t.revoked({("a", 0)}, lost=False)
     assert sample(t, "staticfleet_member_consumer_lag", topic="a", partition="0") is None
+    assert t.status(now=103.0)["lag"] == []
 
 
 @pytest.mark.parametrize(("values", "expected"), [([], None), ([3.0], 3.0),

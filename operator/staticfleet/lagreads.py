@@ -1,0 +1,130 @@
+"""The lag of each group, read as cheaply as it can be.
+
+Members report their partitions' lag in `/status` (librdkafka's statistics, every 5 s), which
+the pass reads anyway: for a partition an answering member reports, that is the figure, and
+Kafka is not asked. The brokers are asked only for the other partitions (every member down, a
+partition nobody owns), and not every pass: a group's committed offsets at most once per
+`READ_INTERVAL_S`, and the end offsets once per interval per cluster, in one request for all
+its groups. A read that fails keeps the figures it had, and their age says so.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from staticfleet import observe
+
+READ_INTERVAL_S = 30.0
+REPORT_AGE_S = 5.0
+"""How old a member's reported lag may be (its statistics interval)."""
+
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Lag:
+    """A group's lag by partition and how old its oldest figure is (seconds)."""
+
+    by_partition: Mapping[TP, int]
+    age_s: float
+
+
+def reported_lag(statuses: Iterable[Mapping[str, Any]]) -> dict[TP, int]:
+    """The lag members report for the partitions they hold (the larger figure where two
+    report one partition, as an old and a new process may during a handoff)."""
+    out: dict[TP, int] = {}
+    for status in statuses:
+        for entry in status.get("lag") or ():
+            try:
+                topic, partition, lag = str(entry[0]), int(entry[1]), int(entry[2])
+            except (TypeError, ValueError, IndexError):
+                continue
+            if lag >= 0:
+                out[(topic, partition)] = max(lag, out.get((topic, partition), 0))
+    return out
+
+
+@dataclass
+class LagReads:
+    """Broker reads of committed and end offsets, cached per group and per cluster."""
+
+    interval_s: float = READ_INTERVAL_S
+    clock: Any = time.monotonic
+    committed: dict[tuple[str, str], tuple[float, dict[TP, int]]] = field(default_factory=dict)
+    """(cluster key, group id) -> when read, the group's committed offsets."""
+    ends: dict[str, dict[TP, tuple[float, int]]] = field(default_factory=dict)
+    """cluster key -> partition -> when read, its end offset."""
+    asked: dict[str, dict[TP, float]] = field(default_factory=dict)
+    """cluster key -> partition -> when a group last needed it (one no group needed for
+    three intervals is dropped: its group is gone or its members report it)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def lag(self, admin: observe.Admin, group_id: str, partitions: Mapping[str, int],
+            reported: Mapping[TP, int]) -> Lag:
+        wanted = [(t, p) for t, count in sorted(partitions.items()) for p in range(count)]
+        known = {tp: reported[tp] for tp in wanted if tp in reported}
+        rest = [tp for tp in wanted if tp not in known]
+        if not rest:
+            return Lag(known, REPORT_AGE_S if known else 0.0)
+        now = self.clock()
+        committed, committed_at = self._committed(admin, group_id, wanted, now)
+        rest = [tp for tp in rest if tp in committed]
+        ends = self._ends(admin, rest, now)
+        age = now - committed_at
+        for tp in rest:
+            if tp in ends:
+                read_at, end = ends[tp]
+                known[tp] = max(0, end - committed[tp])
+                age = max(age, now - read_at)
+        return Lag(known, round(max(age, REPORT_AGE_S if reported else 0.0), 1))
+
+    def _committed(self, admin: observe.Admin, group_id: str, wanted: list[TP],
+                   now: float) -> tuple[dict[TP, int], float]:
+        key = (admin.key, group_id)
+        with self.lock:
+            cached = self.committed.get(key)
+        if cached is not None and now - cached[0] < self.interval_s:
+            return cached[1], cached[0]
+        try:
+            read = observe.committed_offsets(admin, group_id, wanted)
+        except observe.KafkaUnavailable:
+            if cached is None:
+                return {}, now
+            return cached[1], cached[0]  # stale, and its age says so
+        with self.lock:
+            self.committed[key] = (now, read)
+        return read, now
+
+    def _ends(self, admin: observe.Admin, rest: list[TP],
+              now: float) -> dict[TP, tuple[float, int]]:
+        """The end offsets of `rest`; when any is missing or older than the interval, every
+        stale partition of the cluster (all its groups') is read in one request."""
+        with self.lock:
+            cluster = self.ends.setdefault(admin.key, {})
+            asked = self.asked.setdefault(admin.key, {})
+            asked.update(dict.fromkeys(rest, now))
+            for tp in [tp for tp, at in asked.items() if now - at > 3 * self.interval_s]:
+                del asked[tp]
+                cluster.pop(tp, None)
+            stale = [tp for tp, (at, _) in cluster.items() if now - at >= self.interval_s]
+            missing = [tp for tp in rest if tp not in cluster]
+            ask = sorted(set(missing) | (set(stale) if missing or set(stale) & set(rest)
+                                         else set()))
+        if ask:
+            try:
+                read = observe.end_offsets(admin, ask)
+            except observe.KafkaUnavailable:
+                read = {}
+            with self.lock:
+                for tp, end in read.items():
+                    cluster[tp] = (now, end)
+        with self.lock:
+            return {tp: cluster[tp] for tp in rest if tp in cluster}
+
+    def forget(self, admin_key: str, group_id: str) -> None:
+        with self.lock:
+            self.committed.pop((admin_key, group_id), None)

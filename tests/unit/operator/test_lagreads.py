@@ -1,0 +1,96 @@
+"""How often the operator asks Kafka for lag: members' reports first, brokers at most once per
+interval per group (committed offsets) and per cluster (end offsets, all its groups at once).
+The broker reads themselves are tested against a real broker (tests/integration/test_observe.py);
+here they are replaced by counters to test the policy alone."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from staticfleet import lagreads, observe
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Admin:
+    key = "cluster-a"
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    log: dict[str, Any] = {"committed": [], "ends": [], "fail": False,
+                           "offsets": {}, "end": {}}
+
+    def committed(admin: Any, group: str, tps: Any) -> dict[tuple[str, int], int]:
+        log["committed"].append(group)
+        if log["fail"]:
+            raise observe.KafkaUnavailable("no answer")
+        return {tp: log["offsets"][(group, tp)] for tp in tps if (group, tp) in log["offsets"]}
+
+    def ends(admin: Any, tps: Any) -> dict[tuple[str, int], int]:
+        log["ends"].append(sorted(tps))
+        if log["fail"]:
+            raise observe.KafkaUnavailable("no answer")
+        return {tp: log["end"][tp] for tp in tps if tp in log["end"]}
+
+    monkeypatch.setattr(observe, "committed_offsets", committed)
+    monkeypatch.setattr(observe, "end_offsets", ends)
+    return log
+
+
+def test_members_reports_need_no_request(reads: dict[str, Any]) -> None:
+    book = lagreads.LagReads(clock=Clock())
+    lag = book.lag(Admin(), "g", {"t": 2}, {("t", 0): 3, ("t", 1): 0})  # type: ignore[arg-type]
+    assert lag.by_partition == {("t", 0): 3, ("t", 1): 0}
+    assert reads["committed"] == [] and reads["ends"] == []
+    assert lag.age_s == lagreads.REPORT_AGE_S
+
+
+def test_broker_reads_once_per_interval_and_one_end_offsets_request_per_cluster(
+        reads: dict[str, Any]) -> None:
+    clock = Clock()
+    book = lagreads.LagReads(clock=clock)
+    reads["offsets"] = {("g1", ("a", 0)): 5, ("g2", ("b", 0)): 1}
+    reads["end"] = {("a", 0): 9, ("b", 0): 4}
+    admin: Any = Admin()
+    assert book.lag(admin, "g1", {"a": 1}, {}).by_partition == {("a", 0): 4}
+    assert book.lag(admin, "g2", {"b": 1}, {}).by_partition == {("b", 0): 3}
+    assert reads["committed"] == ["g1", "g2"] and len(reads["ends"]) == 2
+    for _ in range(20):  # passes every second for 20 s: nothing asked again
+        clock.t += 1
+        book.lag(admin, "g1", {"a": 1}, {})
+        book.lag(admin, "g2", {"b": 1}, {})
+    assert reads["committed"] == ["g1", "g2"] and len(reads["ends"]) == 2
+    clock.t += lagreads.READ_INTERVAL_S
+    reads["end"][("a", 0)] = 15
+    assert book.lag(admin, "g1", {"a": 1}, {}).by_partition == {("a", 0): 10}
+    assert book.lag(admin, "g2", {"b": 1}, {}).by_partition == {("b", 0): 3}
+    assert reads["ends"][-1] == [("a", 0), ("b", 0)], "both groups' partitions in one request"
+    assert len(reads["ends"]) == 3
+
+
+def test_a_failed_read_keeps_the_figure_and_says_how_old_it_is(reads: dict[str, Any]) -> None:
+    clock = Clock()
+    book = lagreads.LagReads(clock=clock)
+    reads["offsets"] = {("g", ("a", 0)): 5}
+    reads["end"] = {("a", 0): 9}
+    admin: Any = Admin()
+    assert book.lag(admin, "g", {"a": 1}, {}).by_partition == {("a", 0): 4}
+    clock.t += 2 * lagreads.READ_INTERVAL_S
+    reads["fail"] = True
+    stale = book.lag(admin, "g", {"a": 1}, {})
+    assert stale.by_partition == {("a", 0): 4}
+    assert stale.age_s == pytest.approx(2 * lagreads.READ_INTERVAL_S)
+
+
+def test_reported_lag_takes_the_larger_figure_and_skips_unknown_ones() -> None:
+    statuses = [{"lag": [["t", 0, 5], ["t", 1, -1]]}, {"lag": [["t", 0, 7]]}, {"lag": None},
+                {"lag": [["bad"]]}]
+    assert lagreads.reported_lag(statuses) == {("t", 0): 7}
