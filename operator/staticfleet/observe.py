@@ -449,18 +449,28 @@ def matching_topics(admin: Admin, pattern: str) -> dict[str, int]:
 
 
 def broker_bounds(admin: Admin) -> dict[str, int]:
-    """The group-coordinator bounds of the cluster, read from one broker's configuration.
-    Raises `BoundsDenied` when the principal may not read it."""
+    """The group-coordinator bounds of the cluster, read from one broker's configuration (the
+    next broker when one does not answer: it may be restarting). Raises `BoundsDenied` when the
+    principal may not read it."""
     what = "describing the cluster"
     try:
         cluster = _result(admin, _call(admin, what, lambda: admin.client.describe_cluster(
             request_timeout=ADMIN_TIMEOUT_S)), what)
-        node = cluster.controller if cluster.controller is not None else cluster.nodes[0]
-        resource = ConfigResource(ResourceType.BROKER, str(node.id))
-        what = f"describing broker {node.id} configuration"
-        futures = _call(admin, what, lambda: admin.client.describe_configs(
-            [resource], request_timeout=ADMIN_TIMEOUT_S))
-        entries = _result(admin, futures[resource], what)
+        nodes = sorted(cluster.nodes, key=lambda n: (
+            cluster.controller is None or n.id != cluster.controller.id, n.id))
+        for i, node in enumerate(nodes):
+            last = i == len(nodes) - 1
+            resource = ConfigResource(ResourceType.BROKER, str(node.id))
+            what = f"describing broker {node.id} configuration"
+            futures = _call(admin, what, lambda r=resource: admin.client.describe_configs(
+                [r], request_timeout=GROUP_TIMEOUT_S))
+            try:
+                entries = _result(admin, futures[resource], what, optional=not last,
+                                  timeout=GROUP_TIMEOUT_S)
+                break
+            except KafkaUnavailable as exc:
+                if last or _code(exc) in _DENIED_CODES:
+                    raise
     except KafkaUnavailable as exc:
         if _code(exc) in _DENIED_CODES:
             raise BoundsDenied(str(exc)) from exc
