@@ -326,8 +326,8 @@ class Member:
             with self.timeline.span(POLL, "consume", self.batch_seq + 1):
                 messages = self.consumer.consume(min(self.buffer.room(), CONSUME_MAX), wait)
         after = time.monotonic()
-        self.telemetry.polled(after)
         good = self._records(messages, after)
+        self.telemetry.polled(after, len(good))
         if good and self._action() is None:
             with self.timeline.span(POLL, "convert", self.batch_seq + 1):
                 self.buffer.add(good, after)
@@ -407,7 +407,7 @@ class Member:
             log.warning("commit of %s failed (the records will be processed again): %s",
                         offsets, exc)
             return
-        self.telemetry.committed(time.monotonic() - began)
+        self.telemetry.committed(time.monotonic() - began, offsets)
 
     def _close(self) -> None:
         flight = self.inflight

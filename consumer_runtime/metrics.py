@@ -10,7 +10,7 @@ import json
 import math
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +74,10 @@ class Telemetry:
         self.leaving = False
         self.rejoins = 0
         self._lag_series: set[TopicPartition] = set()
+        self.last_fetch_s: float | None = None
+        """Seconds from process start to the last poll that returned records."""
+        self.committed_offsets: dict[TopicPartition, int] = {}
+        """The offset this process last committed on each assigned partition."""
         self.lag: dict[TopicPartition, int] = {}
         """Each assigned partition's lag from the last statistics (end offset minus the
         committed offset): `/status` reports it, so the operator reads lag from the members
@@ -139,10 +143,13 @@ class Telemetry:
 
     # -- fed by the poll loop ------------------------------------------------------------------
 
-    def polled(self, now: float) -> None:
+    def polled(self, now: float, records: int = 0) -> None:
+        """A poll of the consumer that returned `records` records."""
         with self._lock:
             self.m_poll_s.labels(**self.ids).observe(max(0.0, now - self.last_poll))
             self.last_poll = now
+            if records:
+                self.last_fetch_s = self._since_start(now)
 
     def assigned(self, partitions: Iterable[TopicPartition], now: float,
                  member_id: str, *, rebalance: bool = True) -> float | None:
@@ -182,9 +189,15 @@ class Telemetry:
                 self._lag_series.discard(tp)
             for tp in gone:
                 self.lag.pop(tp, None)
+                self.committed_offsets.pop(tp, None)
 
-    def committed(self, seconds: float) -> None:
+    def committed(self, seconds: float, offsets: Mapping[TopicPartition, int] | None = None
+                  ) -> None:
+        """A synchronous commit that took `seconds`, of `offsets` (the next offset to read)."""
         self.m_commit_s.labels(**self.ids).observe(seconds)
+        if offsets:
+            with self._lock:
+                self.committed_offsets.update(offsets)
 
     def draining(self) -> None:
         with self._lock:
@@ -213,6 +226,7 @@ class Telemetry:
             self.member_id = ""
             self.assignment.clear()
             self.lag.clear()
+            self.committed_offsets.clear()
             self.holds_assignment = False
             self.m_assigned.labels(**self.ids).set(0)
 
@@ -309,6 +323,11 @@ class Telemetry:
                 "assignment": [[t, p] for t, p in sorted(self.assignment)],
                 "lag": [[t, p, self.lag[(t, p)]] for t, p in sorted(self.assignment)
                         if (t, p) in self.lag],
+                "committed": [[t, p, self.committed_offsets[(t, p)]]
+                              for t, p in sorted(self.assignment)
+                              if (t, p) in self.committed_offsets],
+                "lastFetchAt": (None if self.last_fetch_s is None
+                                else round(self.process_start + self.last_fetch_s, 3)),
                 "rebalances": self.rebalances,
                 "assigns": self.assigns,
                 "revokes": self.revokes,

@@ -27,24 +27,41 @@ TP = tuple[str, int]
 
 @dataclass(frozen=True)
 class Lag:
-    """A group's lag by partition and how old its oldest figure is (seconds)."""
+    """A group's lag by partition, how old its oldest figure is (seconds), and the end offsets
+    it was computed from with their age (what tells a stalled member)."""
 
     by_partition: Mapping[TP, int]
     age_s: float
+    ends: Mapping[TP, tuple[float, int]] = field(default_factory=dict)
+    """partition -> (seconds since it was read, end offset)."""
+
+
+def _entries(statuses: Iterable[Mapping[str, Any]], key: str) -> Iterable[tuple[TP, int]]:
+    for status in statuses:
+        for entry in status.get(key) or ():
+            try:
+                topic, partition, value = str(entry[0]), int(entry[1]), int(entry[2])
+            except (TypeError, ValueError, IndexError):
+                continue
+            if value >= 0:
+                yield (topic, partition), value
 
 
 def reported_lag(statuses: Iterable[Mapping[str, Any]]) -> dict[TP, int]:
     """The lag members report for the partitions they hold (the larger figure where two
     report one partition, as an old and a new process may during a handoff)."""
     out: dict[TP, int] = {}
-    for status in statuses:
-        for entry in status.get("lag") or ():
-            try:
-                topic, partition, lag = str(entry[0]), int(entry[1]), int(entry[2])
-            except (TypeError, ValueError, IndexError):
-                continue
-            if lag >= 0:
-                out[(topic, partition)] = max(lag, out.get((topic, partition), 0))
+    for tp, lag in _entries(statuses, "lag"):
+        out[tp] = max(lag, out.get(tp, 0))
+    return out
+
+
+def reported_committed(statuses: Iterable[Mapping[str, Any]]) -> dict[TP, int]:
+    """The offsets members last committed on the partitions they hold (the smaller where two
+    report one partition)."""
+    out: dict[TP, int] = {}
+    for tp, offset in _entries(statuses, "committed"):
+        out[tp] = min(offset, out.get(tp, offset))
     return out
 
 
@@ -64,23 +81,29 @@ class LagReads:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def lag(self, admin: observe.Admin, group_id: str, partitions: Mapping[str, int],
-            reported: Mapping[TP, int]) -> Lag:
+            statuses: Iterable[Mapping[str, Any]] = ()) -> Lag:
+        """The group's lag: the larger of what its members report (their statistics) and the
+        end offsets (read once per interval for the whole cluster) minus the committed offsets
+        (the members' own commits; the brokers' for partitions no member reports, read at most
+        once per interval)."""
+        statuses = list(statuses)
+        reported, committed = reported_lag(statuses), reported_committed(statuses)
         wanted = [(t, p) for t, count in sorted(partitions.items()) for p in range(count)]
-        known = {tp: reported[tp] for tp in wanted if tp in reported}
-        rest = [tp for tp in wanted if tp not in known]
-        if not rest:
-            return Lag(known, REPORT_AGE_S if known else 0.0)
         now = self.clock()
-        committed, committed_at = self._committed(admin, group_id, wanted, now)
-        rest = [tp for tp in rest if tp in committed]
-        ends = self._ends(admin, rest, now)
-        age = now - committed_at
-        for tp in rest:
-            if tp in ends:
-                read_at, end = ends[tp]
-                known[tp] = max(0, end - committed[tp])
+        age = REPORT_AGE_S if reported else 0.0
+        unknown = [tp for tp in wanted if tp not in reported and tp not in committed]
+        if unknown:
+            read, read_at = self._committed(admin, group_id, wanted, now)
+            committed = {**{tp: read[tp] for tp in unknown if tp in read}, **committed}
+            age = max(age, now - read_at)
+        ends = self._ends(admin, [tp for tp in wanted if tp in committed], now)
+        out = {tp: reported[tp] for tp in wanted if tp in reported}
+        for tp, (read_at, end) in ends.items():
+            out[tp] = max(out.get(tp, 0), end - committed[tp], 0)
+            if tp not in reported:
                 age = max(age, now - read_at)
-        return Lag(known, round(max(age, REPORT_AGE_S if reported else 0.0), 1))
+        return Lag(out, round(age, 1),
+                   {tp: (round(now - at, 1), end) for tp, (at, end) in ends.items()})
 
     def _committed(self, admin: observe.Admin, group_id: str, wanted: list[TP],
                    now: float) -> tuple[dict[TP, int], float]:

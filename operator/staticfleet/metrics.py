@@ -23,6 +23,13 @@ UNASSIGNED_PARTITIONS = Gauge(
     "staticfleet_group_unassigned_partitions",
     "Partitions of the subscribed topics no member owns while the group is Stable", LABELS,
     registry=REGISTRY)
+STALLED_MEMBERS = Gauge(
+    "staticfleet_stalled_members",
+    "Members that hold partitions with records waiting and fetched nothing for longer than "
+    "their bound (condition MembersStalled)", LABELS, registry=REGISTRY)
+STALLED_RESTARTS = Counter(
+    "staticfleet_stalled_member_restarts", "Stalled members the operator restarted", LABELS,
+    registry=REGISTRY)
 ROLLOUT_DURATION = Histogram(
     "staticfleet_rollout_duration_seconds", "Duration of finished rollouts", LABELS,
     buckets=(10, 30, 60, 120, 300, 600, 1200, 3600), registry=REGISTRY)
@@ -88,7 +95,7 @@ RECONCILE_DURATION = Histogram(
 def forget(namespace: str, group: str) -> None:
     """Drop the series of a deleted ConsumerGroup so they do not linger."""
     for metric in (ROLLOUT_IN_PROGRESS, ROLLOUT_AT_RISK, GROUP_PARTITIONS, IDLE_MEMBERS,
-                   RECONCILE_LAST, UNASSIGNED_PARTITIONS):
+                   RECONCILE_LAST, UNASSIGNED_PARTITIONS, STALLED_MEMBERS, STALLED_RESTARTS):
         with contextlib.suppress(KeyError):
             metric.remove(namespace, group)
     for timeout in ("session", "heartbeat", "max_poll"):
@@ -164,6 +171,9 @@ def export(namespace: str, group: str, values: MetricValues, seconds: float) -> 
             CONSUMERGROUP_LAG_AGE.labels(*labels, values.group_id).set(values.lag_age_s)
     if values.unassigned_partitions is not None:
         UNASSIGNED_PARTITIONS.labels(*labels).set(values.unassigned_partitions)
+    if values.stalled_members is not None:
+        STALLED_MEMBERS.labels(*labels).set(values.stalled_members)
+        STALLED_RESTARTS.labels(*labels).inc(values.stalled_restarts)
     for timeout in values.timeout_changes:
         TIMEOUT_CHANGES.labels(*labels, timeout).inc()
     for absence in values.absences_s:

@@ -213,14 +213,14 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     statuses = _member_statuses(running, deps)
     lag = None
     if group is not None:
-        lag = deps.lag_reads.lag(admin, spec.kafka.group_id, partitions,
-                                 lagreads.reported_lag(statuses.values()))
+        lag = deps.lag_reads.lag(admin, spec.kafka.group_id, partitions, statuses.values())
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=statuses, group=group, partitions=partitions,
                     closures=closures, claimants=claimants, broker_config=broker_config,
                     bounds_denied=bounds_denied,
                     lag=lag.by_partition if lag is not None else None,
                     lag_age_s=lag.age_s if lag is not None else None,
+                    end_offsets=lag.ends if lag is not None else {},
                     refused=deps.refusals(uid, pods),
                     last_answers=deps.note_answers(list(statuses), pods, now),
                     member_token=token, member_token_missing=token_missing, problem=problem)

@@ -21,8 +21,14 @@ ROLLOUT_AT_RISK = "RolloutAtRisk"
 IDLE_MEMBERS = "IdleMembers"
 UNASSIGNED_PARTITIONS = "UnassignedPartitions"
 BROKER_BOUNDS_KNOWN = "BrokerBoundsKnown"
+MEMBERS_STALLED = "MembersStalled"
 CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, ROLLOUT_AT_RISK, IDLE_MEMBERS,
-                   UNASSIGNED_PARTITIONS, BROKER_BOUNDS_KNOWN)
+                   UNASSIGNED_PARTITIONS, BROKER_BOUNDS_KNOWN, MEMBERS_STALLED)
+
+# --- reasons: MembersStalled ---
+MEMBERS_PROGRESSING = "MembersProgressing"
+MEMBER_STALLED = "MemberStalled"
+RESTARTING_STALLED_MEMBER = "RestartingStalledMember"
 
 # --- reasons: Ready ---
 ALL_MEMBERS_READY = "AllMembersReady"

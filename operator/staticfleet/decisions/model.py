@@ -272,6 +272,13 @@ class RolloutSpec:
 
 
 @dataclass(frozen=True)
+class RecoverySpec:
+    """`spec.recovery`: what the operator does about a member that stopped making progress."""
+
+    restart_stalled_members: bool = True
+
+
+@dataclass(frozen=True)
 class ConsumerGroupSpec:
     """A ConsumerGroup: identity (name, namespace, generation) plus its parsed spec."""
 
@@ -284,6 +291,7 @@ class ConsumerGroupSpec:
     membership: MembershipSpec = MembershipSpec()
     processing: ProcessingSpec = ProcessingSpec()
     rollout: RolloutSpec = RolloutSpec()
+    recovery: RecoverySpec = RecoverySpec()
     restarted_at: str | None = None
     """Value of the `staticfleet.io/restartedAt` annotation: changing it restarts every member."""
     dynamic_membership_for_testing: bool = False
@@ -317,6 +325,7 @@ class ConsumerGroupSpec:
             membership=_parse_membership(_obj(spec.get("membership"), "spec.membership")),
             processing=_parse_processing(_obj(spec.get("processing"), "spec.processing")),
             rollout=_parse_rollout(_obj(spec.get("rollout"), "spec.rollout")),
+            recovery=_parse_recovery(_obj(spec.get("recovery"), "spec.recovery")),
             restarted_at=_opt_str(annotations, RESTARTED_AT_ANNOTATION, "metadata.annotations"),
             dynamic_membership_for_testing=(
                 str(annotations.get(DYNAMIC_MEMBERSHIP_ANNOTATION, "")).lower() == "true"
@@ -701,6 +710,13 @@ def _parse_processing(proc: Mapping[str, Any]) -> ProcessingSpec:
         auto_offset_reset=reset,
         retry=retry,
     )
+
+
+def _parse_recovery(rec: Mapping[str, Any]) -> RecoverySpec:
+    restart = rec.get("restartStalledMembers", True)
+    if not isinstance(restart, bool):
+        raise SpecError("spec.recovery.restartStalledMembers", "must be a boolean")
+    return RecoverySpec(restart_stalled_members=restart)
 
 
 def _parse_rollout(ro: Mapping[str, Any]) -> RolloutSpec:

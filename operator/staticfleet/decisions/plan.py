@@ -48,6 +48,7 @@ from staticfleet.decisions.reasons import MemberSpecView, RestartReason
 from staticfleet.decisions.reasons import pod_revision as reasons_revision
 from staticfleet.decisions.rebalances import RebalanceCount, count_rebalances
 from staticfleet.decisions.snapshot import Claimant, GroupView, Problem, Snapshot
+from staticfleet.decisions.stalls import Stall, stalled_members
 
 MAX_BACKOFF_S = 60.0
 START_WAIT_LIMIT_S = 10.0
@@ -122,6 +123,8 @@ class MetricValues:
     processing_gaps_s: tuple[float, ...] = ()
     rollout_finished: tuple[float, str] | None = None
     """(seconds, phase) of a rollout that ended this pass."""
+    stalled_members: int | None = None
+    stalled_restarts: int = 0
     error: str | None = None
     """The Degraded reason of a pass that could not finish."""
 
@@ -206,6 +209,11 @@ def decide(snap: Snapshot) -> Plan:
                                                        {d.uid for d in roll.deletes})
     ended = _ended(spec, table, {d.uid for d in deletes})
     deletes += tuple(d for d, _ in ended)
+    stalls = stalled_members(table, snap.statuses, snap.end_offsets, snap.lag,
+                             spec.processing.batch.max_wait_ms, snap.now,
+                             restarting=tuple(f.ordinal for f in roll.state.in_flight))
+    stall_restart = _stall_restart(spec, stalls, roll, table, deletes)
+    deletes += stall_restart
     new_members = [p.ordinal for p in creates if p.why == WHY_NEW]
     if new_members and previous.get("replicas") is not None:
         events.append(Event("Normal", c.SCALED_UP, f"created members {new_members}: their "
@@ -234,15 +242,19 @@ def decide(snap: Snapshot) -> Plan:
     unassigned_cond = (_unassigned_condition(missing, since, rejoin, last_planned) if judged
                        else _kept(previous, c.UNASSIGNED_PARTITIONS)
                        or _unassigned_condition((), None, None, None))
-    extra = (unassigned_cond, _bounds_condition(snap, spec))
+    extra = (unassigned_cond, _bounds_condition(snap, spec),
+             _stalled_condition(spec, stalls, stall_restart, roll))
     status = _status(snap, spec, effective, measurements, total, roll, rebalances, problems,
                      extra)
     status["plannedRebalance"] = planned.to_status() if planned else None
     status["plannedRebalances"] = int(previous.get("plannedRebalances") or 0) + planned_now
     status["unassignedSince"] = c.rfc3339(since) if since else None
+    status["stalledRestarts"] = (int(previous.get("stalledRestarts") or 0)
+                                 + len(stall_restart))
     status["currentSpec"] = current_spec(snap, spec, status, view.revision)
     events += _transition_events(previous.get("conditions") or [], status["conditions"],
                                  (c.UNASSIGNED_PARTITIONS, "True"),
+                                 (c.MEMBERS_STALLED, "True"),
                                  (c.BROKER_BOUNDS_KNOWN, "False"))
     # Degraded shows the first problem; its Event is posted once, when it first shows.
     events += [Event("Warning", reason, message) for reason, message in problems[:1]
@@ -265,7 +277,8 @@ def decide(snap: Snapshot) -> Plan:
         lag=snap.lag, lag_age_s=snap.lag_age_s, group_id=spec.kafka.group_id,
         timeout_changes=tuple(TIMEOUT_METRIC_NAMES[f] for f in changed),
         absences_s=tuple(r[1] for r in roll.restarts), processing_gaps_s=roll.gaps,
-        rollout_finished=roll.finished)
+        rollout_finished=roll.finished, stalled_members=len(stalls),
+        stalled_restarts=len(stall_restart))
     return Plan(
         status=_stamped(status, previous, snap), group_configs=configs,
         children=(*_member_token_secret(snap, spec), builders.build_config_map(spec, effective),
@@ -785,6 +798,45 @@ def _unassigned_condition(missing: tuple[tuple[str, int], ...], since: datetime 
         f"subscription (a topic added) causes no rebalance; {action}")
 
 
+WHY_STALLED = "restart a stalled member"
+
+
+def _stall_restart(spec: ConsumerGroupSpec, stalls: Sequence[Stall], roll: _Roll,
+                   table: MemberTable, deletes: Sequence[PodDelete]) -> tuple[PodDelete, ...]:
+    """The first stalled member's pod, deleted so that it is made again with the same instance
+    id (a static rejoin, no rebalance): only with spec.recovery.restartStalledMembers, no
+    rollout under way, no member pod going away, and restarts that fit in the session
+    timeout. One member at a time."""
+    if (not stalls or not spec.recovery.restart_stalled_members or roll.state.in_flight
+            or roll.state.phase in PHASES_IN_PROGRESS or deletes
+            or any(m.stopped_at is not None for m in table.members)
+            or roll.limits is None or not roll.limits.restart_safe):
+        return ()
+    first = stalls[0]
+    return (PodDelete(first.ordinal, first.pod, first.pod_uid,
+                      f"{WHY_STALLED}: {first.message}"),)
+
+
+def _stalled_condition(spec: ConsumerGroupSpec, stalls: Sequence[Stall],
+                       restart: Sequence[PodDelete], roll: _Roll) -> tuple[str, st.Cond]:
+    if not stalls:
+        return c.MEMBERS_STALLED, ("False", c.MEMBERS_PROGRESSING,
+                                   "no member holds partitions with records waiting that it "
+                                   "does not fetch")
+    said = "; ".join(s.message for s in stalls)
+    if restart:
+        then = f"member {restart[0].ordinal} is restarted (the same instance id, no rebalance)"
+    elif not spec.recovery.restart_stalled_members:
+        then = ("spec.recovery.restartStalledMembers is false: restart it yourself "
+                "(delete its pod) or find out why it does not fetch")
+    elif roll.limits is not None and not roll.limits.restart_safe:
+        then = "it is not restarted: a restart would not fit in the session timeout"
+    else:
+        then = "it is restarted once no rollout or other restart is under way"
+    return c.MEMBERS_STALLED, ("True", c.RESTARTING_STALLED_MEMBER if restart
+                               else c.MEMBER_STALLED, f"{said}; {then}")
+
+
 def _kept(previous: Mapping[str, Any], type_: str) -> tuple[str, st.Cond] | None:
     """The condition `type_` as the previous status said it."""
     cond = c.get_condition(previous.get("conditions") or [], type_)
@@ -846,6 +898,7 @@ class _Roll:
     finished: tuple[float, str] | None = None
     requeue_after_s: float | None = None
     refusal: str | None = None
+    limits: ro.RolloutLimits | None = None
     gaps: tuple[float, ...] = ()
     """Processing gaps measured this pass (warm handoffs)."""
 
@@ -887,7 +940,8 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
         after = ro.RolloutState(revision=view.revision, phase="Idle",
                                 reason=f"every member runs revision {view.revision}")
     step = _Step(snap, spec, view, table, limits, state, after, rebalances)
-    roll = STEP_EFFECTS[type(decided)](step, decided, _Roll(state=after, observation=obs))
+    roll = STEP_EFFECTS[type(decided)](step, decided, _Roll(state=after, observation=obs,
+                                                                limits=limits))
     if isinstance(decided, ro.Wait) and decided.recheck_after_s is not None:
         roll = replace(roll, requeue_after_s=decided.recheck_after_s)
     return roll

@@ -110,6 +110,9 @@ class Snapshot:
     partitions the group committed; None when it could not be read."""
     lag_age_s: float | None = None
     """How old the oldest figure in `lag` is, in seconds."""
+    end_offsets: Mapping[tuple[str, int], tuple[float, int]] = field(default_factory=dict)
+    """The subscribed partitions' end offsets as last read from the brokers: partition ->
+    (seconds since that read, end offset)."""
     member_token: str | None = field(default=None, repr=False)
     """The group's member token (the bearer token its members require on POST /leave, /rejoin
     and /activate): what the Secret `<cg>-member-token` holds, or, while that Secret (or its

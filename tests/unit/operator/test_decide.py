@@ -1470,3 +1470,74 @@ def test_a_warm_member_with_nothing_to_process_is_done_without_a_gap() -> None:
     assert c.MEMBER_READY in reasons(done)
     assert "not measured" in next(e.message for e in done.events if e.reason == c.MEMBER_READY)
     assert "processingGapMs" not in roll.status["rollout"]["handoffs"][0]
+
+
+# --- stalled members ------------------------------------------------------------------------
+
+
+def stalled_fleet(idle_s: float, end: int = 50, **spec: Any) -> tuple[Any, dict[str, Any]]:
+    """A settled 3-member fleet (6 partitions, two each) in which member 1 last fetched
+    `idle_s` ago and committed offset 40 on its partitions, whose end offsets are `end`; the
+    others fetch all the time and are caught up."""
+    cg = body(**spec)
+    pods, status = settled(cg)
+    snap = snapshot(cg, pods, previous=status)
+    assert snap.group is not None
+    owned = {m.instance_id: m.partitions for m in snap.group.members}
+    statuses = {}
+    ends = {}
+    for pod in pods:
+        o = _ordinal(pod)
+        parts = owned[f"orders-{o}"]
+        idle = idle_s if o == 1 else 0.5
+        statuses[pod["metadata"]["uid"]] = {
+            **member_status(o), "processingReady": True, "batchSecondsMax": 2.0,
+            "lastFetchAt": (NOW - timedelta(seconds=idle)).timestamp(),
+            "committed": [[t, p, 40 if o == 1 else end] for t, p in parts]}
+        ends.update({tp: (3.0, end) for tp in parts})
+    return replace(snap, statuses=statuses, end_offsets=ends), status
+
+
+def test_a_member_that_fetches_nothing_while_records_wait_is_restarted_alone() -> None:
+    snap, _ = stalled_fleet(idle_s=90)
+    plan = decide(snap)
+    (restart,) = plan.delete
+    assert restart.name == "orders-1" and restart.why.startswith("restart a stalled member")
+    cond = c.get_condition(plan.status["conditions"], c.MEMBERS_STALLED)
+    assert cond["status"] == "True" and cond["reason"] == c.RESTARTING_STALLED_MEMBER
+    assert "fetched nothing for 90 s (bound 60 s)" in cond["message"]
+    assert "orders-" in cond["message"] and "(10)" in cond["message"]
+    assert c.RESTARTING_STALLED_MEMBER in reasons(plan)
+    assert plan.status["stalledRestarts"] == 1
+    assert (plan.metrics.stalled_members, plan.metrics.stalled_restarts) == (1, 1)
+
+
+@pytest.mark.parametrize(("idle_s", "end", "why"), [
+    (50, 50, "inside its bound"),
+    (90, 40, "no record waits: an idle topic"),
+])
+def test_an_idle_member_is_not_stalled(idle_s: float, end: int, why: str) -> None:
+    snap, _ = stalled_fleet(idle_s=idle_s, end=end)
+    plan = decide(snap)
+    assert plan.delete == (), why
+    cond = c.get_condition(plan.status["conditions"], c.MEMBERS_STALLED)
+    assert cond["status"] == "False"
+    assert plan.metrics.stalled_members == 0
+
+
+def test_a_stalled_member_is_only_reported_when_restarts_are_off() -> None:
+    snap, _ = stalled_fleet(idle_s=90, recovery={"restartStalledMembers": False})
+    plan = decide(snap)
+    assert plan.delete == ()
+    cond = c.get_condition(plan.status["conditions"], c.MEMBERS_STALLED)
+    assert cond["reason"] == c.MEMBER_STALLED
+    assert "spec.recovery.restartStalledMembers is false" in cond["message"]
+    assert c.MEMBER_STALLED in reasons(plan)
+
+
+def test_the_bound_grows_with_the_slowest_batch_and_the_batch_wait() -> None:
+    from staticfleet.decisions.stalls import bound_s
+
+    assert bound_s(1000, 2.0) == 60.0
+    assert bound_s(20000, 10.0) == 70.0
+    assert bound_s(1000, 40.0) == 122.0

@@ -45,12 +45,23 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return log
 
 
-def test_members_reports_need_no_request(reads: dict[str, Any]) -> None:
-    book = lagreads.LagReads(clock=Clock())
-    lag = book.lag(Admin(), "g", {"t": 2}, {("t", 0): 3, ("t", 1): 0})  # type: ignore[arg-type]
+def test_members_reports_need_no_committed_offsets_request(reads: dict[str, Any]) -> None:
+    clock = Clock()
+    book = lagreads.LagReads(clock=clock)
+    reads["end"] = {("t", 0): 10, ("t", 1): 4}
+    statuses = [{"lag": [["t", 0, 3]], "committed": [["t", 0, 7]]},
+                {"lag": [["t", 1, 0]], "committed": [["t", 1, 4]]}]
+    lag = book.lag(Admin(), "g", {"t": 2}, statuses)  # type: ignore[arg-type]
     assert lag.by_partition == {("t", 0): 3, ("t", 1): 0}
-    assert reads["committed"] == [] and reads["ends"] == []
+    assert reads["committed"] == [], "the members said what they committed"
     assert lag.age_s == lagreads.REPORT_AGE_S
+    # A member that stopped fetching reports a stale lag of 0; its commits and the brokers'
+    # end offsets (read once per interval) show what waits.
+    clock.t += lagreads.READ_INTERVAL_S
+    reads["end"][("t", 1)] = 9
+    lag = book.lag(Admin(), "g", {"t": 2}, statuses)  # type: ignore[arg-type]
+    assert lag.by_partition == {("t", 0): 3, ("t", 1): 5}
+    assert lag.ends[("t", 1)] == (0.0, 9)
 
 
 def test_broker_reads_once_per_interval_and_one_end_offsets_request_per_cluster(
@@ -60,18 +71,18 @@ def test_broker_reads_once_per_interval_and_one_end_offsets_request_per_cluster(
     reads["offsets"] = {("g1", ("a", 0)): 5, ("g2", ("b", 0)): 1}
     reads["end"] = {("a", 0): 9, ("b", 0): 4}
     admin: Any = Admin()
-    assert book.lag(admin, "g1", {"a": 1}, {}).by_partition == {("a", 0): 4}
-    assert book.lag(admin, "g2", {"b": 1}, {}).by_partition == {("b", 0): 3}
+    assert book.lag(admin, "g1", {"a": 1}).by_partition == {("a", 0): 4}
+    assert book.lag(admin, "g2", {"b": 1}).by_partition == {("b", 0): 3}
     assert reads["committed"] == ["g1", "g2"] and len(reads["ends"]) == 2
     for _ in range(20):  # passes every second for 20 s: nothing asked again
         clock.t += 1
-        book.lag(admin, "g1", {"a": 1}, {})
-        book.lag(admin, "g2", {"b": 1}, {})
+        book.lag(admin, "g1", {"a": 1})
+        book.lag(admin, "g2", {"b": 1})
     assert reads["committed"] == ["g1", "g2"] and len(reads["ends"]) == 2
     clock.t += lagreads.READ_INTERVAL_S
     reads["end"][("a", 0)] = 15
-    assert book.lag(admin, "g1", {"a": 1}, {}).by_partition == {("a", 0): 10}
-    assert book.lag(admin, "g2", {"b": 1}, {}).by_partition == {("b", 0): 3}
+    assert book.lag(admin, "g1", {"a": 1}).by_partition == {("a", 0): 10}
+    assert book.lag(admin, "g2", {"b": 1}).by_partition == {("b", 0): 3}
     assert reads["ends"][-1] == [("a", 0), ("b", 0)], "both groups' partitions in one request"
     assert len(reads["ends"]) == 3
 
@@ -82,15 +93,17 @@ def test_a_failed_read_keeps_the_figure_and_says_how_old_it_is(reads: dict[str, 
     reads["offsets"] = {("g", ("a", 0)): 5}
     reads["end"] = {("a", 0): 9}
     admin: Any = Admin()
-    assert book.lag(admin, "g", {"a": 1}, {}).by_partition == {("a", 0): 4}
+    assert book.lag(admin, "g", {"a": 1}).by_partition == {("a", 0): 4}
     clock.t += 2 * lagreads.READ_INTERVAL_S
     reads["fail"] = True
-    stale = book.lag(admin, "g", {"a": 1}, {})
+    stale = book.lag(admin, "g", {"a": 1})
     assert stale.by_partition == {("a", 0): 4}
     assert stale.age_s == pytest.approx(2 * lagreads.READ_INTERVAL_S)
 
 
-def test_reported_lag_takes_the_larger_figure_and_skips_unknown_ones() -> None:
-    statuses = [{"lag": [["t", 0, 5], ["t", 1, -1]]}, {"lag": [["t", 0, 7]]}, {"lag": None},
+def test_reports_take_the_safer_figure_and_skip_unknown_ones() -> None:
+    statuses = [{"lag": [["t", 0, 5], ["t", 1, -1]], "committed": [["t", 0, 9]]},
+                {"lag": [["t", 0, 7]], "committed": [["t", 0, 4]]}, {"lag": None},
                 {"lag": [["bad"]]}]
     assert lagreads.reported_lag(statuses) == {("t", 0): 7}
+    assert lagreads.reported_committed(statuses) == {("t", 0): 4}

@@ -9,7 +9,8 @@ CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances"
                  "revokes", "lost", "startupSeconds", "processStart", "batchSecondsMax",
                  "batchSecondsP99", "recordsProcessed", "batchesProcessed", "deadLettered",
                  "lastPollAgeSeconds", "state", "processingReady", "waiting", "leaving",
-                 "rejoins", "standby", "lastBatchAt", "lag"}
+                 "rejoins", "standby", "lastBatchAt", "lag",
+                 "committed", "lastFetchAt"}
 
 
 def telemetry(standby: bool = False) -> Telemetry:
@@ -96,6 +97,19 @@ def test_lag_comes_from_statistics_for_assigned_partitions_only() -> None:
     t.revoked({("a", 0)}, lost=False)
     assert sample(t, "staticfleet_member_consumer_lag", topic="a", partition="0") is None
     assert t.status(now=103.0)["lag"] == []
+
+
+def test_status_reports_commits_and_the_last_fetch_for_assigned_partitions() -> None:
+    t = telemetry()
+    t.assigned({("a", 0), ("a", 1)}, now=101.0, member_id="m")
+    t.polled(now=102.0)
+    assert t.status(now=102.0)["lastFetchAt"] is None, "a poll that returned nothing"
+    t.polled(now=103.0, records=5)
+    t.committed(0.01, {("a", 0): 17})
+    status = t.status(now=104.0)
+    assert status["lastFetchAt"] == 1003.5 and status["committed"] == [["a", 0, 17]]
+    t.revoked({("a", 0)}, lost=False)
+    assert t.status(now=105.0)["committed"] == []
 
 
 @pytest.mark.parametrize(("values", "expected"), [([], None), ([3.0], 3.0),
