@@ -42,6 +42,12 @@ def test_happy_path_every_record_reaches_the_sink_and_offsets_reach_the_end(
     with running(config, tmp_path / "member.log", f"{group}-0") as member:
         wait_committed_to_end(kafka.bootstrap, group, topic, 3, member, timeout=400)
         status = member.wait_status(lambda s: s["recordsProcessed"] == 3000, 30, "done")
+        # What the operator reads instead of asking the brokers: the commits, the last fetch,
+        # and librdkafka's lag once its statistics (every 5 s) saw the commits.
+        reported = member.wait_status(lambda s: s["lag"] == [[topic, p, 0] for p in range(3)],
+                                      20, "reporting lag 0")
+        assert reported["committed"] == [[topic, p, 1000] for p in range(3)]
+        assert status["lastFetchAt"] is not None and status["lastFetchAt"] <= status["lastBatchAt"]
         assert member.get("/readyz")[0] == 200 and member.get("/healthz")[0] == 200
         metrics = member.get("/metrics")[1].decode()
         code = member.terminate()
