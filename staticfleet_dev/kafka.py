@@ -1,13 +1,17 @@
-"""A single-node Apache Kafka 4.x broker (KRaft, combined broker+controller) on loopback."""
+"""Apache Kafka 4.x on loopback (KRaft, combined broker+controller nodes): one broker, or a
+three-node cluster on which a broker roll can be rehearsed."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from staticfleet_dev import build
 from staticfleet_dev.certs import KafkaTlsFiles
@@ -15,8 +19,10 @@ from staticfleet_dev.procs import (
     ProcessRecord,
     ServerFailed,
     free_ports,
+    is_alive,
     port_open,
     spawn,
+    stop,
     wait_until,
 )
 from staticfleet_dev.tools import require_tool, tail
@@ -155,12 +161,15 @@ class KafkaSettings:
 
 def server_properties(data_dir: Path, port: int, controller_port: int,
                       overrides: dict[str, str],
-                      listeners: Sequence[tuple[Listener, int]] = ()) -> str:
+                      listeners: Sequence[tuple[Listener, int]] = (), *, node_id: int = 1,
+                      voters: str | None = None) -> str:
+    """One combined broker+controller node; `voters`: the quorum's `controller.quorum.voters`
+    (default: this node alone)."""
     extra = "".join(f",{lst.name}://127.0.0.1:{p}" for lst, p in listeners)
     props = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters or f"{node_id}@127.0.0.1:{controller_port}",
         "listeners": (f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"
                       f"{extra}"),
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}{extra}",
@@ -273,3 +282,202 @@ def _cluster_id(base: list[str]) -> str:
     if out.returncode != 0 or not lines:
         raise ServerFailed(f"kafka StorageTool random-uuid failed:\n{out.stdout}\n{out.stderr}")
     return lines[-1]
+
+
+CLUSTER_SETTINGS = {
+    "offsets.topic.replication.factor": "3",
+    # Three partitions: groups' coordinators spread over the brokers.
+    "offsets.topic.num.partitions": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "share.coordinator.state.topic.replication.factor": "3",
+    "share.coordinator.state.topic.min.isr": "2",
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    # A killed broker is fenced (its partitions' leadership and the coordinators it held move)
+    # after this long without a heartbeat to the controller quorum.
+    "broker.session.timeout.ms": "6000",
+    "broker.heartbeat.interval.ms": "1000",
+}
+"""Settings of a three-node cluster beside `TEST_SETTINGS`: everything replicated 3, two
+in sync to acknowledge, as a production cluster runs."""
+
+
+@dataclass
+class KafkaNode:
+    """One node of a `KafkaCluster`: its id, its client address and how to run it again."""
+
+    node_id: int
+    workdir: Path
+    bootstrap: str
+    command: list[str]
+    record: ProcessRecord
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "broker.log"
+
+
+@dataclass
+class KafkaCluster:
+    """Three combined broker+controller nodes (KRaft quorum of three) on loopback, and the
+    operations a broker roll is made of: stop, kill, start one node, elect preferred leaders."""
+
+    workdir: Path
+    nodes: dict[int, KafkaNode]
+    _admin: Any = None
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes.values())
+
+    @property
+    def node_ids(self) -> list[int]:
+        return sorted(self.nodes)
+
+    @property
+    def records(self) -> list[ProcessRecord]:
+        return [self.nodes[n].record for n in self.node_ids]
+
+    def node(self, node_id: int) -> KafkaNode:
+        if node_id not in self.nodes:
+            raise ValueError(f"no broker {node_id}: the cluster has brokers {self.node_ids}")
+        return self.nodes[node_id]
+
+    def stop(self, node_id: int, grace: float = 60.0) -> None:
+        """SIGTERM one broker (a controlled shutdown: it hands its leaderships over first)."""
+        stop(self.node(node_id).record, grace=grace)
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one broker: the controller fences it after `broker.session.timeout.ms`."""
+        rec = self.node(node_id).record
+        if is_alive(rec):
+            os.killpg(rec.pid, signal.SIGKILL)
+        stop(rec, grace=5)
+
+    def start(self, node_id: int, timeout: float = 90.0) -> None:
+        """Start a stopped broker again on its data and ports; return once it serves."""
+        node = self.node(node_id)
+        if is_alive(node.record):
+            return
+        offset = node.log.stat().st_size if node.log.exists() else 0
+        _proc, node.record = spawn(f"kafka-{node_id}", node.command, log=node.log,
+                                   cwd=node.workdir)
+        port = int(node.bootstrap.rsplit(":", 1)[1])
+
+        def started() -> bool:
+            with node.log.open("rb") as f:
+                f.seek(offset)
+                return b"Kafka Server started" in f.read() and port_open(port)
+
+        wait_until(started, rec=node.record, timeout=timeout, what="serving again")
+
+    def admin(self) -> Any:
+        """An admin client of the cluster (kept: a request's future needs its client alive)."""
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        return self._admin
+
+    def elect_preferred_leaders(self, timeout: float = 30.0) -> None:
+        """Move every partition's leadership to its preferred replica (what the brokers'
+        periodic leader rebalance does), `__consumer_offsets` included: group coordinators
+        move with it."""
+        from confluent_kafka import ElectionType, KafkaException
+
+        try:
+            self.admin().elect_leaders(ElectionType.PREFERRED, None).result(timeout)
+        except KafkaException as exc:  # ELECTION_NOT_NEEDED where the leader is preferred
+            if "ELECTION_NOT_NEEDED" not in str(exc):
+                raise
+
+    def coordinator(self, group_id: str, timeout: float = 10.0) -> int | None:
+        """The node coordinating `group_id` now (None: no answer)."""
+        from confluent_kafka import KafkaException
+
+        try:
+            future = self.admin().describe_consumer_groups(
+                [group_id], request_timeout=timeout)[group_id]
+            return int(future.result(timeout).coordinator.id)
+        except (KafkaException, TimeoutError):
+            return None
+
+    def make_topic(self, name: str, partitions: int) -> str:
+        from confluent_kafka.admin import NewTopic
+
+        futures = self.admin().create_topics(
+            [NewTopic(name, partitions, replication_factor=len(self.nodes))])
+        futures[name].result(30)
+        return name
+
+    def _logs(self) -> str:
+        return "".join(n.log.read_text(errors="replace") for n in self.nodes.values()
+                       if n.log.exists())
+
+    def generations(self, group: str) -> list[int]:
+        """Generations stabilized for `group` by any node (a coordinator move spreads them
+        over the logs), without repeats, in order."""
+        pattern = re.compile(rf"Stabilized group {re.escape(group)} generation (\d+)")
+        return sorted({int(m.group(1)) for m in pattern.finditer(self._logs())})
+
+    def rebalance_lines(self, group: str) -> list[str]:
+        needle = f"Preparing to rebalance group {group} "
+        return [ln for ln in self._logs().splitlines() if needle in ln]
+
+    def log_tails(self, lines: int = 30) -> str:
+        return "\n".join(f"--- broker {n.node_id} ({n.log}) ---\n{tail(n.log, lines)}"
+                         for n in self.nodes.values())
+
+    def shutdown(self) -> None:
+        for rec in self.records:
+            stop(rec, grace=30)
+
+
+def start_kafka_cluster(workdir: Path, brokers: int = 3,
+                        settings: KafkaSettings | None = None,
+                        timeout: float = 120.0) -> KafkaCluster:
+    """Format and start `brokers` combined nodes with one KRaft quorum; return once all
+    serve. `settings.overrides` go over `CLUSTER_SETTINGS` (fixed ports and extra listeners
+    are for one broker only)."""
+    settings = settings or KafkaSettings.for_tests()
+    if settings.port or settings.controller_port or settings.listeners:
+        raise ValueError("a cluster picks its own ports and has only its PLAINTEXT listener")
+    java = require_tool("java")
+    libs = build.kafka_libs()
+    ports = free_ports(2 * brokers)
+    voters = ",".join(f"{n}@127.0.0.1:{ports[2 * (n - 1) + 1]}" for n in range(1, brokers + 1))
+    overrides = {**CLUSTER_SETTINGS, **settings.overrides}
+    base = [java, *java_opts(), "-cp", f"{libs}/*"]
+    cluster_id = _cluster_id(base)
+    nodes: dict[int, KafkaNode] = {}
+    for n in range(1, brokers + 1):
+        node_dir = workdir / f"node-{n}"
+        data = node_dir / "data"
+        if data.exists() and any(data.iterdir()):
+            raise ServerFailed(f"stale Kafka data directory {data}: remove it "
+                               "(staticfleet env down) or choose another working directory")
+        data.mkdir(parents=True, exist_ok=True)
+        port, cport = ports[2 * (n - 1)], ports[2 * (n - 1) + 1]
+        props = node_dir / "server.properties"
+        props.write_text(server_properties(data, port, cport, overrides, node_id=n,
+                                           voters=voters))
+        log4j = node_dir / "log4j2.properties"
+        log4j.write_text(LOG4J2)
+        command = [java, *java_opts(), f"-Dlog4j2.configurationFile={log4j}", "-cp",
+                   f"{libs}/*", "kafka.Kafka", str(props)]
+        fmt = subprocess.run([*base, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                              "-c", str(props)], capture_output=True, text=True)
+        if fmt.returncode != 0:
+            raise ServerFailed(f"formatting KRaft storage of broker {n} failed:\n"
+                               f"{fmt.stdout}\n{fmt.stderr}")
+        _proc, rec = spawn(f"kafka-{n}", command, log=node_dir / "broker.log", cwd=node_dir)
+        nodes[n] = KafkaNode(n, node_dir, f"127.0.0.1:{port}", command, rec)
+    for node in nodes.values():
+        wait_until(partial(_serving, node), rec=node.record, timeout=timeout, what="serving")
+    return KafkaCluster(workdir, nodes)
+
+
+def _serving(node: KafkaNode) -> bool:
+    return ("Kafka Server started" in node.log.read_text(errors="replace")
+            and port_open(int(node.bootstrap.rsplit(":", 1)[1])))
