@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -284,6 +285,24 @@ def _cluster_id(base: list[str]) -> str:
     return lines[-1]
 
 
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def java_hash(text: str) -> int:
+    """Java's String.hashCode, which the brokers hash a group id with."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def offsets_partition(group_id: str, partitions: int) -> int:
+    """The `__consumer_offsets` partition of a group: its leader is the group's coordinator."""
+    h = java_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
 CLUSTER_SETTINGS = {
     "offsets.topic.replication.factor": "3",
     # Three partitions: groups' coordinators spread over the brokers.
@@ -371,6 +390,7 @@ class KafkaCluster:
                 return b"Kafka Server started" in f.read() and port_open(port)
 
         wait_until(started, rec=node.record, timeout=timeout, what="serving again")
+        self.wait_in_sync(timeout)
 
     def admin(self) -> Any:
         """An admin client of the cluster (kept: a request's future needs its client alive)."""
@@ -393,15 +413,33 @@ class KafkaCluster:
                 raise
 
     def coordinator(self, group_id: str, timeout: float = 10.0) -> int | None:
-        """The node coordinating `group_id` now (None: no answer)."""
+        """The node coordinating `group_id` now: the leader of its `__consumer_offsets`
+        partition, read from metadata (None: no leader). No request to a coordinator: librdkafka
+        aborts a process whose coordinator-bound admin request loses its coordinator
+        (confluentinc/librdkafka#4605), which a test that kills coordinators would meet."""
         from confluent_kafka import KafkaException
 
         try:
-            future = self.admin().describe_consumer_groups(
-                [group_id], request_timeout=timeout)[group_id]
-            return int(future.result(timeout).coordinator.id)
-        except (KafkaException, TimeoutError):
+            topic = self.admin().list_topics(OFFSETS_TOPIC, timeout=timeout).topics[OFFSETS_TOPIC]
+        except KafkaException:
             return None
+        partition = topic.partitions.get(offsets_partition(group_id, len(topic.partitions)))
+        return partition.leader if partition is not None and partition.leader >= 0 else None
+
+    def wait_in_sync(self, timeout: float = 90.0) -> None:
+        """Wait until every replica of every partition is in sync (what a rolling restart waits
+        for before the next broker)."""
+        deadline = time.monotonic() + timeout
+        lagging: list[str] = []
+        while time.monotonic() < deadline:
+            topics = self.admin().list_topics(timeout=10).topics
+            lagging = [f"{name}-{p.id}" for name, t in topics.items()
+                       for p in t.partitions.values() if set(p.isrs) != set(p.replicas)]
+            if not lagging:
+                return
+            time.sleep(0.5)
+        raise ServerFailed(f"replicas not in sync after {timeout:.0f}s: {lagging[:10]}\n"
+                           f"{self.log_tails()}")
 
     def make_topic(self, name: str, partitions: int) -> str:
         from confluent_kafka.admin import NewTopic

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from staticfleet_dev import environment
-from staticfleet_dev.kafka import KafkaBroker, KafkaSettings
+from staticfleet_dev.kafka import KafkaBroker, KafkaCluster, KafkaSettings, start_kafka_cluster
 from staticfleet_dev.procs import ProcessRecord, ServerFailed, stop
 from staticfleet_dev.tools import tail
 from tests.support.kube import create_namespace, install_crds, kubectl
@@ -84,6 +84,21 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredK
             yield broker
     except ServerFailed as exc:
         pytest.fail(f"the secured broker did not start: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A three-broker cluster for the session (everything replicated 3, min.insync.replicas
+    2), beside the session's single broker. Tests may stop, kill and restart its brokers;
+    each leaves all three running (`KafkaCluster.start` is a no-op on a running one)."""
+    try:
+        cluster = start_kafka_cluster(tmp_path_factory.mktemp("kafka-cluster"))
+    except ServerFailed as exc:
+        pytest.fail(f"the three-broker cluster did not start: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
 
 
 @pytest.fixture(scope="session")

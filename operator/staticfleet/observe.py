@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import (
-    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     TopicCollection,
@@ -36,6 +35,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from staticfleet.coordinated import ChildDied, CoordinatedAdmin, RequestFailed
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView
 
 ADMIN_TIMEOUT_S = 10.0
@@ -74,6 +74,7 @@ class BoundsDenied(RuntimeError):
     the group-coordinator bounds are unknown."""
 
 
+CLIENT_SETTINGS = {"socket.timeout.ms": 10000, "client.id": "staticfleet-operator"}
 FAILED_CLUSTER_HOLD_S = 5.0
 IDLE_CLIENT_CLOSE_S = 900.0
 """An admin client no pass asked for this long is closed: the groups on its cluster are gone
@@ -88,6 +89,8 @@ class AdminPool:
     each cluster last failed with."""
 
     clients: dict[str, AdminClient] = field(default_factory=dict)
+    children: dict[str, CoordinatedAdmin] = field(default_factory=dict)
+    """The child process of each connection configuration for coordinator-bound requests."""
     failures: dict[str, tuple[float, str]] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     """Clusters that answered a request since they last failed (no need to probe them)."""
@@ -106,6 +109,8 @@ class AdminPool:
             for idle in [k for k, t in self.last_used.items() if now - t > self.idle_s]:
                 # Dropping the last reference destroys the librdkafka handle.
                 self.clients.pop(idle, None)
+                if (child := self.children.pop(idle, None)) is not None:
+                    child.close()
                 self.last_used.pop(idle, None)
                 self.failures.pop(idle, None)
                 self.answered.discard(idle)
@@ -114,22 +119,27 @@ class AdminPool:
             client = self.clients.get(key)
             if client is None:
                 settings: dict[str, Any] = {
-                    **conf, "socket.timeout.ms": 10000, "client.id": "staticfleet-operator",
-                    "error_cb": lambda err: self._on_error(key, err)}
+                    **conf, **CLIENT_SETTINGS, "error_cb": lambda err: self._on_error(key, err)}
                 client = AdminClient(settings)
                 self.clients[key] = client
             return Admin(client, conf.get("bootstrap.servers", "?"), key, self)
 
-    def renew(self, admin: Admin) -> Admin:
-        """A new client for `admin`'s cluster in place of the old one. librdkafka keeps a
-        group's coordinator in a cache that every request refreshes, and its admin requests do
-        not drop the entry on NOT_COORDINATOR: a client that keeps asking would ask the old
-        coordinator for as long as it keeps the group's partition. A new client looks the
-        coordinator up afresh."""
+    def coordinated(self, admin: Admin) -> CoordinatedAdmin:
+        """The child process that makes `admin`'s cluster's coordinator-bound requests
+        (`staticfleet.coordinated`: librdkafka aborts the process on some of their failures)."""
         with self.lock:
-            if self.clients.get(admin.key) is admin.client:
-                self.clients.pop(admin.key)
-        return self.get(admin.conf)
+            child = self.children.get(admin.key)
+            if child is None:
+                child = CoordinatedAdmin({**admin.conf, **CLIENT_SETTINGS})
+                self.children[admin.key] = child
+            return child
+
+    def renew(self, admin: Admin) -> None:
+        """Drop librdkafka's cached coordinators of `admin`'s cluster: the cache is refreshed by
+        every request, and admin requests do not drop an entry on NOT_COORDINATOR, so a client
+        that keeps asking asks the old coordinator for as long as it keeps the group's
+        partition. A new child process (a new client) looks the coordinator up afresh."""
+        self.coordinated(admin).restart()
 
     def _on_error(self, key: str, err: KafkaError) -> None:
         if is_auth_error(err):
@@ -178,6 +188,10 @@ class AdminPool:
         with self.lock:
             self.clients.clear()
             self.last_used.clear()
+            children = list(self.children.values())
+            self.children.clear()
+        for child in children:
+            child.close()
 
 
 @dataclass(frozen=True)
@@ -293,18 +307,21 @@ GROUP_RETRIES_S = (0.25, 0.75, 1.5)
 group request meets a moving coordinator (about 2.5 s in all, within one pass)."""
 GROUP_TIMEOUT_S = 5.0
 """A group request that waits longer is asked again: its coordinator is likely down."""
+CHILD_START_S = 10.0
+"""Beyond the request's own timeout, how long a new child process may take to start."""
 
 
-def _group_request(admin: Admin, what: str, request: Any, optional: bool = False) -> Any:
-    """The group's result of a request to its coordinator (`request(admin)` returns the futures
-    by group id; the result is the only group's). While the coordinator moves (a coordinator
-    error, or no answer while the cluster answers), asks again after `GROUP_RETRIES_S`, each
-    time with a renewed client; then raises `CoordinatorMoving`."""
-    for wait in (*GROUP_RETRIES_S, None):
+def _group_request(admin: Admin, what: str, op: str, args: tuple[Any, ...],
+                   optional: bool = False) -> Any:
+    """The answer of a request to the group's coordinator, made by the cluster's child process
+    (`staticfleet.coordinated`). While the coordinator moves (a coordinator error, no answer
+    while the cluster answers, or the child aborted), asks again after `GROUP_RETRIES_S`, each
+    time from a new child, which looks the coordinator up afresh; then raises
+    `CoordinatorMoving`. An `optional` read is asked once: it fails the read, never the
+    cluster, and renews the child for the next."""
+    for wait in (*(() if optional else GROUP_RETRIES_S), None):
         try:
-            futures = _call(admin, what, lambda a=admin: request(a))
-            (future,) = futures.values()
-            return _result(admin, future, what, optional, timeout=GROUP_TIMEOUT_S)
+            return _coordinated(admin, what, op, args, optional)
         except KafkaUnavailable as exc:
             if isinstance(exc, KafkaAuthFailed) or not _coordinator_moving(admin, exc):
                 raise
@@ -312,9 +329,30 @@ def _group_request(admin: Admin, what: str, request: Any, optional: bool = False
                 if optional:
                     admin.pool.renew(admin)
                 raise CoordinatorMoving(f"{exc}; the group's coordinator is moving") from exc
+            admin.pool.renew(admin)
             time.sleep(wait)
-            admin = admin.pool.renew(admin)
     raise AssertionError("unreachable")
+
+
+def _coordinated(admin: Admin, what: str, op: str, args: tuple[Any, ...],
+                 optional: bool) -> Any:
+    admin.pool.check(admin.key, admin.bootstrap)
+    future = admin.pool.coordinated(admin).submit(op, args, GROUP_TIMEOUT_S)
+    try:
+        value = future.result(timeout=GROUP_TIMEOUT_S + CHILD_START_S)
+    except RequestFailed as exc:
+        message = f"{what} at {admin.bootstrap}: {exc.text}"
+        if exc.code in _UNREACHABLE_CODES:
+            _refused(admin, what)
+            _cluster_failed(admin, message, optional)
+        raise KafkaUnavailable(message) from KafkaException(KafkaError(exc.code, exc.text))
+    except (ChildDied, TimeoutError) as exc:
+        message = f"{what} at {admin.bootstrap}: {exc or 'no answer'}"
+        _refused(admin, what)
+        _cluster_failed(admin, message, optional)
+        raise KafkaUnavailable(message) from exc
+    admin.pool.record(admin.key, None)
+    return value
 
 
 def _coordinator_moving(admin: Admin, exc: KafkaUnavailable) -> bool:
@@ -330,24 +368,17 @@ def describe_group(admin: Admin, group_id: str, protocol: str = "classic") -> Gr
     the `protocol` it will be created with)."""
     what = f"describing group {group_id}"
     try:
-        desc = _group_request(admin, what, lambda a: a.client.describe_consumer_groups(
-            [group_id], request_timeout=GROUP_TIMEOUT_S))
+        desc = _group_request(admin, what, "describe_group", (group_id,))
     except KafkaUnavailable as exc:
         if is_unknown_group(exc):
             return GroupView(state="Dead", protocol=protocol)
         raise
     members = tuple(
-        GroupMemberView(
-            member_id=m.member_id, instance_id=m.group_instance_id, client_id=m.client_id,
-            host=m.host,
-            partitions=tuple(sorted((tp.topic, tp.partition)
-                                    for tp in (m.assignment.topic_partitions or []))),
-        )
-        for m in desc.members
-    )
-    group_type = getattr(desc, "type", None)
-    protocol = getattr(group_type, "name", "CLASSIC").lower()
-    return GroupView(state=_state_name(desc.state), protocol=protocol, members=members)
+        GroupMemberView(member_id=member_id, instance_id=instance_id, client_id=client_id,
+                        host=host, partitions=tuple(sorted(tuple(tp) for tp in partitions)))
+        for member_id, instance_id, client_id, host, partitions in desc["members"])
+    return GroupView(state=_state_name(desc["state"]), protocol=str(desc["type"]).lower(),
+                     members=members)
 
 
 def group_lag(admin: Admin, group_id: str,
@@ -365,15 +396,13 @@ def committed_offsets(admin: Admin, group_id: str, tps: Iterable[tuple[str, int]
                       ) -> dict[tuple[str, int], int]:
     """The group's committed offset of each of `tps` it committed (an OffsetFetch to its
     coordinator). An optional read: a failure fails this read only."""
-    wanted = [TopicPartition(t, p) for t, p in tps]
+    wanted = list(tps)
     if not wanted:
         return {}
     what = f"reading the committed offsets of group {group_id}"
-    answer = _group_request(admin, what, lambda a: a.client.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group_id, wanted)], request_timeout=GROUP_TIMEOUT_S),
-        optional=True)
-    return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions
-            if tp.error is None and tp.offset >= 0}
+    answer = _group_request(admin, what, "committed", (group_id, wanted), optional=True)
+    return {(topic, partition): offset for topic, partition, offset, failed in answer
+            if not failed and offset >= 0}
 
 
 def end_offsets(admin: Admin, tps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:

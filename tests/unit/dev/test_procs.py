@@ -11,3 +11,13 @@ def test_free_ports_are_distinct_and_bindable():
         assert len(set(ports)) == 6
     with socket.socket() as s:
         s.bind(("127.0.0.1", ports[0]))
+
+
+def test_group_coordinator_partition_hashes_as_java_does() -> None:
+    from staticfleet_dev.kafka import java_hash, offsets_partition
+
+    assert java_hash("") == 0
+    assert java_hash("hello") == 99162322
+    assert java_hash("polygenelubricants") == -(1 << 31)
+    assert offsets_partition("polygenelubricants", 3) == 0, "Utils.abs(MIN_VALUE) is 0"
+    assert offsets_partition("hello", 50) == 99162322 % 50
