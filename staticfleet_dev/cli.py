@@ -41,7 +41,8 @@ def _env_up(args: argparse.Namespace) -> int:
 
     settings = KafkaSettings.for_tests() if args.test_settings else KafkaSettings()
     started = time.monotonic()
-    env = environment.up(args.name, kafka_settings=settings, with_node=not args.no_node)
+    env = environment.up(args.name, kafka_settings=settings, with_node=not args.no_node,
+                         brokers=args.brokers)
     took = time.monotonic() - started
     if args.json:
         print(json.dumps({**environment.status(args.name), "seconds": round(took, 1)}))
@@ -80,6 +81,34 @@ def _env_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _env_broker(args: argparse.Namespace) -> int:
+    from staticfleet_dev import environment
+    from staticfleet_dev.procs import ServerFailed
+
+    env = environment.load(args.name)
+    if env is None:
+        raise CommandError(f"environment {args.name!r} is not up: start it with "
+                           "`staticfleet env up --brokers 3`")
+    try:
+        cluster = env.cluster()
+        if args.action == "elect":
+            cluster.elect_preferred_leaders()
+            print("preferred leaders elected (group coordinators moved with them)")
+            return 0
+        if args.node is None:
+            raise CommandError(f"`env broker {args.action}` needs the broker's id "
+                               f"({', '.join(map(str, cluster.node_ids))})")
+        started = time.monotonic()
+        getattr(cluster, args.action)(args.node)
+    except (ValueError, ServerFailed) as exc:
+        raise CommandError(str(exc)) from exc
+    env.replace_record(cluster.node(args.node).record)
+    environment.save(env)
+    done = {"stop": "stopped", "kill": "killed", "start": "serving and in sync"}[args.action]
+    print(f"broker {args.node} {done} ({time.monotonic() - started:.1f}s)")
+    return 0
+
+
 def _env_build(args: argparse.Namespace) -> int:
     from staticfleet_dev import build
 
@@ -102,6 +131,9 @@ def add_env_command(sub: Any) -> None:
     e_up.add_argument("--test-settings", action="store_true",
                       help="lower the broker's group minimums and initial rebalance delay")
     e_up.add_argument("--no-node", action="store_true", help="do not start the local node")
+    e_up.add_argument("--brokers", type=int, choices=(1, 3), default=1,
+                      help="Kafka brokers: 1, or 3 (KRaft quorum of three, everything "
+                           "replicated 3) to rehearse broker rolls with `env broker`")
     e_up.set_defaults(func=_tool_errors(_env_up))
     e_st = env_sub.add_parser("status", help="show what runs")
     e_st.add_argument("--name", default="default")
@@ -111,6 +143,16 @@ def add_env_command(sub: Any) -> None:
     e_dn.add_argument("--name", default="default")
     e_dn.add_argument("--all", action="store_true", help="every registered environment")
     e_dn.set_defaults(func=_tool_errors(_env_down))
+    e_br = env_sub.add_parser(
+        "broker", help="stop, kill or start one broker, or elect preferred leaders "
+                       "(an environment started with --brokers 3)")
+    e_br.add_argument("action", choices=("stop", "kill", "start", "elect"),
+                      help="stop: SIGTERM (controlled shutdown); kill: SIGKILL; start: start "
+                           "it again and wait until its replicas are in sync; elect: move "
+                           "leaderships (and group coordinators) to the preferred replicas")
+    e_br.add_argument("node", type=int, nargs="?", help="the broker's id (1-3)")
+    e_br.add_argument("--name", default="default")
+    e_br.set_defaults(func=_tool_errors(_env_broker))
     e_bd = env_sub.add_parser("build", help="build or download the servers into the cache")
     e_bd.add_argument("steps", nargs="*", default=["all"])
     e_bd.set_defaults(func=_tool_errors(_env_build))
@@ -124,6 +166,8 @@ def add_demo_command(sub: Any) -> None:
     demo.add_argument("--settle", type=float, default=20.0,
                       help="seconds of steady consumption before and after the rollout")
     demo.add_argument("--members", type=int, default=3)
+    demo.add_argument("--brokers", type=int, choices=(1, 3), default=1,
+                      help="Kafka brokers of the local environment (3: replicated 3)")
     demo.add_argument("--json", action="store_true", help="print the final report as JSON")
     demo.add_argument("--name", default="demo", help="name of the local environment")
     demo.set_defaults(func=_tool_errors(_demo))

@@ -616,7 +616,8 @@ class Demo:
         t = time.monotonic()
         self.say(f"[{self.elapsed():6.1f}s] starting the local environment {args.name!r} "
                  "(Kafka broker, Kubernetes control plane, local node)")
-        self.env = env = environment.up(args.name, kafka_settings=KafkaSettings())
+        self.env = env = environment.up(args.name, kafka_settings=KafkaSettings(),
+                                        brokers=int(getattr(args, "brokers", 1)))
         self.phase("envUp", f"environment up (broker {env.bootstrap}, root {env.root})", t)
 
         t = time.monotonic()

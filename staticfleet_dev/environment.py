@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from staticfleet_dev.controlplane import ControlPlane, start_control_plane
-from staticfleet_dev.kafka import KafkaBroker, KafkaSettings, start_kafka
+from staticfleet_dev.kafka import (
+    KafkaBroker,
+    KafkaCluster,
+    KafkaSettings,
+    start_kafka,
+    start_kafka_cluster,
+)
 from staticfleet_dev.procs import ProcessRecord, ServerFailed, is_alive, spawn, stop
 from staticfleet_dev.tools import cache_root, tail
 
@@ -40,6 +46,8 @@ class LocalEnv:
     owner_pid: int
     records: list[ProcessRecord] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
+    brokers: int = 1
+    """Kafka brokers: 1 (a single broker, process `kafka`) or 3 (processes `kafka-1` ...)."""
 
     @property
     def pod_log_dir(self) -> Path:
@@ -56,14 +64,28 @@ class LocalEnv:
         return {"name": self.name, "root": str(self.root), "bootstrap": self.bootstrap,
                 "kubeconfig": str(self.kubeconfig), "server": self.server,
                 "owner_pid": self.owner_pid, "started_at": self.started_at,
-                "records": [r.to_dict() for r in self.records]}
+                "brokers": self.brokers, "records": [r.to_dict() for r in self.records]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LocalEnv:
         return cls(name=d["name"], root=Path(d["root"]), bootstrap=d["bootstrap"],
                    kubeconfig=Path(d["kubeconfig"]), server=d["server"],
                    owner_pid=int(d["owner_pid"]), started_at=float(d["started_at"]),
-                   records=[ProcessRecord.from_dict(r) for r in d["records"]])
+                   records=[ProcessRecord.from_dict(r) for r in d["records"]],
+                   brokers=int(d.get("brokers", 1)))
+
+    def cluster(self) -> KafkaCluster:
+        """The three-broker cluster of an environment started with `brokers=3`."""
+        if self.brokers < 2:
+            raise ServerFailed(f"environment {self.name!r} runs a single broker: start it with "
+                               "`staticfleet env up --brokers 3` to stop, kill or restart brokers")
+        records = {n: rec for n in range(1, self.brokers + 1)
+                   if (rec := self.record(f"kafka-{n}")) is not None}
+        return KafkaCluster.attach(self.root / "kafka", records)
+
+    def replace_record(self, rec: ProcessRecord) -> None:
+        """Record a restarted process in place of its previous run."""
+        self.records = [rec if r.name == rec.name else r for r in self.records]
 
     def log_tails(self, lines: int = 30) -> str:
         return "\n".join(f"--- {r.name} ({r.log}) ---\n{tail(Path(r.log), lines)}"
@@ -106,10 +128,12 @@ def save(env: LocalEnv) -> None:
 
 
 def up(name: str = "default", *, kafka_settings: KafkaSettings | None = None,
-       with_node: bool = True, timeout: float = 120.0) -> LocalEnv:
+       with_node: bool = True, timeout: float = 120.0, brokers: int = 1) -> LocalEnv:
     """Start broker, control plane and local node; register them under `name`.
 
-    Fails if an environment of that name is still running. On any failure everything
+    `brokers`: 1, or 3 for a three-node KRaft cluster (everything replicated 3) on which
+    broker rolls can be rehearsed (`LocalEnv.cluster`). Fails if an environment of that name is
+    still running. On any failure everything
     started so far is stopped and removed, and the error carries the servers' log tails.
     """
     existing = load(name)
@@ -119,13 +143,21 @@ def up(name: str = "default", *, kafka_settings: KafkaSettings | None = None,
                                f"run `staticfleet env down --name {name}` first")
         down(name)
     root = Path(tempfile.mkdtemp(prefix=f"staticfleet-{name}-"))
+    if brokers not in (1, 3):
+        raise ValueError(f"brokers must be 1 or 3, got {brokers}")
     env = LocalEnv(name=name, root=root, bootstrap="", kubeconfig=root / "kubeconfig",
-                   server="", owner_pid=os.getpid())
+                   server="", owner_pid=os.getpid(), brokers=brokers)
     save(env)
     try:
-        broker: KafkaBroker = start_kafka(root / "kafka", kafka_settings, timeout=timeout)
-        env.records.append(broker.record)
-        env.bootstrap = broker.bootstrap
+        if brokers == 1:
+            broker: KafkaBroker = start_kafka(root / "kafka", kafka_settings, timeout=timeout)
+            env.records.append(broker.record)
+            env.bootstrap = broker.bootstrap
+        else:
+            cluster = start_kafka_cluster(root / "kafka", brokers, kafka_settings,
+                                          timeout=timeout)
+            env.records.extend(cluster.records)
+            env.bootstrap = cluster.bootstrap
         save(env)
         cp: ControlPlane = start_control_plane(root / "k8s", timeout=timeout)
         env.records.extend(cp.records)

@@ -3,6 +3,7 @@ three-node cluster on which a broker roll can be rehearsed."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -358,6 +359,17 @@ class KafkaCluster:
     def records(self) -> list[ProcessRecord]:
         return [self.nodes[n].record for n in self.node_ids]
 
+    @classmethod
+    def attach(cls, workdir: Path, records: Mapping[int, ProcessRecord]) -> KafkaCluster:
+        """The cluster `start_kafka_cluster` made under `workdir` (from another process: the
+        CLI), with its nodes' process records."""
+        nodes = {}
+        for n, rec in sorted(records.items()):
+            node_dir = workdir / f"node-{n}"
+            saved = json.loads((node_dir / "node.json").read_text())
+            nodes[n] = KafkaNode(n, node_dir, saved["bootstrap"], list(saved["command"]), rec)
+        return cls(workdir, nodes)
+
     def node(self, node_id: int) -> KafkaNode:
         if node_id not in self.nodes:
             raise ValueError(f"no broker {node_id}: the cluster has brokers {self.node_ids}")
@@ -509,6 +521,8 @@ def start_kafka_cluster(workdir: Path, brokers: int = 3,
         if fmt.returncode != 0:
             raise ServerFailed(f"formatting KRaft storage of broker {n} failed:\n"
                                f"{fmt.stdout}\n{fmt.stderr}")
+        (node_dir / "node.json").write_text(json.dumps(
+            {"node_id": n, "bootstrap": f"127.0.0.1:{port}", "command": command}))
         _proc, rec = spawn(f"kafka-{n}", command, log=node_dir / "broker.log", cwd=node_dir)
         nodes[n] = KafkaNode(n, node_dir, f"127.0.0.1:{port}", command, rec)
     for node in nodes.values():

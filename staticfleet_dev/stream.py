@@ -22,9 +22,11 @@ QUIET = {"log_level": 3}
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30.0) -> None:
-    """Create `name` with `partitions` partitions (replication 1) and wait until it exists."""
+    """Create `name` with `partitions` partitions and wait until it exists (replicated as the
+    brokers' default.replication.factor says: 1 on a single broker, 3 on the three-broker
+    cluster)."""
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-    for fut in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+    for fut in admin.create_topics([NewTopic(name, partitions)]).values():
         fut.result(timeout=timeout)
 
 

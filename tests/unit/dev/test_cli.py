@@ -47,6 +47,10 @@ def test_pyproject_declares_env_and_demo() -> None:
     (["env", "up"], {"name": "default", "json": False, "test_settings": False, "no_node": False}),
     (["env", "up", "--name", "x", "--json", "--test-settings", "--no-node"],
      {"name": "x", "json": True, "test_settings": True, "no_node": True}),
+    (["env", "up", "--brokers", "3"], {"brokers": 3}),
+    (["env", "broker", "kill", "2"], {"action": "kill", "node": 2, "name": "default"}),
+    (["env", "broker", "elect", "--name", "x"], {"action": "elect", "node": None, "name": "x"}),
+    (["demo", "--brokers", "3"], {"brokers": 3}),
     (["env", "status", "--name", "x", "--json"], {"name": "x", "json": True}),
     (["env", "down", "--all"], {"name": "default", "all": True}),
     (["env", "build"], {"steps": ["all"]}),
@@ -63,7 +67,8 @@ def test_commands_and_flags(argv: list[str], expected: dict[str, Any]) -> None:
     assert callable(args["func"])
 
 
-@pytest.mark.parametrize("argv", [["env"], ["env", "restart"], ["demo", "--rate", "x"]])
+@pytest.mark.parametrize("argv", [["env"], ["env", "restart"], ["demo", "--rate", "x"],
+                                  ["env", "up", "--brokers", "2"], ["env", "broker", "reboot", "1"]])
 def test_bad_command_lines_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.parser(plugins=declared_plugins()).parse_args(argv)
@@ -110,3 +115,27 @@ def test_help_lists_the_operator_first(dev_cli: None) -> None:
     p = cli.parser()
     sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
     assert list(sub.choices) == ["operator", "demo", "env"]
+
+
+def test_env_broker_says_what_is_wrong(dev_cli: None, monkeypatch: pytest.MonkeyPatch,
+                                       tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No such environment, a single-broker one, no broker id, no such broker."""
+    monkeypatch.setattr(environment, "registry_dir", lambda: tmp_path)
+    assert cli.main(["env", "broker", "kill", "1", "--name", "none"]) == 1
+    assert "is not up: start it with `staticfleet env up --brokers 3`" in capsys.readouterr().err
+    single = environment.LocalEnv(name="one", root=tmp_path / "one", bootstrap="b",
+                                  kubeconfig=tmp_path / "k", server="s", owner_pid=1)
+    environment.save(single)
+    assert cli.main(["env", "broker", "stop", "1", "--name", "one"]) == 1
+    assert "runs a single broker" in capsys.readouterr().err
+    (tmp_path / "three" / "kafka" / "node-1").mkdir(parents=True)
+    (tmp_path / "three" / "kafka" / "node-1" / "node.json").write_text(
+        '{"bootstrap": "127.0.0.1:1", "command": ["true"]}')
+    three = environment.LocalEnv(name="three", root=tmp_path / "three", bootstrap="b",
+                                 kubeconfig=tmp_path / "k", server="s", owner_pid=1, brokers=3,
+                                 records=[environment.ProcessRecord("kafka-1", 1, 0, "log")])
+    environment.save(three)
+    assert cli.main(["env", "broker", "kill", "--name", "three"]) == 1
+    assert "needs the broker's id (1)" in capsys.readouterr().err
+    assert cli.main(["env", "broker", "kill", "7", "--name", "three"]) == 1
+    assert "no broker 7: the cluster has brokers [1]" in capsys.readouterr().err
