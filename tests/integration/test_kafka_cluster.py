@@ -64,13 +64,15 @@ def test_group_reads_ride_out_a_coordinator_kill_and_an_election(
     topic = kafka_cluster.make_topic(unique("cl-in"), 3)
     group = unique("cl-g")
     member = StaticMember(kafka_cluster.bootstrap, group, topic)
+    coordinator = kafka_cluster.node_ids[0]
     try:
         deadline = time.monotonic() + 60
         while stable(admin, group) is None:
             assert time.monotonic() < deadline, "the group never got Stable"
             time.sleep(0.5)
-        coordinator = kafka_cluster.coordinator(group)
-        assert coordinator in kafka_cluster.node_ids
+        found = kafka_cluster.coordinator(group)
+        assert found is not None and found in kafka_cluster.node_ids
+        coordinator = found
         assert observe.committed_offsets(admin, group, [(topic, 0)]) == {}
 
         kafka_cluster.kill(coordinator)

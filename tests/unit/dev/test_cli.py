@@ -68,7 +68,8 @@ def test_commands_and_flags(argv: list[str], expected: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("argv", [["env"], ["env", "restart"], ["demo", "--rate", "x"],
-                                  ["env", "up", "--brokers", "2"], ["env", "broker", "reboot", "1"]])
+                                  ["env", "up", "--brokers", "2"],
+                                  ["env", "broker", "reboot", "1"]])
 def test_bad_command_lines_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.parser(plugins=declared_plugins()).parse_args(argv)
