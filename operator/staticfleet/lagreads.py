@@ -81,18 +81,19 @@ class LagReads:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def lag(self, admin: observe.Admin, group_id: str, partitions: Mapping[str, int],
-            statuses: Iterable[Mapping[str, Any]] = ()) -> Lag:
+            statuses: Iterable[Mapping[str, Any]] = (), known: bool = True) -> Lag:
         """The group's lag: the larger of what its members report (their statistics) and the
         end offsets (read once per interval for the whole cluster) minus the committed offsets
         (the members' own commits; the brokers' for partitions no member reports, read at most
-        once per interval)."""
+        once per interval; not at all for a group the brokers do not know, `known` False:
+        it has no offsets)."""
         statuses = list(statuses)
         reported, committed = reported_lag(statuses), reported_committed(statuses)
         wanted = [(t, p) for t, count in sorted(partitions.items()) for p in range(count)]
         now = self.clock()
         age = REPORT_AGE_S if reported else 0.0
         unknown = [tp for tp in wanted if tp not in reported and tp not in committed]
-        if unknown:
+        if unknown and known:
             read, read_at = self._committed(admin, group_id, wanted, now)
             committed = {**{tp: read[tp] for tp in unknown if tp in read}, **committed}
             age = max(age, now - read_at)

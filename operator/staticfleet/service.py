@@ -213,7 +213,8 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     statuses = _member_statuses(running, deps)
     lag = None
     if group is not None:
-        lag = deps.lag_reads.lag(admin, spec.kafka.group_id, partitions, statuses.values())
+        lag = deps.lag_reads.lag(admin, spec.kafka.group_id, partitions, statuses.values(),
+                                 known=group.state != "Dead")
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=statuses, group=group, partitions=partitions,
                     closures=closures, claimants=claimants, broker_config=broker_config,

@@ -74,6 +74,8 @@ def test_group_reads_ride_out_a_coordinator_kill_and_an_election(
         assert found is not None and found in kafka_cluster.node_ids
         coordinator = found
         assert observe.committed_offsets(admin, group, [(topic, 0)]) == {}
+        generations = kafka_cluster.generations(group)
+        assert generations, "the coordinator logged the group's generation"
 
         kafka_cluster.kill(coordinator)
         killed = time.monotonic()
@@ -89,8 +91,13 @@ def test_group_reads_ride_out_a_coordinator_kill_and_an_election(
             assert time.monotonic() - killed < 60, f"no answer from a new coordinator: {outcomes}"
         back_s = time.monotonic() - killed
         moved = kafka_cluster.coordinator(group)
-        assert moved not in (None, coordinator)
+        assert moved is not None and moved != coordinator
         assert not admin.pool.failed(admin.key), "two brokers answered: the cluster never failed"
+        # docs/contracts.md "When the coordinator moves": the new coordinator loads the group
+        # at the same generation and re-arms its members' session timers; no rebalance.
+        loaded = f"Loaded classic group {group} with 1 members."
+        assert loaded in kafka_cluster.node(moved).log.read_text(errors="replace")
+        assert kafka_cluster.generations(group) == generations, kafka_cluster.rebalance_lines(group)
         assert view.by_instance()[f"{group}-0"].partitions == tuple((topic, p) for p in range(3))
         print(f"\ncoordinator {coordinator} killed: described again by {moved} after "
               f"{back_s:.1f} s ({outcomes.count('CoordinatorMoving')} reads CoordinatorMoving, "

@@ -107,3 +107,9 @@ def test_reports_take_the_safer_figure_and_skip_unknown_ones() -> None:
                 {"lag": [["bad"]]}]
     assert lagreads.reported_lag(statuses) == {("t", 0): 7}
     assert lagreads.reported_committed(statuses) == {("t", 0): 4}
+
+
+def test_a_group_the_brokers_do_not_know_costs_no_read(reads: dict[str, Any]) -> None:
+    book = lagreads.LagReads(clock=Clock())
+    assert book.lag(Admin(), "new", {"a": 2}, known=False).by_partition == {}  # type: ignore[arg-type]
+    assert reads["committed"] == [] and reads["ends"] == []
