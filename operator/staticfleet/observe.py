@@ -23,7 +23,6 @@ from typing import Any
 from confluent_kafka import (
     KafkaError,
     KafkaException,
-    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import (
@@ -74,7 +73,9 @@ class BoundsDenied(RuntimeError):
     the group-coordinator bounds are unknown."""
 
 
-CLIENT_SETTINGS = {"socket.timeout.ms": 10000, "client.id": "staticfleet-operator"}
+CLIENT_SETTINGS = {"socket.timeout.ms": 10000, "client.id": "staticfleet-operator",
+                   "allow.auto.create.topics": False}
+"""Never create a topic by asking for its metadata (a broker with auto.create.topics.enable)."""
 FAILED_CLUSTER_HOLD_S = 5.0
 IDLE_CLIENT_CLOSE_S = 900.0
 """An admin client no pass asked for this long is closed: the groups on its cluster are gone
@@ -433,25 +434,35 @@ def _state_name(state: Any) -> str:
 
 
 def partition_counts(admin: Admin, topics: Iterable[str]) -> dict[str, int]:
-    """Partition count of each named topic (metadata of these topics only); raises
-    TopicMissing naming the absent ones."""
+    """Partition count of each named topic, from a metadata request per topic to any broker
+    (DescribeTopics would wait for the one broker librdkafka takes as the controller, which may
+    be the one restarting); raises TopicMissing naming the absent ones."""
     names = sorted(set(topics))
     what = f"describing topic(s) {', '.join(names)}"
-    futures = _call(admin, what, lambda: admin.client.describe_topics(
-        TopicCollection(names), request_timeout=ADMIN_TIMEOUT_S))
+    admin.pool.check(admin.key, admin.bootstrap)
     counts: dict[str, int] = {}
     missing = []
     for name in names:
         try:
-            desc = _result(admin, futures[name], what)
-        except KafkaUnavailable as exc:
-            cause = exc.__cause__
-            if isinstance(cause, KafkaException) and cause.args[0].code() in (
-                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-                missing.append(name)
-                continue
-            raise
-        counts[name] = len(desc.partitions)
+            metadata = admin.client.list_topics(topic=name, timeout=ADMIN_TIMEOUT_S)
+        except KafkaException as exc:
+            error = exc.args[0]
+            message = f"{what} at {admin.bootstrap}: {error}"
+            if not isinstance(error, KafkaError) or error.code() in _UNREACHABLE_CODES:
+                _refused(admin, what)
+                _cluster_failed(admin, message, optional=False)
+            raise KafkaUnavailable(message) from exc
+        topic = metadata.topics.get(name)
+        error = topic.error if topic is not None else None
+        if topic is None or (error is not None and error.code() in (
+                KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)):
+            missing.append(name)
+            continue
+        if error is not None:
+            raise KafkaUnavailable(f"{what} at {admin.bootstrap}: {error}") from KafkaException(
+                error)
+        counts[name] = len(topic.partitions)
+    admin.pool.record(admin.key, None)
     if missing:
         raise TopicMissing(f"topic(s) {', '.join(missing)} do not exist on the cluster at "
                            f"{admin.bootstrap}; create them or fix spec.kafka.topics")
