@@ -18,7 +18,7 @@ from typing import Any
 
 from staticfleet import observe
 
-READ_INTERVAL_S = 30.0
+READ_INTERVAL_S = 60.0
 REPORT_AGE_S = 5.0
 """How old a member's reported lag may be (its statistics interval)."""
 
