@@ -1,0 +1,191 @@
+"""Rollouts on a three-broker cluster while its brokers fail and restart (issue 22's proof).
+
+One classic and one KIP-848 group, both coordinated by the same broker (their ids hash to the
+same `__consumer_offsets` partition), roll by warm handoff under load:
+
+1. the broker coordinating both is SIGKILLed while a handoff is in `Stopping`, comes back 10 s
+   later, and a preferred-leader election moves the coordinator again;
+2. during a second rollout all three brokers are restarted one after another.
+
+Each rollout must finish with every handoff warm (none fell back to a cold start), no new
+generation in any broker's log, and nothing lost. The figures the closing note quotes are
+printed (`pytest -s`): Degraded passes, and how long after the coordinator's move every member
+processed a batch again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from staticfleet.decisions import builders
+from staticfleet_dev.kafka import KafkaCluster, offsets_partition
+from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
+from tests.conftest import unique
+from tests.e2e.test_rollout import env_patch, rollout_complete, start_group, trigger
+from tests.support import groups
+from tests.support.kube import get_json
+from tests.support.operator import OperatorProcess
+
+pytestmark = pytest.mark.e2e
+
+REPLICAS = 2
+OFFSETS_PARTITIONS = 3
+
+
+def names_on_one_coordinator() -> tuple[str, str]:
+    """A classic and a consumer group id whose coordinator is the same broker."""
+    classic = unique("fo-classic")
+    while True:
+        consumer = unique("fo-848")
+        if offsets_partition(consumer, OFFSETS_PARTITIONS) == offsets_partition(
+                classic, OFFSETS_PARTITIONS):
+            return classic, consumer
+
+
+def member_last_batches(kubeconfig: Path, namespace: str, name: str) -> dict[str, float]:
+    """Each running member pod's `lastBatchAt` (its /status), by pod name."""
+    pods = get_json(kubeconfig, "-n", namespace, "pods", "-l", f"{builders.GROUP_LABEL}={name}")
+    answers: dict[str, float] = {}
+    for pod in pods["items"]:
+        ip = (pod.get("status") or {}).get("podIP")
+        if not ip or pod["metadata"].get("deletionTimestamp"):
+            continue
+        try:
+            url = f"http://{ip}:{builders.HTTP_PORT}/status"
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                status = json.load(resp)
+        except OSError:
+            continue
+        if status.get("standby") is None and status.get("lastBatchAt"):
+            answers[pod["metadata"]["name"]] = float(status["lastBatchAt"])
+    return answers
+
+
+def processing_since(kubeconfig: Path, namespace: str, name: str, since: float) -> bool:
+    """Every member of the group (the activated replacement included) processed a batch after
+    `since`."""
+    batches = member_last_batches(kubeconfig, namespace, name)
+    return len(batches) == REPLICAS and all(at > since for at in batches.values())
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float, every: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"not {what} within {timeout:.0f} s")
+
+
+def in_stopping(obj: dict[str, Any]) -> bool:
+    flights = ((obj.get("status") or {}).get("rollout") or {}).get("inFlight") or []
+    return any(f.get("phase") == "Stopping" for f in flights)
+
+
+def check_rollout(cluster: KafkaCluster, obj: dict[str, Any], generations: list[int]) -> None:
+    rollout = obj["status"]["rollout"]
+    name = obj["metadata"]["name"]
+    assert sorted(rollout["membersRestarted"]) == list(range(REPLICAS)), (name, rollout)
+    assert {h["mode"] for h in rollout["handoffs"]} == {"warm"}, (
+        f"{name}: a handoff fell back to a cold start: {rollout['handoffs']}")
+    assert rollout["rebalancesDuringRollout"] == 0, (name, rollout)
+    assert cluster.generations(name) == generations, (
+        f"{name} rebalanced: {cluster.rebalance_lines(name)}")
+
+
+def degraded_passes(operator: OperatorProcess, namespace: str, name: str) -> dict[str, float]:
+    """The group's Degraded passes so far, by reason (`staticfleet_reconcile_errors_total`)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(operator.metrics()):
+        for sample in family.samples:
+            if (sample.name == "staticfleet_reconcile_errors_total"
+                    and sample.labels.get("group") == name
+                    and sample.labels.get("namespace") == namespace):
+                out[sample.labels["reason"]] = sample.value
+    return out
+
+
+def test_rollouts_ride_out_a_coordinator_kill_and_a_broker_roll(
+        kafka_cluster: KafkaCluster, kubeconfig: Path, operator: OperatorProcess,
+        namespace: str) -> None:
+    classic, consumer = names_on_one_coordinator()
+    bootstrap = kafka_cluster.bootstrap
+    cgs = {}
+    producers = {}
+    for name, protocol in ((classic, "classic"), (consumer, "consumer")):
+        topic = kafka_cluster.make_topic(unique("fo-in"), 4)
+        out = kafka_cluster.make_topic(unique("fo-out"), 4)
+        cgs[name] = (topic, out, groups.consumer_group(
+            name, bootstrap, topic, replicas=REPLICAS, out_topic=out, protocol=protocol,
+            strategy="WarmHandoff"))
+        producers[name] = SteadyProducer(bootstrap, topic, rate=50).start()
+    try:
+        for _, _, cg in cgs.values():
+            start_group(kubeconfig, namespace, cg)
+        time.sleep(3)
+        coordinator = kafka_cluster.coordinator(classic)
+        assert coordinator is not None and kafka_cluster.coordinator(consumer) == coordinator
+        generations = {name: kafka_cluster.generations(name) for name in cgs}
+        assert generations[classic], "the classic group never stabilized"
+
+        # 1. The coordinator dies while a handoff is in Stopping; it comes back 10 s later and
+        # a preferred-leader election moves the coordinator again.
+        for name in cgs:
+            trigger(kubeconfig, namespace, name, env_patch("1"))
+        groups.wait_status(kubeconfig, namespace, classic, in_stopping, 300,
+                           "stopping a member")
+        killed_at = time.time()
+        kafka_cluster.kill(coordinator)
+        moved = wait_until("the coordinator moved", lambda: (
+            c if (c := kafka_cluster.coordinator(classic)) not in (None, coordinator)
+            else None), 60, every=0.5)
+        resumed = {}
+        for name in cgs:
+            wait_until(f"every member of {name} processing again", partial(
+                processing_since, kubeconfig, namespace, name, killed_at), 120)
+            resumed[name] = round(time.time() - killed_at, 1)
+        time.sleep(max(0.0, killed_at + 10 - time.time()))
+        kafka_cluster.start(coordinator)
+        kafka_cluster.elect_preferred_leaders()
+        done = {name: groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
+                                         f"{name} rolled out") for name in cgs}
+        print(f"\ncoordinator {coordinator} killed in Stopping, moved to {moved}; seconds from "
+              f"the kill until every member processed again (at most): {resumed}")
+        for name in cgs:
+            check_rollout(kafka_cluster, done[name], generations[name])
+
+        # 2. All three brokers restarted one after another during a second rollout.
+        for name in cgs:
+            trigger(kubeconfig, namespace, name, env_patch("2"))
+        for node in kafka_cluster.node_ids:
+            kafka_cluster.stop(node)
+            kafka_cluster.start(node)
+        done = {name: groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
+                                         f"{name} rolled out again") for name in cgs}
+        for name in cgs:
+            check_rollout(kafka_cluster, done[name], generations[name])
+            print(f"{name}: Degraded passes {degraded_passes(operator, namespace, name)}")
+    finally:
+        produced = {name: p.stop() for name, p in producers.items()}
+    for name, (topic, out, _) in cgs.items():
+        assert not producers[name].failed, producers[name].failed
+        deadline = time.monotonic() + 180
+        while committed_lag(bootstrap, name, topic) > 0:
+            assert time.monotonic() < deadline, f"{name} did not catch up within 180 s"
+            time.sleep(1)
+        written = read_all(bootstrap, out)
+        missing = set(producers[name].produced) - set(written)
+        assert produced[name] > 0 and not missing, (
+            f"{name}: {len(missing)} of {produced[name]} records lost")
+        print(f"{name}: {produced[name]} produced, {len(written) - len(set(written))} "
+              "duplicated in the sink")
