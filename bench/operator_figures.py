@@ -14,7 +14,14 @@ For each variant:
    (the increase while the operator runs minus the increase over a window with no operator, so
    the local node's and the controller manager's requests are not counted), the operator's CPU
    share (utime+stime from /proc) and its RSS;
-3. catching up: the operator is stopped and started again; the figure is the time from the
+3. Kafka at rest, over the same window: the requests the operator's clients (client id
+   `staticfleet-operator`) make, counted in the brokers' own request logs (`kafka.request.logger`
+   at DEBUG), per second per cluster and, for the lag and offsets reads (OffsetFetch,
+   ListOffsets), per group per minute. Each group has committed offsets on the topic and no
+   member in it (the placeholders run no consumer): the case where every member is down and the
+   lag must come from the brokers; members that run report their lag themselves, and the
+   operator then reads none;
+4. catching up: the operator is stopped and started again; the figure is the time from the
    restart until every group was reconciled by the new process (its
    `staticfleet_reconcile_last_timestamp_seconds` at or after the restart; an operator without
    that metric is judged by `status.lastReconciled`, which it wrote on every pass).
@@ -24,6 +31,7 @@ probes (200 on /healthz and /readyz, 404 elsewhere), so no Kafka consumer or Spa
 figures isolate the operator.
 
 Run: python bench/operator_figures.py [--groups 500] [--runs 10] [--baseline d67b5a7]
+     [--brokers 3]
 """
 
 from __future__ import annotations
@@ -43,6 +51,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from confluent_kafka import (  # noqa: E402
+    ConsumerGroupTopicPartitions,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 
@@ -50,7 +63,7 @@ from bench import baseline  # noqa: E402
 from bench.baseline import Variant  # noqa: E402
 from staticfleet.decisions.conditions import parse_rfc3339  # noqa: E402
 from staticfleet_dev import environment  # noqa: E402
-from staticfleet_dev.kafka import KafkaSettings  # noqa: E402
+from staticfleet_dev.kafka import KafkaCluster, KafkaNode, KafkaSettings  # noqa: E402
 from tests.support.kube import create_namespace, install_crds, kubectl, to_yaml  # noqa: E402
 from tests.support.members import PLACEHOLDER_MEMBER as PLACEHOLDER  # noqa: E402
 from tests.support.operator import OperatorProcess  # noqa: E402
@@ -72,6 +85,32 @@ def consumer_group(name: str, bootstrap: str, topic: str) -> dict[str, Any]:
             "processing": {"spark": {"master": "local[1]"}, "sink": {"type": "null"}},
         },
     }
+
+
+def kafka_logs(env: Any) -> KafkaCluster:
+    """The environment's brokers as a cluster (a single broker is a cluster of one), to read
+    their request logs."""
+    if env.brokers > 1:
+        return env.cluster()
+    rec = env.record("kafka")
+    node = KafkaNode(1, env.root / "kafka", env.bootstrap, [], rec)
+    return KafkaCluster(env.root / "kafka", {1: node})
+
+
+def commit_offsets(bootstrap: str, topic: str, partitions: int, groups: int) -> None:
+    """Records on `topic`, and an offset committed half-way for every group: each group has
+    lag, and no member (the placeholders run no consumer)."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(100 * partitions):
+        producer.produce(topic, value=b"x", partition=i % partitions)
+    producer.flush(60)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for i in range(groups):
+        offsets = [TopicPartition(topic, p, 50) for p in range(partitions)]
+        futures = admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(f"cg-{i:03d}", offsets)])
+        for fut in futures.values():
+            fut.result(timeout=60)
 
 
 def pods_by_group(core: client.CoreV1Api) -> dict[str, int]:
@@ -188,9 +227,20 @@ def measure(variant: Variant, env: Any, core: client.CoreV1Api,
 
         time.sleep(args.settle)
         assert op.proc is not None
+        cluster = kafka_logs(env)
+        sizes = cluster.log_sizes()
         cpu0, t3 = cpu_seconds(op.proc.pid), time.monotonic()
         rpm = requests_per_minute(env.kubeconfig, args.window)
-        cpu = (cpu_seconds(op.proc.pid) - cpu0) / (time.monotonic() - t3)
+        took = time.monotonic() - t3
+        cpu = (cpu_seconds(op.proc.pid) - cpu0) / took
+        mine = [api for api, who in cluster.requests(sizes) if who == "staticfleet-operator"]
+        reads = sum(1 for api in mine if api in ("OFFSET_FETCH", "LIST_OFFSETS"))
+        out["at rest: Kafka requests/s of the operator (cluster)"] = len(mine) / took
+        out["at rest: Kafka lag+offsets reads per group per minute"] = (
+            reads * 60 / took / args.groups)
+        for api in sorted(set(mine)):
+            out[f"at rest: Kafka {api} per group per minute"] = (
+                mine.count(api) * 60 / took / args.groups)
         out["at rest: API requests/min, all clients (operator running)"] = rpm[0]
         out["at rest: API requests/min, all clients (no operator)"] = idle_rpm[0]
         out["at rest: operator's API requests per group per minute (difference)"] = (
@@ -224,6 +274,8 @@ def main() -> int:
     ap.add_argument("--baseline", metavar="REV",
                     help="also measure the operator of this earlier commit, side by side")
     ap.add_argument("--name", default="figures", help="name of the local environment")
+    ap.add_argument("--brokers", type=int, choices=(1, 3), default=1,
+                    help="Kafka brokers of the environment")
     args = ap.parse_args()
 
     with contextlib.ExitStack() as stack:
@@ -238,16 +290,20 @@ def run(args: argparse.Namespace, variants: list[Variant]) -> int:
 
     print(f"bringing up environment {args.name!r} (Kafka, control plane, local node) ...",
           flush=True)
-    env = environment.up(args.name, kafka_settings=KafkaSettings.for_tests(), with_node=True)
+    settings = KafkaSettings.for_tests()
+    settings.log_requests = True
+    env = environment.up(args.name, kafka_settings=settings, with_node=True,
+                         brokers=args.brokers)
     results: dict[str, dict[str, float]] = {}
     try:
         install_crds(env.kubeconfig)
         create_namespace(env.kubeconfig, NAMESPACE)
         topic = "figures"
         admin = AdminClient({"bootstrap.servers": env.bootstrap})
-        for fut in admin.create_topics([NewTopic(topic, 6, 1)]).values():
+        for fut in admin.create_topics([NewTopic(topic, 6)]).values():
             fut.result(timeout=30)
         del admin  # no client left to complain once the broker is down
+        commit_offsets(env.bootstrap, topic, 6, args.groups)
         api = config.new_client_from_config(config_file=str(env.kubeconfig))
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
@@ -285,7 +341,8 @@ def run(args: argparse.Namespace, variants: list[Variant]) -> int:
     width = max(len(r) for r in rows)
     print()
     print(f"{args.groups} groups of {MEMBERS} PLACEHOLDER members (a tiny HTTP responder, no "
-          "Kafka consumer, no Spark): the figures isolate the operator")
+          "Kafka consumer, no Spark) on {args.brokers} broker(s): the figures isolate the "
+          "operator; Kafka sees each group with committed offsets and no member")
     head = "".join(f"{label:>24}" for label in labels)
     ratio = f"{'new / baseline':>16}" if len(labels) == 2 else ""
     print(f"{'figure':<{width}}{head}{ratio}")

@@ -84,6 +84,15 @@ class KafkaSettings:
     overrides: dict[str, str] = field(default_factory=dict)
     listeners: tuple[Listener, ...] = ()
     scram_users: Mapping[str, str] = field(default_factory=dict)
+    log_requests: bool = False
+    """Log every request the broker completes (`kafka.request.logger` at DEBUG: API, client id),
+    for benchmarks that count a client's requests."""
+
+    @property
+    def log4j2(self) -> str:
+        if not self.log_requests:
+            return LOG4J2
+        return LOG4J2.replace("logger.request.level = WARN", "logger.request.level = DEBUG")
 
     @classmethod
     def for_tests(cls) -> KafkaSettings:
@@ -251,7 +260,7 @@ def start_kafka(workdir: Path, settings: KafkaSettings | None = None,
     props = workdir / "server.properties"
     props.write_text(server_properties(data, port, cport, settings.overrides, listeners))
     log4j = workdir / "log4j2.properties"
-    log4j.write_text(LOG4J2)
+    log4j.write_text(settings.log4j2)
     classpath = f"{libs}/*"
     base = [java, *java_opts(), f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
     log = workdir / "broker.log"
@@ -475,6 +484,20 @@ class KafkaCluster:
         needle = f"Preparing to rebalance group {group} "
         return [ln for ln in self._logs().splitlines() if needle in ln]
 
+    def requests(self, since: Mapping[int, int] | None = None) -> list[tuple[str, str]]:
+        """(API name, client id) of each request logged since the logs' sizes `since`
+        (`log_sizes`), with `KafkaSettings.log_requests`."""
+        out = []
+        for n, node in self.nodes.items():
+            with node.log.open("rb") as f:
+                f.seek((since or {}).get(n, 0))
+                text = f.read().decode(errors="replace")
+            out += request_lines(text)
+        return out
+
+    def log_sizes(self) -> dict[int, int]:
+        return {n: node.log.stat().st_size for n, node in self.nodes.items()}
+
     def log_tails(self, lines: int = 30) -> str:
         return "\n".join(f"--- broker {n.node_id} ({n.log}) ---\n{tail(n.log, lines)}"
                          for n in self.nodes.values())
@@ -513,7 +536,7 @@ def start_kafka_cluster(workdir: Path, brokers: int = 3,
         props.write_text(server_properties(data, port, cport, overrides, node_id=n,
                                            voters=voters))
         log4j = node_dir / "log4j2.properties"
-        log4j.write_text(LOG4J2)
+        log4j.write_text(settings.log4j2)
         command = [java, *java_opts(), f"-Dlog4j2.configurationFile={log4j}", "-cp",
                    f"{libs}/*", "kafka.Kafka", str(props)]
         fmt = subprocess.run([*base, "kafka.tools.StorageTool", "format", "-t", cluster_id,
@@ -528,6 +551,22 @@ def start_kafka_cluster(workdir: Path, brokers: int = 3,
     for node in nodes.values():
         wait_until(partial(_serving, node), rec=node.record, timeout=timeout, what="serving")
     return KafkaCluster(workdir, nodes)
+
+
+_REQUEST_API = re.compile(r'"requestApiKeyName":"(\w+)"')
+_REQUEST_CLIENT = re.compile(r'"clientId":"([^"]*)"')
+
+
+def request_lines(text: str) -> list[tuple[str, str]]:
+    """(API name, client id) of each `Completed request` line of a broker log."""
+    out = []
+    for line in text.splitlines():
+        if "Completed request" not in line:
+            continue
+        api, client = _REQUEST_API.search(line), _REQUEST_CLIENT.search(line)
+        if api and client:
+            out.append((api.group(1), client.group(1)))
+    return out
 
 
 def _serving(node: KafkaNode) -> bool:
