@@ -10,8 +10,9 @@ cluster: a client describing a group every 2 s aborted 6-8 s after the coordinat
 So these requests are made by a child process with its own admin client. It serves requests
 concurrently (librdkafka's futures) and answers with plain values. When it dies, every request
 in flight fails as a `ChildDied` (the caller takes it as a coordinator on the move) and the next
-request starts a new child. A new child is also how a caller drops librdkafka's cached
-coordinator (`restart`). The child ends when the operator does (its pipe closes).
+request starts a new child. One child serves every cluster and credential set, with a client
+for each; dropping one (`forget`) is how a caller drops librdkafka's cached coordinators. The
+child ends when the operator does (its pipe closes).
 """
 
 from __future__ import annotations
@@ -88,11 +89,12 @@ def _mapped(future: Future[Any], convert: Any) -> Future[Any]:
     return out
 
 
-def _child_main(conn: Any, conf: dict[str, Any]) -> None:
+def _child_main(conn: Any) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    client = AdminClient(conf)
+    clients: dict[str, Any] = {}
+    """One admin client per connection configuration, by the parent's key."""
     send = threading.Lock()
 
     def answer(request_id: int, f: Future[Any]) -> None:
@@ -113,8 +115,14 @@ def _child_main(conn: Any, conf: dict[str, Any]) -> None:
             return
         if message is None:
             return
-        request_id, op, args, timeout = message
+        if message[0] == "forget":
+            clients.pop(message[1], None)  # the last reference: librdkafka destroys it
+            continue
+        request_id, key, conf, op, args, timeout = message
         try:
+            client = clients.get(key)
+            if client is None:
+                client = clients[key] = AdminClient(conf)
             future = OPS[op](client, *args, timeout)
         except KafkaException as exc:
             future = Future()
@@ -126,10 +134,10 @@ def _child_main(conn: Any, conf: dict[str, Any]) -> None:
 
 
 class CoordinatedAdmin:
-    """The child process of one cluster connection (`conf`: the admin client configuration)."""
+    """The child process, with one admin client per connection configuration in it (one
+    process for the operator, whatever the number of clusters and credentials)."""
 
-    def __init__(self, conf: dict[str, Any]) -> None:
-        self.conf = conf
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.process: Any = None
         self.conn: Any = None
@@ -138,19 +146,29 @@ class CoordinatedAdmin:
         self.ids = itertools.count()
         self.started = 0
 
-    def submit(self, op: str, args: tuple[Any, ...], timeout: float) -> Future[Any]:
-        """Start `op`; the future raises `RequestFailed`, or `ChildDied`."""
+    def submit(self, key: str, conf: dict[str, Any], op: str, args: tuple[Any, ...],
+               timeout: float) -> Future[Any]:
+        """Start `op` with the client of `conf` (`key` names it); the future raises
+        `RequestFailed`, or `ChildDied`."""
         future: Future[Any] = Future()
         with self.lock:
             self._ensure()
             request_id = next(self.ids)
             self.pending[request_id] = (self.conn, future)
             try:
-                self.conn.send((request_id, op, args, timeout))
+                self.conn.send((request_id, key, conf, op, args, timeout))
             except (OSError, ValueError) as exc:
                 self.pending.pop(request_id, None)
                 future.set_exception(ChildDied(f"the admin child process is gone: {exc}"))
         return future
+
+    def forget(self, key: str) -> None:
+        """Drop the client of `key` in the child: the next request makes a new one, which
+        looks coordinators up afresh."""
+        with self.lock:
+            if self.conn is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self.conn.send(("forget", key))
 
     def restart(self) -> None:
         """End the child (its requests fail); the next request starts a new one."""
@@ -165,7 +183,7 @@ class CoordinatedAdmin:
             return
         self._end()
         parent, child = _CONTEXT.Pipe()
-        self.process = _CONTEXT.Process(target=_child_main, args=(child, self.conf),
+        self.process = _CONTEXT.Process(target=_child_main, args=(child,),
                                         name="staticfleet-coordinated-admin", daemon=True)
         self.process.start()
         child.close()

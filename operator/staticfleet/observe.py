@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,8 +91,8 @@ class AdminPool:
     each cluster last failed with."""
 
     clients: dict[str, AdminClient] = field(default_factory=dict)
-    children: dict[str, CoordinatedAdmin] = field(default_factory=dict)
-    """The child process of each connection configuration for coordinator-bound requests."""
+    child: CoordinatedAdmin = field(default_factory=CoordinatedAdmin)
+    """The child process that makes the coordinator-bound requests of every cluster."""
     failures: dict[str, tuple[float, str]] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     """Clusters that answered a request since they last failed (no need to probe them)."""
@@ -110,8 +111,7 @@ class AdminPool:
             for idle in [k for k, t in self.last_used.items() if now - t > self.idle_s]:
                 # Dropping the last reference destroys the librdkafka handle.
                 self.clients.pop(idle, None)
-                if (child := self.children.pop(idle, None)) is not None:
-                    child.close()
+                self.child.forget(idle)
                 self.last_used.pop(idle, None)
                 self.failures.pop(idle, None)
                 self.answered.discard(idle)
@@ -125,22 +125,18 @@ class AdminPool:
                 self.clients[key] = client
             return Admin(client, conf.get("bootstrap.servers", "?"), key, self)
 
-    def coordinated(self, admin: Admin) -> CoordinatedAdmin:
-        """The child process that makes `admin`'s cluster's coordinator-bound requests
+    def coordinated(self, admin: Admin, op: str, args: tuple[Any, ...],
+                    timeout: float) -> Future[Any]:
+        """Start a coordinator-bound request of `admin`'s cluster in the child process
         (`staticfleet.coordinated`: librdkafka aborts the process on some of their failures)."""
-        with self.lock:
-            child = self.children.get(admin.key)
-            if child is None:
-                child = CoordinatedAdmin({**admin.conf, **CLIENT_SETTINGS})
-                self.children[admin.key] = child
-            return child
+        return self.child.submit(admin.key, {**admin.conf, **CLIENT_SETTINGS}, op, args, timeout)
 
     def renew(self, admin: Admin) -> None:
         """Drop librdkafka's cached coordinators of `admin`'s cluster: the cache is refreshed by
         every request, and admin requests do not drop an entry on NOT_COORDINATOR, so a client
         that keeps asking asks the old coordinator for as long as it keeps the group's
-        partition. A new child process (a new client) looks the coordinator up afresh."""
-        self.coordinated(admin).restart()
+        partition. A new client (in the child) looks the coordinator up afresh."""
+        self.child.forget(admin.key)
 
     def _on_error(self, key: str, err: KafkaError) -> None:
         if is_auth_error(err):
@@ -189,10 +185,7 @@ class AdminPool:
         with self.lock:
             self.clients.clear()
             self.last_used.clear()
-            children = list(self.children.values())
-            self.children.clear()
-        for child in children:
-            child.close()
+        self.child.close()
 
 
 @dataclass(frozen=True)
@@ -338,7 +331,7 @@ def _group_request(admin: Admin, what: str, op: str, args: tuple[Any, ...],
 def _coordinated(admin: Admin, what: str, op: str, args: tuple[Any, ...],
                  optional: bool) -> Any:
     admin.pool.check(admin.key, admin.bootstrap)
-    future = admin.pool.coordinated(admin).submit(op, args, GROUP_TIMEOUT_S)
+    future = admin.pool.coordinated(admin, op, args, GROUP_TIMEOUT_S)
     try:
         value = future.result(timeout=GROUP_TIMEOUT_S + CHILD_START_S)
     except RequestFailed as exc:
