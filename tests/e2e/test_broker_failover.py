@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from tests.conftest import unique
 from tests.e2e.test_rollout import env_patch, rollout_complete, start_group, trigger
 from tests.support import groups
 from tests.support.kube import get_json
+from tests.support.members import wait_for
 from tests.support.operator import OperatorProcess
 
 pytestmark = pytest.mark.e2e
@@ -75,16 +75,6 @@ def processing_since(kubeconfig: Path, namespace: str, name: str, since: float) 
     `since`."""
     batches = member_last_batches(kubeconfig, namespace, name)
     return len(batches) == REPLICAS and all(at > since for at in batches.values())
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float, every: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"not {what} within {timeout:.0f} s")
 
 
 def in_stopping(obj: dict[str, Any]) -> bool:
@@ -146,13 +136,13 @@ def test_rollouts_ride_out_a_coordinator_kill_and_a_broker_roll(
                            "stopping a member")
         killed_at = time.time()
         kafka_cluster.kill(coordinator)
-        moved = wait_until("the coordinator moved", lambda: (
+        moved = wait_for(lambda: (
             c if (c := kafka_cluster.coordinator(classic)) not in (None, coordinator)
-            else None), 60, every=0.5)
+            else None), 60, "the coordinator moved", interval=0.5)
         resumed = {}
         for name in cgs:
-            wait_until(f"every member of {name} processing again", partial(
-                processing_since, kubeconfig, namespace, name, killed_at), 120)
+            wait_for(partial(processing_since, kubeconfig, namespace, name, killed_at), 120,
+                     f"every member of {name} processing again", interval=0.25)
             resumed[name] = round(time.time() - killed_at, 1)
         time.sleep(max(0.0, killed_at + 10 - time.time()))
         kafka_cluster.start(coordinator)
