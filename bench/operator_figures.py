@@ -341,7 +341,7 @@ def run(args: argparse.Namespace, variants: list[Variant]) -> int:
     width = max(len(r) for r in rows)
     print()
     print(f"{args.groups} groups of {MEMBERS} PLACEHOLDER members (a tiny HTTP responder, no "
-          "Kafka consumer, no Spark) on {args.brokers} broker(s): the figures isolate the "
+          f"Kafka consumer, no Spark) on {args.brokers} broker(s): the figures isolate the "
           "operator; Kafka sees each group with committed offsets and no member")
     head = "".join(f"{label:>24}" for label in labels)
     ratio = f"{'new / baseline':>16}" if len(labels) == 2 else ""
