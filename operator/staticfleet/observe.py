@@ -341,6 +341,9 @@ def _coordinated(admin: Admin, what: str, op: str, args: tuple[Any, ...],
             _cluster_failed(admin, message, optional)
         raise KafkaUnavailable(message) from KafkaException(KafkaError(exc.code, exc.text))
     except (ChildDied, TimeoutError) as exc:
+        if isinstance(exc, TimeoutError):
+            # librdkafka's own timeout would have answered: the child is stuck; a new one.
+            admin.pool.child.restart()
         message = f"{what} at {admin.bootstrap}: {exc or 'no answer'}"
         _refused(admin, what)
         _cluster_failed(admin, message, optional)
