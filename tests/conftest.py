@@ -91,14 +91,22 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
     """A three-broker cluster for the session (everything replicated 3, min.insync.replicas
     2), beside the session's single broker. Tests may stop, kill and restart its brokers;
     each leaves all three running (`KafkaCluster.start` is a no-op on a running one)."""
+    root = tmp_path_factory.mktemp("kafka-cluster")
     try:
-        cluster = start_kafka_cluster(tmp_path_factory.mktemp("kafka-cluster"))
+        cluster = start_kafka_cluster(root)
     except ServerFailed as exc:
         pytest.fail(f"the three-broker cluster did not start: {exc}", pytrace=False)
+    # Registered like the session's environment, so a crashed run's brokers are stopped by
+    # the next one (`environment.reap_orphans`).
+    name = f"pytest-{os.getpid()}-cluster"
+    environment.save(environment.LocalEnv(
+        name=name, root=root, bootstrap=cluster.bootstrap, kubeconfig=root / "none",
+        server="", owner_pid=os.getpid(), records=cluster.records, brokers=3))
     try:
         yield cluster
     finally:
         cluster.shutdown()
+        environment.down(name)
 
 
 @pytest.fixture(scope="session")
