@@ -333,7 +333,13 @@ def _coordinated(admin: Admin, what: str, op: str, args: tuple[Any, ...],
     admin.pool.check(admin.key, admin.bootstrap)
     future = admin.pool.coordinated(admin, op, args, GROUP_TIMEOUT_S)
     try:
-        value = future.result(timeout=GROUP_TIMEOUT_S + CHILD_START_S)
+        try:
+            value = future.result(timeout=GROUP_TIMEOUT_S + CHILD_START_S)
+        except ChildDied:
+            # The child may have died of an earlier request (librdkafka aborts on one whose
+            # coordinator went away): this one is asked once more, of a new child.
+            future = admin.pool.coordinated(admin, op, args, GROUP_TIMEOUT_S)
+            value = future.result(timeout=GROUP_TIMEOUT_S + CHILD_START_S)
     except RequestFailed as exc:
         message = f"{what} at {admin.bootstrap}: {exc.text}"
         if exc.code in _UNREACHABLE_CODES:

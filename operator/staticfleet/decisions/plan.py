@@ -927,8 +927,8 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                       if (at := last_batch_at(st_)) is not None},
         replacement_names={o: builders.replacement_name(spec, o, view.revision)
                            for o in range(spec.replicas)},
-        lag=snap.lag, last_seen=snap.last_answers, refused=snap.refused,
-        activating=activating,
+        lag=snap.lag, lag_age_s=snap.lag_age_s, last_seen=snap.last_answers,
+        refused=snap.refused, activating=activating,
         rollback_revision=(back.view.revision if back is not None
                            and back.view.revision != view.revision else None),
         rollback_names=({o: builders.replacement_name(back.spec, o, back.view.revision)

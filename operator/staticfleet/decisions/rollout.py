@@ -257,12 +257,17 @@ def is_done(member: ObservedMember | None, revision: str, group_state: str) -> b
             and group_state in STABLE_STATES)
 
 
-def progressed(member: ObservedMember, lag: Mapping[tuple[str, int], int] | None) -> bool:
+def progressed(member: ObservedMember, lag: Mapping[tuple[str, int], int] | None,
+               lag_read_at: datetime | None = None, since: datetime | None = None) -> bool:
     """It processed real records (its process committed a batch), or none waits on its
-    partitions (the broker's lag is 0 there, or it holds none)."""
+    partitions (the broker's lag is 0 there, or it holds none) by figures read after `since`
+    (its return to the group): lag read before it came back, or end offsets cached from a
+    minute ago, says nothing of the records that wait for it now."""
     if member.first_batch_at is not None:
         return True
     if lag is None:
+        return False
+    if since is not None and (lag_read_at is None or lag_read_at < since):
         return False
     return not any(lag.get(tp, 0) for tp in member.assignment)
 
@@ -317,7 +322,9 @@ def next_step(
     for f in ctx.in_flight:
         member = observed.member(f.ordinal)
         if (is_done(member, _target(f, update_revision), observed.group_state)
-                and member is not None and progressed(member, observed.lag)):
+                and member is not None
+                and progressed(member, observed.lag, observed.lag_read_at(now),
+                               f.rejoined_at or f.stopped_at)):
             return (_expired(ctx, f, phase)
                     or MarkMemberDone(f.ordinal, f.absence_s(now), _gap_s(f, member)))
     # 3: A member in flight is back in the group: its absence ends (an absence seen only now

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from staticfleet.decisions.conditions import parse_optional, rfc3339, rfc3339_ms
@@ -99,6 +99,8 @@ class GroupObservation:
     """The name a warm replacement of each ordinal gets for the update revision."""
     lag: Mapping[tuple[str, int], int] | None = None
     """Each committed partition's lag as the broker sees it (None: not read this pass)."""
+    lag_age_s: float | None = None
+    """How old the oldest figure in `lag` is (seconds; None: unknown, as old as can be)."""
     last_seen: Mapping[str, datetime] = field(default_factory=dict)
     """When each member pod's process (by uid) last answered /status, as far as this operator
     process saw (a pass that read it)."""
@@ -115,6 +117,12 @@ class GroupObservation:
     member can be handed back to; None when none is known."""
     rollback_names: Mapping[int, str] = field(default_factory=dict)
     """The name a standby of `rollback_revision` gets, per ordinal."""
+
+    def lag_read_at(self, now: datetime) -> datetime | None:
+        """When the oldest figure in `lag` was read (None: no lag, or its age is unknown)."""
+        if self.lag is None or self.lag_age_s is None:
+            return None
+        return now - timedelta(seconds=self.lag_age_s)
 
     def member(self, ordinal: int) -> ObservedMember | None:
         return next((m for m in self.members if m.ordinal == ordinal), None)

@@ -31,3 +31,21 @@ def test_a_dead_child_fails_its_requests_and_the_next_request_starts_a_new_one()
     finally:
         child.close()
     assert child.process is None
+
+
+def test_a_client_forgotten_under_its_own_request_still_answers_it() -> None:
+    """`forget` while a request of that client waits (what a retry after a coordinator error
+    does): the answer still comes back as librdkafka's error, and the child lives on."""
+    child = CoordinatedAdmin()
+    conf = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "log_level": 0}
+    try:
+        pending = child.submit("k", conf, "committed", ("g", [("t", 0)]), 2.0)
+        child.forget("k")
+        with pytest.raises(RequestFailed):
+            pending.result(timeout=30)
+        after = child.submit("k", conf, "describe_group", ("g",), 1.0)
+        with pytest.raises(RequestFailed):
+            after.result(timeout=30)
+        assert child.started == 1 and child.process.is_alive()
+    finally:
+        child.close()

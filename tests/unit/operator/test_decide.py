@@ -84,7 +84,7 @@ def snapshot(cg: dict[str, Any], pods: list[dict[str, Any]] | None = None, *,
                     pods=tuple(pods), statuses=statuses,
                     group=GroupView(state, spec.membership.protocol, members),
                     partitions=parts, broker_config=broker_config or {},
-                    lag={} if lag is None else lag)
+                    lag={} if lag is None else lag, lag_age_s=0.0)
 
 
 def _ordinal(pod: dict[str, Any]) -> int:
