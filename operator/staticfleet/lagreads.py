@@ -81,12 +81,14 @@ class LagReads:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def lag(self, admin: observe.Admin, group_id: str, partitions: Mapping[str, int],
-            statuses: Iterable[Mapping[str, Any]] = (), known: bool = True) -> Lag:
+            statuses: Iterable[Mapping[str, Any]] = (), known: bool = True,
+            fresh_within_s: float | None = None) -> Lag:
         """The group's lag: the larger of what its members report (their statistics) and the
         end offsets (read once per interval for the whole cluster) minus the committed offsets
         (the members' own commits; the brokers' for partitions no member reports, read at most
         once per interval; not at all for a group the brokers do not know, `known` False:
-        it has no offsets)."""
+        it has no offsets). With `fresh_within_s` (a rollout waits for a member's progress)
+        the broker's figures of this group are read again once older than that."""
         statuses = list(statuses)
         reported, committed = reported_lag(statuses), reported_committed(statuses)
         wanted = [(t, p) for t, count in sorted(partitions.items()) for p in range(count)]
@@ -94,10 +96,10 @@ class LagReads:
         age = REPORT_AGE_S if reported else 0.0
         unknown = [tp for tp in wanted if tp not in reported and tp not in committed]
         if unknown and known:
-            read, read_at = self._committed(admin, group_id, wanted, now)
+            read, read_at = self._committed(admin, group_id, wanted, now, fresh_within_s)
             committed = {**{tp: read[tp] for tp in unknown if tp in read}, **committed}
             age = max(age, now - read_at)
-        ends = self._ends(admin, [tp for tp in wanted if tp in committed], now)
+        ends = self._ends(admin, [tp for tp in wanted if tp in committed], now, fresh_within_s)
         out = {tp: reported[tp] for tp in wanted if tp in reported}
         for tp, (read_at, end) in ends.items():
             out[tp] = max(out.get(tp, 0), end - committed[tp], 0)
@@ -106,12 +108,13 @@ class LagReads:
         return Lag(out, round(age, 1),
                    {tp: (round(now - at, 1), end) for tp, (at, end) in ends.items()})
 
-    def _committed(self, admin: observe.Admin, group_id: str, wanted: list[TP],
-                   now: float) -> tuple[dict[TP, int], float]:
+    def _committed(self, admin: observe.Admin, group_id: str, wanted: list[TP], now: float,
+                   fresh_within_s: float | None = None) -> tuple[dict[TP, int], float]:
         key = (admin.key, group_id)
         with self.lock:
             cached = self.committed.get(key)
-        if cached is not None and now - cached[0] < self.interval_s:
+        if cached is not None and now - cached[0] < min(self.interval_s,
+                                                        fresh_within_s or self.interval_s):
             return cached[1], cached[0]
         try:
             read = observe.committed_offsets(admin, group_id, wanted)
@@ -123,10 +126,11 @@ class LagReads:
             self.committed[key] = (now, read)
         return read, now
 
-    def _ends(self, admin: observe.Admin, rest: list[TP],
-              now: float) -> dict[TP, tuple[float, int]]:
+    def _ends(self, admin: observe.Admin, rest: list[TP], now: float,
+              fresh_within_s: float | None = None) -> dict[TP, tuple[float, int]]:
         """The end offsets of `rest`; when any is missing or older than the interval, every
-        stale partition of the cluster (all its groups') is read in one request."""
+        stale partition of the cluster (all its groups') is read in one request. With
+        `fresh_within_s`, those of `rest` older than that are read again (only they)."""
         with self.lock:
             cluster = self.ends.setdefault(admin.key, {})
             asked = self.asked.setdefault(admin.key, {})
@@ -138,6 +142,9 @@ class LagReads:
             missing = [tp for tp in rest if tp not in cluster]
             ask = sorted(set(missing) | (set(stale) if missing or set(stale) & set(rest)
                                          else set()))
+            if fresh_within_s is not None:
+                ask = sorted(set(ask) | {tp for tp in rest if tp in cluster
+                                         and now - cluster[tp][0] >= fresh_within_s})
         if ask:
             try:
                 read = observe.end_offsets(admin, ask)

@@ -44,6 +44,10 @@ the watch has not shown that change yet."""
 TOPIC_RETRY_S = 10.0
 SECRET_RETRY_S = 15.0
 COORDINATOR_RETRY_S = 1.0
+ROLLOUT_LAG_AGE_S = 2.0
+"""While members are in flight, the broker's figures of their group's lag are at most this old:
+the roller takes lag 0 read after a member came back as its progress (`rollout.progressed`);
+a minute-old figure would hold the rollout back that long."""
 """A moving coordinator is asked again soon (it answers within seconds), not with a backoff."""
 MEMBER_PORT = builders.HTTP_PORT
 
@@ -213,8 +217,10 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     statuses = _member_statuses(running, deps)
     lag = None
     if group is not None:
+        rolling = bool(((body.get("status") or {}).get("rollout") or {}).get("inFlight"))
         lag = deps.lag_reads.lag(admin, spec.kafka.group_id, partitions, statuses.values(),
-                                 known=group.state != "Dead")
+                                 known=group.state != "Dead",
+                                 fresh_within_s=ROLLOUT_LAG_AGE_S if rolling else None)
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=statuses, group=group, partitions=partitions,
                     closures=closures, claimants=claimants, broker_config=broker_config,

@@ -113,3 +113,23 @@ def test_a_group_the_brokers_do_not_know_costs_no_read(reads: dict[str, Any]) ->
     book = lagreads.LagReads(clock=Clock())
     assert book.lag(Admin(), "new", {"a": 2}, known=False).by_partition == {}  # type: ignore[arg-type]
     assert reads["committed"] == [] and reads["ends"] == []
+
+
+def test_a_group_in_a_rollout_gets_figures_no_older_than_asked(reads: dict[str, Any]) -> None:
+    """The roller takes lag 0 read after a member came back as its progress: while members are
+    in flight the group's broker figures are read again once older than `fresh_within_s`; the
+    other groups of the cluster keep the interval."""
+    clock = Clock()
+    book = lagreads.LagReads(clock=clock)
+    reads["offsets"] = {("g1", ("a", 0)): 5, ("g2", ("b", 0)): 1}
+    reads["end"] = {("a", 0): 9, ("b", 0): 4}
+    admin: Any = Admin()
+    book.lag(admin, "g1", {"a": 1})
+    book.lag(admin, "g2", {"b": 1})
+    clock.t += 3
+    reads["offsets"][("g1", ("a", 0))] = 9
+    rolling = book.lag(admin, "g1", {"a": 1}, fresh_within_s=2.0)
+    assert rolling.by_partition == {("a", 0): 0} and rolling.age_s == 0.0
+    assert reads["committed"] == ["g1", "g2", "g1"] and reads["ends"][-1] == [("a", 0)]
+    assert book.lag(admin, "g2", {"b": 1}).age_s == 3.0, "the other group's figures stay"
+    assert reads["committed"] == ["g1", "g2", "g1"]
