@@ -51,7 +51,10 @@ THROUGHPUT_WINDOW_S = 5.0
 Span = tuple[float, float | None]  # (member stopped, member back; None: not back yet)
 
 READY_TIMEOUT_S = 300.0
-ROLLOUT_TIMEOUT_S = 300.0
+ROLLOUT_TIMEOUT_S = 600.0
+"""As long as the roller itself gives a member (spec.rollout.progressDeadlineSeconds' default):
+three standbys that each take 70-100 s to warm Spark up on a loaded 2-core machine made a 300 s
+limit fail a rollout that was going well (CI, 2026-11-24)."""
 DRAIN_TIMEOUT_S = 180.0
 
 

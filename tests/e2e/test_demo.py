@@ -23,7 +23,7 @@ from tests.conftest import unique
 
 pytestmark = pytest.mark.e2e
 
-DEMO_TIMEOUT_S = 720
+DEMO_TIMEOUT_S = 1020
 
 
 def demo_command(name: str) -> list[str]:
