@@ -26,6 +26,11 @@ class BatchBuffer:
 
     A batch is due when it holds `maxRecords` records or `maxBytes` bytes, or when its first record
     has waited `maxWaitMs`. The buffer is full at `depth` times those sizes.
+
+    After an assignment (`catch_up`) the first batch does not wait: records that were already
+    waiting on the partitions are due as soon as the first fetch brought them. `maxWaitMs` paces
+    the steady state, not the resumption (a warm handoff's processing gap). Catching up ends at
+    that batch, or after `maxWaitMs` with nothing fetched (nothing was waiting).
     """
 
     def __init__(self, limits: BatchLimits, depth: int = DEPTH) -> None:
@@ -35,6 +40,7 @@ class BatchBuffer:
         self.count = 0
         self.bytes = 0
         self.first_at: float | None = None
+        self.catching_up_until: float | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -54,6 +60,13 @@ class BatchBuffer:
         if self.first_at is None:
             self.first_at = now
 
+    def catch_up(self, now: float) -> None:
+        """Partitions were just assigned: the next batch is due once it holds records."""
+        self.catching_up_until = now + self.limits.max_wait_ms / 1000.0
+
+    def catching_up(self, now: float) -> bool:
+        return self.catching_up_until is not None and now < self.catching_up_until
+
     def room(self) -> int:
         """How many records may still be polled into the buffer (at least 1)."""
         return max(1, self.depth * self.limits.max_records - self.count)
@@ -67,18 +80,22 @@ class BatchBuffer:
         """A batch is ready to hand over."""
         return (self.count >= self.limits.max_records or self.bytes >= self.limits.max_bytes
                 or (self.first_at is not None
-                    and now - self.first_at >= self.limits.max_wait_ms / 1000.0))
+                    and (now - self.first_at >= self.limits.max_wait_ms / 1000.0
+                         or self.catching_up(now))))
 
     def wait_left(self, now: float) -> float | None:
         """Seconds until the batch is due by time; None while it is empty."""
         if self.first_at is None:
             return None
+        if self.catching_up(now):
+            return 0.0
         return max(0.0, self.first_at + self.limits.max_wait_ms / 1000.0 - now)
 
     def take(self, now: float) -> Batch:
         """Hand out one batch: the first records, up to maxRecords and maxBytes (at least one
         record); what is left over starts the next batch at `now`."""
         everything = self.records
+        self.catching_up_until = None
         n = min(len(everything), self.limits.max_records)
         if self.bytes > self.limits.max_bytes:
             n = everything[:n].fitting(self.limits.max_bytes)

@@ -318,7 +318,8 @@ class Member:
                     cf.wait([flight.future], timeout=BUSY_POLL_S)
                 messages = self.consumer.consume(1, 0)
         else:
-            busy = self.inflight is not None or self.buffer.due(now)
+            busy = (self.inflight is not None or self.buffer.due(now)
+                    or self.buffer.catching_up(now))
             wait = BUSY_POLL_S if busy else IDLE_POLL_S
             left = self.buffer.wait_left(now)
             if left:
@@ -530,6 +531,7 @@ class Member:
         self.assignment |= tps
         self.paused -= tps
         self.joined = True
+        self.buffer.catch_up(time.monotonic())
         first = self.telemetry.assigned(tps, time.monotonic(), consumer.memberid() or "",
                                         rebalance=not self.left)
         log.info("assigned %s", sorted(tps))

@@ -93,3 +93,31 @@ def test_take_gives_one_batch_with_the_ranges_of_all_polls() -> None:
     batch = b.take(now=1.2)
     assert batch.ranges == {("a", 0): (0, 4), ("b", 2): (7, 8)}
     assert batch.table.num_rows == 7
+
+
+def test_after_an_assignment_the_first_batch_is_due_as_soon_as_it_holds_records() -> None:
+    b = buffer(records=100, wait_ms=1000)
+    b.catch_up(now=10.0)
+    assert not b.due(10.0) and b.catching_up(10.0), "nothing fetched yet"
+    b.add(recs("a", 0, range(3)), now=10.05)
+    assert b.due(10.05) and b.wait_left(10.05) == 0.0
+    assert [r.offset() for r in b.take(now=10.06)] == [0, 1, 2]
+    # The steady state again: the next batch waits maxWaitMs for more records.
+    b.add(recs("a", 0, range(3, 4)), now=10.1)
+    assert not b.catching_up(10.1) and not b.due(10.5) and b.due(11.1)
+
+
+def test_catching_up_ends_after_max_wait_with_nothing_fetched() -> None:
+    b = buffer(records=100, wait_ms=1000)
+    b.catch_up(now=10.0)
+    b.add(recs("a", 0, range(1)), now=11.5)
+    assert not b.catching_up(11.5) and not b.due(11.5) and b.due(12.5)
+
+
+def test_records_of_revoked_partitions_dropped_while_catching_up_keep_it() -> None:
+    b = buffer(records=100, wait_ms=1000)
+    b.add(recs("a", 0, range(2)), now=9.0)
+    b.catch_up(now=10.0)
+    assert b.drop({("a", 0)}, now=10.0) == 2 and not b.due(10.0)
+    b.add(recs("a", 1, range(2)), now=10.1)
+    assert b.due(10.1)
