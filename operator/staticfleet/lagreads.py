@@ -94,12 +94,14 @@ class LagReads:
         wanted = [(t, p) for t, count in sorted(partitions.items()) for p in range(count)]
         now = self.clock()
         age = REPORT_AGE_S if reported else 0.0
+        max_age = (self.interval_s if fresh_within_s is None
+                   else min(self.interval_s, fresh_within_s))
         unknown = [tp for tp in wanted if tp not in reported and tp not in committed]
         if unknown and known:
-            read, read_at = self._committed(admin, group_id, wanted, now, fresh_within_s)
+            read, read_at = self._committed(admin, group_id, wanted, now, max_age)
             committed = {**{tp: read[tp] for tp in unknown if tp in read}, **committed}
             age = max(age, now - read_at)
-        ends = self._ends(admin, [tp for tp in wanted if tp in committed], now, fresh_within_s)
+        ends = self._ends(admin, [tp for tp in wanted if tp in committed], now, max_age)
         out = {tp: reported[tp] for tp in wanted if tp in reported}
         for tp, (read_at, end) in ends.items():
             out[tp] = max(out.get(tp, 0), end - committed[tp], 0)
@@ -109,12 +111,11 @@ class LagReads:
                    {tp: (round(now - at, 1), end) for tp, (at, end) in ends.items()})
 
     def _committed(self, admin: observe.Admin, group_id: str, wanted: list[TP], now: float,
-                   fresh_within_s: float | None = None) -> tuple[dict[TP, int], float]:
+                   max_age: float) -> tuple[dict[TP, int], float]:
         key = (admin.key, group_id)
         with self.lock:
             cached = self.committed.get(key)
-        if cached is not None and now - cached[0] < min(self.interval_s,
-                                                        fresh_within_s or self.interval_s):
+        if cached is not None and now - cached[0] < max_age:
             return cached[1], cached[0]
         try:
             read = observe.committed_offsets(admin, group_id, wanted)
@@ -127,10 +128,10 @@ class LagReads:
         return read, now
 
     def _ends(self, admin: observe.Admin, rest: list[TP], now: float,
-              fresh_within_s: float | None = None) -> dict[TP, tuple[float, int]]:
+              max_age: float) -> dict[TP, tuple[float, int]]:
         """The end offsets of `rest`; when any is missing or older than the interval, every
-        stale partition of the cluster (all its groups') is read in one request. With
-        `fresh_within_s`, those of `rest` older than that are read again (only they)."""
+        stale partition of the cluster (all its groups') is read in one request; those of `rest`
+        older than `max_age` (shorter than the interval while a rollout waits) are read too."""
         with self.lock:
             cluster = self.ends.setdefault(admin.key, {})
             asked = self.asked.setdefault(admin.key, {})
@@ -140,11 +141,9 @@ class LagReads:
                 cluster.pop(tp, None)
             stale = [tp for tp, (at, _) in cluster.items() if now - at >= self.interval_s]
             missing = [tp for tp in rest if tp not in cluster]
-            ask = sorted(set(missing) | (set(stale) if missing or set(stale) & set(rest)
-                                         else set()))
-            if fresh_within_s is not None:
-                ask = sorted(set(ask) | {tp for tp in rest if tp in cluster
-                                         and now - cluster[tp][0] >= fresh_within_s})
+            old = {tp for tp in rest if tp in cluster and now - cluster[tp][0] >= max_age}
+            ask = sorted(set(missing) | old | (set(stale) if missing or set(stale) & set(rest)
+                                               else set()))
         if ask:
             try:
                 read = observe.end_offsets(admin, ask)
