@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaBroker, KafkaCluster, KafkaSettings, start_kafka_cluster
 from staticfleet_dev.procs import ProcessRecord, ServerFailed, stop
+from staticfleet_dev.spark_connect import ConnectServer, start_connect_server
 from staticfleet_dev.tools import tail
 from tests.support.kube import create_namespace, install_crds, kubectl
 from tests.support.operator import OperatorProcess
@@ -107,6 +108,27 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
     finally:
         cluster.shutdown()
         environment.down(name)
+
+
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """One Spark Connect server for the session (started by the first test that asks).
+
+    The e2e tests whose subject is the operator's rules (rollout gates, crashes, scale, security,
+    brokers failing) run their members' Spark through it: each member is then a Python process
+    with a Connect client instead of a JVM of its own, which on two cores took 30-100 s to start
+    and warm up and made those tests slow. Sharing it is honest for them: every member still
+    consumes with confluent-kafka, runs the transform as a Spark job and commits after the job
+    returned; Connect sessions are per client, so no member sees another's data. The members'
+    own local-Spark life (a standby warming its JVM, a JVM dying with its member) is the subject
+    of tests/e2e/test_rollout.py::test_static_rollout_costs_no_rebalance_and_loses_nothing, the
+    demo's e2e and the runtime's integration tests, which keep local Spark."""
+    try:
+        server = start_connect_server(tmp_path_factory.mktemp("spark-connect"))
+    except AssertionError as exc:
+        pytest.fail(f"the Spark Connect server did not start: {exc}", pytrace=False)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from staticfleet.decisions import builders
 from staticfleet_dev.kafka import KafkaCluster, offsets_partition
+from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
 from tests.conftest import unique
 from tests.e2e.test_rollout import env_patch, rollout_complete, start_group, trigger
@@ -107,7 +108,7 @@ def degraded_passes(operator: OperatorProcess, namespace: str, name: str) -> dic
 
 def test_rollouts_ride_out_a_coordinator_kill_and_a_broker_roll(
         kafka_cluster: KafkaCluster, kubeconfig: Path, operator: OperatorProcess,
-        namespace: str) -> None:
+        namespace: str, spark_connect: ConnectServer) -> None:
     classic, consumer = names_on_one_coordinator()
     bootstrap = kafka_cluster.bootstrap
     cgs = {}
@@ -117,7 +118,7 @@ def test_rollouts_ride_out_a_coordinator_kill_and_a_broker_roll(
         out = kafka_cluster.make_topic(unique("fo-out"), 4)
         cgs[name] = (topic, out, groups.consumer_group(
             name, bootstrap, topic, replicas=REPLICAS, out_topic=out, protocol=protocol,
-            strategy="WarmHandoff"))
+            strategy="WarmHandoff", connect_url=spark_connect.url))
         producers[name] = SteadyProducer(bootstrap, topic, rate=50).start()
     try:
         for _, _, cg in cgs.values():

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.spark_connect import ConnectServer
 from tests.conftest import unique
 from tests.support import groups
 from tests.support.kube import get_json, kubectl
@@ -92,11 +93,12 @@ def events(kubeconfig: Path, namespace: str, name: str, reason: str) -> list[dic
 
 def test_crashes_restarted_in_place_change_no_timeout_and_run_their_own_revision(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any],
+    stream: dict[str, Any], spark_connect: ConnectServer,
 ) -> None:
     name = unique("crash")
     groups.apply(kubeconfig, namespace, groups.consumer_group(
-        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS))
+        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS,
+        connect_url=spark_connect.url))
     ready = groups.wait_status(
         kubeconfig, namespace, name,
         lambda o: groups.ready(o) and (o["status"].get("rollout") or {}).get("phase") == "Idle",

@@ -30,6 +30,7 @@ import pytest
 
 from staticfleet.decisions import builders
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.spark_connect import ConnectServer
 from tests.conftest import unique
 from tests.e2e.test_rollout import drain, rollout_complete, start_group, trigger
 from tests.support import groups
@@ -88,12 +89,13 @@ def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_a_revision_that_cannot_process_is_rolled_back_or_halted_never_rolled_on(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any],
+    stream: dict[str, Any], spark_connect: ConnectServer,
 ) -> None:
     name = unique("failing")
     spec = groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
-        strategy="WarmHandoff", env=[{"name": "PYTHONPATH", "value": str(REPO)}])
+        strategy="WarmHandoff", env=[{"name": "PYTHONPATH", "value": str(REPO)}],
+        connect_url=spark_connect.url)
     # One attempt per batch and a short backoff: a failing batch fails the member at once.
     spec["spec"]["processing"]["retry"] = {"attempts": 1, "backoffMs": 100, "maxBackoffMs": 100}
     start_group(kubeconfig, namespace, spec)

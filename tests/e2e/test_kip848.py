@@ -16,6 +16,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.stream import committed_lag, read_all
 from tests.conftest import unique
 from tests.e2e.test_day2 import crash, restart_count
@@ -58,11 +59,13 @@ class OwnerWatch(Poller):
 def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_kill_9(
     kafka: KafkaBroker, kafka_admin: AdminClient, kubeconfig: Path, operator: OperatorProcess,
     namespace: str, stream: dict[str, Any], prometheus: Prometheus,
+    spark_connect: ConnectServer,
 ) -> None:
     name = unique("k848")
     groups.apply(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
-        session_ms=SESSION_MS, protocol="consumer", strategy="WarmHandoff"))
+        session_ms=SESSION_MS, protocol="consumer", strategy="WarmHandoff",
+        connect_url=spark_connect.url))
     ready = groups.wait_status(
         kubeconfig, namespace, name,
         lambda o: groups.ready(o) and (o["status"].get("rollout") or {}).get("phase") == "Idle",

@@ -19,6 +19,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
 from tests.conftest import unique
 from tests.support import groups
@@ -92,12 +93,12 @@ def scale(kubeconfig: Path, namespace: str, name: str, replicas: int) -> None:
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_scale_down_hands_partitions_over_at_once_and_scaling_is_planned(
     kafka: KafkaBroker, kafka_admin: AdminClient, kubeconfig: Path, operator: OperatorProcess,
-    namespace: str, stream: dict[str, Any], protocol: str,
+    namespace: str, stream: dict[str, Any], protocol: str, spark_connect: ConnectServer,
 ) -> None:
     name = unique("scale")
     groups.apply(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=3, out_topic=stream["out"],
-        session_ms=SESSION_MS, protocol=protocol))
+        session_ms=SESSION_MS, protocol=protocol, connect_url=spark_connect.url))
     groups.wait_status(kubeconfig, namespace, name, groups.ready, 240, "Ready")
     time.sleep(3)
     formed = groups.get(kubeconfig, namespace, name)["status"]  # the forming rebalances
@@ -137,10 +138,12 @@ def test_scale_down_hands_partitions_over_at_once_and_scaling_is_planned(
 def test_a_topic_added_to_a_running_group_is_assigned_by_one_planned_rebalance(
     kafka: KafkaBroker, kafka_admin: AdminClient, kubeconfig: Path, operator: OperatorProcess,
     namespace: str, stream: dict[str, Any], make_topic: Callable[..., str],
+    spark_connect: ConnectServer,
 ) -> None:
     name = unique("topics")
     groups.apply(kubeconfig, namespace, groups.consumer_group(
-        name, kafka.bootstrap, stream["topic"], replicas=2, out_topic=stream["out"]))
+        name, kafka.bootstrap, stream["topic"], replicas=2, out_topic=stream["out"],
+        connect_url=spark_connect.url))
     groups.wait_status(kubeconfig, namespace, name, groups.ready, 240, "Ready")
     time.sleep(3)
     formed = groups.get(kubeconfig, namespace, name)["status"]  # the forming rebalances

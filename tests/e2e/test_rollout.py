@@ -20,6 +20,7 @@ from staticfleet import observe
 from staticfleet.decisions.builders import ACTIVATED_ANNOTATION, HTTP_PORT
 from staticfleet_dev import dashboard, grafana_alerts
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.stream import committed_lag, read_all
 from tests.conftest import unique
 from tests.support import groups
@@ -282,12 +283,12 @@ def check_dashboard(prometheus: Prometheus, namespace: str, group: str, started:
 
 def test_dynamic_rollout_rebalances_once_per_member_at_least(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any], prometheus: Prometheus,
+    stream: dict[str, Any], prometheus: Prometheus, spark_connect: ConnectServer,
 ) -> None:
     name = unique("dynamic")
     start_group(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
-        dynamic=True))
+        dynamic=True, connect_url=spark_connect.url))
     generations_before = kafka.generations(name)
 
     with AlertWatcher(prometheus, namespace, name) as alerts:
@@ -315,12 +316,13 @@ def test_dynamic_rollout_rebalances_once_per_member_at_least(
 
 def test_rollout_refuses_to_start_when_restarts_outlast_the_session_timeout(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any],
+    stream: dict[str, Any], spark_connect: ConnectServer,
 ) -> None:
     name = unique("slow")
     slow = ["sh", "-c", "sleep 8; exec python -m consumer_runtime"]
     start_group(kubeconfig, namespace, groups.consumer_group(
-        name, kafka.bootstrap, stream["topic"], replicas=2, session_ms=6000, command=slow))
+        name, kafka.bootstrap, stream["topic"], replicas=2, session_ms=6000, command=slow,
+        connect_url=spark_connect.url))
     uids = {p["metadata"]["uid"] for p in groups.pods(kubeconfig, namespace, name)}
 
     trigger(kubeconfig, namespace, name, env_patch("1"))
@@ -344,14 +346,15 @@ def test_rollout_refuses_to_start_when_restarts_outlast_the_session_timeout(
 
 def test_a_late_restart_stops_the_rollout_before_the_next_member(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any], tmp_path: Path,
+    stream: dict[str, Any], tmp_path: Path, spark_connect: ConnectServer,
 ) -> None:
     name = unique("late")
     # Long enough that ordinary restarts fit even on a loaded machine (the operator would
     # rightly refuse the rollout otherwise); the late member sleeps far past it.
     session_ms = 45000
     start_group(kubeconfig, namespace, groups.consumer_group(
-        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, session_ms=session_ms))
+        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, session_ms=session_ms,
+        connect_url=spark_connect.url))
     generations_before = kafka.generations(name)
     marker = tmp_path / "slow-once"
     # The new command makes member 1's replacement (and only its first start) 75 s late.
@@ -384,11 +387,12 @@ def test_a_late_restart_stops_the_rollout_before_the_next_member(
 
 def test_operator_killed_mid_rollout_resumes_without_restarting_twice(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any],
+    stream: dict[str, Any], spark_connect: ConnectServer,
 ) -> None:
     name = unique("resume")
     start_group(kubeconfig, namespace, groups.consumer_group(
-        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS))
+        name, kafka.bootstrap, stream["topic"], replicas=REPLICAS,
+        connect_url=spark_connect.url))
     generations_before = kafka.generations(name)
 
     with UidTracker(kubeconfig, namespace, name) as tracker:
@@ -429,14 +433,14 @@ def _json(value: Any) -> str:
 
 def test_a_replacement_that_cannot_start_stops_the_warm_rollout_and_the_member_keeps_serving(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any],
+    stream: dict[str, Any], spark_connect: ConnectServer,
 ) -> None:
     """Make before break: a replacement whose transform cannot be imported fails in standby;
     the old member was never stopped, so nothing rebalances and nothing is lost."""
     name = unique("badwarm")
     start_group(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
-        strategy="WarmHandoff"))
+        strategy="WarmHandoff", connect_url=spark_connect.url))
     generations_before = kafka.generations(name)
     live_before = {p["metadata"]["uid"] for p in groups.pods(kubeconfig, namespace, name)}
     trigger(kubeconfig, namespace, name, '[{"op": "replace", "path": '

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.spark_connect import ConnectServer
 from tests.conftest import unique
 from tests.e2e.test_day2 import member_process
 from tests.e2e.test_rollout import drain, env_patch, rollout_complete, start_group, trigger
@@ -61,11 +62,12 @@ def events(kubeconfig: Path, namespace: str, reason: str) -> list[str]:
 
 def test_no_room_for_a_standby_falls_back_cold_and_stops_one_member_at_a_time(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any],
+    stream: dict[str, Any], spark_connect: ConnectServer,
 ) -> None:
     name = unique("quota")
     spec = groups.consumer_group(name, kafka.bootstrap, stream["topic"], replicas=3,
-                                 out_topic=stream["out"], strategy="WarmHandoff")
+                                 out_topic=stream["out"], strategy="WarmHandoff",
+                                 connect_url=spark_connect.url)
     spec["spec"]["rollout"].update({"maxSurge": 2, "maxUnavailable": 1})
     start_group(kubeconfig, namespace, spec)
     quota = {"apiVersion": "v1", "kind": "ResourceQuota",
@@ -102,7 +104,7 @@ def test_no_room_for_a_standby_falls_back_cold_and_stops_one_member_at_a_time(
 
 def test_a_frozen_old_member_and_a_late_first_pass(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any],
+    stream: dict[str, Any], spark_connect: ConnectServer,
 ) -> None:
     """One 2-member warm rollout, two things going wrong (one group for both: they touch
     different members, one after the other).
@@ -118,8 +120,12 @@ def test_a_frozen_old_member_and_a_late_first_pass(
     pass after the exit is late. It sends the activation and does not fall back to a cold
     start: member 0's handoff stays warm (its absence is the operator's 10 s)."""
     name = unique("frozen")
+    # The session timeout is set, not tuned: the frozen member's 30-40 s away is measured as a
+    # restart, and a tuned timeout (45 s with the fast Connect members) would then refuse
+    # member 0's handoff (RestartUnsafe) before the late pass could be tested.
     spec = groups.consumer_group(name, kafka.bootstrap, stream["topic"], replicas=2,
-                                 out_topic=stream["out"], strategy="WarmHandoff")
+                                 out_topic=stream["out"], strategy="WarmHandoff",
+                                 session_ms=120000, connect_url=spark_connect.url)
     spec["spec"]["template"]["terminationGracePeriodSeconds"] = 5
     start_group(kubeconfig, namespace, spec)
     generations = kafka.generations(name)

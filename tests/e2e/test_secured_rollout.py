@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
 from tests.conftest import unique
 from tests.e2e.test_rollout import env_patch, rollout_complete, start_group, trigger
@@ -39,7 +40,7 @@ class SecuredGroup:
 
 
 def secured_group(secured_kafka: SecuredKafka, kubeconfig: Path, namespace: str,
-                  listener: str, replicas: int) -> SecuredGroup:
+                  listener: str, replicas: int, connect_url: str) -> SecuredGroup:
     """A warm-handoff group on `listener` whose topics only its principal may use."""
     creds = secured_kafka.credentials(listener)
     name = unique(listener.lower())
@@ -50,7 +51,7 @@ def secured_group(secured_kafka: SecuredKafka, kubeconfig: Path, namespace: str,
         secured_kafka.grant_write(creds.principal, out)
     apply_secrets(kubeconfig, namespace, creds)
     cg = groups.consumer_group(name, creds.bootstrap, topic, replicas=replicas, out_topic=out,
-                               strategy="WarmHandoff")
+                               strategy="WarmHandoff", connect_url=connect_url)
     cg["spec"]["kafka"]["security"] = creds.security
     return SecuredGroup(name, topic, out, cg)
 
@@ -96,17 +97,18 @@ def roll(secured_kafka: SecuredKafka, kubeconfig: Path, namespace: str,
 
 def test_a_scram_group_rolls_without_rebalance_and_loses_nothing(
         secured_kafka: SecuredKafka, kubeconfig: Path, operator: OperatorProcess,
-        namespace: str) -> None:
+        namespace: str, spark_connect: ConnectServer) -> None:
     roll(secured_kafka, kubeconfig, namespace,
-         [secured_group(secured_kafka, kubeconfig, namespace, "SCRAM", REPLICAS)])
+         [secured_group(secured_kafka, kubeconfig, namespace, "SCRAM", REPLICAS,
+                        spark_connect.url)])
 
 
 def test_a_group_on_each_other_listener_rolls_without_rebalance(
         secured_kafka: SecuredKafka, kubeconfig: Path, operator: OperatorProcess,
-        namespace: str) -> None:
+        namespace: str, spark_connect: ConnectServer) -> None:
     """Mutual TLS, OAUTHBEARER and TLS: one single-member group each, rolled at the same time
     (one member and its standby per group keep the machine's load to that of a 3-member
     rollout)."""
     roll(secured_kafka, kubeconfig, namespace,
-         [secured_group(secured_kafka, kubeconfig, namespace, listener, 1)
+         [secured_group(secured_kafka, kubeconfig, namespace, listener, 1, spark_connect.url)
           for listener in ("MTLS", "OAUTH", "SSL")])

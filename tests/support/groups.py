@@ -14,8 +14,10 @@ def consumer_group(name: str, bootstrap: str, topic: str, *, replicas: int = 3,
                    out_topic: str | None = None, session_ms: int | None = None,
                    command: list[str] | None = None, dynamic: bool = False,
                    max_records: int = 2000, env: list[dict[str, str]] | None = None,
-                   protocol: str = "classic", strategy: str = "Recreate") -> dict[str, Any]:
-    """A small group: identity transform, Kafka sink (or null), one Spark core per member.
+                   protocol: str = "classic", strategy: str = "Recreate",
+                   connect_url: str | None = None) -> dict[str, Any]:
+    """A small group: identity transform, Kafka sink (or null), one Spark core per member, or
+    the Spark Connect server at `connect_url` (the session's `spark_connect` fixture).
     `strategy`: spec.rollout.strategy (Recreate unless a test is about warm handoffs: the
     tests of the roller's own rules keep the member pods' names)."""
     sink: dict[str, Any] = {"type": "kafka", "topic": out_topic} if out_topic else {"type": "null"}
@@ -38,7 +40,8 @@ def consumer_group(name: str, bootstrap: str, topic: str, *, replicas: int = 3,
             "rollout": {"strategy": strategy},
             "processing": {
                 "transform": "consumer_runtime.transforms:identity",
-                "spark": {"mode": "local", "master": "local[1]"},
+                "spark": ({"mode": "connect", "connectUrl": connect_url} if connect_url
+                          else {"mode": "local", "master": "local[1]"}),
                 "batch": {"maxRecords": max_records, "maxWaitMs": 500},
                 "sink": sink,
             },
