@@ -1,6 +1,11 @@
 """The member's HTTP endpoints (stdlib server, own thread): the probes /healthz and /readyz,
-/status and /metrics, open to any caller, and the operator's requests POST /leave, /rejoin and
-/activate, taken only with the group's bearer token (`consumer_runtime.control`)."""
+/status and /metrics, open to any caller, and the operator's requests POST /leave, /rejoin,
+/activate and /drain, taken only with the group's bearer token (`consumer_runtime.control`).
+
+POST /drain?holdMs=H&waitMs=W answers once the member has drained (200, with `drainedAt` and
+`lastBatchAt`, unix seconds from the member's clock), or after W ms (default 30,000) with 202
+while it still finishes its batch; H: how long the drained process waits to be replaced before it
+subscribes again (consumer_runtime/member.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -17,14 +23,19 @@ from consumer_runtime import control
 from consumer_runtime.metrics import Telemetry
 
 log = logging.getLogger(__name__)
-REQUESTS = ("leave", "rejoin", "activate")
+REQUESTS = ("leave", "rejoin", "activate", "drain")
+DRAIN_WAIT_MS = 30_000
+"""How long POST /drain waits for the drain before answering 202, unless it says (`waitMs`)."""
+Drain = Callable[[float | None, float], tuple[str | None, bool]]
+"""Take a drain (hold seconds or None, seconds to wait): (why not, drained within the wait)."""
 MAX_BODY = 64 * 1024
 """The requests have no body to speak of; a longer one is refused unread (413)."""
 
 
 def serve(telemetry: Telemetry, host: str, port: int,
           request: Callable[[str], str | None] = lambda action: "not started yet",
-          token: Callable[[], str | None] = lambda: None) -> ThreadingHTTPServer:
+          token: Callable[[], str | None] = lambda: None,
+          drain: Drain | None = None) -> ThreadingHTTPServer:
     """Start serving in a daemon thread; return the server (its port is the bound one).
     `request(action)` takes a POSTed request ("leave", "rejoin" or "activate"): None when
     accepted (202), else why not (409). Every POST needs `Authorization: Bearer <token()>`
@@ -66,8 +77,12 @@ def serve(telemetry: Telemetry, host: str, port: int,
             if refusal is not None:
                 self._refuse(action, refusal)
                 return
-            if action not in REQUESTS:
+            if action not in REQUESTS or (action == "drain" and drain is None):
                 self._send(404, b"not found\n")
+                return
+            if action == "drain":
+                assert drain is not None
+                self._drain(drain)
                 return
             refused = request(action)
             if refused is None:
@@ -77,6 +92,27 @@ def serve(telemetry: Telemetry, host: str, port: int,
                 log.info("http: %s refused: %s", action, refused)
                 self._send(409, json.dumps({"refused": action, "reason": refused}).encode(),
                            "application/json")
+
+        def _drain(self, drain: Drain) -> None:
+            query = parse_qs(self.path.partition("?")[2])
+            try:
+                hold = query.get("holdMs")
+                hold_s = None if not hold else int(hold[0]) / 1000.0
+                wait_s = int((query.get("waitMs") or [str(DRAIN_WAIT_MS)])[0]) / 1000.0
+            except ValueError:
+                self._send(400, b"holdMs and waitMs are whole milliseconds\n")
+                return
+            refused, drained = drain(hold_s, wait_s)
+            if refused is not None:
+                log.info("http: drain refused: %s", refused)
+                self._send(409, json.dumps({"refused": "drain", "reason": refused}).encode(),
+                           "application/json")
+                return
+            st = telemetry.status(time.monotonic())
+            body = {"accepted": "drain", "drained": drained, "drainedAt": st["drainedAt"],
+                    "lastBatchAt": st["lastBatchAt"], "instanceId": st["instanceId"]}
+            log.info("http: drain %s", "done" if drained else "accepted, still draining")
+            self._send(200 if drained else 202, json.dumps(body).encode(), "application/json")
 
         def _refuse(self, action: str, refusal: control.Refusal) -> None:
             telemetry.control_refused(action if action in REQUESTS else "other", refusal.reason)

@@ -70,14 +70,21 @@ def main(env: Mapping[str, str] | None = None) -> int:
         """POST /leave, /rejoin and /activate; the probes answer before the member exists."""
         return "the member is still starting" if member is None else member.request(action)
 
+    def drain(hold_s: float | None, wait_s: float) -> tuple[str | None, bool]:
+        """POST /drain (consumer_runtime/member.py)."""
+        if member is None:
+            return "the member is still starting", False
+        return member.drain(hold_s, wait_s)
+
     token = TokenFile(env.get(TOKEN_FILE_ENV))
     if token.path is None:
-        log.warning("no control token (%s unset): POST /leave, /rejoin and /activate are all "
-                    "refused", TOKEN_FILE_ENV)
+        log.warning("no control token (%s unset): POST /leave, /rejoin, /activate and /drain "
+                    "are all refused", TOKEN_FILE_ENV)
     else:
         token.current()  # says at the start whether it can be read
     try:
-        server = serve(telemetry, config.http_host, config.http_port, request, token.current)
+        server = serve(telemetry, config.http_host, config.http_port, request, token.current,
+                       drain)
     except OSError as exc:
         _last_words(env, f"consumer_runtime: cannot listen on {config.http_host}:"
                          f"{config.http_port}: {exc.strerror}")

@@ -8,11 +8,22 @@ until the worker is done. When the worker is done, the loop hands over the next 
 due, commits the finished batch's offsets synchronously and resumes the partitions. Every
 consumer call happens on this thread. The stages are timed (consumer_runtime/timeline.py).
 
-The operator steers the loop through three requests, each honoured only between batches (the
+The operator steers the loop through four requests, each honoured only between batches (the
 batch in flight finishes and is committed first, with the partitions paused): stop (SIGTERM:
 close, a static member keeps its registration), leave (POST /leave: give the partitions up at once
-and stay out of the group) and rejoin (POST /rejoin: leave and subscribe again, so the group's
-assignment is computed anew). membership.py says how a leave and a refused join work.
+and stay out of the group), rejoin (POST /rejoin: leave and subscribe again, so the group's
+assignment is computed anew) and drain (POST /drain: close the consumer the static way and stay
+up, a warm handoff's first half). membership.py says how a leave and a refused join work.
+
+A drain hands the instance id over without waiting for the process to end: the consumer closes
+as on a stop (classic: no LeaveGroup, the broker keeps the registration and its assignment for the
+session timeout; KIP-848: the static leave, epoch -2, which keeps them too), the request is
+answered once it has, and the process stays up, out of the group, until its pod is deleted. The
+operator activates the replacement the moment the drain answers. A drained process that is not
+replaced within its hold (`holdMs` of the request, well inside the session timeout: the
+operator died between the two calls, the standby failed) subscribes again by itself, as the same
+static member, so a drain never costs a rebalance; it does not when the broker shows another
+process holding its instance id (the replacement did join).
 
 A standby process (a warm handoff's replacement, `config.standby`) does not subscribe before a
 fourth request, activate (POST /activate, taken once Spark is up and warm: standby-ready): it
@@ -71,6 +82,13 @@ STOP = "stop"
 LEAVE = "leave"
 REJOIN = "rejoin"
 ACTIVATE = "activate"
+DRAIN = "drain"
+DRAIN_HOLD_S = 5.0
+"""How long a drained process waits to be replaced before it subscribes again, when the request
+does not say (`holdMs`)."""
+DRAIN_HOLD_MAX_S = 300.0
+DRAIN_CHECK_S = 0.5
+"""Between two looks at the group, once a drained process's hold is over."""
 
 
 def consumer_settings(config: RuntimeConfig, telemetry: Telemetry) -> dict[str, Any]:
@@ -158,6 +176,17 @@ class Member:
         self.rejoin_requested = False
         self.rejoining = False
         """Subscribed again after a rejoin, not yet assigned."""
+        self.drain_requested = False
+        self.drain_hold_s = DRAIN_HOLD_S
+        self.drained = threading.Event()
+        """Out of the group after a drain (consumer closed), waiting to be replaced."""
+        self.drained_member_id = ""
+        self.drain_ends_at = 0.0
+        self.group_view: GroupView | None = None
+        self.returning = False
+        """Subscribed again after a drain, not yet assigned: that assignment is the static
+        member's return, not a rebalance."""
+        """When a drained process looks whether it was replaced, and subscribes again if not."""
         self.left = False
         self.join_refused_at: float | None = None
         """When the broker first refused this process's instance id (UNRELEASED_INSTANCE_ID)."""
@@ -187,6 +216,10 @@ class Member:
                 return None
             if not self.activation.is_set():
                 return "in standby: not in the group (POST /activate first)"
+            if action == DRAIN:
+                return self._take_drain(DRAIN_HOLD_S)
+            if self.drained.is_set():
+                return "drained: out of the group until it is replaced or subscribes again"
             if action == LEAVE:
                 if self.leave_requested:
                     return "already leaving the group" if not self.left else "left the group"
@@ -206,12 +239,39 @@ class Member:
             self.rejoin_requested = True
             return None
 
+    def drain(self, hold_s: float | None, wait_s: float) -> tuple[str | None, bool]:
+        """POST /drain: (why not, None when taken; drained within `wait_s`). Taken again by a
+        drained process (it answers at once); `hold_s`: how long to wait to be replaced before
+        subscribing again (DRAIN_HOLD_S when None; at most DRAIN_HOLD_MAX_S)."""
+        with self._requests:
+            if not self.activation.is_set():
+                return "in standby: not in the group (POST /activate first)", False
+            refused = self._take_drain(DRAIN_HOLD_S if hold_s is None else hold_s)
+        if refused is not None:
+            return refused, False
+        return None, self.drained.wait(max(0.0, wait_s))
+
+    def _take_drain(self, hold_s: float) -> str | None:
+        """(Under `_requests`.) Why a drain is not taken now, or None after taking it."""
+        if self.leave_requested:
+            return "leaving the group"
+        if self.stopping.is_set():
+            return "stopping"
+        if self.drained.is_set():
+            return None
+        self.drain_requested = True
+        self.drain_hold_s = min(max(0.0, hold_s), DRAIN_HOLD_MAX_S)
+        return None
+
     def _action(self) -> str | None:
-        """What the loop is draining for: a leave outranks a stop, which outranks a rejoin."""
+        """What the loop is draining for: a leave outranks a stop, which outranks a drain,
+        which outranks a rejoin."""
         if self.leave_requested:
             return LEAVE
         if self.stopping.is_set():
             return STOP
+        if self.drain_requested:
+            return DRAIN
         return REJOIN if self.rejoin_requested else None
 
     # -- the loop --------------------------------------------------------------------------------
@@ -237,7 +297,12 @@ class Member:
                     break
                 now = time.monotonic()
                 action = self._action()
-                if action in (STOP, LEAVE) and action != draining_for:
+                if self.drained.is_set():
+                    if action == STOP:
+                        break
+                    self._hold_drained(now)
+                    continue
+                if action in (STOP, LEAVE, DRAIN) and action != draining_for:
                     drain_began, draining_for = drain_began or now, action
                     self.telemetry.draining()
                     log.info("%s requested: finishing the batch in flight", action)
@@ -247,6 +312,10 @@ class Member:
                 elif self.inflight is None:
                     if action == REJOIN:
                         self._rejoin()
+                    elif action == DRAIN:
+                        self._drain(drain_began or now)
+                        drain_began = draining_for = None
+                        continue
                     else:
                         if action == LEAVE:
                             self._leave()
@@ -510,6 +579,55 @@ class Member:
                 next_check = now + LEAVE_CHECK_S
         return held
 
+    def _drain(self, began: float) -> None:
+        """The batch in flight is committed: close the consumer the static way (no leave in
+        classic, the static leave in KIP-848: the broker keeps the instance id's assignment for
+        the session timeout) and wait, up, for the replacement (`_hold_drained`)."""
+        consumer = self.consumer
+        self.drained_member_id = (consumer.memberid() or "") if consumer is not None else ""
+        self._close_consumer()
+        self.assignment.clear()
+        self.paused.clear()
+        self.joined = False
+        with self._requests:
+            self.drain_requested = False
+            self.drain_ends_at = time.monotonic() + self.drain_hold_s
+            self.telemetry.drained(time.time(), self.drain_hold_s)
+            self.drained.set()
+        log.info("drained in %.3f s: consumer closed, instance id %s free for the replacement; "
+                 "subscribing again in %.1f s unless replaced", time.monotonic() - began,
+                 self.config.group_instance_id, self.drain_hold_s)
+
+    def _hold_drained(self, now: float) -> None:
+        """Drained: once the hold is over, subscribe again unless the broker shows another
+        process with this instance id (the replacement joined; it would be fenced)."""
+        self.telemetry.polled(now)
+        if now < self.drain_ends_at:
+            self.stopping.wait(min(BUSY_POLL_S * 4, self.drain_ends_at - now))
+            return
+        if self.group_view is None:
+            self.group_view = GroupView(self.config)
+        taken = self.group_view.taken_by_another(
+            self.config.group_instance_id, self.drained_member_id, timeout=2.0)
+        if taken is None or taken:
+            if taken:
+                log.info("instance id %s is held by another process (the replacement): "
+                         "staying out of the group until this pod is deleted",
+                         self.config.group_instance_id)
+                self.drain_ends_at = float("inf")
+            else:
+                self.drain_ends_at = time.monotonic() + DRAIN_CHECK_S
+            return
+        log.warning("drained %.1f s ago and not replaced: subscribing to group %s again as the "
+                    "same static member (instance id %s)", self.drain_hold_s,
+                    self.config.group_id, self.config.group_instance_id)
+        with self._requests:
+            self.drained.clear()
+            self.telemetry.undrained()
+        self.returning = True
+        self.consumer = Consumer(consumer_settings(self.config, self.telemetry))
+        self._subscribe()
+
     def _rejoin(self) -> None:
         """Leave the group and subscribe again with the same instance id, so that the group's
         assignment is computed anew (a static member's restart in a Stable classic group keeps
@@ -533,7 +651,8 @@ class Member:
         self.joined = True
         self.buffer.catch_up(time.monotonic())
         first = self.telemetry.assigned(tps, time.monotonic(), consumer.memberid() or "",
-                                        rebalance=not self.left)
+                                        rebalance=not self.left and not self.returning)
+        self.returning = False
         log.info("assigned %s", sorted(tps))
         if first is not None:
             log.info("first assignment %.3f s after process start", first)

@@ -81,6 +81,13 @@ def held_by(members: Iterable[Any], instance_id: str | None, member_id: str) -> 
     return held
 
 
+def held_by_another(members: Iterable[Any], instance_id: str | None, member_id: str) -> bool:
+    """A group description's `members` show `instance_id` under a member id other than
+    `member_id`: another process joined with it (a drained member's replacement)."""
+    return bool(instance_id) and any(
+        m.group_instance_id == instance_id and m.member_id != member_id for m in members)
+
+
 def connection_settings(config: RuntimeConfig) -> dict[str, Any]:
     """The consumer's connection settings (address, security) for an admin client."""
     settings: dict[str, Any] = {k: v for k, v in config.consumer.items()
@@ -91,7 +98,8 @@ def connection_settings(config: RuntimeConfig) -> dict[str, Any]:
 
 
 class GroupView:
-    """The group as the broker describes it, through an admin client made for one leave."""
+    """The group as the broker describes it, through an admin client made for one leave or one
+    drained wait."""
 
     def __init__(self, config: RuntimeConfig) -> None:
         self.group_id = config.group_id
@@ -106,3 +114,15 @@ class GroupView:
         except (KafkaException, TimeoutError):
             return None
         return held_by(description.members, instance_id, member_id)
+
+    def taken_by_another(self, instance_id: str | None, member_id: str,
+                         timeout: float) -> bool | None:
+        """Another process holds `instance_id` in the group (`held_by_another`); None when the
+        broker did not answer."""
+        try:
+            future = self.admin.describe_consumer_groups([self.group_id],
+                                                         request_timeout=timeout)[self.group_id]
+            description = future.result(timeout=timeout + 1)
+        except (KafkaException, TimeoutError):
+            return None
+        return held_by_another(description.members, instance_id, member_id)

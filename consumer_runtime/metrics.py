@@ -23,7 +23,7 @@ READY_POLL_AGE = 10.0
 BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 FAST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 LABELS = ("namespace", "group", "member")
-CONTROL_ACTIONS = ("leave", "rejoin", "activate")
+CONTROL_ACTIONS = ("leave", "rejoin", "activate", "drain")
 CONTROL_REFUSALS = ("missing", "wrong", "unconfigured")
 """`reason` of a refused control request (`consumer_runtime.control`): no bearer token, another
 token than the group's, no token on the member to compare with."""
@@ -73,6 +73,11 @@ class Telemetry:
         self.waiting: Waiting | None = None
         self.leaving = False
         self.rejoins = 0
+        self.drained_at: float | None = None
+        """Unix time the consumer closed for a drain (None: not drained now)."""
+        self.drain_hold_s: float | None = None
+        self.drain_resubscribes = 0
+        """Drains not followed by a replacement within their hold: subscribed again."""
         self._lag_series: set[TopicPartition] = set()
         self.last_fetch_s: float | None = None
         """Seconds from process start to the last poll that returned records."""
@@ -202,6 +207,26 @@ class Telemetry:
     def draining(self) -> None:
         with self._lock:
             self.state = "draining"
+
+    def drained(self, wall: float, hold_s: float) -> None:
+        """The consumer closed for a drain at unix time `wall`: out of the group, partitions
+        with the broker for the replacement, process up."""
+        with self._lock:
+            self.state = "drained"
+            self.drained_at = round(wall, 3)
+            self.drain_hold_s = hold_s
+            self.member_id = ""
+            self.assignment.clear()
+            self.lag.clear()
+            self.holds_assignment = False
+            self.m_assigned.labels(**self.ids).set(0)
+
+    def undrained(self) -> None:
+        """A drained process not replaced within its hold subscribes again."""
+        with self._lock:
+            self.state = "starting"
+            self.drained_at = self.drain_hold_s = None
+            self.drain_resubscribes += 1
 
     def wait_began(self, reason: str, message: str, now: float) -> None:
         """The member cannot get into the group yet, for `reason` (a word, e.g.
@@ -352,6 +377,9 @@ class Telemetry:
                 "waiting": None if self.waiting is None else self.waiting.to_status(now),
                 "leaving": self.leaving,
                 "rejoins": self.rejoins,
+                "drainedAt": self.drained_at,
+                "drainHoldSeconds": self.drain_hold_s,
+                "drainResubscribes": self.drain_resubscribes,
             }
 
     def _since_start(self, now: float) -> float:

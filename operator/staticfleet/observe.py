@@ -1,6 +1,6 @@
 """What the operator reads from (and sets on) outside Kubernetes: the Kafka cluster, through
 the admin client, and the members' own `/status` endpoints, and what it asks of members
-(`/leave`, `/rejoin`, `/activate`, with their group's bearer token).
+(`/leave`, `/rejoin`, `/activate`, `/drain`, with their group's bearer token).
 
 Everything here blocks; the service calls it from a worker thread. Errors become
 `KafkaUnavailable` / `TopicMissing` with a message a user can act on. A cluster that did not
@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import (
@@ -571,6 +572,51 @@ class Refused:
 
     def __str__(self) -> str:
         return self.reason
+
+
+@dataclass(frozen=True)
+class Drained:
+    """A member's answer to POST /drain once its consumer closed: when (`drained_at`) and when
+    it last finished a batch, both from its own clock."""
+
+    drained_at: datetime
+    last_batch_at: datetime | None
+
+
+def drain_member(host: str, port: int, tokens: Sequence[str], hold_ms: int,
+                 wait_s: float) -> Drained | Refused:
+    """POST the member's `/drain?holdMs=..&waitMs=..` with the group's token (newest first,
+    as `ask_member`); Drained once it answers drained, else why not (a 202: still draining
+    after `wait_s`)."""
+    if not host:
+        return Refused(0, "the pod has no IP yet")
+    refused = Refused(0, "no request sent")
+    path = f"/drain?holdMs={int(hold_ms)}&waitMs={int(wait_s * 1000)}"
+    for token in tokens or ("",):
+        request = urllib.request.Request(f"http://{host}:{port}{path}", data=b"", method="POST")
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=wait_s + 2.0) as resp:
+                answer = json.loads(resp.read() or b"{}")
+                if resp.status != 200 or not answer.get("drained"):
+                    return Refused(resp.status, f"HTTP {resp.status}: still draining after "
+                                                f"{wait_s:.0f} s")
+                return Drained(_unix(answer.get("drainedAt")) or datetime.now(UTC),
+                               _unix(answer.get("lastBatchAt")))
+        except urllib.error.HTTPError as exc:
+            refused = Refused(exc.code, f"HTTP {exc.code}: "
+                                        f"{exc.read()[:200].decode(errors='replace').strip()}")
+        except (OSError, ValueError) as exc:
+            return Refused(0, str(exc))
+        if refused.status != 403:
+            return refused
+    return refused
+
+
+def _unix(value: Any) -> datetime | None:
+    return (datetime.fromtimestamp(float(value), UTC)
+            if isinstance(value, int | float) else None)
 
 
 def ask_member(host: str, port: int, action: str, tokens: Sequence[str] = (),

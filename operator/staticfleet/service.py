@@ -78,11 +78,19 @@ class Deps:
         if closed is None:
             return
         with self.lock:
+            known = self.closures.get(pod["metadata"]["uid"])
+            if known is not None and known <= closed:
+                return  # a drain's answer saw the close first, to the millisecond
             self.closures[pod["metadata"]["uid"]] = closed
             if len(self.closures) > CLOSURES_KEPT:
                 for uid in sorted(self.closures, key=self.closures.__getitem__)[
                         :len(self.closures) - CLOSURES_KEPT]:
                     del self.closures[uid]
+    def note_drained(self, uid: str, at: datetime) -> None:
+        """The process of member pod `uid` answered a drain: its consumer closed `at`."""
+        with self.lock:
+            self.closures[uid] = at
+
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     refused: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -368,6 +376,7 @@ def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps,
         for mark in plan.annotate:  # before the calls: a standby is marked, then activated
             kube.annotate_pod(snap.namespace, mark.name, mark.uid, mark.annotations)
         _ask_members(snap, plan, deps)
+        _switch_over(snap, plan, deps)
         for new in plan.create:
             try:
                 _remember(deps, kube.create_pod(apply.adopt(new.pod, body)))
@@ -420,6 +429,42 @@ def _ask_members(snap: Snapshot, plan: Plan, deps: Deps) -> None:
         if refused.status in (401, 403) and snap.spec is not None:
             deps.kube.forget_secret(snap.namespace,
                                     builders.member_token_secret_name(snap.spec))
+
+
+def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
+    """Each warm handoff's switch (`plan.Switchover`): drain the old member; the moment it
+    answers, mark the standby activated and activate it; then delete the old pod (whether the
+    drain answered or not: a SIGTERM drains it too, and the standby is then activated once its
+    close is seen). The drain's answer is the old process's close, as the pod watch would have
+    seen it, for the roller's next pass."""
+    if not plan.switchovers:
+        return
+    kube = deps.kube
+    ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in snap.pods}
+    tokens = (deps.member_tokens(snap.body["metadata"]["uid"], snap.member_token)
+              if snap.member_token else ())
+    prefix = f"{snap.namespace}/{snap.name}"
+    for switch in plan.switchovers:
+        old = switch.old
+        began = time.monotonic()
+        drained = observe.drain_member(ips.get(old.name) or "", MEMBER_PORT, tokens,
+                                       switch.hold_ms, switch.wait_s)
+        if isinstance(drained, observe.Drained):
+            answered = time.monotonic()
+            deps.note_drained(old.uid, drained.drained_at)
+            kube.annotate_pod(snap.namespace, switch.standby, switch.standby_uid,
+                              {builders.ACTIVATED_ANNOTATION: "true"})
+            refused = observe.ask_member(ips.get(switch.standby) or "", MEMBER_PORT,
+                                         "activate", tokens)
+            log.info("%s: member %d drained in %.3f s, standby %s %s %.3f s after the drain "
+                     "answered", prefix, switch.ordinal, answered - began, switch.standby,
+                     "activated" if refused is None else f"refused the activation ({refused})",
+                     time.monotonic() - answered)
+        else:
+            log.warning("%s: member %d (pod %s) did not drain: %s; deleting it (it drains on "
+                        "SIGTERM) and activating the standby once its process closed", prefix,
+                        switch.ordinal, old.name, drained)
+        _remember(deps, kube.delete_pod(snap.namespace, old.name, old.uid))
 
 
 def _remember(deps: Deps, pod: Mapping[str, Any] | None) -> None:

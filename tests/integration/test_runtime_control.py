@@ -266,3 +266,81 @@ def test_a_standby_stopped_before_activation_never_joins(
     assert code == 0 and stop_s < 10, standby.tail()
     assert "stopped in standby, never in the group" in standby.text()
     assert list(desc.members) == [], "a standby that was never activated joined the group"
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_drain_frees_the_instance_id_at_once_and_a_drained_member_left_alone_comes_back(
+        protocol: str, kafka: KafkaBroker, kafka_admin: AdminClient,
+        make_topic: Callable[..., str], tmp_path: Path) -> None:
+    """Issue 23's drain, then replace, in both protocols. 1. A drained member that nobody
+    replaces (the operator died between the two calls) subscribes again by itself at the end
+    of its hold, as the same static member: the broker forms no new generation. 2. Drained
+    again, the standby is activated the moment the drain answers and owns every partition
+    within a second or two; the drained process, past its hold, sees its instance id held by
+    the replacement and stays out (a join would fence it). Its SIGTERM ends it at once.
+    Nothing is lost."""
+    topic, out = make_topic("in", 4), make_topic("out", 4)
+    group = unique("g")
+    config = batches_of_100(kafka_admin, kafka.bootstrap, group, topic, out, protocol)
+    instance = f"{group}-0"
+    everything = {(topic, p) for p in range(4)}
+    produced = records(topic, 0, 400, 4)
+    produce(kafka.bootstrap, topic, produced)
+    with running(config, tmp_path / "old.log", instance) as old, \
+            running(config, tmp_path / "new.log", instance, {"STATICFLEET_STANDBY": "true"}) as new:
+        old.wait_status(lambda s: len(s["assignment"]) == 4 and s["recordsProcessed"] >= 400,
+                        400, "processing")
+        generations = kafka.generations(group)
+
+        # 1. Drained, not replaced: back by itself after the hold (1.5 s).
+        first = post(old, "/drain?holdMs=1500")
+        drained = old.status() or {}
+        more = records(topic, 400, 200, 4)
+        produce(kafka.bootstrap, topic, more)
+        produced += more
+        back = old.wait_status(lambda s: s["drainResubscribes"] == 1 and len(s["assignment"]) == 4
+                               and s["recordsProcessed"] >= 600, 60, "subscribed again")
+
+        # 2. Drained, then replaced at once.
+        new.wait_status(lambda s: s["standby"] == "ready", 400, "standby-ready")
+        asked = time.time()
+        second = post(old, "/drain?holdMs=1500")
+        answered = time.time()
+        activated = post(new, "/activate")
+        handoff_s = wait_owned(kafka_admin, group, everything, {instance}, SESSION_MS / 1000)
+        serving = new.wait_status(lambda s: s["startupSeconds"]["firstAssignment"] is not None,
+                                  60, "in the group")
+        in_group_s = (serving["processStart"] + serving["startupSeconds"]["firstAssignment"]
+                      - answered)
+        time.sleep(3.0)  # past the old process's hold
+        held_out = old.status() or {}
+        began = time.monotonic()
+        assert old.terminate(timeout=30) == 0, old.tail()
+        exit_s = time.monotonic() - began
+        last = records(topic, 600, 200, 4)
+        produce(kafka.bootstrap, topic, last)
+        produced += last
+        wait_committed_to_end(kafka.bootstrap, group, topic, 4, new, timeout=200)
+        after = new.status() or {}
+        assert new.terminate(timeout=30) == 0, new.tail()
+    print(f"{protocol}: drain answered in {answered - asked:.3f} s; drain answer -> standby in "
+          f"the group {in_group_s:.3f} s (owner seen by the broker after {handoff_s:.2f} s); "
+          f"drained process exited {exit_s:.2f} s after SIGTERM")
+    assert first[0] == 200 and first[1]["drained"] is True, first
+    assert drained["state"] == "drained" and drained["assignment"] == [], drained
+    assert back["drainedAt"] is None and back["state"] != "drained"
+    assert back["rebalances"] == 0, "a static member's return counted as a rebalance"
+    assert second[0] == 200 and second[1]["drained"] is True, second
+    assert second[1]["drainedAt"] is not None and second[1]["lastBatchAt"] is not None
+    assert second[1]["lastBatchAt"] <= second[1]["drainedAt"] <= answered, second
+    assert activated == (202, {"accepted": "activate"}), activated
+    # Past its hold the drained process saw the replacement hold its instance id: it stayed out.
+    assert held_out["state"] == "drained" and held_out["drainResubscribes"] == 1, held_out
+    assert "held by another process" in old.text(), old.tail()
+    assert exit_s < 20, old.tail()
+    assert after["rebalances"] == 0 and {tuple(tp) for tp in after["assignment"]} == everything
+    assert in_group_s < 3.0, new.tail()
+    if protocol == "classic":
+        assert kafka.generations(group) == generations, "a drain formed a new generation"
+    written = [m.value() for m in read_all(kafka.bootstrap, out, 4)]
+    assert set(written) == {v for _, v, _ in produced}

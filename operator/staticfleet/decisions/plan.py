@@ -87,6 +87,25 @@ class PodDelete:
 
 
 @dataclass(frozen=True)
+class Switchover:
+    """A warm handoff's switch, carried out in one go (`service.execute`): drain the old member
+    (`old`: its pod; it finishes and commits its batch and closes its consumer the static way,
+    and answers), then, the moment it answers, mark the standby activated, activate it and
+    delete the old pod. The old member's shutdown is off the critical path. A drain refused or
+    not answered within `wait_s` (`DRAIN_WAIT_MAX_S`) deletes the old pod all the same (its
+    SIGTERM drains it) and the standby is activated once its close is seen, as before drains
+    existed; a drained process that is not replaced within `hold_ms` subscribes again by
+    itself (no rebalance)."""
+
+    ordinal: int
+    old: PodDelete
+    standby: str
+    standby_uid: str
+    hold_ms: int
+    wait_s: float
+
+
+@dataclass(frozen=True)
 class PodAnnotate:
     """Annotations to merge into a live member pod (exactly the pod of this uid)."""
 
@@ -147,6 +166,9 @@ class Plan:
     """Pods to annotate before the calls: a standby is marked activated
     (`builders.ACTIVATED_ANNOTATION`) before it is asked to activate, so that a restart of its
     container joins directly whether or not the operator is there to activate it again."""
+    switchovers: tuple[Switchover, ...] = ()
+    """Warm handoffs to switch now: drain the old member, activate the standby, delete the old
+    pod (after the calls, before the creations and deletions)."""
 
 
 # --- the decision ---------------------------------------------------------------------------
@@ -196,8 +218,11 @@ def decide(snap: Snapshot) -> Plan:
                             group=group, partitions=total)
     rebalances = count_rebalances(previous, group.state, snap.pods, snap.statuses)
     last_planned = pl.PlannedRebalance.from_status(previous.get("plannedRebalance"))
+    was_ready = (c.get_condition(previous.get("conditions") or [], c.READY)
+                 or {}).get("status") == "True"
     planned_now = rebalances.increase if (
-        last_planned is not None and last_planned.explains(snap.now)) else 0
+        last_planned is not None and last_planned.explains(snap.now)
+        and not (last_planned.reason == pl.CREATE and was_ready)) else 0
     events += _rebalance_events(previous, rebalances, group, planned_now, last_planned)
 
     activations = _activations(snap, table, spec.replicas)
@@ -215,11 +240,16 @@ def decide(snap: Snapshot) -> Plan:
     stall_restart = _stall_restart(spec, stalls, roll, table, deletes)
     deletes += stall_restart
     new_members = [p.ordinal for p in creates if p.why == WHY_NEW]
-    if new_members and previous.get("replicas") is not None:
-        events.append(Event("Normal", c.SCALED_UP, f"created members {new_members}: their "
-                            "joins are planned rebalances"))
-        down = replace(down, planned=pl.PlannedRebalance(pl.SCALE_UP, tuple(new_members),
-                                                         snap.now))
+    if new_members:
+        # A new group's members join one after another too: the rebalances of its forming are
+        # the operator's doing, not members coming and going (they fired the rebalance alert
+        # within the hour of every group's creation).
+        scaled = previous.get("replicas") is not None
+        if scaled:
+            events.append(Event("Normal", c.SCALED_UP, f"created members {new_members}: their "
+                                "joins are planned rebalances"))
+        down = replace(down, planned=pl.PlannedRebalance(pl.SCALE_UP if scaled else pl.CREATE,
+                                                         tuple(new_members), snap.now))
     removed = sorted(d.ordinal for d in deletes if d.why.startswith(WHY_SCALE_DOWN))
     if removed:
         events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
@@ -287,7 +317,8 @@ def decide(snap: Snapshot) -> Plan:
         requeue_after_s=_soonest(roll.requeue_after_s, down.requeue_after_s,
                                  pl.UNASSIGNED_GRACE_S if missing else None,
                                  ENDED_RECHECK_S if ended else None),
-        calls=calls, annotate=_marked_activated(table, activations))
+        calls=calls, annotate=_marked_activated(table, activations),
+        switchovers=roll.switchovers)
 
 
 def _member_token_secret(snap: Snapshot, spec: ConsumerGroupSpec) -> tuple[dict[str, Any], ...]:
@@ -562,6 +593,10 @@ WHY_REPLACEMENT = "replacement of the restarted member"
 WHY_SCALE_DOWN = "scale down"
 WHY_RESTART = "restart"
 WHY_HANDOFF = "restart: its standby replacement is ready (warm handoff)"
+DRAIN_WAIT_MAX_S = 15.0
+"""A switchover waits for the drain (the old member's batch in flight) an eighth of the session
+timeout, at least 2 s and at most this; then it stops the old member instead, with the rest of
+the session timeout left for the replacement."""
 WHY_HANDOFF_ABORTED = "warm handoff abandoned: the replacement is deleted"
 WHY_STANDBY = "standby replacement (warm handoff)"
 WHY_ABANDONED = ("a standby replacement no handoff waits for (the spec changed while it "
@@ -901,6 +936,7 @@ class _Roll:
     limits: ro.RolloutLimits | None = None
     gaps: tuple[float, ...] = ()
     """Processing gaps measured this pass (warm handoffs)."""
+    switchovers: tuple[Switchover, ...] = ()
 
 
 def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
@@ -1057,13 +1093,28 @@ def _on_hand_over(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
     flight = next((f for f in s.after.in_flight if f.ordinal == decided.ordinal), None)
     warm_s = ((decided.standby_ready_at - flight.prepared_at).total_seconds()
               if flight and flight.prepared_at and decided.standby_ready_at else None)
-    return replace(
-        roll, deletes=_stop_old(s, decided.ordinal, decided.delete_uid, WHY_HANDOFF),
-        requeue_after_s=0.2, events=(Event(
+    stop = _stop_old(s, decided.ordinal, decided.delete_uid, WHY_HANDOFF)
+    standby = next((p for p in s.snap.pods if flight is not None
+                    and p["metadata"]["name"] == flight.replacement
+                    and not p["metadata"].get("deletionTimestamp")
+                    and (p.get("status") or {}).get("podIP")), None)
+    said = (f"member {decided.ordinal}: its replacement is standby-ready"
+            + (f" ({warm_s:.1f} s after it was created)" if warm_s is not None else ""))
+    if stop and standby is not None:
+        (old,) = stop
+        session_ms = s.limits.session_timeout_ms
+        switch = Switchover(decided.ordinal, old, standby["metadata"]["name"],
+                            standby["metadata"]["uid"], hold_ms=session_ms // 2,
+                            wait_s=min(DRAIN_WAIT_MAX_S, max(2.0, session_ms / 8000)))
+        return replace(roll, switchovers=(switch,), requeue_after_s=0.2, events=(Event(
             "Normal", c.MEMBER_RESTARTING,
-            f"member {decided.ordinal}: its replacement is standby-ready"
-            + (f" ({warm_s:.1f} s after it was created)" if warm_s is not None else "")
-            + "; stopping the old member (it finishes and commits its batch), then the "
+            f"{said}; draining the old member (it finishes and commits its batch and closes "
+            "its consumer, keeping the instance id's partitions for the replacement), then "
+            f"activating the replacement at once; the old pod is deleted after"),))
+    return replace(
+        roll, deletes=stop, requeue_after_s=0.2, events=(Event(
+            "Normal", c.MEMBER_RESTARTING,
+            f"{said}; stopping the old member (it finishes and commits its batch), then the "
             "replacement joins with the same instance id"),))
 
 
@@ -1255,6 +1306,8 @@ def summarize(plan: Plan) -> Sequence[str]:
               for a in plan.annotate]
     lines += [f"ask member {m.ordinal} (pod {m.pod}) to {m.action}: {m.why}"
               for m in plan.calls]
+    lines += [f"switch member {w.ordinal} over: drain pod {w.old.name}, activate pod "
+              f"{w.standby}, delete pod {w.old.name}: {w.old.why}" for w in plan.switchovers]
     for d in plan.delete:
         why = "; ".join(f"{r.code}: {r.message}" for r in d.reasons)
         lines.append(f"delete pod {d.name} (member {d.ordinal}): {d.why}"

@@ -42,6 +42,8 @@ LEAVE_WAIT_S = 30.0
 """A member asked to leave is deleted this long after, whether or not it left."""
 SCALE_DOWN = "ScaleDown"
 SCALE_UP = "ScaleUp"
+CREATE = "Create"
+"""A new group's members: their joins are planned until the group is first Ready."""
 UNASSIGNED = "UnassignedPartitions"
 SHOWN_PARTITIONS = 8
 
@@ -83,7 +85,7 @@ class PlannedRebalance:
 
     def explains(self, now: datetime) -> bool:
         """Whether a rebalance seen now is the one asked for."""
-        window = SCALE_UP_WINDOW_S if self.reason == SCALE_UP else PLANNED_WINDOW_S
+        window = SCALE_UP_WINDOW_S if self.reason in (SCALE_UP, CREATE) else PLANNED_WINDOW_S
         return self.age_s(now) <= window
 
 

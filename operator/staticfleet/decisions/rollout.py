@@ -30,8 +30,11 @@ Rules:
   RolledBack once it processes there). A new revision starts a new rollout.
 * Running late: a member away longer than `at_risk_fraction` of the session timeout -> AtRisk
   (no further member is touched); past the session timeout the broker has rebalanced -> Stopped.
-* A warm handoff: the replacement starts in standby beside the old member; the old member is
-  stopped once the predicates hold; the standby is activated once the old process closed (and
+* A warm handoff: the replacement starts in standby beside the old member; once the predicates
+  hold the old member is drained and the standby activated the moment the drain answers, then
+  the old pod deleted (`plan.Switchover`: the old process's shutdown is off the critical path);
+  without a drain (refused, no answer, no address) the old member is stopped and the standby
+  activated once the old process closed (and
   only once it is standby-ready: it refuses before, so an old process that went first waits for
   it, within `standbyTimeoutSeconds`); a standby that does not take the activation within
   `ACTIVATION_GIVE_UP_S` of it being sent is replaced by a cold start. A standby that cannot
@@ -122,9 +125,10 @@ class PrepareReplacements:
 
 @dataclass(frozen=True)
 class HandOver:
-    """The replacement is standby-ready and the predicates hold: stop the old member
-    (`delete_uid`: its pod, None when it is gone already). The replacement is activated once
-    the old process has closed."""
+    """The replacement is standby-ready and the predicates hold: switch over (drain the old
+    member, activate the replacement, delete the old pod: `plan.Switchover`), or stop the old
+    member and activate the replacement once the old process has closed (`delete_uid`: the old
+    pod, None when it is gone already)."""
 
     ordinal: int
     delete_uid: str | None

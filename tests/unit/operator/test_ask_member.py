@@ -26,8 +26,17 @@ class LiveMember:
         self.telemetry = Telemetry(namespace="ns", group="g", member="g-0", instance_id="g-0",
                                    session_timeout_s=30.0, max_poll_interval_s=60.0,
                                    process_start=0.0, started_at=0.0)
-        self.server = serve(self.telemetry, "127.0.0.1", 0, self.request, lambda: self.holds)
+        self.drains: list[tuple[float | None, float]] = []
+        self.drained = True
+        self.server = serve(self.telemetry, "127.0.0.1", 0, self.request, lambda: self.holds,
+                            self.drain)
         self.port = self.server.server_address[1]
+
+    def drain(self, hold_s: float | None, wait_s: float) -> tuple[str | None, bool]:
+        self.drains.append((hold_s, wait_s))
+        if self.drained:
+            self.telemetry.drained(1_700_000_000.125, hold_s or 0.0)
+        return None, self.drained
 
     def request(self, action: str) -> str | None:
         if action == "rejoin":
@@ -91,3 +100,40 @@ def test_the_operator_keeps_the_current_token_and_the_one_before() -> None:
     finally:
         deps.http_pool.shutdown()
 
+
+
+def test_a_drain_answers_with_the_members_close_time_and_a_slow_one_is_refused(
+        live: LiveMember) -> None:
+    """`observe.drain_member`: the hold and the wait go in the query; the answer's drainedAt
+    (the member's own clock) is the close; 202 (still draining after the wait) is no drain; a
+    rotated token is retried with the one before, as for every request."""
+    from datetime import UTC, datetime
+
+    live.holds, live.drains, live.drained = "old", [], True
+    got = observe.drain_member("127.0.0.1", live.port, ("new", "old"), hold_ms=15_000, wait_s=2.5)
+    assert isinstance(got, observe.Drained), got
+    assert got.drained_at == datetime.fromtimestamp(1_700_000_000.125, UTC)
+    assert live.drains == [(15.0, 2.5)]
+    live.drained = False
+    slow = observe.drain_member("127.0.0.1", live.port, ("old",), hold_ms=15_000, wait_s=0.1)
+    assert isinstance(slow, Refused) and slow.status == 202, slow
+    assert observe.drain_member("", live.port, ("old",), 1000, 1.0) == Refused(
+        0, "the pod has no IP yet")
+
+
+def test_a_drains_close_is_not_moved_later_by_the_pod_watch() -> None:
+    """The drain's answer saw the consumer close to the millisecond; the kubelet's finishedAt
+    (whole seconds, after the JVM's shutdown) must not replace it."""
+    from datetime import UTC, datetime, timedelta
+
+    deps = service.Deps(kube=cast(apply.Kube, object()))
+    drained = datetime(2026, 11, 24, 12, 0, 0, 250000, tzinfo=UTC)
+    deps.note_drained("uid-1", drained)
+    finished = (drained + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for uid in ("uid-1", "uid-2"):
+        deps.note_closure({"metadata": {"uid": uid, "deletionTimestamp": finished},
+                           "status": {"containerStatuses": [{
+                               "name": "member", "state": {"terminated": {
+                                   "exitCode": 0, "finishedAt": finished}}}]}})
+    assert deps.closures["uid-1"] == drained
+    assert deps.closures["uid-2"] == drained.replace(microsecond=0) + timedelta(seconds=3)

@@ -621,6 +621,23 @@ def test_rebalances_are_counted_from_the_members_counters() -> None:
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", c.UNEXPECTED_REBALANCE)]
 
 
+def test_a_new_groups_members_joining_one_after_another_are_planned_rebalances() -> None:
+    """A new group's members join as their processes start: the group rebalances while it
+    forms (a KIP-848 group once per member). The operator created them: those rebalances are
+    planned (reason Create) and stay out of the rebalance alert; once the group was Ready, a
+    rebalance is unexpected again (the test above)."""
+    first = decide(snapshot(CG))
+    assert first.status["plannedRebalance"]["reason"] == "Create"
+    assert not [e for e in first.events if e.reason == c.SCALED_UP], "not a scale-up"
+    pods = running(first, ready=False)
+    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 1}
+                for p in pods}
+    forming = decide(snapshot(CG, pods, previous=without_nulls(dict(first.status)),
+                              statuses=statuses, now_offset_s=20))
+    assert forming.metrics.rebalances == 1 and forming.metrics.planned_rebalances == 1
+    assert [(e.type, e.reason) for e in forming.events] == [("Normal", c.PLANNED_REBALANCE)]
+
+
 def test_a_restart_that_fits_the_new_timeout_but_not_the_running_one_is_refused() -> None:
     """Measured restarts of 60 s raise the automatic timeout to 92 s, but the members joined
     with 45 s: the broker would evict a restarting member at 45 s."""
@@ -1206,11 +1223,59 @@ def test_a_warm_handoff_stops_the_old_member_only_once_the_replacement_is_standb
     assert warming.delete == () and warming.create == () and warming.calls == ()
     assert warming.requeue_after_s is not None and warming.requeue_after_s <= 1.0
     ready = roll.step(5, standby="ready", standby_ready_at=roll.at(10))
-    (stop,) = ready.delete
+    (switch,) = ready.switchovers
+    stop = switch.old
     assert stop.name == "orders-2" and stop.uid == roll.old2["metadata"]["uid"]
     assert stop.reasons and stop.why.startswith("restart")
+    assert (switch.standby, switch.standby_uid) == (roll.standby["metadata"]["name"],
+                                                    roll.standby["metadata"]["uid"])
+    # The drained process waits half the session timeout to be replaced, then comes back.
+    session_ms = roll.status["timeouts"]["sessionTimeoutMs"]
+    assert switch.hold_ms == session_ms // 2
+    # It waits for the old member's batch an eighth of the session timeout (2-15 s), then
+    # stops it instead, leaving the rest of the session timeout for the replacement.
+    assert switch.wait_s == min(15.0, max(2.0, session_ms / 8000))
     assert roll.flight()["phase"] == "Stopping"
-    assert ready.calls == (), "not activated while the old process may still run"
+    assert ready.delete == (), "the old pod is deleted by the switch, after the activation"
+    assert ready.calls == (), "activated by the switch, once the drain answered"
+
+
+def test_a_warm_handoff_whose_standby_has_no_address_stops_the_old_member_instead() -> None:
+    """No address to activate the standby at the moment the drain answers: no switch; the old
+    member is stopped (it drains on SIGTERM) and the standby activated once its close is seen,
+    as before drains existed."""
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    del roll.standby["status"]["podIP"]
+    ready = roll.step(5, standby="ready", standby_ready_at=roll.at(5))
+    (stop,) = ready.delete
+    assert ready.switchovers == () and stop.uid == roll.old2["metadata"]["uid"]
+    assert roll.flight()["phase"] == "Stopping"
+
+
+def test_after_a_switchover_the_drain_is_the_close_and_a_refused_activation_is_sent_again(
+        ) -> None:
+    """The switch's drain answer is recorded as the old process's close (`Deps.note_drained`).
+    Next pass: a standby that took the activation is followed to its rejoin (nothing sent
+    again); one that still says standby-ready is asked again; and an operator that restarted
+    before it wrote the Stopping status switches over again (a drained member answers a
+    second drain at once)."""
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    before = roll.status
+    (switch,) = roll.step(5, standby="ready", standby_ready_at=roll.at(5)).switchovers
+    redone = decide(replace(snapshot(
+        WARM_NEW, [*roll.pods, roll.standby], previous=before, in_group=(0, 1, 2),
+        now_offset_s=roll.t + 1, statuses=roll.statuses(standby="ready")), closures={}))
+    assert [w.old.uid for w in redone.switchovers] == [switch.old.uid], "restart: switch again"
+    roll.pods = [deleting(p, 0) if p is roll.old2 else p for p in roll.pods]
+    roll.closures[switch.old.uid] = NOW + timedelta(seconds=roll.t + 0.1)
+    taken = roll.step(0.3, standby=None, member_id="")
+    assert taken.calls == () and taken.switchovers == () and taken.delete == ()
+    assert roll.flight()["phase"] == "Activating"
+    refused = roll.step(0.3, standby="ready")
+    (call,) = refused.calls
+    assert (call.action, call.pod) == ("activate", switch.standby)
 
 
 def test_a_warm_handoff_activates_the_replacement_once_the_old_process_closed() -> None:

@@ -267,3 +267,56 @@ def test_refusal_log_lines(steps: list[tuple[float, str]], lines: list[str]) -> 
 def test_check(header: str | None, expected: str | None,
                refusal: control.Refusal | None) -> None:
     assert control.check(header, expected) == refusal
+
+
+class Drains:
+    """Stands in for `Member.drain`: records what it was asked, answers as told."""
+
+    def __init__(self, refused: str | None = None, drained: bool = True) -> None:
+        self.refused, self.drained = refused, drained
+        self.asked: list[tuple[float | None, float]] = []
+
+    def __call__(self, hold_s: float | None, wait_s: float) -> tuple[str | None, bool]:
+        self.asked.append((hold_s, wait_s))
+        return self.refused, self.drained
+
+
+@pytest.mark.parametrize(("path", "drains", "status", "asked"), [
+    ("/drain?holdMs=2500&waitMs=100", Drains(), 200, [(2.5, 0.1)]),
+    ("/drain", Drains(), 200, [(None, 30.0)]),
+    ("/drain?waitMs=100", Drains(drained=False), 202, [(None, 0.1)]),
+    ("/drain", Drains(refused="stopping"), 409, [(None, 30.0)]),
+    ("/drain?holdMs=soon", Drains(), 400, []),
+])
+def test_drain_answers_when_drained_with_the_members_own_times(
+        token_file: Path, path: str, drains: Drains, status: int,
+        asked: list[tuple[float | None, float]]) -> None:
+    tel = telemetry()
+    tel.drained(1_700_000_000.25, 2.5)
+    server = serve(tel, "127.0.0.1", 0, lambda action: "no", control.TokenFile(
+        str(token_file)).current, drains)
+    port = server.server_address[1]
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=b"",
+                                         method="POST")
+        request.add_header("Authorization", f"Bearer {TOKEN}")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as resp:
+                code, body = resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            raw = exc.read().decode()
+            code, body = exc.code, (json.loads(raw) if raw.startswith("{") else {"text": raw})
+        unauthorized = urllib.request.Request(f"http://127.0.0.1:{port}/drain", data=b"",
+                                              method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(unauthorized, timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == status, body
+    assert drains.asked == asked, "a drain without the token, or with a bad query, was taken"
+    assert refused.value.code == 401
+    if status in (200, 202):
+        assert body["drained"] is (status == 200) and body["drainedAt"] == 1_700_000_000.25
+    if status == 409:
+        assert body == {"refused": "drain", "reason": "stopping"}

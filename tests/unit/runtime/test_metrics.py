@@ -10,7 +10,8 @@ CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances"
                  "batchSecondsP99", "recordsProcessed", "batchesProcessed", "deadLettered",
                  "lastPollAgeSeconds", "state", "processingReady", "waiting", "leaving",
                  "rejoins", "standby", "lastBatchAt", "lag",
-                 "committed", "lastFetchAt"}
+                 "committed", "lastFetchAt", "drainedAt", "drainHoldSeconds",
+                 "drainResubscribes"}
 
 
 def telemetry(standby: bool = False) -> Telemetry:
