@@ -49,6 +49,7 @@ PLOT_NAME = "demo-throughput.png"
 THROUGHPUT_WINDOW_S = 5.0
 
 Span = tuple[float, float | None]  # (member stopped, member back; None: not back yet)
+Shade = tuple[str, float, float]  # staticfleet_dev.plot.Shade: ("absence" | "gap", start, end)
 
 READY_TIMEOUT_S = 300.0
 ROLLOUT_TIMEOUT_S = 600.0
@@ -65,14 +66,30 @@ DEMO_PANELS = (("Rebalances observed by the operator (5m)", "rebalances"),
 
 
 def handoff_notes(cg: Mapping[str, Any] | None) -> dict[int, str]:
-    """Per member, what its restart cost as the operator measured it (status.rollout.handoffs):
-    its absence from the group and its processing gap."""
+    """Per member, what its restart cost as the operator measured it (status.rollout.handoffs,
+    from the members' own clocks): its absence from the group and its processing gap, in ms."""
     out = {}
     for h in ((cg or {}).get("status") or {}).get("rollout", {}).get("handoffs") or ():
         gap = h.get("processingGapMs")
         out[int(h["ordinal"])] = (f"{h.get('mode')} restart: out of the group "
-                                  f"{h['absenceMs'] / 1000:.1f}s, processing gap "
-                                  + (f"{gap / 1000:.1f}s" if gap is not None else "n/a"))
+                                  f"{h['absenceMs']} ms (close -> assignment), processing gap "
+                                  + (f"{gap} ms (last batch -> first batch)" if gap is not None
+                                     else "n/a"))
+    return out
+
+
+def handoff_shades(cg: Mapping[str, Any] | None) -> dict[int, list[Shade]]:
+    """Per member, its restart figures as spans in unix seconds (the PNG shades these): the
+    absence from `absentFrom` for `absenceMs`, the processing gap from `processingGapFrom` for
+    `processingGapMs`; a figure without its start is left out."""
+    out: dict[int, list[Shade]] = {}
+    for h in ((cg or {}).get("status") or {}).get("rollout", {}).get("handoffs") or ():
+        shades = out.setdefault(int(h["ordinal"]), [])
+        for what, start, ms in (("absence", h.get("absentFrom"), h.get("absenceMs")),
+                                ("gap", h.get("processingGapFrom"), h.get("processingGapMs"))):
+            at = parse_time(start)
+            if at is not None and ms is not None:
+                shades.append((what, at, at + ms / 1000))
     return out
 
 
@@ -688,7 +705,8 @@ class Demo:
             plot = cache_root() / "demo" / f"{args.name}-throughput.png"
         session_ms = rollout_view(final).session_ms
         write_throughput_png(
-            plot, throughput(cumulative_processed(rollout_samples)), spans, t0=trigger,
+            plot, throughput(cumulative_processed(rollout_samples)), handoff_shades(final),
+            t0=trigger,
             rollout=(trigger, finished), session_s=session_ms / 1000 if session_ms else None,
             expected=args.rate / self.members, notes=handoff_notes(final),
             title=f"{NAMESPACE}/{GROUP}: records/s per member over a rolling restart "

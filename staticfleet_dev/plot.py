@@ -1,9 +1,11 @@
 """The demo's picture: records per second of every member over a rolling restart.
 
-One panel per member, sharing the time axis (seconds since the rollout was triggered). A member's
-restart (from its stop to its return, Ready again) is a red band labelled with how long it was
-away; the rollout as a whole is a grey band behind every panel. The series and spans come from
-`staticfleet_dev.demo`'s pure functions; this module only draws.
+One panel per member, sharing the time axis (seconds since the rollout was triggered). Each
+member's restart is shaded with the operator's own figures (`status.rollout.handoffs`): red, its
+absence from the group (the old process's close -> the replacement's first assignment), orange,
+its processing gap (the old process's last batch end -> the replacement's first batch end),
+each labelled in milliseconds; the rollout as a whole is a grey band behind every panel. The
+series and spans come from `staticfleet_dev.demo`'s pure functions; this module only draws.
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ from matplotlib.figure import Figure
 
 Point = tuple[float, float]
 Span = tuple[float, float | None]
+Shade = tuple[str, float, float]
+"""(what, start, end) in unix seconds: "absence" or "gap", one member's restart figure."""
+SHADES = {"absence": ("tab:red", "out of the group"), "gap": ("tab:orange", "processing gap")}
 
 
 def write_throughput_png(
     path: Path,
     series: Mapping[int, Sequence[Point]],
-    spans: Mapping[int, Sequence[Span]],
+    shades: Mapping[int, Sequence[Shade]],
     *,
     t0: float,
     rollout: Span | None,
@@ -35,11 +40,10 @@ def write_throughput_png(
     notes: Mapping[int, str] | None = None,
 ) -> Path:
     """Draw throughput per member (`series[ordinal]` = [(unix time, records/s)]) with its
-    restart `spans` (unix times; an open end runs to the last point) and a dashed line at the
-    `expected` rate per member, times shown relative to `t0`, and write a PNG to `path`.
-    `notes[ordinal]`: a line written in the member's row (its absence and processing gap as the
-    operator measured them)."""
-    ordinals = sorted(set(series) | set(spans))
+    restart figures shaded (`shades[ordinal]`, `Shade`) and a dashed line at the `expected`
+    rate per member, times shown relative to `t0`, and write a PNG to `path`.
+    `notes[ordinal]`: a line written in the member's row (its figures, spelled out)."""
+    ordinals = sorted(set(series) | set(shades))
     rows = max(1, len(ordinals))
     fig, axes = plt.subplots(rows, 1, figsize=(10, 1.9 * rows + 1.2), sharex=True, squeeze=False)
     last = max((t for pts in series.values() for t, _ in pts), default=t0) - t0
@@ -52,13 +56,14 @@ def write_throughput_png(
             ax.axhline(expected, color="0.45", lw=0.9, ls="--", zorder=1)
         pts = series.get(ordinal, [])
         ax.plot([t - t0 for t, _ in pts], [r for _, r in pts], color="tab:blue", lw=1.4)
-        for start, stop in spans.get(ordinal, []):
-            s = start - t0
-            e = (stop - t0) if stop is not None else last
-            ax.axvspan(s, e, color="tab:red", alpha=0.25, zorder=1)
-            away = f"away {e - s:.1f}s" + (f" / session {session_s:.0f}s" if session_s else "")
-            ax.annotate(away, xy=(e, top * 0.93), xytext=(4, 0), textcoords="offset points",
-                        fontsize=8, color="tab:red", va="top")
+        for row, (what, start, stop) in enumerate(shades.get(ordinal, [])):
+            color, label = SHADES[what]
+            s, e = start - t0, stop - t0
+            ax.axvspan(s, max(e, s + 0.05), color=color, alpha=0.3, zorder=1)
+            text = f"{label} {round((stop - start) * 1000)} ms" + (
+                f" / session {session_s:.0f} s" if session_s and what == "absence" else "")
+            ax.annotate(text, xy=(e, top * (0.93 - 0.14 * row)), xytext=(4, 0),
+                        textcoords="offset points", fontsize=8, color=color, va="top")
         if notes and ordinal in notes:
             ax.text(0.99, 0.06, notes[ordinal], transform=ax.transAxes, ha="right",
                     va="bottom", fontsize=8, color="tab:purple")
@@ -66,7 +71,8 @@ def write_throughput_png(
         ax.set_ylabel(f"member {ordinal}\nrecords/s", fontsize=9)
         ax.grid(True, axis="y", color="0.85", lw=0.6)
     axes[-1, 0].set_xlabel("seconds since the rolling restart was triggered  (grey: rollout, "
-                           "red: member away, dashed: produced / members)")
+                           "red: out of the group, orange: processing gap, dashed: produced / "
+                           "members)")
     return _save(fig, path, title)
 
 

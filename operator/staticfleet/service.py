@@ -71,7 +71,9 @@ class Deps:
     """Member pods as this process last created or deleted them, by pod uid."""
     closures: dict[str, datetime] = field(default_factory=dict)
     """When the process of a member pod being deleted closed, by pod uid, as the pod watch saw
-    it (the pod itself may be gone by the next pass)."""
+    it (the pod itself may be gone by the next pass), or as its drain answered."""
+    drained_batches: dict[str, datetime] = field(default_factory=dict)
+    """When a drained process last finished a batch, by pod uid (its drain's answer)."""
 
     def note_closure(self, pod: Mapping[str, Any]) -> None:
         closed = member_closed_at(pod)
@@ -86,10 +88,16 @@ class Deps:
                 for uid in sorted(self.closures, key=self.closures.__getitem__)[
                         :len(self.closures) - CLOSURES_KEPT]:
                     del self.closures[uid]
-    def note_drained(self, uid: str, at: datetime) -> None:
-        """The process of member pod `uid` answered a drain: its consumer closed `at`."""
+    def note_drained(self, uid: str, at: datetime, last_batch_at: datetime | None = None) -> None:
+        """The process of member pod `uid` answered a drain: its consumer closed `at`, after
+        its last batch ended `last_batch_at` (both from its own clock)."""
         with self.lock:
             self.closures[uid] = at
+            if last_batch_at is not None:
+                self.drained_batches[uid] = last_batch_at
+                for old in sorted(self.drained_batches, key=self.drained_batches.__getitem__)[
+                        :max(0, len(self.drained_batches) - CLOSURES_KEPT)]:
+                    del self.drained_batches[old]
 
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -219,6 +227,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         deps.note_closure(pod)
     with deps.lock:
         closures = dict(deps.closures)
+        drained_batches = dict(deps.drained_batches)
     # Members being stopped are read too while their process runs: a warm handoff's processing
     # gap starts at the old process's last batch.
     running = live + [p for p in pods if still_running(p, closures)]
@@ -231,7 +240,8 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
                                  fresh_within_s=ROLLOUT_LAG_AGE_S if rolling else None)
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=statuses, group=group, partitions=partitions,
-                    closures=closures, claimants=claimants, broker_config=broker_config,
+                    closures=closures, drained_batches=drained_batches,
+                    claimants=claimants, broker_config=broker_config,
                     bounds_denied=bounds_denied,
                     lag=lag.by_partition if lag is not None else None,
                     lag_age_s=lag.age_s if lag is not None else None,
@@ -451,7 +461,7 @@ def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
                                        switch.hold_ms, switch.wait_s)
         if isinstance(drained, observe.Drained):
             answered = time.monotonic()
-            deps.note_drained(old.uid, drained.drained_at)
+            deps.note_drained(old.uid, drained.drained_at, drained.last_batch_at)
             kube.annotate_pod(snap.namespace, switch.standby, switch.standby_uid,
                               {builders.ACTIVATED_ANNOTATION: "true"})
             refused = observe.ask_member(ips.get(switch.standby) or "", MEMBER_PORT,

@@ -324,6 +324,7 @@ def observe_members(
                      f"{refusal_line(failure.message) or '(no message)'}" if failure else None),
             standby_ready_at=_moment(st, "standbyReady"),
             first_batch_at=_moment(st, "firstBatch"),
+            first_assignment_at=_moment(st, "firstAssignment"),
             answers=bool(st),
             crash=(f"exit code {crash.exit_code}: {refusal_line(crash.message) or '(no message)'}"
                    if (crash := member_crash(pod)) is not None and not pod_ended(pod) else None),

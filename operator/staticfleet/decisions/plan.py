@@ -959,8 +959,8 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
         members=tuple(m for m in table.members if m.ordinal < spec.replicas),
         group_state=group_state, rebalances=rebalances, closures=snap.closures,
         replicas=spec.replicas,
-        last_batches={uid: at for uid, st_ in snap.statuses.items()
-                      if (at := last_batch_at(st_)) is not None},
+        last_batches={**{uid: at for uid, st_ in snap.statuses.items()
+                         if (at := last_batch_at(st_)) is not None}, **snap.drained_batches},
         replacement_names={o: builders.replacement_name(spec, o, view.revision)
                            for o in range(spec.replicas)},
         lag=snap.lag, lag_age_s=snap.lag_age_s, last_seen=snap.last_answers,

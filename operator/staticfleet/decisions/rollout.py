@@ -168,10 +168,11 @@ class FallBackCold:
 @dataclass(frozen=True)
 class MemberRejoined:
     """The member's replacement is back in the group with its partitions: its absence ended
-    (`absence_s`, stop to rejoin). It is not done before it has processed."""
+    (`absence_s`, close to rejoin, `at`). It is not done before it has processed."""
 
     ordinal: int
     absence_s: float
+    at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -330,13 +331,15 @@ def next_step(
                 and progressed(member, observed.lag, observed.lag_read_at(now),
                                f.rejoined_at or f.stopped_at)):
             return (_expired(ctx, f, phase)
-                    or MarkMemberDone(f.ordinal, f.absence_s(now), _gap_s(f, member)))
+                    or MarkMemberDone(f.ordinal, f.absence_s(_rejoined_at(f, member, now)),
+                                      _gap_s(f, member)))
     # 3: A member in flight is back in the group: its absence ends (an absence seen only now
     # to be longer than the session timeout, a frozen old process's, is a rebalance).
     for f in ctx.in_flight:
         if (f.stopped_at is not None and f.rejoined_at is None
                 and has_rejoined(observed.member(f.ordinal), _target(f, update_revision))):
-            return _expired(ctx, f, phase) or MemberRejoined(f.ordinal, f.absence_s(now))
+            at = _rejoined_at(f, observed.member(f.ordinal), now)
+            return _expired(ctx, f, phase) or MemberRejoined(f.ordinal, f.absence_s(at), at)
     # 4: A warm handoff's own steps (the standby failed, cannot be made, is ready, is late).
     warm = _follow_warm(ctx)
     if warm is not None and not isinstance(warm, Wait):
@@ -479,6 +482,19 @@ def _waiting_for(in_flight: Sequence[InFlight]) -> str:
         parts.append(f"member(s) {', '.join(back)} (back in the group) to process on the new "
                      "revision")
     return "waiting for " + " and ".join(parts)
+
+
+def _rejoined_at(f: InFlight, member: ObservedMember | None, now: datetime) -> datetime:
+    """When the member came back: as recorded, else its process's own first assignment (to the
+    millisecond, from its clock) when that falls between its absence's start and now, else
+    now (the pass that sees it back)."""
+    if f.rejoined_at is not None:
+        return f.rejoined_at
+    joined = member.first_assignment_at if member is not None else None
+    since = f.away_since
+    if joined is not None and since is not None and since <= joined <= now:
+        return joined
+    return now
 
 
 def _gap_s(f: InFlight, member: ObservedMember | None) -> float | None:
@@ -696,8 +712,8 @@ def _record_rejoined(state: RolloutState, step: Step, rec: Recording) -> Rollout
         # Back before the session timeout: a rollout at risk is no longer at risk.
         phase="Rolling" if state.phase == "AtRisk" else state.phase,
         reason=f"member {step.ordinal} back in the group after {step.absence_s:.1f} s",
-        in_flight=tuple(replace(f, rejoined_at=rec.now) if f.ordinal == step.ordinal else f
-                        for f in state.in_flight),
+        in_flight=tuple(replace(f, rejoined_at=step.at or rec.now)
+                        if f.ordinal == step.ordinal else f for f in state.in_flight),
         longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
         pending=rec.plan)
 
@@ -709,7 +725,9 @@ def _record_done(state: RolloutState, step: Step, rec: Recording) -> RolloutStat
     gap_ms = None if step.processing_gap_s is None else round(step.processing_gap_s * 1000)
     handoff = Handoff(
         step.ordinal, done.mode if done else "cold", absence_ms, gap_ms,
-        _ms_between(done.prepared_at, done.standby_ready_at) if done else None)
+        _ms_between(done.prepared_at, done.standby_ready_at) if done else None,
+        absent_from=done.away_since if done else None,
+        gap_from=done.old_last_batch_at if done else None)
     after = replace(
         state,
         handoffs=(*state.handoffs, handoff),

@@ -73,6 +73,8 @@ class ObservedMember:
     standby_ready_at: datetime | None = None
     first_batch_at: datetime | None = None
     """When its process finished its first batch (from /status)."""
+    first_assignment_at: datetime | None = None
+    """When its process was first assigned partitions (from /status: its own clock)."""
     answers: bool = False
     """Its process answered /status this pass."""
     standby: ObservedMember | None = None
@@ -203,6 +205,11 @@ class Handoff:
     absence_ms: int
     processing_gap_ms: int | None = None
     standby_ready_ms: int | None = None
+    absent_from: datetime | None = None
+    """When the absence began: the old process's close (its drain's answer, or the kubelet's
+    exit to the second), or its last /status answer when it was frozen."""
+    gap_from: datetime | None = None
+    """When the processing gap began: the old process's last batch end."""
 
     def to_status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ordinal": self.ordinal, "mode": self.mode,
@@ -211,13 +218,18 @@ class Handoff:
             out["processingGapMs"] = self.processing_gap_ms
         if self.standby_ready_ms is not None:
             out["standbyReadyMs"] = self.standby_ready_ms
+        if self.absent_from is not None:
+            out["absentFrom"] = rfc3339_ms(self.absent_from)
+        if self.gap_from is not None and self.processing_gap_ms is not None:
+            out["processingGapFrom"] = rfc3339_ms(self.gap_from)
         return out
 
     @classmethod
     def from_status(cls, raw: Mapping[str, Any]) -> Handoff:
         return cls(int(raw["ordinal"]), str(raw.get("mode") or "cold"),
                    int(raw.get("absenceMs") or 0), raw.get("processingGapMs"),
-                   raw.get("standbyReadyMs"))
+                   raw.get("standbyReadyMs"), parse_optional(raw.get("absentFrom")),
+                   parse_optional(raw.get("processingGapFrom")))
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ lines, the ConsumerGroup it applies and the report."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -297,7 +298,8 @@ def test_throughput_png_is_written(tmp_path: Path) -> None:
     from staticfleet_dev.plot import write_throughput_png
 
     series = {o: [(T0 + t, 60.0 + o) for t in range(30)] for o in range(3)}
-    spans = {0: [(T0 + 5, T0 + 9)], 1: [(T0 + 12, T0 + 17)], 2: [(T0 + 20, None)]}
+    spans = {0: [("absence", T0 + 5, T0 + 5.014), ("gap", T0 + 4.9, T0 + 5.3)],
+             1: [("absence", T0 + 12, T0 + 17)], 2: []}
     path = write_throughput_png(tmp_path / "p.png", series, spans, t0=T0 + 3,
                                 rollout=(T0 + 3, T0 + 25), session_s=45.0, expected=66.7,
                                 title="test")
@@ -319,8 +321,26 @@ def test_handoff_notes_say_absence_and_processing_gap() -> None:
         {"ordinal": 2, "mode": "warm", "absenceMs": 640, "processingGapMs": 2900},
         {"ordinal": 1, "mode": "warm", "absenceMs": 1100}]}}}
     notes = handoff_notes(cg)
-    assert notes[2] == "warm restart: out of the group 0.6s, processing gap 2.9s"
+    assert notes[2] == ("warm restart: out of the group 640 ms (close -> assignment), "
+                        "processing gap 2900 ms (last batch -> first batch)")
     assert notes[1].endswith("processing gap n/a") and handoff_notes(None) == {}
+
+
+def test_the_pngs_shades_are_the_operators_figures() -> None:
+    """The PNG shades what status.rollout.handoffs says, from where each figure began; a
+    figure without its start (a handoff recorded before the starts were) is not drawn."""
+    from staticfleet_dev.demo import handoff_shades
+
+    cg = {"status": {"rollout": {"handoffs": [
+        {"ordinal": 2, "mode": "warm", "absenceMs": 14, "processingGapMs": 360,
+         "absentFrom": "2026-11-24T12:00:00.100Z",
+         "processingGapFrom": "2026-11-24T12:00:00.050Z"},
+        {"ordinal": 1, "mode": "warm", "absenceMs": 1100}]}}}
+    at = datetime(2026, 11, 24, 12, 0, tzinfo=UTC).timestamp()
+    shades = handoff_shades(cg)
+    assert [(w, round(a - at, 3), round(b - at, 3)) for w, a, b in shades[2]] == [
+        ("absence", 0.1, 0.114), ("gap", 0.05, 0.41)]
+    assert shades[1] == [] and handoff_shades(None) == {}
 
 
 def test_dashboard_panels_png(tmp_path: Path) -> None:

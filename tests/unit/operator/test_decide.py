@@ -13,7 +13,7 @@ import base64
 import copy
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -1147,13 +1147,15 @@ STARTED = (NOW - timedelta(seconds=600)).timestamp()
 
 def member_status(o: int, *, standby: str | None = None, member_id: str | None = None,
                   first_batch_at: float | None = None, last_batch_at: float | None = None,
-                  standby_ready_at: float | None = None) -> dict[str, Any]:
+                  standby_ready_at: float | None = None,
+                  first_assignment_at: float | None = None) -> dict[str, Any]:
     """A member's /status (process started 600 s before NOW)."""
     def since(at: float | None) -> float | None:
         return None if at is None else at - STARTED
     return {"memberId": f"m-{o}" if member_id is None else member_id, "rebalances": 0,
             "standby": standby, "processStart": STARTED, "lastBatchAt": last_batch_at,
-            "startupSeconds": {"firstAssignment": None, "firstBatch": since(first_batch_at),
+            "startupSeconds": {"firstAssignment": since(first_assignment_at),
+                               "firstBatch": since(first_batch_at),
                                "standbyReady": since(standby_ready_at)}}
 
 
@@ -1306,6 +1308,36 @@ def test_a_warm_handoff_activates_the_replacement_once_the_old_process_closed() 
     assert roll.status["rollout"]["longestProcessingGapMs"] == gap_ms
     assert done.metrics.processing_gaps_s == (2.3,)
     assert done.metrics.absences_s == (0.8,)
+
+
+def test_a_switchovers_figures_come_from_the_members_clocks_to_the_millisecond() -> None:
+    """Absence: the old process's close (its drain's answer) to the replacement's own first
+    assignment; processing gap: the old process's last batch (its drain's answer, not the
+    last /status read before it) to the replacement's first batch. Not when a pass happens
+    to see them: here the next pass comes 1.1 s later."""
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    (switch,) = roll.step(5, standby="ready", standby_ready_at=roll.at(5)).switchovers
+    uid = switch.old.uid
+    last_batch, closed = roll.at(roll.t + 0.05), roll.at(roll.t + 0.1)
+    roll.pods = [p for p in roll.pods if p is not roll.old2]  # gone by the next pass
+    roll.closures[uid] = datetime.fromtimestamp(closed, UTC)
+    drained = {uid: datetime.fromtimestamp(last_batch, UTC)}
+    roll.standby["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    assigned, first_batch = closed + 0.014, closed + 0.31
+    roll.t += 1.1
+    plan = decide(replace(snapshot(
+        WARM_NEW, [*roll.pods, roll.standby], previous=roll.status, in_group=(0, 1, 2),
+        now_offset_s=roll.t, statuses=roll.statuses(
+            standby=None, member_id="m-2", first_assignment_at=assigned,
+            first_batch_at=first_batch)), closures=roll.closures, drained_batches=drained))
+    roll.status = without_nulls(dict(plan.status))
+    (handoff,) = roll.status["rollout"]["handoffs"]
+    assert handoff["absenceMs"] == 14, handoff
+    assert handoff["processingGapMs"] == round((first_batch - last_batch) * 1000) == 360
+    # Where each span begins, to the millisecond (the demo's plot shades these).
+    assert c.parse_rfc3339(handoff["absentFrom"]).timestamp() == closed
+    assert c.parse_rfc3339(handoff["processingGapFrom"]).timestamp() == last_batch
 
 
 def test_a_handoff_in_stopping_gets_its_activation_while_the_coordinator_moves() -> None:
