@@ -137,3 +137,82 @@ def test_a_drains_close_is_not_moved_later_by_the_pod_watch() -> None:
                                    "exitCode": 0, "finishedAt": finished}}}]}})
     assert deps.closures["uid-1"] == drained
     assert deps.closures["uid-2"] == drained.replace(microsecond=0) + timedelta(seconds=3)
+
+
+class RecordingKube:
+    """The two API calls a switchover makes, recorded in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def annotate_pod(self, namespace: str, name: str, uid: str,
+                     annotations: dict[str, str]) -> bool:
+        self.calls.append(("annotate", name))
+        return True
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.calls.append(("delete", name))
+
+
+class Switching:
+    """An old member and its standby, each the runtime's own HTTP server on the member port of
+    a loopback address of its own (the switchover calls the pods' IPs on that port)."""
+
+    def __init__(self, drained: bool) -> None:
+        self.order: list[str] = []
+        self.drained = drained
+        self.servers = []
+        for ip, drain in (("127.0.9.2", self.drain), ("127.0.9.3", None)):
+            tel = Telemetry(namespace="ns", group="g", member="g-0", instance_id="g-0",
+                            session_timeout_s=30.0, max_poll_interval_s=60.0,
+                            process_start=0.0, started_at=0.0)
+            self.servers.append(serve(tel, ip, service.MEMBER_PORT, self.request,
+                                      lambda: "token", drain))
+
+    def drain(self, hold_s: float | None, wait_s: float) -> tuple[str | None, bool]:
+        self.order.append(f"drain hold={hold_s}")
+        return None, self.drained
+
+    def request(self, action: str) -> str | None:
+        self.order.append(action)
+        return None
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+
+
+@pytest.mark.parametrize("drained", [True, False])
+def test_a_switchover_activates_the_standby_the_moment_the_drain_answers(
+        drained: bool) -> None:
+    """Drained: the close is noted, the standby marked and activated, then the old pod
+    deleted. Not drained in time (202): the old pod is deleted all the same and the standby is
+    not activated (it is once its close is seen: test_decide)."""
+    from datetime import UTC, datetime
+
+    from staticfleet.decisions.plan import Plan, PodDelete, Switchover
+    from staticfleet.decisions.snapshot import Snapshot
+
+    members = Switching(drained)
+    kube = RecordingKube()
+    deps = service.Deps(kube=cast(apply.Kube, kube))
+    pods = tuple({"metadata": {"name": name, "uid": uid}, "status": {"podIP": ip}}
+                 for name, uid, ip in (("g-0", "u-old", "127.0.9.2"),
+                                       ("g-0-abcde", "u-new", "127.0.9.3")))
+    snap = Snapshot(body={"metadata": {"name": "g", "namespace": "ns", "uid": "cg"}},
+                    now=datetime.now(UTC), pods=pods, member_token="token")
+    switch = Switchover(0, PodDelete(0, "g-0", "u-old", "restart"), "g-0-abcde", "u-new",
+                        hold_ms=22_500, wait_s=0.2)
+    try:
+        service._switch_over(snap, Plan(status={}, switchovers=(switch,)), deps)
+    finally:
+        members.close()
+    if drained:
+        assert members.order == ["drain hold=22.5", "activate"]
+        assert kube.calls == [("annotate", "g-0-abcde"), ("delete", "g-0")]
+        assert "u-old" in deps.closures
+    else:
+        assert members.order == ["drain hold=22.5"]
+        assert kube.calls == [("delete", "g-0")]
+        assert "u-old" not in deps.closures
