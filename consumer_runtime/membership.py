@@ -107,22 +107,20 @@ class GroupView:
 
     def held(self, instance_id: str | None, member_id: str, timeout: float) -> set[TP] | None:
         """Partitions the broker shows for this member; None when it did not answer."""
-        try:
-            future = self.admin.describe_consumer_groups([self.group_id],
-                                                         request_timeout=timeout)[self.group_id]
-            description = future.result(timeout=timeout + 1)
-        except (KafkaException, TimeoutError):
-            return None
-        return held_by(description.members, instance_id, member_id)
+        members = self._members(timeout)
+        return None if members is None else held_by(members, instance_id, member_id)
 
     def taken_by_another(self, instance_id: str | None, member_id: str,
                          timeout: float) -> bool | None:
         """Another process holds `instance_id` in the group (`held_by_another`); None when the
         broker did not answer."""
+        members = self._members(timeout)
+        return None if members is None else held_by_another(members, instance_id, member_id)
+
+    def _members(self, timeout: float) -> list[Any] | None:
         try:
             future = self.admin.describe_consumer_groups([self.group_id],
                                                          request_timeout=timeout)[self.group_id]
-            description = future.result(timeout=timeout + 1)
+            return list(future.result(timeout=timeout + 1).members)
         except (KafkaException, TimeoutError):
             return None
-        return held_by_another(description.members, instance_id, member_id)
