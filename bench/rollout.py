@@ -1,30 +1,38 @@
 """Rollout benchmark: what a rolling restart costs a consumer group, side by side in one run.
 
-4 members on 12 partitions under a steady produce rate, the scenarios side by side:
+N members (4) on P partitions (12) under a steady produce rate, the scenarios side by side:
 
-- warm:     staticfleet's roller, static membership, warm handoff (the default strategy): each
-            replacement starts in standby and joins once its old member closed;
-- recreate: the same, strategy Recreate: stop the member, then cold-start its replacement;
-- dynamic:  the recreate roller with the instance ids dropped (the test-only switch);
-- short:   static membership with a session timeout shorter than a restart. staticfleet refuses to
-           roll that group (it says which timeout it would need), so this scenario restarts the
-           members the way a plain StatefulSet-style roller does: delete, wait until Ready, next.
+- warm:      staticfleet's roller, static membership, warm handoff (the default strategy): each
+             replacement starts in standby; once it is ready the old member is drained and the
+             replacement activated the moment the drain answers (a switchover);
+- warm-stop: the same handoff without the drain (a test-only annotation): the old member is
+             stopped and the replacement activated once its process exited, as before drains;
+- recreate:  the same roller, strategy Recreate: stop the member, then cold-start its replacement;
+- dynamic:   the recreate roller with the instance ids dropped (the test-only switch);
+- short:    static membership with a session timeout shorter than a restart. staticfleet refuses to
+            roll that group (it says which timeout it would need), so this scenario restarts the
+            members the way a plain StatefulSet-style roller does: delete, wait until Ready, next.
 
-For each: rebalances during the rollout (new generations in the broker's log), longest member
-absence beside the session timeout (the operator's figure), the longest processing gap of a
-member (seen by this bench: the longest time one ordinal's serving process went without
-processing a record, sampled once a second, so up to 1 s coarse; and the operator's figure), the
-throughput of the members that are not restarting during the rollout as a ratio of their
-steady-state throughput (with warm handoff the replacements' Spark starts fall in that window
-too), and the total rollout time.
+Each scenario's group is rolled `--rollouts` times in a row (`--protocol`: classic or consumer,
+KIP-848). For each: rebalances during the rollouts (new generations in the broker's log; the
+operator's count for KIP-848), per member and rollout the absence (the old consumer's close ->
+the replacement's first assignment) and the processing gap (the old process's last batch end ->
+the replacement's first batch end), both the operator's figures from the members' own clocks
+(status.rollout.handoffs), as p50 / p99 / max; the longest processing gap seen by this bench
+(the longest time one ordinal's serving process went without processing a record, sampled once a
+second, so up to 1 s coarse); the throughput of the members that are not restarting during the
+rollout as a ratio of their steady-state throughput (with warm handoff the replacements' Spark
+starts fall in that window too), and the rollouts' total time.
 
-Run: python bench/rollout.py [--rate 400] [--settle 20] [--scenarios warm,recreate,dynamic]
+Run: python bench/rollout.py [--rate 400] [--settle 20] [--members 4] [--partitions 12]
+     [--rollouts 1] [--protocol classic] [--scenarios warm,warm-stop,recreate,dynamic]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import threading
@@ -41,6 +49,7 @@ sys.path.insert(0, str(REPO))
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from staticfleet.decisions.model import STOP_HANDOFF_ANNOTATION  # noqa: E402
 from staticfleet_dev import environment  # noqa: E402
 from staticfleet_dev.kafka import KafkaBroker, KafkaSettings  # noqa: E402
 from staticfleet_dev.stream import SteadyProducer, committed_lag  # noqa: E402
@@ -174,10 +183,28 @@ class Result:
     gap_seen_s: float = float("nan")
     gap_operator_ms: int | None = None
     note: str = ""
+    absences_ms: list[int] = field(default_factory=list)
+    """Every member's absence in every rollout (the operator's handoffs)."""
+    gaps_ms: list[int] = field(default_factory=list)
+    """Every member's processing gap in every rollout (the operator's handoffs)."""
+
+
+def rank(values: list[int], q: float) -> int:
+    """The q-quantile of `values` by nearest rank."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
+
+
+def percentiles(values: list[int]) -> str:
+    """p50 / p99 / max, or '-' without values."""
+    if not values:
+        return "-"
+    return f"{rank(values, 0.5)} / {rank(values, 0.99)} / {max(values)}"
 
 
 def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, admin: AdminClient,
-                 rate: float, settle: float) -> Result:
+                 rate: float, settle: float, rollouts: int = 1,
+                 protocol: str = "classic") -> Result:
     kc = env.kubeconfig
     namespace = f"bench-{scenario}-{int(time.time()) % 100000}"
     create_namespace(kc, namespace)
@@ -187,8 +214,10 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
         fut.result(30)
     session = 3000 if scenario == "short" else None
     obj = consumer_group(name, env.bootstrap, topic, replicas=MEMBERS, session_ms=session,
-                         dynamic=scenario == "dynamic", max_records=5000,
-                         strategy="WarmHandoff" if scenario == "warm" else "Recreate")
+                         dynamic=scenario == "dynamic", max_records=5000, protocol=protocol,
+                         strategy="WarmHandoff" if scenario.startswith("warm") else "Recreate")
+    if scenario == "warm-stop":
+        obj["metadata"]["annotations"][STOP_HANDOFF_ANNOTATION] = "true"
     kubectl(kc, "-n", namespace, "apply", "-f", "-", input=to_yaml(obj))
     wait(lambda: ready_and_idle(cg(kc, namespace, name)), 300, f"{name} Ready")
     # Produce only now, and let the members settle on the steady rate before measuring, so the
@@ -205,21 +234,38 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
     started = time.monotonic()
     gap_operator = None
     absences: dict[int, tuple[float, float]] = {}
+    absences_ms: list[int] = []
+    gaps_ms: list[int] = []
+    operator_rebalances = 0
     if scenario == "short":
         longest = naive_roll(kc, namespace, name, absences, broker, admin)
         note = "staticfleet refused (RestartUnsafe); restarted by a naive delete-and-wait roller"
     else:
-        kubectl(kc, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
-                '{"spec": {"rollout": {"restartNonce": "bench"}}}')
-        done = wait(lambda: rollout_done(cg(kc, namespace, name)), 600, f"{name} rolled out")
-        longest = int(done["status"]["rollout"]["longestAbsenceMs"])
-        gap_operator = done["status"]["rollout"].get("longestProcessingGapMs")
-        note = ""
+        longest, note = 0, ""
+        for n in range(rollouts):
+            kubectl(kc, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
+                    json.dumps({"spec": {"rollout": {"restartNonce": f"bench-{n}"}}}))
+            done = wait(lambda: rollout_done(cg(kc, namespace, name)), 900,
+                        f"{name} rolled out ({n + 1}/{rollouts})")
+            ro = done["status"]["rollout"]
+            longest = max(longest, int(ro["longestAbsenceMs"]))
+            gap = ro.get("longestProcessingGapMs")
+            gap_operator = gap if gap_operator is None or gap is None else max(gap_operator, gap)
+            for h in ro.get("handoffs") or ():
+                absences_ms.append(int(h["absenceMs"]))
+                if h.get("processingGapMs") is not None:
+                    gaps_ms.append(int(h["processingGapMs"]))
+            operator_rebalances += int(ro.get("rebalancesDuringRollout") or 0)
+            figures = [(h["ordinal"], h["absenceMs"], h.get("processingGapMs"))
+                       for h in ro.get("handoffs") or ()]
+            print(f"  rollout {n + 1}/{rollouts}: (member, absence ms, gap ms) {figures}",
+                  flush=True)
     finished = time.monotonic()
     time.sleep(3)
     sampler.stop()
 
-    rebalances = len([g for g in broker.generations(name) if g not in generations])
+    rebalances = (len([g for g in broker.generations(name) if g not in generations])
+                  if protocol == "classic" else operator_rebalances)
     ratio = others_ratio(sampler, steady_from, steady_to, started, finished)
     if sampler.errors or len(sampler.samples) < 5:
         print(f"  sampler: {len(sampler.samples)} samples, errors {sampler.errors[:3]}")
@@ -227,7 +273,7 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
     kubectl(kc, "delete", "namespace", namespace, "--wait=false", check=False)
     gap_seen = sampler.longest_gap(started, finished)
     return Result(scenario, rebalances, longest, session_ms, ratio, finished - started,
-                  gap_seen, gap_operator, note)
+                  gap_seen, gap_operator, note, absences_ms, gaps_ms)
 
 
 def rollout_done(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -277,9 +323,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=400.0, help="records produced per second")
     parser.add_argument("--settle", type=float, default=20.0, help="steady seconds before")
-    parser.add_argument("--scenarios", default="warm,recreate,dynamic",
-                        help="of warm, recreate, dynamic, short")
+    parser.add_argument("--scenarios", default="warm,warm-stop,recreate,dynamic",
+                        help="of warm, warm-stop, recreate, dynamic, short")
+    parser.add_argument("--members", type=int, default=MEMBERS)
+    parser.add_argument("--partitions", type=int, default=PARTITIONS)
+    parser.add_argument("--rollouts", type=int, default=1, help="consecutive rollouts per group")
+    parser.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     args = parser.parse_args()
+    global MEMBERS, PARTITIONS
+    MEMBERS, PARTITIONS = args.members, args.partitions
 
     name = "bench-rollout"
     environment.down(name)
@@ -295,13 +347,15 @@ def main() -> int:
     try:
         for scenario in args.scenarios.split(","):
             print(f"--- {scenario}", flush=True)
-            results.append(run_scenario(scenario, env, broker, admin, args.rate, args.settle))
+            results.append(run_scenario(scenario, env, broker, admin, args.rate, args.settle,
+                                        args.rollouts, args.protocol))
             print(results[-1], flush=True)
     finally:
         op.stop()
         environment.down(name)
 
-    print(f"\n{MEMBERS} members, {PARTITIONS} partitions, {args.rate:.0f} records/s produced\n")
+    print(f"\n{MEMBERS} members, {PARTITIONS} partitions, {args.rate:.0f} records/s produced, "
+          f"{args.rollouts} rollout(s) per scenario, protocol {args.protocol}\n")
     head = ("scenario", "rebalances", "longest absence ms", "session ms", "gap seen s",
             "gap operator ms", "others' throughput", "rollout s")
     print("  ".join(f"{h:>18}" for h in head))
@@ -310,6 +364,16 @@ def main() -> int:
             r.scenario, r.rebalances, r.longest_absence_ms, r.session_ms, f"{r.gap_seen_s:.1f}",
             "-" if r.gap_operator_ms is None else r.gap_operator_ms,
             f"{r.others_ratio:.2f}", f"{r.rollout_s:.1f}")))
+    print("\nper member and rollout, the operator's figures (p50 / p99 / max ms):")
+    for r in results:
+        print(f"  {r.scenario:>10}: absence {percentiles(r.absences_ms)}; processing gap "
+              f"{percentiles(r.gaps_ms)} ({len(r.gaps_ms)} handoffs)")
+    warm = next((r for r in results if r.scenario == "warm" and r.gaps_ms), None)
+    for r in results:
+        if warm is not None and r is not warm and r.gaps_ms:
+            p99 = rank(warm.gaps_ms, 0.99) / max(1, rank(r.gaps_ms, 0.99))
+            p50 = rank(warm.gaps_ms, 0.5) / max(1, rank(r.gaps_ms, 0.5))
+            print(f"warm / {r.scenario}: processing gap p99 {p99:.2f}, p50 {p50:.2f}")
     base = next((r for r in results if r.scenario == "recreate"), None)
     for r in results:
         if base is not None and r is not base and base.gap_seen_s > 0:

@@ -22,6 +22,9 @@ KIND = "ConsumerGroup"
 # Annotations on the ConsumerGroup itself.
 RESTARTED_AT_ANNOTATION = "staticfleet.io/restartedAt"
 DYNAMIC_MEMBERSHIP_ANNOTATION = "staticfleet.io/dynamic-membership-for-testing"
+STOP_HANDOFF_ANNOTATION = "staticfleet.io/handoff-without-drain-for-testing"
+"""Test-only: a warm handoff stops the old member and activates the standby once the old process
+exited, as before drains (bench/rollout.py's `warm-stop`, measured beside the drain)."""
 
 DEFAULT_COMMAND: tuple[str, ...] = ("python", "-m", "consumer_runtime")
 DEFAULT_TRANSFORM = "consumer_runtime.transforms:identity"
@@ -296,6 +299,8 @@ class ConsumerGroupSpec:
     """Value of the `staticfleet.io/restartedAt` annotation: changing it restarts every member."""
     dynamic_membership_for_testing: bool = False
     """Test-only: members run without group.instance.id (to show the rebalances static avoids)."""
+    handoff_without_drain_for_testing: bool = False
+    """Test-only: warm handoffs stop the old member instead of draining it (`Switchover`)."""
 
     @property
     def group_id(self) -> str:
@@ -329,6 +334,9 @@ class ConsumerGroupSpec:
             restarted_at=_opt_str(annotations, RESTARTED_AT_ANNOTATION, "metadata.annotations"),
             dynamic_membership_for_testing=(
                 str(annotations.get(DYNAMIC_MEMBERSHIP_ANNOTATION, "")).lower() == "true"
+            ),
+            handoff_without_drain_for_testing=(
+                str(annotations.get(STOP_HANDOFF_ANNOTATION, "")).lower() == "true"
             ),
         )
 

@@ -1100,7 +1100,7 @@ def _on_hand_over(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
                     and (p.get("status") or {}).get("podIP")), None)
     said = (f"member {decided.ordinal}: its replacement is standby-ready"
             + (f" ({warm_s:.1f} s after it was created)" if warm_s is not None else ""))
-    if stop and standby is not None:
+    if stop and standby is not None and not s.spec.handoff_without_drain_for_testing:
         (old,) = stop
         session_ms = s.limits.session_timeout_ms
         switch = Switchover(decided.ordinal, old, standby["metadata"]["name"],

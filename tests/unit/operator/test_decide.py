@@ -1255,6 +1255,21 @@ def test_a_warm_handoff_whose_standby_has_no_address_stops_the_old_member_instea
     assert roll.flight()["phase"] == "Stopping"
 
 
+def test_the_bench_can_hand_off_without_a_drain_to_measure_it_beside_one() -> None:
+    from staticfleet.decisions.model import STOP_HANDOFF_ANNOTATION
+
+    roll = WarmRoll()
+    stop_first = with_path(WARM_NEW, "metadata.annotations", {STOP_HANDOFF_ANNOTATION: "true"})
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    roll.t += 5
+    plan = decide(replace(snapshot(
+        stop_first, [*roll.pods, roll.standby], previous=roll.status, in_group=(0, 1, 2),
+        now_offset_s=roll.t, statuses=roll.statuses(standby="ready",
+                                                    standby_ready_at=roll.at(5)))))
+    (stop,) = plan.delete
+    assert plan.switchovers == () and stop.uid == roll.old2["metadata"]["uid"]
+
+
 def test_after_a_switchover_the_drain_is_the_close_and_a_refused_activation_is_sent_again(
         ) -> None:
     """The switch's drain answer is recorded as the old process's close (`Deps.note_drained`).
