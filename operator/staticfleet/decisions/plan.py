@@ -218,11 +218,12 @@ def decide(snap: Snapshot) -> Plan:
                             group=group, partitions=total)
     rebalances = count_rebalances(previous, group.state, snap.pods, snap.statuses)
     last_planned = pl.PlannedRebalance.from_status(previous.get("plannedRebalance"))
-    was_ready = (c.get_condition(previous.get("conditions") or [], c.READY)
-                 or {}).get("status") == "True"
+    if last_planned is not None and last_planned.reason == pl.CREATE and (
+            c.get_condition(previous.get("conditions") or [], c.READY) or {}).get(
+            "status") == "True":
+        last_planned = None  # the new group formed: its members' joins explain nothing more
     planned_now = rebalances.increase if (
-        last_planned is not None and last_planned.explains(snap.now)
-        and not (last_planned.reason == pl.CREATE and was_ready)) else 0
+        last_planned is not None and last_planned.explains(snap.now)) else 0
     events += _rebalance_events(previous, rebalances, group, planned_now, last_planned)
 
     activations = _activations(snap, table, spec.replicas)

@@ -636,6 +636,22 @@ def test_a_new_groups_members_joining_one_after_another_are_planned_rebalances()
                               statuses=statuses, now_offset_s=20))
     assert forming.metrics.rebalances == 1 and forming.metrics.planned_rebalances == 1
     assert [(e.type, e.reason) for e in forming.events] == [("Normal", c.PLANNED_REBALANCE)]
+    # Formed (Ready once): the record is dropped, so a rebalance a minute later, while the
+    # group is not Ready (a member restarting, say), is not the forming's.
+    pods = running(first)
+    ready = without_nulls(dict(decide(snapshot(
+        CG, pods, previous=without_nulls(dict(forming.status)), statuses=statuses,
+        now_offset_s=30)).status))
+    assert c.get_condition(ready["conditions"], c.READY)["status"] == "True"
+    ready = without_nulls(dict(decide(snapshot(CG, pods, previous=ready, statuses=statuses,
+                                               now_offset_s=31)).status))
+    assert ready.get("plannedRebalance") is None
+    not_ready = with_path(ready, "conditions", [
+        {**cond, "status": "False"} if cond["type"] == c.READY else cond
+        for cond in ready["conditions"]])
+    again = {uid: {**st, "rebalances": 2} for uid, st in statuses.items()}
+    later = decide(snapshot(CG, pods, previous=not_ready, statuses=again, now_offset_s=90))
+    assert later.metrics.rebalances == 1 and later.metrics.planned_rebalances == 0
 
 
 def test_a_restart_that_fits_the_new_timeout_but_not_the_running_one_is_refused() -> None:
