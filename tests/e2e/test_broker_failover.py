@@ -3,9 +3,9 @@
 One classic and one KIP-848 group, both coordinated by the same broker (their ids hash to the
 same `__consumer_offsets` partition), roll by warm handoff under load:
 
-1. the broker coordinating both is SIGKILLed while a handoff is under way (`Stopping` or
-   `Activating`), comes back 10 s later, and a preferred-leader election moves the coordinator
-   again;
+1. the broker coordinating both is SIGKILLed as a handoff switches (its standby ready, or
+   `Stopping` / `Activating`), comes back 10 s later, and a preferred-leader election moves the
+   coordinator again;
 2. during a second rollout all three brokers are restarted one after another.
 
 Each rollout must finish with every handoff warm (none fell back to a cold start), no new
@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from staticfleet import observe
 from staticfleet.decisions import builders
 from staticfleet_dev.kafka import KafkaCluster, offsets_partition
 from staticfleet_dev.spark_connect import ConnectServer
@@ -79,11 +80,19 @@ def processing_since(kubeconfig: Path, namespace: str, name: str, since: float) 
     return len(batches) == REPLICAS and all(at > since for at in batches.values())
 
 
-def in_handoff(obj: dict[str, Any]) -> bool:
-    """A member between its old process's stop (a drain, now) and its replacement's rejoin:
-    with switchovers that is a pass or two, so the caller polls fast."""
-    flights = ((obj.get("status") or {}).get("rollout") or {}).get("inFlight") or []
-    return any(f.get("phase") in ("Stopping", "Activating") for f in flights)
+def in_handoff(kubeconfig: Path, namespace: str, name: str) -> bool:
+    """A member's handoff is about to switch or switching: its standby says standby-ready (the
+    operator drains the old member and activates the standby within a pass of that), or the
+    status shows a member between its old process's stop and its replacement's rejoin. With
+    switchovers that is a pass or two, so the caller polls fast."""
+    flights = ((groups.get(kubeconfig, namespace, name).get("status") or {}).get("rollout")
+               or {}).get("inFlight") or []
+    if any(f.get("phase") in ("Stopping", "Activating") for f in flights):
+        return True
+    return any((observe.read_member_status(ip, builders.HTTP_PORT) or {}).get("standby")
+               == "ready" for pod in groups.pods(kubeconfig, namespace, name)
+               if (ip := (pod.get("status") or {}).get("podIP"))
+               and not pod["metadata"].get("deletionTimestamp"))
 
 
 def check_rollout(cluster: KafkaCluster, obj: dict[str, Any], generations: list[int]) -> None:
@@ -132,11 +141,11 @@ def test_rollouts_ride_out_a_coordinator_kill_and_a_broker_roll(
         generations = {name: kafka_cluster.generations(name) for name in cgs}
         assert generations[classic], "the classic group never stabilized"
 
-        # 1. The coordinator dies while a handoff is under way (Stopping or Activating); it comes
-        # back 10 s later and a preferred-leader election moves the coordinator again.
+        # 1. The coordinator dies as a handoff switches; it comes back 10 s later and a
+        # preferred-leader election moves the coordinator again.
         for name in cgs:
             trigger(kubeconfig, namespace, name, env_patch("1"))
-        wait_for(lambda: in_handoff(groups.get(kubeconfig, namespace, classic)), 300,
+        wait_for(partial(in_handoff, kubeconfig, namespace, classic), 300,
                  "a member in its handoff", interval=0.05)
         killed_at = time.time()
         kafka_cluster.kill(coordinator)
