@@ -320,6 +320,7 @@ def others_ratio(sampler: Sampler, s0: float, s1: float, r0: float, r1: float) -
 
 
 def main() -> int:
+    global MEMBERS, PARTITIONS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=400.0, help="records produced per second")
     parser.add_argument("--settle", type=float, default=20.0, help="steady seconds before")
@@ -330,7 +331,6 @@ def main() -> int:
     parser.add_argument("--rollouts", type=int, default=1, help="consecutive rollouts per group")
     parser.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     args = parser.parse_args()
-    global MEMBERS, PARTITIONS
     MEMBERS, PARTITIONS = args.members, args.partitions
 
     name = "bench-rollout"

@@ -21,6 +21,8 @@ sink stores nothing; its one job is the computation.
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,6 +34,7 @@ from consumer_runtime.delivery import SinkError, dead_letter_headers
 from consumer_runtime.records import KafkaRecord
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,13 @@ SECURITY_PREFIXES = ("security.", "sasl.", "ssl.")
 class Sink(Protocol):
     def write(self, df: DataFrame, name: str) -> None:
         """Compute `df` (failures as they are), then store it (failures as SinkError)."""
+        ...
+
+    def warm_up(self, df: DataFrame) -> None:
+        """Run `df` (the transform on a made-up record) through the write's own path without
+        storing it where the real output goes, so a replacement's first real batch pays no
+        first-write cost (class loading, code generation, a file system's or a producer's
+        first use)."""
         ...
 
     def close(self) -> None: ...
@@ -63,6 +73,9 @@ class NullSink:
     def write(self, df: DataFrame, name: str) -> None:
         df.write.format("noop").mode("overwrite").save()
 
+    def warm_up(self, df: DataFrame) -> None:
+        self.write(df, "warm-up")
+
     def close(self) -> None:
         pass
 
@@ -72,7 +85,27 @@ class ParquetSink:
         self.path = path.rstrip("/")
 
     def write(self, df: DataFrame, name: str) -> None:
-        target = f"{self.path}/{name}"
+        self._store(df, f"{self.path}/{name}")
+
+    def warm_up(self, df: DataFrame) -> None:
+        """The whole write (cache, count, Parquet writer, committer) into a scratch directory
+        on the local file system, removed after: readers of the sink's path never see it. A
+        remote file system's client is not warmed (its first real write still pays for it), nor
+        is anything through Spark Connect.
+        Measured in the demo before this: the replacements' first batches took 9.6-14.4 s
+        after their old members' last ones, where the rejoin took 33-149 ms."""
+        if type(df).__module__.startswith("pyspark.sql.connect"):
+            # Spark Connect writes on the server, whose file system is not this one (and the
+            # shared server is warm already): only the transform is run.
+            NullSink().write(df, "warm-up")
+            return
+        scratch = tempfile.mkdtemp(prefix="staticfleet-warm-up-")
+        try:
+            self._store(df, f"file://{scratch}/warm-up")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _store(self, df: DataFrame, target: str) -> None:
         computed = df.persist()
         try:
             computed.count()  # the transform runs here, every column (the cache holds them all)
@@ -155,6 +188,25 @@ class KafkaSink:
         self.delivery = delivery
 
     def write(self, df: DataFrame, name: str) -> None:
+        # Computing: the transform runs here. Storing: produce and flush, which raise SinkError.
+        table = self._records(df)
+        values = _as_bytes(table.column("value").to_pylist())
+        keys = (_as_bytes(table.column("key").to_pylist()) if "key" in table.column_names
+                else [None] * len(values))
+        for key, value in zip(keys, values, strict=True):
+            self.delivery.produce(self.topic, value=value, key=key)
+        self.delivery.flush(f"kafka sink {self.topic} batch {name}")
+
+    def warm_up(self, df: DataFrame) -> None:
+        """The records computed as for a write (nothing produced), and the topic's metadata
+        fetched, so the first real batch's produce finds its leader known."""
+        self._records(df)
+        try:
+            self.delivery.producer.list_topics(self.topic, timeout=5.0)
+        except KafkaException as exc:
+            log.warning("kafka sink %s: no metadata at warm-up: %s", self.topic, exc)
+
+    def _records(self, df: DataFrame) -> pa.Table:
         from pyspark.sql import functions as F
 
         columns = df.columns
@@ -162,14 +214,7 @@ class KafkaSink:
             keyed = [F.col("key")] if "key" in columns else []
             df = df.select(*keyed, F.to_json(F.struct(*[F.col(c) for c in columns]))
                            .alias("value"))
-        # Computing: the transform runs here. Storing: produce and flush, which raise SinkError.
-        table = df.select(*[c for c in ("key", "value") if c in df.columns]).toArrow()
-        values = _as_bytes(table.column("value").to_pylist())
-        keys = (_as_bytes(table.column("key").to_pylist()) if "key" in table.column_names
-                else [None] * len(values))
-        for key, value in zip(keys, values, strict=True):
-            self.delivery.produce(self.topic, value=value, key=key)
-        self.delivery.flush(f"kafka sink {self.topic} batch {name}")
+        return df.select(*[c for c in ("key", "value") if c in df.columns]).toArrow()
 
     def close(self) -> None:
         self.delivery.close()

@@ -122,8 +122,9 @@ class SparkBatch:
             self.sink.write(self.transform(df, ctx), batch_name(batch))
 
     def warm_up(self, rounds: int = 2) -> None:
-        """Run the transform on a batch of one made-up record, into Spark's `noop` sink (never the
-        real sink), so the first real batch pays no JIT or code generation cost: a warm
+        """Run the transform on a batch of one made-up record through the sink's warm-up (its
+        write's own path, never into the real output: `Sink.warm_up`), so the first real batch
+        pays no JIT, code generation or first-write cost: a warm
         handoff's replacement processes its first batch right after it joins. An empty batch
         warmed up far less (Spark runs no task for it): the first real batch of a replacement
         took 2.2 s after its assignment. A transform that cannot take the made-up record is
@@ -133,7 +134,7 @@ class SparkBatch:
             try:
                 for _ in range(rounds if table.num_rows else 1):
                     out = self.transform(self.frame(table), self.context(0, ()))
-                    out.write.format("noop").mode("overwrite").save()
+                    self.sink.warm_up(out)
             except Exception as exc:
                 log.warning("warm-up of the transform on %s failed: %s",
                             "a made-up record" if table.num_rows else "an empty batch",
