@@ -109,6 +109,21 @@ def test_a_computed_batch_is_written_once_and_released() -> None:
     assert frame.calls == ["persist", "count", "parquet /data/out/b-1", "unpersist"]
 
 
+def test_the_warm_up_runs_the_whole_write_outside_the_sinks_path_and_leaves_nothing() -> None:
+    """A standby warms the Parquet write itself (its first write cost seconds in the demo's
+    handoffs), into a scratch directory that is gone after: readers of the sink's path never
+    see a made-up record."""
+    from pathlib import Path
+
+    frame = Frame()
+    ParquetSink("/data/out").warm_up(frame)  # type: ignore[arg-type]
+    persist, count, written, release = frame.calls
+    assert (persist, count, release) == ("persist", "count", "unpersist")
+    target = written.removeprefix("parquet file://")
+    assert written.startswith("parquet file://") and "/data/out" not in written
+    assert not Path(target).parent.exists(), "the scratch directory was left behind"
+
+
 class RefusingProducer:
     """librdkafka refuses some messages in produce() itself, e.g. one above message.max.bytes."""
 
