@@ -182,13 +182,13 @@ class Member:
         """Out of the group after a drain (consumer closed), waiting to be replaced."""
         self.drained_member_id = ""
         self.drain_ends_at = 0.0
+        """When a drained process looks whether it was replaced, and subscribes again if not."""
         self.group_view: GroupView | None = None
         self.assigned_at: float | None = None
         """When partitions were last assigned, until the first records after it came."""
         self.returning = False
         """Subscribed again after a drain, not yet assigned: that assignment is the static
         member's return, not a rebalance."""
-        """When a drained process looks whether it was replaced, and subscribes again if not."""
         self.left = False
         self.join_refused_at: float | None = None
         """When the broker first refused this process's instance id (UNRELEASED_INSTANCE_ID)."""
@@ -203,7 +203,8 @@ class Member:
         self.stopping.set()
 
     def request(self, action: str) -> str | None:
-        """Take an operator request (ACTIVATE, LEAVE or REJOIN; from the HTTP thread, which
+        """Take an operator request (ACTIVATE, LEAVE or REJOIN; a drain is `drain`; from the
+        HTTP thread, which
         checked the operator's token): None when accepted, else why not. ACTIVATE is taken only
         by a standby that is standby-ready. The loop carries it out between batches."""
         with self._requests:
@@ -218,8 +219,6 @@ class Member:
                 return None
             if not self.activation.is_set():
                 return "in standby: not in the group (POST /activate first)"
-            if action == DRAIN:
-                return self._take_drain(DRAIN_HOLD_S)
             if self.drained.is_set():
                 return "drained: out of the group until it is replaced or subscribes again"
             if action == LEAVE:
