@@ -204,9 +204,9 @@ class Member:
 
     def request(self, action: str) -> str | None:
         """Take an operator request (ACTIVATE, LEAVE or REJOIN; a drain is `drain`; from the
-        HTTP thread, which
-        checked the operator's token): None when accepted, else why not. ACTIVATE is taken only
-        by a standby that is standby-ready. The loop carries it out between batches."""
+        HTTP thread, which checked the operator's token): None when accepted, else why not.
+        ACTIVATE is taken only by a standby that is standby-ready. The loop carries it out
+        between batches."""
         with self._requests:
             if action == ACTIVATE:
                 refused = activation_refused(active=self.activation.is_set(),
