@@ -314,6 +314,12 @@ class Member:
                     if action == REJOIN:
                         self._rejoin()
                     elif action == DRAIN:
+                        if len(self.buffer) and self.ready():
+                            # The records already fetched are processed now, not left for the
+                            # replacement to fetch again: its first batch starts from where
+                            # this one ended (the processing gap loses up to a batch's wait).
+                            self._submit(now)
+                            continue
                         self._drain(drain_began or now)
                         drain_began = draining_for = None
                         continue
