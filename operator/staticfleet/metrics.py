@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from staticfleet.decisions.plan import MetricValues
+from staticfleet.decisions.actions import MetricValues
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 LABELS = ("namespace", "group")
@@ -140,7 +140,7 @@ def _export_lag(namespace: str, group: str, group_id: str,
 
 
 def export(namespace: str, group: str, values: MetricValues, seconds: float) -> None:
-    """Set and count what one pass decided (`plan.MetricValues`); `seconds`: the pass took."""
+    """Set and count what one pass decided (`actions.MetricValues`); `seconds`: the pass took."""
     labels = (namespace, group)
     RECONCILE_LAST.labels(*labels).set_to_current_time()
     RECONCILE_DURATION.observe(seconds)

@@ -30,9 +30,10 @@ from typing import Any
 from staticfleet import apply, lagreads, metrics, observe
 from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions import conditions as c
+from staticfleet.decisions.actions import Plan, summarize
 from staticfleet.decisions.members import member_closed_at, pod_ended, still_running
 from staticfleet.decisions.model import ConsumerGroupSpec, SecretKeyRef, SpecError
-from staticfleet.decisions.plan import Plan, decide, degraded, summarize, without_nulls
+from staticfleet.decisions.plan import decide, degraded, without_nulls
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
 from staticfleet.statuspatch import merge_patch
 
@@ -442,7 +443,7 @@ def _ask_members(snap: Snapshot, plan: Plan, deps: Deps) -> None:
 
 
 def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
-    """Each warm handoff's switch (`plan.Switchover`): drain the old member; the moment it
+    """Each warm handoff's switch (`actions.Switchover`): drain the old member; the moment it
     answers, mark the standby activated and activate it; then delete the old pod (whether the
     drain answered or not: a SIGTERM drains it too, and the standby is then activated once its
     close is seen). The drain's answer is the old process's close, as the pod watch would have

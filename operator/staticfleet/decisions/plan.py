@@ -18,7 +18,7 @@ partitions nobody owns) are decided here too, with `planned`: the plan's `calls`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +27,16 @@ from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
 from staticfleet.decisions import rollout as ro
 from staticfleet.decisions import status as st
+from staticfleet.decisions.actions import (
+    Event,
+    MemberCall,
+    MetricValues,
+    Plan,
+    PodAnnotate,
+    PodCreate,
+    PodDelete,
+    Switchover,
+)
 from staticfleet.decisions.members import (
     TERMINAL_PHASES,
     MemberTable,
@@ -59,116 +69,6 @@ TIMEOUT_METRIC_NAMES = {timeouts.SESSION: "session", timeouts.HEARTBEAT: "heartb
 PHASES_IN_PROGRESS = ("Rolling", "AtRisk")
 
 
-@dataclass(frozen=True)
-class Event:
-    type: str  # Normal | Warning
-    reason: str  # a `conditions` constant
-    message: str
-
-
-@dataclass(frozen=True)
-class PodCreate:
-    ordinal: int
-    pod: Mapping[str, Any]
-    why: str
-    standby: bool = False
-    """A warm handoff's replacement: a refusal of it is the roller's to handle (a fallback),
-    not the pass's failure."""
-
-
-@dataclass(frozen=True)
-class PodDelete:
-    ordinal: int
-    name: str
-    uid: str
-    why: str
-    reasons: tuple[RestartReason, ...] = ()
-    """For a restart: what of the member's revision changed."""
-
-
-@dataclass(frozen=True)
-class Switchover:
-    """A warm handoff's switch, carried out in one go (`service.execute`): drain the old member
-    (`old`: its pod; it finishes and commits its batch and closes its consumer the static way,
-    and answers), then, the moment it answers, mark the standby activated, activate it and
-    delete the old pod. The old member's shutdown is off the critical path. A drain refused or
-    not answered within `wait_s` (`DRAIN_WAIT_MAX_S`) deletes the old pod all the same (its
-    SIGTERM drains it) and the standby is activated once its close is seen, as before drains
-    existed; a drained process that is not replaced within `hold_ms` subscribes again by
-    itself (no rebalance)."""
-
-    ordinal: int
-    old: PodDelete
-    standby: str
-    standby_uid: str
-    hold_ms: int
-    wait_s: float
-
-
-@dataclass(frozen=True)
-class PodAnnotate:
-    """Annotations to merge into a live member pod (exactly the pod of this uid)."""
-
-    ordinal: int
-    name: str
-    uid: str
-    annotations: Mapping[str, str]
-    why: str
-
-
-@dataclass(frozen=True)
-class MetricValues:
-    """What the pass exports (`metrics.py` names them); None: leave the gauge as it is."""
-
-    members_desired: int | None = None
-    members_ready: int | None = None
-    partitions: int | None = None
-    idle_members: int | None = None
-    timeouts_s: Mapping[str, float] = field(default_factory=dict)
-    rollout_in_progress: bool | None = None
-    rollout_at_risk: bool | None = None
-    rebalances: int = 0
-    """Rebalances seen since the previous pass."""
-    planned_rebalances: int = 0
-    """Of those, the ones the operator asked for (`planned`)."""
-    unassigned_partitions: int | None = None
-    lag: Mapping[tuple[str, int], int] | None = None
-    """Each committed partition's lag as the broker sees it (None: not read this pass)."""
-    lag_age_s: float | None = None
-    group_id: str | None = None
-    """The Kafka group id (the `consumergroup` label of the lag series)."""
-    timeout_changes: tuple[str, ...] = ()
-    absences_s: tuple[float, ...] = ()
-    processing_gaps_s: tuple[float, ...] = ()
-    rollout_finished: tuple[float, str] | None = None
-    """(seconds, phase) of a rollout that ended this pass."""
-    stalled_members: int | None = None
-    stalled_restarts: int = 0
-    error: str | None = None
-    """The Degraded reason of a pass that could not finish."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    status: Mapping[str, Any]
-    group_configs: Mapping[str, str] = field(default_factory=dict)
-    """Broker-side group configs to set (KIP-848 groups) before anything else."""
-    children: tuple[Mapping[str, Any], ...] = ()
-    create: tuple[PodCreate, ...] = ()
-    delete: tuple[PodDelete, ...] = ()
-    events: tuple[Event, ...] = ()
-    metrics: MetricValues = field(default_factory=MetricValues)
-    requeue_after_s: float | None = None
-    """When to look again (None: on the next change or the periodic resync)."""
-    calls: tuple[pl.MemberCall, ...] = ()
-    """Members to ask to leave the group or to rejoin it (`planned`), before any deletion."""
-    annotate: tuple[PodAnnotate, ...] = ()
-    """Pods to annotate before the calls: a standby is marked activated
-    (`builders.ACTIVATED_ANNOTATION`) before it is asked to activate, so that a restart of its
-    container joins directly whether or not the operator is there to activate it again."""
-    switchovers: tuple[Switchover, ...] = ()
-    """Warm handoffs to switch now: drain the old member, activate the standby, delete the old
-    pod (after the calls, before the creations and deletions)."""
 
 
 # --- the decision ---------------------------------------------------------------------------
@@ -373,7 +273,7 @@ def _table_without_group(snap: Snapshot) -> MemberTable:
         partitions=sum((snap.partitions or {}).values()))
 
 
-def _handoffs_under_way(snap: Snapshot) -> tuple[pl.MemberCall, ...]:
+def _handoffs_under_way(snap: Snapshot) -> tuple[MemberCall, ...]:
     """While the group's coordinator moves the group cannot be described, but a warm handoff
     whose old process has closed still gets its activation: the standby joins the group when
     the new coordinator answers it, inside the session timeout, instead of waiting for the
@@ -698,7 +598,7 @@ def _abandoned(table: MemberTable, state: ro.RolloutState, replicas: int,
 
 
 def _activations(snap: Snapshot, table: MemberTable,
-                 replicas: int) -> tuple[pl.MemberCall, ...]:
+                 replicas: int) -> tuple[MemberCall, ...]:
     """Standby processes that are their ordinal's only member now: activate them once they
     are standby-ready (before, the member refuses) and no older process of the ordinal still
     runs (two processes of one instance id in the group fence each other). This finishes a
@@ -717,7 +617,7 @@ def _activations(snap: Snapshot, table: MemberTable,
                  if ordinal_of(p) == m.ordinal and still_running(p, snap.closures)]
         if older:
             continue
-        out.append(pl.MemberCall(m.ordinal, str(m.pod_name), "activate",
+        out.append(MemberCall(m.ordinal, str(m.pod_name), "activate",
                                  "the old member process of this instance id has closed"))
     return tuple(out)
 
@@ -727,7 +627,7 @@ WHY_ACTIVATED = ("it is activated now: a restart of its container joins the grou
 
 
 def _marked_activated(table: MemberTable,
-                      activations: Sequence[pl.MemberCall]) -> tuple[PodAnnotate, ...]:
+                      activations: Sequence[MemberCall]) -> tuple[PodAnnotate, ...]:
     """Each pod about to be activated, marked so first (`builders.ACTIVATED_ANNOTATION`)."""
     out = []
     for call in activations:
@@ -745,7 +645,7 @@ def _marked_activated(table: MemberTable,
 @dataclass(frozen=True)
 class _ScaleDown:
     deletes: tuple[PodDelete, ...] = ()
-    calls: tuple[pl.MemberCall, ...] = ()
+    calls: tuple[MemberCall, ...] = ()
     waiting: tuple[int, ...] = ()
     """Members asked to leave that are still in the group."""
     planned: pl.PlannedRebalance | None = None
@@ -775,7 +675,7 @@ def _scale_down(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable,
             else:
                 waiting.append(o)
         elif in_group and (pod.get("status") or {}).get("podIP"):
-            calls.append(pl.MemberCall(o, pod["metadata"]["name"], "leave", WHY_SCALE_DOWN))
+            calls.append(MemberCall(o, pod["metadata"]["name"], "leave", WHY_SCALE_DOWN))
         else:
             why = f"{WHY_SCALE_DOWN}: the member is not in the group"
         if why is not None:
@@ -795,7 +695,7 @@ def _scale_down(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable,
 
 @dataclass(frozen=True)
 class _Rejoin:
-    call: pl.MemberCall
+    call: MemberCall
     planned: pl.PlannedRebalance
 
 
@@ -811,7 +711,7 @@ def _rejoin(snap: Snapshot, table: MemberTable, spec: ConsumerGroupSpec,
         return None
     member = serving[0]
     why = f"{len(missing)} partition(s) owned by no member: {pl.describe(missing)}"
-    return _Rejoin(pl.MemberCall(member.ordinal, str(member.pod_name), "rejoin", why),
+    return _Rejoin(MemberCall(member.ordinal, str(member.pod_name), "rejoin", why),
                    pl.PlannedRebalance(pl.UNASSIGNED, (member.ordinal,), snap.now))
 
 
@@ -1297,23 +1197,3 @@ def without_nulls(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [without_nulls(v) for v in value]
     return value
-
-
-def summarize(plan: Plan) -> Sequence[str]:
-    """One line per action of the plan, with its reasons (the operator's INFO log)."""
-    lines = [f"set group configs {dict(plan.group_configs)}"] if plan.group_configs else []
-    lines += [f"annotate pod {a.name} (member {a.ordinal}) "
-              f"{', '.join(f'{k}={v}' for k, v in sorted(a.annotations.items()))}: {a.why}"
-              for a in plan.annotate]
-    lines += [f"ask member {m.ordinal} (pod {m.pod}) to {m.action}: {m.why}"
-              for m in plan.calls]
-    lines += [f"switch member {w.ordinal} over: drain pod {w.old.name}, activate pod "
-              f"{w.standby}, delete pod {w.old.name}: {w.old.why}" for w in plan.switchovers]
-    for d in plan.delete:
-        why = "; ".join(f"{r.code}: {r.message}" for r in d.reasons)
-        lines.append(f"delete pod {d.name} (member {d.ordinal}): {d.why}"
-                     + (f": {why}" if why else ""))
-    for p in plan.create:
-        lines.append(f"create pod {p.pod['metadata']['name']} (member {p.ordinal}): {p.why}")
-    lines += [f"event {e.type} {e.reason}: {e.message}" for e in plan.events]
-    return lines

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.snapshot import GroupView
@@ -46,19 +46,6 @@ CREATE = "Create"
 """A new group's members: their joins are planned until the group is first Ready."""
 UNASSIGNED = "UnassignedPartitions"
 SHOWN_PARTITIONS = 8
-
-Action = Literal["leave", "rejoin", "activate"]
-
-
-@dataclass(frozen=True)
-class MemberCall:
-    """Ask the member of pod `pod` (its `/leave`, `/rejoin` or `/activate` endpoint) to act."""
-
-    ordinal: int
-    pod: str
-    action: Action
-    why: str
-
 
 @dataclass(frozen=True)
 class PlannedRebalance:

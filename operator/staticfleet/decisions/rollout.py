@@ -32,7 +32,7 @@ Rules:
   (no further member is touched); past the session timeout the broker has rebalanced -> Stopped.
 * A warm handoff: the replacement starts in standby beside the old member; once the predicates
   hold the old member is drained and the standby activated the moment the drain answers, then
-  the old pod deleted (`plan.Switchover`: the old process's shutdown is off the critical path);
+  the old pod deleted (`actions.Switchover`: the old process's shutdown is off the critical path);
   without a drain (refused, no answer, no address) the old member is stopped and the standby
   activated once the old process closed (and
   only once it is standby-ready: it refuses before, so an old process that went first waits for
@@ -126,7 +126,7 @@ class PrepareReplacements:
 @dataclass(frozen=True)
 class HandOver:
     """The replacement is standby-ready and the predicates hold: switch over (drain the old
-    member, activate the replacement, delete the old pod: `plan.Switchover`), or stop the old
+    member, activate the replacement, delete the old pod: `actions.Switchover`), or stop the old
     member and activate the replacement once the old process has closed (`delete_uid`: the old
     pod, None when it is gone already)."""
 

@@ -191,7 +191,7 @@ def test_a_switchover_activates_the_standby_the_moment_the_drain_answers(
     not activated (it is once its close is seen: test_decide)."""
     from datetime import UTC, datetime
 
-    from staticfleet.decisions.plan import Plan, PodDelete, Switchover
+    from staticfleet.decisions.actions import Plan, PodDelete, Switchover
     from staticfleet.decisions.snapshot import Snapshot
 
     members = Switching(drained)

@@ -20,6 +20,7 @@ import pytest
 
 from staticfleet.decisions import builders
 from staticfleet.decisions import conditions as c
+from staticfleet.decisions.actions import Plan
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.plan import (
     WHY_ENDED,
@@ -29,7 +30,6 @@ from staticfleet.decisions.plan import (
     WHY_REPLACEMENT,
     WHY_RESTART,
     WHY_SCALE_DOWN,
-    Plan,
     decide,
     without_nulls,
 )
@@ -1406,7 +1406,7 @@ def test_a_standby_is_marked_activated_before_it_is_asked_to_activate() -> None:
     start: set before the activation (execute annotates before it calls), a restart of the
     activated member's container joins the group directly, with the operator up or not. A
     standby never activated is never marked: it must wait while the old member may run."""
-    from staticfleet.decisions.plan import summarize
+    from staticfleet.decisions.actions import summarize
 
     roll = WarmRoll()
     roll.standby = running(roll.step(1), ready=False, tag="b")[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from staticfleet import metrics
-from staticfleet.decisions.plan import MetricValues
+from staticfleet.decisions.actions import MetricValues
 
 pytestmark = pytest.mark.unit
 
