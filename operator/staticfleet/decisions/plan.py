@@ -37,20 +37,24 @@ from staticfleet.decisions.actions import (
     PodDelete,
     Switchover,
 )
+from staticfleet.decisions.measurements import (
+    first_assignment_s,
+    measure,
+    sample,
+    slowest_cold_start,
+    slowest_text,
+    timeout_notes,
+)
 from staticfleet.decisions.members import (
     TERMINAL_PHASES,
     MemberTable,
-    cold_start_s,
     ended_reason,
-    join_latency_s,
     last_batch_at,
     member_failure,
     observe_members,
     ordinal_of,
     refusal_line,
-    restart_count,
     running_session_timeout_ms,
-    start_wait_s,
     still_running,
 )
 from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION, ConsumerGroupSpec, SpecError
@@ -61,14 +65,9 @@ from staticfleet.decisions.snapshot import Claimant, GroupView, Problem, Snapsho
 from staticfleet.decisions.stalls import Stall, stalled_members
 
 MAX_BACKOFF_S = 60.0
-START_WAIT_LIMIT_S = 10.0
-"""A replacement pod that waited longer than this for scheduling or image pulls before its
-container started measures the cluster, not the member: not a restart sample."""
 TIMEOUT_METRIC_NAMES = {timeouts.SESSION: "session", timeouts.HEARTBEAT: "heartbeat",
                         timeouts.MAX_POLL: "max_poll"}
 PHASES_IN_PROGRESS = ("Rolling", "AtRisk")
-
-
 
 
 # --- the decision ---------------------------------------------------------------------------
@@ -85,7 +84,7 @@ def decide(snap: Snapshot) -> Plan:
     if holder is not None:
         return _refuse_group_id(snap, spec, holder)
     previous = snap.previous
-    measurements = _measurements(snap)
+    measurements = measure(snap)
     before = timeouts.EffectiveTimeouts.from_status(previous.get("timeouts"))
     try:
         effective = timeouts.compute_timeouts(
@@ -101,7 +100,7 @@ def decide(snap: Snapshot) -> Plan:
         return degraded(snap, Problem(c.INVALID_TIMEOUTS, str(exc)))
     if before is not None and not _rollout_requested(snap, spec, before):
         effective = timeouts.riding(effective, before, spec.membership.protocol)
-    effective = replace(effective, reasons=effective.reasons + _timeout_notes(previous))
+    effective = replace(effective, reasons=effective.reasons + timeout_notes(previous))
 
     events: list[Event] = []
     changed = effective.changed_fields(before)
@@ -390,45 +389,6 @@ def _already_said(previous: Mapping[str, Any], reason: str, message: str) -> boo
 # --- measurements ---------------------------------------------------------------------------
 
 
-def _measurements(snap: Snapshot) -> timeouts.Measurements:
-    """Restarts the roller made and measured (close of the old process to the replacement back
-    in the group), and the slowest batch the members report. A container that restarts in place
-    (a crash, an OOM kill, a liveness kill) or a pod's age is never a restart sample."""
-    recorded = st.measurements_from_status(snap.previous.get("measurements"))
-    batch = [float(s.get("batchSecondsMax") or 0) for s in snap.statuses.values()]
-    p99 = [float(s["batchSecondsP99"]) for s in snap.statuses.values()
-           if s.get("batchSecondsP99") is not None]
-    slowest_start = _slowest_cold_start(snap)
-    return timeouts.Measurements(
-        restart_seconds=recorded.restart_seconds,
-        batch_seconds_max=max(batch) if batch else None,
-        batch_seconds_p99=max(p99) if p99 else None,
-        cold_start_s=slowest_start[1] if slowest_start else None)
-
-
-def _slowest_cold_start(snap: Snapshot) -> tuple[int, float] | None:
-    """(member, seconds) of the slowest container start -> first assignment among live
-    members that never restarted in place."""
-    starts = []
-    for pod in snap.pods:
-        if pod["metadata"].get("deletionTimestamp"):
-            continue
-        ordinal = ordinal_of(pod)
-        seconds = cold_start_s(pod, snap.statuses.get(pod["metadata"]["uid"]))
-        if ordinal is not None and seconds is not None:
-            starts.append((ordinal, seconds))
-    return max(starts, key=lambda s: s[1]) if starts else None
-
-
-def _first_assignment_s(snap: Snapshot) -> float | None:
-    """Slowest pod creation -> first assignment among members whose container never restarted
-    (informational: `status.measurements.firstAssignmentSecondsMax`)."""
-    joins = [join_latency_s(p, snap.statuses.get(p["metadata"]["uid"])) for p in snap.pods
-             if restart_count(p) == 0]
-    known = [j for j in joins if j is not None]
-    return max(known) if known else None
-
-
 def _rollout_requested(snap: Snapshot, spec: ConsumerGroupSpec,
                        in_force: timeouts.EffectiveTimeouts) -> bool:
     """Whether this pass starts a rollout the user asked for (so new timeouts may ride with
@@ -445,27 +405,6 @@ def _rollout_requested(snap: Snapshot, spec: ConsumerGroupSpec,
         return False
     return any(reasons_revision(p) != revision for p in snap.pods
                if not p["metadata"].get("deletionTimestamp"))
-
-
-def _timeout_notes(previous: Mapping[str, Any]) -> tuple[str, ...]:
-    """What `status.timeouts.reasons` says of restarts that were not taken as samples."""
-    ignored = (previous.get("measurements") or {}).get("ignoredRestarts") or ()
-    return tuple(f"ignored the restart of member {i.get('member')} ({i.get('seconds')} s): "
-                 f"{i.get('why')}" for i in ignored)
-
-
-def _sample(table: MemberTable, ordinal: int, seconds: float) -> tuple[int, float, str | None]:
-    """A measured restart of member `ordinal`, and why it is not a sample (None: it is)."""
-    pod = table.live.get(ordinal)
-    why = None
-    if pod is not None and restart_count(pod) > 0:
-        why = (f"its container restarted in place during the restart (restartCount "
-               f"{restart_count(pod)}): a crash, not a restart")
-    elif pod is not None and (wait := start_wait_s(pod)) is not None and (
-            wait > START_WAIT_LIMIT_S):
-        why = (f"its pod waited {wait:.1f} s for scheduling or an image pull before the "
-               "container started")
-    return ordinal, seconds, why
 
 
 def _rebalance_events(previous: Mapping[str, Any], count: RebalanceCount,
@@ -807,22 +746,6 @@ def _transition_events(before: Sequence[Mapping[str, Any]], after: Sequence[Mapp
     return out
 
 
-def _slowest_text(restart: tuple[int | None, float] | None,
-                  start: tuple[int, float] | None) -> str | None:
-    """Which measurement the needed session timeout comes from, for the refusal's message."""
-    parts = []
-    if restart is not None:
-        who = "member ?" if restart[0] is None else f"member {restart[0]}"
-        parts.append(f"the slowest measured restart: {who}, {restart[1]:.1f} s")
-    if start is not None:
-        parts.append(f"the slowest member start: member {start[0]}, {start[1]:.1f} s from its "
-                     "container's start to its first assignment (a restart is at least that)")
-    if not parts:
-        return None
-    return ("; ".join(parts) + "; the pod's Events and log tell what took the time "
-            "(scheduling, image pull, Spark start, drain)")
-
-
 @dataclass(frozen=True)
 class _Roll:
     state: ro.RolloutState
@@ -851,8 +774,8 @@ def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     # config the broker applies at once.
     running = (running_session_timeout_ms(snap.pods)
                if spec.membership.protocol == "classic" else None)
-    which = _slowest_text(st.slowest_restart(snap.previous.get("measurements")),
-                          _slowest_cold_start(snap))
+    which = slowest_text(st.slowest_restart(snap.previous.get("measurements")),
+                         slowest_cold_start(snap))
     limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout, running, which,
                                             float(spec.template.termination_grace_period_seconds))
     back = rollback_source(snap)
@@ -1066,7 +989,7 @@ def _on_done(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
     if s.after.phase == "RolledBack":
         events.append(Event("Warning", c.ROLLED_BACK, s.after.reason))
     return replace(roll, requeue_after_s=0.5, events=tuple(events),
-                   restarts=(_sample(s.table, decided.ordinal, decided.absence_s),),
+                   restarts=(sample(s.table, decided.ordinal, decided.absence_s),),
                    gaps=(() if decided.processing_gap_s is None
                          else (decided.processing_gap_s,)),
                    finished=(_finished(s) if s.after.phase == "RolledBack" else None))
@@ -1090,7 +1013,7 @@ def _on_at_risk(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
     assert isinstance(decided, ro.StopAtRisk)
     reason = c.SESSION_TIMEOUT_EXCEEDED if decided.expired else c.RESTART_RUNNING_LATE
     return replace(roll, requeue_after_s=1.0,
-                   restarts=((_sample(s.table, decided.ordinal, decided.absence_s),)
+                   restarts=((sample(s.table, decided.ordinal, decided.absence_s),)
                              if decided.expired else ()),
                    events=(Event("Warning", reason, decided.message),))
 
@@ -1158,7 +1081,7 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, effective: timeouts.Effecti
     for member, seconds, why in roll.restarts:
         recorded = (st.record_restart(recorded, seconds, member) if why is None
                     else st.ignore_restart(recorded, seconds, member, why))
-    first = _first_assignment_s(snap)
+    first = first_assignment_s(snap)
     if first is not None:
         recorded["firstAssignmentSecondsMax"] = round(first, 3)
     if measurements.batch_seconds_max is not None:
