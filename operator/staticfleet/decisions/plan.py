@@ -17,7 +17,7 @@ partitions nobody owns) are decided here too, with `planned`: the plan's `calls`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -35,39 +35,39 @@ from staticfleet.decisions.actions import (
     PodAnnotate,
     PodCreate,
     PodDelete,
-    Switchover,
 )
 from staticfleet.decisions.measurements import (
     first_assignment_s,
     measure,
-    sample,
-    slowest_cold_start,
-    slowest_text,
     timeout_notes,
 )
 from staticfleet.decisions.members import (
     TERMINAL_PHASES,
     MemberTable,
     ended_reason,
-    last_batch_at,
     member_failure,
     observe_members,
     ordinal_of,
     refusal_line,
-    running_session_timeout_ms,
     still_running,
 )
-from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION, ConsumerGroupSpec, SpecError
-from staticfleet.decisions.reasons import MemberSpecView, RestartReason
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.reasons import MemberSpecView
 from staticfleet.decisions.reasons import pod_revision as reasons_revision
 from staticfleet.decisions.rebalances import RebalanceCount, count_rebalances
+from staticfleet.decisions.rollactions import (
+    PHASES_IN_PROGRESS,
+    Roll,
+    current_spec,
+    rollback_source,
+    rollout_step,
+)
 from staticfleet.decisions.snapshot import Claimant, GroupView, Problem, Snapshot
 from staticfleet.decisions.stalls import Stall, stalled_members
 
 MAX_BACKOFF_S = 60.0
 TIMEOUT_METRIC_NAMES = {timeouts.SESSION: "session", timeouts.HEARTBEAT: "heartbeat",
                         timeouts.MAX_POLL: "max_poll"}
-PHASES_IN_PROGRESS = ("Rolling", "AtRisk")
 
 
 # --- the decision ---------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def decide(snap: Snapshot) -> Plan:
     events += _rebalance_events(previous, rebalances, group, planned_now, last_planned)
 
     activations = _activations(snap, table, spec.replicas)
-    roll = _roll(snap, spec, view, effective, table, group.state, rebalances.total,
+    roll = rollout_step(snap, spec, view, effective, table, group.state, rebalances.total,
                  frozenset(call.ordinal for call in activations))
     creates = _creates(snap, spec, view, effective, table, roll.state)
     down = _scale_down(snap, spec, table, last_planned)
@@ -431,13 +431,6 @@ WHY_NEW = "new member"
 WHY_MISSING = "its pod is missing (deleted outside a rollout, or lost with its node)"
 WHY_REPLACEMENT = "replacement of the restarted member"
 WHY_SCALE_DOWN = "scale down"
-WHY_RESTART = "restart"
-WHY_HANDOFF = "restart: its standby replacement is ready (warm handoff)"
-DRAIN_WAIT_MAX_S = 15.0
-"""A switchover waits for the drain (the old member's batch in flight) an eighth of the session
-timeout, at least 2 s and at most this; then it stops the old member instead, with the rest of
-the session timeout left for the replacement."""
-WHY_HANDOFF_ABORTED = "warm handoff abandoned: the replacement is deleted"
 WHY_STANDBY = "standby replacement (warm handoff)"
 WHY_ABANDONED = ("a standby replacement no handoff waits for (the spec changed while it "
                  "prepared, or its member was scaled away)")
@@ -676,7 +669,7 @@ def _unassigned_condition(missing: tuple[tuple[str, int], ...], since: datetime 
 WHY_STALLED = "restart a stalled member"
 
 
-def _stall_restart(spec: ConsumerGroupSpec, stalls: Sequence[Stall], roll: _Roll,
+def _stall_restart(spec: ConsumerGroupSpec, stalls: Sequence[Stall], roll: Roll,
                    table: MemberTable, deletes: Sequence[PodDelete]) -> tuple[PodDelete, ...]:
     """The first stalled member's pod, deleted so that it is made again with the same instance
     id (a static rejoin, no rebalance): only with spec.recovery.restartStalledMembers, no
@@ -693,7 +686,7 @@ def _stall_restart(spec: ConsumerGroupSpec, stalls: Sequence[Stall], roll: _Roll
 
 
 def _stalled_condition(spec: ConsumerGroupSpec, stalls: Sequence[Stall],
-                       restart: Sequence[PodDelete], roll: _Roll) -> tuple[str, st.Cond]:
+                       restart: Sequence[PodDelete], roll: Roll) -> tuple[str, st.Cond]:
     if not stalls:
         return c.MEMBERS_STALLED, ("False", c.MEMBERS_PROGRESSING,
                                    "no member holds partitions with records waiting that it "
@@ -746,329 +739,11 @@ def _transition_events(before: Sequence[Mapping[str, Any]], after: Sequence[Mapp
     return out
 
 
-@dataclass(frozen=True)
-class _Roll:
-    state: ro.RolloutState
-    observation: ro.GroupObservation
-    deletes: tuple[PodDelete, ...] = ()
-    events: tuple[Event, ...] = ()
-    restarts: tuple[tuple[int, float, str | None], ...] = ()
-    """Restarts measured this pass: (member, seconds, why it is not a sample or None)."""
-    finished: tuple[float, str] | None = None
-    requeue_after_s: float | None = None
-    refusal: str | None = None
-    limits: ro.RolloutLimits | None = None
-    gaps: tuple[float, ...] = ()
-    """Processing gaps measured this pass (warm handoffs)."""
-    switchovers: tuple[Switchover, ...] = ()
-
-
-def _roll(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
-          effective: timeouts.EffectiveTimeouts, table: MemberTable, group_state: str,
-          rebalances: int, activating: frozenset[int] = frozenset()) -> _Roll:
-    """One rollout step: the roller decides (`ro.next_step`), `ro.RECORDERS` says what state
-    follows, and `STEP_EFFECTS` what it means for pods and Events (one row per step type)."""
-    now = snap.now
-    state = ro.RolloutState.from_status(snap.previous.get("rollout"))
-    # A classic member keeps the session timeout it joined with; a KIP-848 group's is a group
-    # config the broker applies at once.
-    running = (running_session_timeout_ms(snap.pods)
-               if spec.membership.protocol == "classic" else None)
-    which = slowest_text(st.slowest_restart(snap.previous.get("measurements")),
-                         slowest_cold_start(snap))
-    limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout, running, which,
-                                            float(spec.template.termination_grace_period_seconds))
-    back = rollback_source(snap)
-    obs = ro.GroupObservation(
-        members=tuple(m for m in table.members if m.ordinal < spec.replicas),
-        group_state=group_state, rebalances=rebalances, closures=snap.closures,
-        replicas=spec.replicas,
-        last_batches={**{uid: at for uid, st_ in snap.statuses.items()
-                         if (at := last_batch_at(st_)) is not None}, **snap.drained_batches},
-        replacement_names={o: builders.replacement_name(spec, o, view.revision)
-                           for o in range(spec.replicas)},
-        lag=snap.lag, lag_age_s=snap.lag_age_s, last_seen=snap.last_answers,
-        refused=snap.refused, activating=activating,
-        rollback_revision=(back.view.revision if back is not None
-                           and back.view.revision != view.revision else None),
-        rollback_names=({o: builders.replacement_name(back.spec, o, back.view.revision)
-                         for o in range(spec.replicas)} if back is not None else {}))
-    decided = ro.next_step(state, obs, view.revision, limits, now)
-    after = ro.record_step(state, decided, obs, view.revision, now)
-    if isinstance(decided, ro.Complete) and not state.started_at and not after.started_at:
-        # Nothing was ever restarted for this revision (first creation, scale-up): no rollout.
-        after = ro.RolloutState(revision=view.revision, phase="Idle",
-                                reason=f"every member runs revision {view.revision}")
-    step = _Step(snap, spec, view, table, limits, state, after, rebalances)
-    roll = STEP_EFFECTS[type(decided)](step, decided, _Roll(state=after, observation=obs,
-                                                                limits=limits))
-    if isinstance(decided, ro.Wait) and decided.recheck_after_s is not None:
-        roll = replace(roll, requeue_after_s=decided.recheck_after_s)
-    return roll
-
-
-@dataclass(frozen=True)
-class RollbackSource:
-    """The spec every member last processed on (`status.currentSpec`), to hand a failed
-    member back to."""
-
-    spec: ConsumerGroupSpec
-    view: MemberSpecView
-    session_timeout_ms: int
-
-
-def rollback_source(snap: Snapshot) -> RollbackSource | None:
-    """The last completed revision's spec, rebuilt from `status.currentSpec`; None when none
-    is recorded or it no longer makes the recorded revision."""
-    saved = snap.previous.get("currentSpec")
-    if not saved or not isinstance(saved.get("spec"), Mapping):
-        return None
-    meta = dict(snap.body.get("metadata") or {})
-    annotations = dict(meta.get("annotations") or {})
-    annotations.pop(RESTARTED_AT_ANNOTATION, None)
-    if saved.get("restartedAt"):
-        annotations[RESTARTED_AT_ANNOTATION] = saved["restartedAt"]
-    try:
-        old = ConsumerGroupSpec.from_body({**snap.body, "metadata": {**meta,
-                                                                     "annotations": annotations},
-                                           "spec": saved["spec"]})
-        old_timeouts = timeouts.EffectiveTimeouts.from_status(saved.get("timeouts"))
-    except (SpecError, KeyError, TypeError, ValueError):
-        return None
-    if old_timeouts is None:
-        return None
-    old_view = builders.member_spec_view(old, old_timeouts)
-    if old_view.revision != snap.previous.get("currentRevision"):
-        return None
-    return RollbackSource(old, old_view, old_timeouts.session_timeout_ms)
-
-
-def current_spec(snap: Snapshot, spec: ConsumerGroupSpec, status: Mapping[str, Any],
-                 revision: str) -> Mapping[str, Any] | None:
-    """What `status.currentSpec` records: the spec (with the restartedAt annotation and the
-    timeouts) once every member runs it, kept otherwise."""
-    if status.get("currentRevision") != revision:
-        return snap.previous.get("currentSpec")
-    return {"spec": snap.body.get("spec") or {}, "restartedAt": spec.restarted_at,
-            "timeouts": status.get("timeouts")}
-
-
-@dataclass(frozen=True)
-class _Step:
-    """What a step's effects see."""
-
-    snap: Snapshot
-    spec: ConsumerGroupSpec
-    view: MemberSpecView
-    table: MemberTable
-    limits: ro.RolloutLimits
-    before: ro.RolloutState
-    after: ro.RolloutState
-    rebalances: int
-
-
-def _restart_reasons_text(table: MemberTable, ordinal: int) -> tuple[tuple[RestartReason, ...],
-                                                                     str]:
-    member = table.member(ordinal)
-    why = member.restart_reasons if member else ()
-    codes = ",".join(sorted({r.code for r in why}))
-    return why, f"{codes}): {'; '.join(r.message for r in why)}"
-
-
-def _on_start(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
-    assert isinstance(decided, ro.RestartMembers | ro.PrepareReplacements)
-    warm = isinstance(decided, ro.PrepareReplacements)
-    events = []
-    if not s.before.started_at or s.before.revision != s.view.revision:
-        count = len(s.after.pending) + len(decided.ordinals)
-        at_once = (f"{s.limits.max_surge} replacement(s)" if warm
-                   else str(s.limits.max_unavailable))
-        events.append(Event("Normal", c.ROLLOUT_STARTED,
-                            f"rolling to revision {s.view.revision}"
-                            f"{' by warm handoff' if warm else ''}: {count} member(s), "
-                            f"at most {at_once} at a time"))
-    deletes = []
-    for ordinal in decided.ordinals:
-        pod = s.table.live[ordinal]
-        why, said = _restart_reasons_text(s.table, ordinal)
-        if warm:
-            events.append(Event("Normal", c.HANDOFF_STARTED, (
-                f"starting the replacement of member {ordinal} in standby (pod "
-                f"{builders.replacement_name(s.spec, ordinal, s.view.revision)}; {said}")))
-        else:
-            events.append(Event("Normal", c.MEMBER_RESTARTING,
-                                f"restarting member {ordinal} ({said}"))
-            deletes.append(PodDelete(ordinal, pod["metadata"]["name"],
-                                     pod["metadata"]["uid"], WHY_RESTART, why))
-    return replace(roll, deletes=tuple(deletes), events=tuple(events), requeue_after_s=1.0)
-
-
-def _stop_old(s: _Step, ordinal: int, uid: str | None, why: str) -> tuple[PodDelete, ...]:
-    old = s.table.live.get(ordinal)
-    if uid is None or old is None or old["metadata"]["uid"] != uid:
-        return ()
-    member = s.table.member(ordinal)
-    return (PodDelete(ordinal, old["metadata"]["name"], uid, why,
-                      member.restart_reasons if member else ()),)
-
-
-def _on_hand_over(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
-    assert isinstance(decided, ro.HandOver)
-    flight = next((f for f in s.after.in_flight if f.ordinal == decided.ordinal), None)
-    warm_s = ((decided.standby_ready_at - flight.prepared_at).total_seconds()
-              if flight and flight.prepared_at and decided.standby_ready_at else None)
-    stop = _stop_old(s, decided.ordinal, decided.delete_uid, WHY_HANDOFF)
-    standby = next((p for p in s.snap.pods if flight is not None
-                    and p["metadata"]["name"] == flight.replacement
-                    and not p["metadata"].get("deletionTimestamp")
-                    and (p.get("status") or {}).get("podIP")), None)
-    said = (f"member {decided.ordinal}: its replacement is standby-ready"
-            + (f" ({warm_s:.1f} s after it was created)" if warm_s is not None else ""))
-    if stop and standby is not None and not s.spec.handoff_without_drain_for_testing:
-        (old,) = stop
-        session_ms = s.limits.session_timeout_ms
-        switch = Switchover(decided.ordinal, old, standby["metadata"]["name"],
-                            standby["metadata"]["uid"], hold_ms=session_ms // 2,
-                            wait_s=min(DRAIN_WAIT_MAX_S, max(2.0, session_ms / 8000)))
-        return replace(roll, switchovers=(switch,), requeue_after_s=0.2, events=(Event(
-            "Normal", c.MEMBER_RESTARTING,
-            f"{said}; draining the old member (it finishes and commits its batch and closes "
-            "its consumer, keeping the instance id's partitions for the replacement), then "
-            f"activating the replacement at once; the old pod is deleted after"),))
-    return replace(
-        roll, deletes=stop, requeue_after_s=0.2, events=(Event(
-            "Normal", c.MEMBER_RESTARTING,
-            f"{said}; stopping the old member (it finishes and commits its batch), then the "
-            "replacement joins with the same instance id"),))
-
-
-def _on_recreate_instead(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
-    assert isinstance(decided, ro.RecreateInstead)
-    return replace(roll, deletes=_stop_old(s, decided.ordinal, decided.delete_uid, WHY_RESTART),
-                   requeue_after_s=1.0,
-                   events=(Event("Warning", c.HANDOFF_FALLBACK, decided.message),))
-
-
-def _on_abandon(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
-    """The replacements a failed handoff or a fallback drops are deleted."""
-    assert isinstance(decided, ro.HandoffFailed | ro.FallBackCold)
-    failed = isinstance(decided, ro.HandoffFailed)
-    dropped = ((decided.ordinal, *decided.ordinals) if isinstance(decided, ro.HandoffFailed)
-               else (decided.ordinal,))
-    names = {f.replacement for f in s.before.in_flight if f.ordinal in dropped}
-    aborted = tuple(
-        PodDelete(ordinal_of(p) or 0, p["metadata"]["name"], p["metadata"]["uid"],
-                  WHY_HANDOFF_ABORTED)
-        for p in s.snap.pods if p["metadata"]["name"] in names
-        and not p["metadata"].get("deletionTimestamp"))
-    reason = c.HANDOFF_FAILED if failed else c.HANDOFF_FALLBACK
-    return replace(roll, deletes=aborted, requeue_after_s=1.0,
-                   events=(Event("Warning", reason, decided.message),))
-
-
-def _on_rejoined(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
-    assert isinstance(decided, ro.MemberRejoined)
-    return replace(roll, requeue_after_s=0.5, events=(Event(
-        "Normal", c.MEMBER_BACK,
-        f"member {decided.ordinal} back in the group with its partitions after "
-        f"{decided.absence_s:.1f} s (session timeout {s.limits.session_timeout_ms} ms)"),))
-
-
-def _on_done(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
-    assert isinstance(decided, ro.MarkMemberDone)
-    warm = any(f.ordinal == decided.ordinal and f.mode == "warm" for f in s.before.in_flight)
-    if decided.processing_gap_s is not None:
-        gap = (f" (processing gap {decided.processing_gap_s:.1f} s: the old process's last "
-               "batch to the replacement's first)")
-    elif warm:
-        gap = " (processing gap not measured: no record was waiting on its partitions)"
-    else:
-        gap = ""
-    events = [Event("Normal", c.MEMBER_READY,
-                    f"member {decided.ordinal} processing again{gap}")]
-    if s.after.phase == "RolledBack":
-        events.append(Event("Warning", c.ROLLED_BACK, s.after.reason))
-    return replace(roll, requeue_after_s=0.5, events=tuple(events),
-                   restarts=(sample(s.table, decided.ordinal, decided.absence_s),),
-                   gaps=(() if decided.processing_gap_s is None
-                         else (decided.processing_gap_s,)),
-                   finished=(_finished(s) if s.after.phase == "RolledBack" else None))
-
-
-def _on_failed(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
-    """A failed member halts the rollout, or is handed back (its standby of the last revision
-    is created by `_creates`); standbys still preparing are dropped (`_abandoned`)."""
-    assert isinstance(decided, ro.MemberFailed)
-    reason = c.ROLLOUT_HALTED if s.after.phase == "Halted" else c.ROLLING_BACK
-    # A member that exits is announced by `_failing` (MemberFailing) already; a member that
-    # made no progress is announced here.
-    said = (() if decided.reason == ro.MEMBER_FAILING
-            else (Event("Warning", decided.reason, decided.message),))
-    return replace(roll, requeue_after_s=1.0,
-                   finished=_finished(s) if s.after.phase == "Halted" else None,
-                   events=(*said, Event("Warning", reason, s.after.reason)))
-
-
-def _on_at_risk(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
-    assert isinstance(decided, ro.StopAtRisk)
-    reason = c.SESSION_TIMEOUT_EXCEEDED if decided.expired else c.RESTART_RUNNING_LATE
-    return replace(roll, requeue_after_s=1.0,
-                   restarts=((sample(s.table, decided.ordinal, decided.absence_s),)
-                             if decided.expired else ()),
-                   events=(Event("Warning", reason, decided.message),))
-
-
-def _on_complete(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
-    if s.after.phase != "Complete":
-        return roll
-    return replace(roll, finished=_finished(s), events=(
-        Event("Normal", c.ROLLOUT_COMPLETE,
-              f"revision {s.view.revision} rolled out: members "
-              f"{list(s.after.members_restarted)} restarted, longest absence "
-              f"{s.after.longest_absence_ms} ms, rebalances during the rollout "
-              f"{s.after.to_status(s.rebalances).get('rebalancesDuringRollout', 0)}"),))
-
-
-def _finished(s: _Step) -> tuple[float, str]:
-    started = s.after.started_at or s.snap.now
-    return (s.snap.now - started).total_seconds(), s.after.phase
-
-
-def _on_refusal(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
-    assert isinstance(decided, ro.RefuseToStart)
-    roll = replace(roll, refusal=decided.message)
-    if s.before.reason != decided.message:
-        return replace(roll, events=(Event("Warning", c.RESTART_UNSAFE, decided.message),))
-    return roll
-
-
-def _on_wait(s: _Step, decided: ro.Step, roll: _Roll) -> _Roll:
-    return roll
-
-
-STEP_EFFECTS: Mapping[type, Callable[[_Step, ro.Step, _Roll], _Roll]] = {
-    ro.Wait: _on_wait,
-    ro.RestartMembers: _on_start,
-    ro.PrepareReplacements: _on_start,
-    ro.HandOver: _on_hand_over,
-    ro.HandoffFailed: _on_abandon,
-    ro.RecreateInstead: _on_recreate_instead,
-    ro.FallBackCold: _on_abandon,
-    ro.MemberRejoined: _on_rejoined,
-    ro.MarkMemberDone: _on_done,
-    ro.MemberFailed: _on_failed,
-    ro.StopAtRisk: _on_at_risk,
-    ro.Complete: _on_complete,
-    ro.RefuseToStart: _on_refusal,
-}
-"""One row per step type (as `ro.RECORDERS` for the state): the pods and Events it means."""
-
-
 # --- status ---------------------------------------------------------------------------------
 
 
 def _status(snap: Snapshot, spec: ConsumerGroupSpec, effective: timeouts.EffectiveTimeouts,
-            measurements: timeouts.Measurements, total: int, roll: _Roll,
+            measurements: timeouts.Measurements, total: int, roll: Roll,
             rebalances: RebalanceCount,
             problems: Sequence[tuple[str, str]] = (),
             extra: Sequence[tuple[str, st.Cond]] = ()) -> dict[str, Any]:

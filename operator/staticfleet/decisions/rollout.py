@@ -2,13 +2,13 @@
 safety checks in `gates`, the typed inputs and `status.rollout` in `rollstate`).
 
 State lives in `status.rollout` (`RolloutState.from_status` / `to_status`), so an operator restart
-resumes where it stopped. Each pass `plan.decide` calls
+resumes where it stopped. Each pass `rollactions.rollout_step` calls
 
     step = next_step(state, observation, update_revision, limits, now)
     state = record_step(state, step, observation, update_revision, now)
 
-and turns the step into the plan's pod creations and deletions, Events and status (one row per
-step type in `plan.STEP_EFFECTS`, as `RECORDERS` here has one per step type for the state).
+and turns the step into the plan's pod deletions, switchovers and Events (one row per
+step type in `rollactions.STEP_EFFECTS`, as `RECORDERS` here has one per step type for the state).
 
 Rules:
 

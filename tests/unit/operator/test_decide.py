@@ -28,11 +28,11 @@ from staticfleet.decisions.plan import (
     WHY_MISSING,
     WHY_NEW,
     WHY_REPLACEMENT,
-    WHY_RESTART,
     WHY_SCALE_DOWN,
     decide,
     without_nulls,
 )
+from staticfleet.decisions.rollactions import WHY_RESTART
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView, Problem, Snapshot
 from staticfleet.statuspatch import merge_patch
 from tests.unit.operator.support import NOW, with_path

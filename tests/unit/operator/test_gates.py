@@ -405,8 +405,8 @@ def test_an_absence_first_seen_past_the_session_timeout_is_a_rebalance_not_a_rej
 def test_every_step_type_has_one_row_in_each_table() -> None:
     """The roller's steps are dispatched from tables: a new step adds a row to each, and a
     step without one fails here, not in a pass."""
-    from staticfleet.decisions import plan, rollout
+    from staticfleet.decisions import rollactions, rollout
 
     steps = set(typing.get_args(rollout.Step))
     assert set(rollout.RECORDERS) == steps
-    assert set(plan.STEP_EFFECTS) == steps
+    assert set(rollactions.STEP_EFFECTS) == steps
