@@ -18,22 +18,18 @@ partitions nobody owns) are decided here too, with `planned`: the plan's `calls`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
-from staticfleet.decisions import builders, scaling, timeouts
+from staticfleet.decisions import builders, pods, scaling, timeouts
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
 from staticfleet.decisions import rollout as ro
 from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import (
     Event,
-    MemberCall,
     MetricValues,
     Plan,
-    PodAnnotate,
-    PodCreate,
     PodDelete,
 )
 from staticfleet.decisions.measurements import (
@@ -42,28 +38,23 @@ from staticfleet.decisions.measurements import (
     timeout_notes,
 )
 from staticfleet.decisions.members import (
-    TERMINAL_PHASES,
     MemberTable,
-    ended_reason,
     member_failure,
     observe_members,
     ordinal_of,
     refusal_line,
-    still_running,
 )
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.reasons import MemberSpecView
 from staticfleet.decisions.reasons import pod_revision as reasons_revision
 from staticfleet.decisions.rebalances import RebalanceCount, count_rebalances
 from staticfleet.decisions.rollactions import (
     PHASES_IN_PROGRESS,
     Roll,
     current_spec,
-    rollback_source,
     rollout_step,
 )
 from staticfleet.decisions.snapshot import Claimant, GroupView, Problem, Snapshot
-from staticfleet.decisions.stalls import Stall, stalled_members
+from staticfleet.decisions.stalls import stalled_condition, stalled_members, stalled_restart
 
 MAX_BACKOFF_S = 60.0
 TIMEOUT_METRIC_NAMES = {timeouts.SESSION: "session", timeouts.HEARTBEAT: "heartbeat",
@@ -125,21 +116,21 @@ def decide(snap: Snapshot) -> Plan:
         last_planned is not None and last_planned.explains(snap.now)) else 0
     events += _rebalance_events(previous, rebalances, group, planned_now, last_planned)
 
-    activations = _activations(snap, table, spec.replicas)
+    activations = pods.activations(snap, table, spec.replicas)
     roll = rollout_step(snap, spec, view, effective, table, group.state, rebalances.total,
-                 frozenset(call.ordinal for call in activations))
-    creates = _creates(snap, spec, view, effective, table, roll.state)
-    down = _scale_down(snap, spec, table, last_planned)
-    deletes = down.deletes + roll.deletes + _abandoned(table, roll.state, spec.replicas,
-                                                       {d.uid for d in roll.deletes})
-    ended = _ended(spec, table, {d.uid for d in deletes})
+                        frozenset(call.ordinal for call in activations))
+    creates = pods.creates(snap, spec, view, effective, table, roll.state)
+    down = pl.scale_down(snap, spec, table, last_planned)
+    deletes = down.deletes + roll.deletes + pods.abandoned(table, roll.state, spec.replicas,
+                                                           {d.uid for d in roll.deletes})
+    ended = pods.ended(spec, table, {d.uid for d in deletes})
     deletes += tuple(d for d, _ in ended)
     stalls = stalled_members(table, snap.statuses, snap.end_offsets, snap.lag,
                              spec.processing.batch.max_wait_ms, snap.now,
                              restarting=tuple(f.ordinal for f in roll.state.in_flight))
-    stall_restart = _stall_restart(spec, stalls, roll, table, deletes)
+    stall_restart = stalled_restart(spec, stalls, roll, table, deletes)
     deletes += stall_restart
-    new_members = [p.ordinal for p in creates if p.why == WHY_NEW]
+    new_members = [p.ordinal for p in creates if p.why == pods.WHY_NEW]
     if new_members:
         # A new group's members join one after another too: the rebalances of its forming are
         # the operator's doing, not members coming and going (they fired the rebalance alert
@@ -150,7 +141,7 @@ def decide(snap: Snapshot) -> Plan:
                                 "joins are planned rebalances"))
         down = replace(down, planned=pl.PlannedRebalance(pl.SCALE_UP if scaled else pl.CREATE,
                                                          tuple(new_members), snap.now))
-    removed = sorted(d.ordinal for d in deletes if d.why.startswith(WHY_SCALE_DOWN))
+    removed = sorted(d.ordinal for d in deletes if d.why.startswith(pl.WHY_SCALE_DOWN))
     if removed:
         events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
     events += down.events + roll.events + tuple(e for _, e in ended)
@@ -164,16 +155,16 @@ def decide(snap: Snapshot) -> Plan:
     missing = pl.unassigned(snap.partitions, group) if judged else ()
     since = (pl.unassigned_since(previous, missing, snap.now) if judged
              else c.parse_optional(previous.get("unassignedSince")))
-    rejoin = _rejoin(snap, table, spec, missing, since, last_planned)
+    rejoin = pl.rejoin(snap, table, spec, missing, since, last_planned)
     planned = down.planned or (rejoin.planned if rejoin else None) or last_planned
     calls = activations + down.calls + ((rejoin.call,) if rejoin else ())
 
     problems = _stuck(snap, table) + _failing(spec, table)
-    unassigned_cond = (_unassigned_condition(missing, since, rejoin, last_planned) if judged
+    unassigned_cond = (pl.unassigned_condition(missing, since, rejoin, last_planned) if judged
                        else _kept(previous, c.UNASSIGNED_PARTITIONS)
-                       or _unassigned_condition((), None, None, None))
+                       or pl.unassigned_condition((), None, None, None))
     extra = (unassigned_cond, _bounds_condition(snap, spec),
-             _stalled_condition(spec, stalls, stall_restart, roll))
+             stalled_condition(spec, stalls, stall_restart, roll))
     status = _status(snap, spec, effective, measurements, total, roll, rebalances, problems,
                      extra)
     status["plannedRebalance"] = planned.to_status() if planned else None
@@ -216,8 +207,8 @@ def decide(snap: Snapshot) -> Plan:
         create=creates, delete=deletes, events=tuple(events), metrics=metric_values,
         requeue_after_s=_soonest(roll.requeue_after_s, down.requeue_after_s,
                                  pl.UNASSIGNED_GRACE_S if missing else None,
-                                 ENDED_RECHECK_S if ended else None),
-        calls=calls, annotate=_marked_activated(table, activations),
+                                 pods.ENDED_RECHECK_S if ended else None),
+        calls=calls, annotate=pods.marked_activated(table, activations),
         switchovers=roll.switchovers)
 
 
@@ -255,32 +246,11 @@ def degraded(snap: Snapshot, problem: Problem) -> Plan:
     retry = problem.retry_after_s
     if retry is None and problem.reason in (c.KAFKA_UNREACHABLE, c.API_ERROR):
         retry = float(min(MAX_BACKOFF_S, 2 ** min(failures + 1, 6)))
-    calls = _handoffs_under_way(snap) if problem.reason == c.COORDINATOR_MOVING else ()
+    calls = pods.handoffs_under_way(snap) if problem.reason == c.COORDINATOR_MOVING else ()
     return Plan(status=status, events=events, metrics=MetricValues(error=problem.reason),
                 requeue_after_s=retry, calls=calls,
-                annotate=_marked_activated(_table_without_group(snap), calls) if calls else ())
-
-
-def _table_without_group(snap: Snapshot) -> MemberTable:
-    assert snap.spec is not None
-    spec = snap.spec
-    effective = timeouts.EffectiveTimeouts.from_status(snap.previous.get("timeouts"))
-    assert effective is not None
-    return observe_members(
-        spec=spec, view=builders.member_spec_view(spec, effective), pods=snap.pods,
-        statuses=snap.statuses, group=GroupView(state="Unknown", protocol=spec.membership.protocol),
-        partitions=sum((snap.partitions or {}).values()))
-
-
-def _handoffs_under_way(snap: Snapshot) -> tuple[MemberCall, ...]:
-    """While the group's coordinator moves the group cannot be described, but a warm handoff
-    whose old process has closed still gets its activation: the standby joins the group when
-    the new coordinator answers it, inside the session timeout, instead of waiting for the
-    operator to see the group again. Nothing else is steered in such a pass."""
-    if (snap.spec is None or not snap.pods
-            or timeouts.EffectiveTimeouts.from_status(snap.previous.get("timeouts")) is None):
-        return ()
-    return _activations(snap, _table_without_group(snap), snap.spec.replicas)
+                annotate=(pods.marked_activated(pods.table_without_group(snap), calls)
+                          if calls else ()))
 
 
 # --- what stops a group ---------------------------------------------------------------------
@@ -427,282 +397,7 @@ def _rebalance_events(previous: Mapping[str, Any], count: RebalanceCount,
 
 # --- members: create, scale down, restart ---------------------------------------------------
 
-WHY_NEW = "new member"
-WHY_MISSING = "its pod is missing (deleted outside a rollout, or lost with its node)"
-WHY_REPLACEMENT = "replacement of the restarted member"
-WHY_SCALE_DOWN = "scale down"
-WHY_STANDBY = "standby replacement (warm handoff)"
-WHY_ABANDONED = ("a standby replacement no handoff waits for (the spec changed while it "
-                 "prepared, or its member was scaled away)")
 WHY_GROUP_ID_IN_USE = "its Kafka group id is in use"
-WHY_ROLLBACK = "standby replacement of the last revision that processed (rollback)"
-WHY_ENDED = "its pod ended and never runs again"
-WHY_ENDED_REPLACEMENT = "replacement of its pod that ended"
-ENDED_RECHECK_S = 1.0
-"""When to look again after deleting an ended pod (its deletion also wakes a pass)."""
-
-
-def _creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
-             effective: timeouts.EffectiveTimeouts, table: MemberTable,
-             state: ro.RolloutState) -> tuple[PodCreate, ...]:
-    """Each desired member without a pod (none of its pods is still terminating)."""
-    restarting = {f.ordinal for f in state.in_flight}
-    known = {m.get("ordinal") for m in snap.previous.get("members") or ()}
-    ended = {m.get("ordinal"): m.get("phase") for m in snap.previous.get("members") or ()
-             if m.get("phase") in TERMINAL_PHASES}
-    out = []
-    for ordinal in scaling.ordinals_to_create(table.ordinals(), spec.replicas):
-        if ordinal in ended:
-            why = f"{WHY_ENDED_REPLACEMENT} (phase {ended[ordinal]}; revision {view.revision})"
-        elif ordinal in restarting:
-            why = f"{WHY_REPLACEMENT} (revision {view.revision})"
-        elif ordinal not in known:
-            why = WHY_NEW
-        else:
-            why = WHY_MISSING
-        pod = builders.build_member_pod(spec, ordinal, view, effective.session_timeout_ms)
-        out.append(PodCreate(ordinal, pod, why))
-    names = {p["metadata"]["name"] for p in snap.pods}
-    for f in state.in_flight:
-        if f.mode != "warm" or f.stopped_at is not None or f.replacement in names \
-                or f.ordinal not in table.live:
-            continue
-        if f.revision is None:
-            pod = builders.build_member_pod(spec, f.ordinal, view, effective.session_timeout_ms,
-                                            standby=True)
-            out.append(PodCreate(f.ordinal, pod, f"{WHY_STANDBY} (revision {view.revision})",
-                                 standby=True))
-            continue
-        back = rollback_source(snap)
-        if back is not None and back.view.revision == f.revision:
-            pod = builders.build_member_pod(back.spec, f.ordinal, back.view,
-                                            back.session_timeout_ms, standby=True)
-            out.append(PodCreate(f.ordinal, pod, f"{WHY_ROLLBACK} (revision {f.revision})",
-                                 standby=True))
-    return tuple(out)
-
-
-def _ended(spec: ConsumerGroupSpec, table: MemberTable,
-           deleting: set[str]) -> tuple[tuple[PodDelete, Event], ...]:
-    """Pods that ended (evicted, their node shut down) are deleted, each with a Warning that
-    quotes why, as a StatefulSet does: the member's replacement takes the same pod name, so
-    it is created (same instance id) by the pass after the deletion; its process is gone, so
-    no second process of the instance id can run. One beside a live pod of its ordinal (an
-    evicted old member and its warm replacement, an evicted replacement and its member) only
-    goes: the live one is the member, and a handoff in flight makes its replacement again."""
-    out = []
-    for ordinal, pods in sorted(table.ended.items()):
-        live = table.live.get(ordinal)
-        for pod in pods:
-            meta = pod["metadata"]
-            if meta["uid"] in deleting:
-                continue
-            if ordinal >= spec.replicas:
-                then = "no replacement: the member is beyond spec.replicas"
-            elif live is not None:
-                then = (f"pod {live['metadata']['name']} runs instance id "
-                        f"{builders.instance_id(spec, ordinal)}")
-            else:
-                then = ("its replacement is created with the same instance id "
-                        f"{builders.instance_id(spec, ordinal)} once it is gone")
-            said = ended_reason(pod)
-            out.append((
-                PodDelete(ordinal, meta["name"], meta["uid"], f"{WHY_ENDED}: {said}"),
-                Event("Warning", c.RECREATING_FAILED_POD,
-                      f"member {ordinal}: pod {meta['name']} ended, {said}; deleting it, "
-                      f"{then}")))
-    return tuple(out)
-
-
-def _abandoned(table: MemberTable, state: ro.RolloutState, replicas: int,
-               deleting: set[str]) -> tuple[PodDelete, ...]:
-    """Standby replacements no handoff waits for: of a revision the spec moved past while they
-    prepared, or of a member scaled away. Left running they would hold a pod forever."""
-    wanted = {f.replacement for f in state.in_flight if f.mode == "warm" and f.ordinal < replicas}
-    out = []
-    for ordinal, pods in sorted(table.extra.items()):
-        for pod in pods:
-            meta = pod["metadata"]
-            if meta["name"] in wanted or meta["uid"] in deleting:
-                continue
-            out.append(PodDelete(ordinal, meta["name"], meta["uid"], WHY_ABANDONED))
-    return tuple(out)
-
-
-def _activations(snap: Snapshot, table: MemberTable,
-                 replicas: int) -> tuple[MemberCall, ...]:
-    """Standby processes that are their ordinal's only member now: activate them once they
-    are standby-ready (before, the member refuses) and no older process of the ordinal still
-    runs (two processes of one instance id in the group fence each other). This finishes a
-    warm handoff. A replacement whose container restarts in place after its activation joins
-    by itself (its pod is marked activated first, `_marked_activated`); one that still comes
-    back in standby (a pod made before that mark existed) is activated again here."""
-    out = []
-    for m in table.members:
-        pod = table.live.get(m.ordinal)
-        if (pod is None or m.ordinal >= replicas or m.standby_state != "ready"
-                or pod["metadata"]["name"] != m.pod_name):
-            continue  # a standby refuses an activation until it is standby-ready
-        if not (pod.get("status") or {}).get("podIP"):
-            continue
-        older = [p for p in snap.pods
-                 if ordinal_of(p) == m.ordinal and still_running(p, snap.closures)]
-        if older:
-            continue
-        out.append(MemberCall(m.ordinal, str(m.pod_name), "activate",
-                                 "the old member process of this instance id has closed"))
-    return tuple(out)
-
-
-WHY_ACTIVATED = ("it is activated now: a restart of its container joins the group directly, "
-                 "not in standby")
-
-
-def _marked_activated(table: MemberTable,
-                      activations: Sequence[MemberCall]) -> tuple[PodAnnotate, ...]:
-    """Each pod about to be activated, marked so first (`builders.ACTIVATED_ANNOTATION`)."""
-    out = []
-    for call in activations:
-        pod = table.live.get(call.ordinal)
-        if pod is None or pod["metadata"]["name"] != call.pod:
-            continue
-        if (pod["metadata"].get("annotations") or {}).get(
-                builders.ACTIVATED_ANNOTATION) == "true":
-            continue  # marked in an earlier pass; its activation did not take (yet)
-        out.append(PodAnnotate(call.ordinal, call.pod, pod["metadata"]["uid"],
-                               {builders.ACTIVATED_ANNOTATION: "true"}, WHY_ACTIVATED))
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class _ScaleDown:
-    deletes: tuple[PodDelete, ...] = ()
-    calls: tuple[MemberCall, ...] = ()
-    waiting: tuple[int, ...] = ()
-    """Members asked to leave that are still in the group."""
-    planned: pl.PlannedRebalance | None = None
-    events: tuple[Event, ...] = ()
-    requeue_after_s: float | None = None
-
-
-def _scale_down(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable,
-                last: pl.PlannedRebalance | None) -> _ScaleDown:
-    """Live members beyond `replicas`, highest ordinal first: a member in the group is first
-    asked to leave it (its partitions move at once, not after the session timeout); its pod is
-    deleted once it is out of the group, or `LEAVE_WAIT_S` after asking."""
-    asked = set(last.members) if last is not None and last.reason == pl.SCALE_DOWN else set()
-    deletes, calls, waiting = [], [], []
-    for o in scaling.ordinals_to_delete(table.live, spec.replicas):
-        pod = table.live[o]
-        member = table.member(o)
-        in_group = member is not None and member.in_group
-        why = None
-        if o in asked and last is not None:
-            if not in_group:
-                why = f"{WHY_SCALE_DOWN}: the member left the group"
-            elif last.age_s(snap.now) >= pl.LEAVE_WAIT_S:
-                why = (f"{WHY_SCALE_DOWN}: the member did not leave the group within "
-                       f"{pl.LEAVE_WAIT_S:.0f} s of being asked; its partitions move when "
-                       "its session times out")
-            else:
-                waiting.append(o)
-        elif in_group and (pod.get("status") or {}).get("podIP"):
-            calls.append(MemberCall(o, pod["metadata"]["name"], "leave", WHY_SCALE_DOWN))
-        else:
-            why = f"{WHY_SCALE_DOWN}: the member is not in the group"
-        if why is not None:
-            deletes.append(PodDelete(o, pod["metadata"]["name"], pod["metadata"]["uid"], why))
-    planned = None
-    events: list[Event] = []
-    if calls:
-        ordinals = tuple(sorted({*(asked & set(waiting)), *(call.ordinal for call in calls)}))
-        planned = pl.PlannedRebalance(pl.SCALE_DOWN, ordinals, snap.now)
-        events.append(Event("Normal", c.MEMBER_LEAVING, "asking members "
-                            f"{[call.ordinal for call in calls]} to leave the group (scale "
-                            f"down to {spec.replicas}): their partitions move at once"))
-    return _ScaleDown(deletes=tuple(deletes), calls=tuple(calls), waiting=tuple(waiting),
-                      planned=planned, events=tuple(events),
-                      requeue_after_s=1.0 if calls or waiting else None)
-
-
-@dataclass(frozen=True)
-class _Rejoin:
-    call: MemberCall
-    planned: pl.PlannedRebalance
-
-
-def _rejoin(snap: Snapshot, table: MemberTable, spec: ConsumerGroupSpec,
-            missing: tuple[tuple[str, int], ...], since: datetime | None,
-            last: pl.PlannedRebalance | None) -> _Rejoin | None:
-    """Ask the lowest serving member to rejoin when partitions stay unowned."""
-    if not missing or not pl.rejoin_due(since, last, snap.now):
-        return None
-    serving = [m for m in table.members if m.ordinal < spec.replicas and m.ready and m.in_group
-               and (table.live[m.ordinal].get("status") or {}).get("podIP")]
-    if not serving:
-        return None
-    member = serving[0]
-    why = f"{len(missing)} partition(s) owned by no member: {pl.describe(missing)}"
-    return _Rejoin(MemberCall(member.ordinal, str(member.pod_name), "rejoin", why),
-                   pl.PlannedRebalance(pl.UNASSIGNED, (member.ordinal,), snap.now))
-
-
-def _unassigned_condition(missing: tuple[tuple[str, int], ...], since: datetime | None,
-                          rejoin: _Rejoin | None, last: pl.PlannedRebalance | None
-                          ) -> tuple[str, st.Cond]:
-    if not missing:
-        return c.UNASSIGNED_PARTITIONS, ("False", c.ALL_PARTITIONS_ASSIGNED,
-                                         "every partition has an owner (or the group is not "
-                                         "Stable)")
-    asked = rejoin.planned if rejoin else last if last and last.reason == pl.UNASSIGNED else None
-    action = (f"member {asked.members[0]} was asked to rejoin the group at "
-              f"{c.rfc3339(asked.requested_at)} (one planned rebalance assigns them)"
-              if asked else f"a member is asked to rejoin once they stay unowned "
-              f"{pl.UNASSIGNED_GRACE_S:.0f} s")
-    return c.UNASSIGNED_PARTITIONS, (
-        "True", c.PARTITIONS_UNASSIGNED,
-        f"{len(missing)} partition(s) owned by no member of the Stable group: "
-        f"{pl.describe(missing)}. A static member that rejoins a Stable group with a new "
-        f"subscription (a topic added) causes no rebalance; {action}")
-
-
-WHY_STALLED = "restart a stalled member"
-
-
-def _stall_restart(spec: ConsumerGroupSpec, stalls: Sequence[Stall], roll: Roll,
-                   table: MemberTable, deletes: Sequence[PodDelete]) -> tuple[PodDelete, ...]:
-    """The first stalled member's pod, deleted so that it is made again with the same instance
-    id (a static rejoin, no rebalance): only with spec.recovery.restartStalledMembers, no
-    rollout under way, no member pod going away, and restarts that fit in the session
-    timeout. One member at a time."""
-    if (not stalls or not spec.recovery.restart_stalled_members or roll.state.in_flight
-            or roll.state.phase in PHASES_IN_PROGRESS or deletes
-            or any(m.stopped_at is not None for m in table.members)
-            or roll.limits is None or not roll.limits.restart_safe):
-        return ()
-    first = stalls[0]
-    return (PodDelete(first.ordinal, first.pod, first.pod_uid,
-                      f"{WHY_STALLED}: {first.message}"),)
-
-
-def _stalled_condition(spec: ConsumerGroupSpec, stalls: Sequence[Stall],
-                       restart: Sequence[PodDelete], roll: Roll) -> tuple[str, st.Cond]:
-    if not stalls:
-        return c.MEMBERS_STALLED, ("False", c.MEMBERS_PROGRESSING,
-                                   "no member holds partitions with records waiting that it "
-                                   "does not fetch")
-    said = "; ".join(s.message for s in stalls)
-    if restart:
-        then = f"member {restart[0].ordinal} is restarted (the same instance id, no rebalance)"
-    elif not spec.recovery.restart_stalled_members:
-        then = ("spec.recovery.restartStalledMembers is false: restart it yourself "
-                "(delete its pod) or find out why it does not fetch")
-    elif roll.limits is not None and not roll.limits.restart_safe:
-        then = "it is not restarted: a restart would not fit in the session timeout"
-    else:
-        then = "it is restarted once no rollout or other restart is under way"
-    return c.MEMBERS_STALLED, ("True", c.RESTARTING_STALLED_MEMBER if restart
-                               else c.MEMBER_STALLED, f"{said}; {then}")
 
 
 def _kept(previous: Mapping[str, Any], type_: str) -> tuple[str, st.Cond] | None:

@@ -12,6 +12,9 @@ Two things need the group to rebalance once, and a static member does not do it 
   new topic's partitions are nobody's. Seen for `UNASSIGNED_GRACE_S`, the operator asks one member
   to rejoin (`POST /rejoin`), which makes the one rebalance that assigns them.
 
+`scale_down` and `rejoin` decide these calls (and a scale-down's pod deletions) each pass;
+`unassigned_condition` says what the UnassignedPartitions condition shows meanwhile.
+
 Either request is recorded in `status.plannedRebalance` (`reason`, `members`, `requestedAt`); a
 rebalance observed within `PLANNED_WINDOW_S` of it is counted as planned
 (`status.plannedRebalances`, a Normal Event, `staticfleet_planned_rebalances_total`), not as
@@ -26,7 +29,12 @@ from datetime import datetime
 from typing import Any
 
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions.snapshot import GroupView
+from staticfleet.decisions import scaling
+from staticfleet.decisions import status as st
+from staticfleet.decisions.actions import Event, MemberCall, PodDelete
+from staticfleet.decisions.members import MemberTable
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.snapshot import GroupView, Snapshot
 
 PLANNED_WINDOW_S = 60.0
 """A rebalance seen this long after the operator asked for one is the one it asked for."""
@@ -46,6 +54,7 @@ CREATE = "Create"
 """A new group's members: their joins are planned until the group is first Ready."""
 UNASSIGNED = "UnassignedPartitions"
 SHOWN_PARTITIONS = 8
+WHY_SCALE_DOWN = "scale down"
 
 @dataclass(frozen=True)
 class PlannedRebalance:
@@ -103,3 +112,100 @@ def rejoin_due(since: datetime | None, last: PlannedRebalance | None, now: datet
     if since is None or (now - since).total_seconds() < UNASSIGNED_GRACE_S:
         return False
     return last is None or last.reason != UNASSIGNED or last.age_s(now) >= REJOIN_RETRY_S
+
+
+@dataclass(frozen=True)
+class ScaleDown:
+    """A scale-down's part of a pass: pods to delete, members to ask to leave, and the planned
+    rebalance their leaving makes."""
+
+    deletes: tuple[PodDelete, ...] = ()
+    calls: tuple[MemberCall, ...] = ()
+    waiting: tuple[int, ...] = ()
+    """Members asked to leave that are still in the group."""
+    planned: PlannedRebalance | None = None
+    events: tuple[Event, ...] = ()
+    requeue_after_s: float | None = None
+
+
+def scale_down(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable,
+               last: PlannedRebalance | None) -> ScaleDown:
+    """Live members beyond `replicas`, highest ordinal first: a member in the group is first
+    asked to leave it (its partitions move at once, not after the session timeout); its pod is
+    deleted once it is out of the group, or `LEAVE_WAIT_S` after asking."""
+    asked = set(last.members) if last is not None and last.reason == SCALE_DOWN else set()
+    deletes, calls, waiting = [], [], []
+    for o in scaling.ordinals_to_delete(table.live, spec.replicas):
+        pod = table.live[o]
+        member = table.member(o)
+        in_group = member is not None and member.in_group
+        why = None
+        if o in asked and last is not None:
+            if not in_group:
+                why = f"{WHY_SCALE_DOWN}: the member left the group"
+            elif last.age_s(snap.now) >= LEAVE_WAIT_S:
+                why = (f"{WHY_SCALE_DOWN}: the member did not leave the group within "
+                       f"{LEAVE_WAIT_S:.0f} s of being asked; its partitions move when "
+                       "its session times out")
+            else:
+                waiting.append(o)
+        elif in_group and (pod.get("status") or {}).get("podIP"):
+            calls.append(MemberCall(o, pod["metadata"]["name"], "leave", WHY_SCALE_DOWN))
+        else:
+            why = f"{WHY_SCALE_DOWN}: the member is not in the group"
+        if why is not None:
+            deletes.append(PodDelete(o, pod["metadata"]["name"], pod["metadata"]["uid"], why))
+    planned = None
+    events: list[Event] = []
+    if calls:
+        ordinals = tuple(sorted({*(asked & set(waiting)), *(call.ordinal for call in calls)}))
+        planned = PlannedRebalance(SCALE_DOWN, ordinals, snap.now)
+        events.append(Event("Normal", c.MEMBER_LEAVING, "asking members "
+                            f"{[call.ordinal for call in calls]} to leave the group (scale "
+                            f"down to {spec.replicas}): their partitions move at once"))
+    return ScaleDown(deletes=tuple(deletes), calls=tuple(calls), waiting=tuple(waiting),
+                     planned=planned, events=tuple(events),
+                     requeue_after_s=1.0 if calls or waiting else None)
+
+
+@dataclass(frozen=True)
+class Rejoin:
+    """A member asked to rejoin, and the planned rebalance that assigns the unowned partitions."""
+
+    call: MemberCall
+    planned: PlannedRebalance
+
+
+def rejoin(snap: Snapshot, table: MemberTable, spec: ConsumerGroupSpec,
+           missing: tuple[tuple[str, int], ...], since: datetime | None,
+           last: PlannedRebalance | None) -> Rejoin | None:
+    """Ask the lowest serving member to rejoin when partitions stay unowned."""
+    if not missing or not rejoin_due(since, last, snap.now):
+        return None
+    serving = [m for m in table.members if m.ordinal < spec.replicas and m.ready and m.in_group
+               and (table.live[m.ordinal].get("status") or {}).get("podIP")]
+    if not serving:
+        return None
+    member = serving[0]
+    why = f"{len(missing)} partition(s) owned by no member: {describe(missing)}"
+    return Rejoin(MemberCall(member.ordinal, str(member.pod_name), "rejoin", why),
+                  PlannedRebalance(UNASSIGNED, (member.ordinal,), snap.now))
+
+
+def unassigned_condition(missing: tuple[tuple[str, int], ...], since: datetime | None,
+                         rejoin: Rejoin | None, last: PlannedRebalance | None
+                          ) -> tuple[str, st.Cond]:
+    if not missing:
+        return c.UNASSIGNED_PARTITIONS, ("False", c.ALL_PARTITIONS_ASSIGNED,
+                                         "every partition has an owner (or the group is not "
+                                         "Stable)")
+    asked = rejoin.planned if rejoin else last if last and last.reason == UNASSIGNED else None
+    action = (f"member {asked.members[0]} was asked to rejoin the group at "
+              f"{c.rfc3339(asked.requested_at)} (one planned rebalance assigns them)"
+              if asked else f"a member is asked to rejoin once they stay unowned "
+              f"{UNASSIGNED_GRACE_S:.0f} s")
+    return c.UNASSIGNED_PARTITIONS, (
+        "True", c.PARTITIONS_UNASSIGNED,
+        f"{len(missing)} partition(s) owned by no member of the Stable group: "
+        f"{describe(missing)}. A static member that rejoins a Stable group with a new "
+        f"subscription (a topic added) causes no rebalance; {action}")

@@ -7,7 +7,7 @@ one row per step type in `RECORDERS`). This module puts them to work in one pass
 observation and the limits from the `Snapshot`, asks the roller for its step, and turns the step
 into the plan's pod deletions, switchovers and Events (one row per step type in
 `STEP_EFFECTS`), with the restarts it measured: a `Roll`, which `plan.decide` folds into the
-`Plan`. A rollout's replacements are created by `plan._creates`, as any missing member is.
+`Plan`. A rollout's replacements are created by `pods.creates`, as any missing member is.
 
 It also keeps the spec every member last ran (`current_spec`, `status.currentSpec`), which a
 rollback hands a failed member back to (`rollback_source`).
@@ -103,7 +103,7 @@ def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                                 reason=f"every member runs revision {view.revision}")
     step = _Step(snap, spec, view, table, limits, state, after, rebalances)
     roll = STEP_EFFECTS[type(decided)](step, decided, Roll(state=after, observation=obs,
-                                                               limits=limits))
+                                                           limits=limits))
     if isinstance(decided, ro.Wait) and decided.recheck_after_s is not None:
         roll = replace(roll, requeue_after_s=decided.recheck_after_s)
     return roll
@@ -299,7 +299,7 @@ def _on_done(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
 
 def _on_failed(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
     """A failed member halts the rollout, or is handed back (its standby of the last revision
-    is created by `_creates`); standbys still preparing are dropped (`_abandoned`)."""
+    is created by `pods.creates`); standbys still preparing are dropped (`pods.abandoned`)."""
     assert isinstance(decided, ro.MemberFailed)
     reason = c.ROLLOUT_HALTED if s.after.phase == "Halted" else c.ROLLING_BACK
     # A member that exits is announced by `_failing` (MemberFailing) already; a member that

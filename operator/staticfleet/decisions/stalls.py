@@ -11,6 +11,10 @@ its last poll that returned records (`/status` `lastFetchAt`, or its process sta
 than its bound: `maxWaitMs` twice and its slowest batch three times, at least `MIN_BOUND_S`. A
 member still warming up (not `processingReady`), in standby, leaving or waiting to join is not
 judged, nor is one a rollout is restarting.
+
+With `spec.recovery.restartStalledMembers` the first stalled member's pod is deleted, one at a
+time and only while nothing else restarts a member (`stalled_restart`); the MembersStalled
+condition says which members stall and what is done about it (`stalled_condition`).
 """
 
 from __future__ import annotations
@@ -20,10 +24,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from staticfleet.decisions import conditions as c
+from staticfleet.decisions import status as st
+from staticfleet.decisions.actions import PodDelete
 from staticfleet.decisions.members import MemberTable
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.rollactions import PHASES_IN_PROGRESS, Roll
 
 MIN_BOUND_S = 60.0
 SHOWN = 4
+WHY_STALLED = "restart a stalled member"
 
 TP = tuple[str, int]
 
@@ -100,3 +110,39 @@ def stalled_members(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]
             out.append(Stall(member.ordinal, str(member.pod_name), str(member.pod_uid),
                              round(idle, 1), limit, tuple(sorted(waiting))))
     return tuple(out)
+
+
+def stalled_restart(spec: ConsumerGroupSpec, stalls: Sequence[Stall], roll: Roll,
+                    table: MemberTable, deletes: Sequence[PodDelete]) -> tuple[PodDelete, ...]:
+    """The first stalled member's pod, deleted so that it is made again with the same instance
+    id (a static rejoin, no rebalance): only with spec.recovery.restartStalledMembers, no
+    rollout under way, no member pod going away, and restarts that fit in the session
+    timeout. One member at a time."""
+    if (not stalls or not spec.recovery.restart_stalled_members or roll.state.in_flight
+            or roll.state.phase in PHASES_IN_PROGRESS or deletes
+            or any(m.stopped_at is not None for m in table.members)
+            or roll.limits is None or not roll.limits.restart_safe):
+        return ()
+    first = stalls[0]
+    return (PodDelete(first.ordinal, first.pod, first.pod_uid,
+                      f"{WHY_STALLED}: {first.message}"),)
+
+
+def stalled_condition(spec: ConsumerGroupSpec, stalls: Sequence[Stall],
+                      restart: Sequence[PodDelete], roll: Roll) -> tuple[str, st.Cond]:
+    if not stalls:
+        return c.MEMBERS_STALLED, ("False", c.MEMBERS_PROGRESSING,
+                                   "no member holds partitions with records waiting that it "
+                                   "does not fetch")
+    said = "; ".join(s.message for s in stalls)
+    if restart:
+        then = f"member {restart[0].ordinal} is restarted (the same instance id, no rebalance)"
+    elif not spec.recovery.restart_stalled_members:
+        then = ("spec.recovery.restartStalledMembers is false: restart it yourself "
+                "(delete its pod) or find out why it does not fetch")
+    elif roll.limits is not None and not roll.limits.restart_safe:
+        then = "it is not restarted: a restart would not fit in the session timeout"
+    else:
+        then = "it is restarted once no rollout or other restart is under way"
+    return c.MEMBERS_STALLED, ("True", c.RESTARTING_STALLED_MEMBER if restart
+                               else c.MEMBER_STALLED, f"{said}; {then}")

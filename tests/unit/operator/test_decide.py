@@ -22,15 +22,14 @@ from staticfleet.decisions import builders
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.plan import (
+from staticfleet.decisions.plan import decide, without_nulls
+from staticfleet.decisions.planned import WHY_SCALE_DOWN
+from staticfleet.decisions.pods import (
     WHY_ENDED,
     WHY_ENDED_REPLACEMENT,
     WHY_MISSING,
     WHY_NEW,
     WHY_REPLACEMENT,
-    WHY_SCALE_DOWN,
-    decide,
-    without_nulls,
 )
 from staticfleet.decisions.rollactions import WHY_RESTART
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView, Problem, Snapshot

@@ -1,0 +1,200 @@
+"""The member pods' own rules (pure): which to create, which ended or are abandoned and go,
+which standby to activate.
+
+Every desired member without a pod gets one (`creates`), with why: a new member, a missing one,
+a rollout's replacement (same ordinal, same `group.instance.id`, the update revision) or the
+replacement of a pod that ended; and a warm handoff's standby, of the update revision or, for a
+rollback, of the revision every member last ran (`rollactions.rollback_source`). A pod that ended
+(evicted, its node shut down) is deleted with a Warning (`ended`); a standby no handoff waits for
+is deleted (`abandoned`). A standby that is its ordinal's only process once standby-ready is
+activated (`activations`), its pod marked activated first (`marked_activated`); while the
+group's coordinator moves, that is all a pass steers (`handoffs_under_way`).
+
+Restarts are not here: the roller's steps delete pods in `rollactions`, scale-down and rejoins
+in `planned`, a stalled member's restart in `stalls`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from staticfleet.decisions import builders, scaling, timeouts
+from staticfleet.decisions import conditions as c
+from staticfleet.decisions import rollout as ro
+from staticfleet.decisions.actions import Event, MemberCall, PodAnnotate, PodCreate, PodDelete
+from staticfleet.decisions.members import (
+    TERMINAL_PHASES,
+    MemberTable,
+    ended_reason,
+    observe_members,
+    ordinal_of,
+    still_running,
+)
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.reasons import MemberSpecView
+from staticfleet.decisions.rollactions import rollback_source
+from staticfleet.decisions.snapshot import GroupView, Snapshot
+
+WHY_NEW = "new member"
+WHY_MISSING = "its pod is missing (deleted outside a rollout, or lost with its node)"
+WHY_REPLACEMENT = "replacement of the restarted member"
+WHY_STANDBY = "standby replacement (warm handoff)"
+WHY_ABANDONED = ("a standby replacement no handoff waits for (the spec changed while it "
+                 "prepared, or its member was scaled away)")
+WHY_ROLLBACK = "standby replacement of the last revision that processed (rollback)"
+WHY_ENDED = "its pod ended and never runs again"
+WHY_ENDED_REPLACEMENT = "replacement of its pod that ended"
+ENDED_RECHECK_S = 1.0
+"""When to look again after deleting an ended pod (its deletion also wakes a pass)."""
+WHY_ACTIVATED = ("it is activated now: a restart of its container joins the group directly, "
+                 "not in standby")
+
+
+def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
+            effective: timeouts.EffectiveTimeouts, table: MemberTable,
+            state: ro.RolloutState) -> tuple[PodCreate, ...]:
+    """Each desired member without a pod (none of its pods is still terminating)."""
+    restarting = {f.ordinal for f in state.in_flight}
+    known = {m.get("ordinal") for m in snap.previous.get("members") or ()}
+    ended = {m.get("ordinal"): m.get("phase") for m in snap.previous.get("members") or ()
+             if m.get("phase") in TERMINAL_PHASES}
+    out = []
+    for ordinal in scaling.ordinals_to_create(table.ordinals(), spec.replicas):
+        if ordinal in ended:
+            why = f"{WHY_ENDED_REPLACEMENT} (phase {ended[ordinal]}; revision {view.revision})"
+        elif ordinal in restarting:
+            why = f"{WHY_REPLACEMENT} (revision {view.revision})"
+        elif ordinal not in known:
+            why = WHY_NEW
+        else:
+            why = WHY_MISSING
+        pod = builders.build_member_pod(spec, ordinal, view, effective.session_timeout_ms)
+        out.append(PodCreate(ordinal, pod, why))
+    names = {p["metadata"]["name"] for p in snap.pods}
+    for f in state.in_flight:
+        if f.mode != "warm" or f.stopped_at is not None or f.replacement in names \
+                or f.ordinal not in table.live:
+            continue
+        if f.revision is None:
+            pod = builders.build_member_pod(spec, f.ordinal, view, effective.session_timeout_ms,
+                                            standby=True)
+            out.append(PodCreate(f.ordinal, pod, f"{WHY_STANDBY} (revision {view.revision})",
+                                 standby=True))
+            continue
+        back = rollback_source(snap)
+        if back is not None and back.view.revision == f.revision:
+            pod = builders.build_member_pod(back.spec, f.ordinal, back.view,
+                                            back.session_timeout_ms, standby=True)
+            out.append(PodCreate(f.ordinal, pod, f"{WHY_ROLLBACK} (revision {f.revision})",
+                                 standby=True))
+    return tuple(out)
+
+
+def ended(spec: ConsumerGroupSpec, table: MemberTable,
+          deleting: set[str]) -> tuple[tuple[PodDelete, Event], ...]:
+    """Pods that ended (evicted, their node shut down) are deleted, each with a Warning that
+    quotes why, as a StatefulSet does: the member's replacement takes the same pod name, so
+    it is created (same instance id) by the pass after the deletion; its process is gone, so
+    no second process of the instance id can run. One beside a live pod of its ordinal (an
+    evicted old member and its warm replacement, an evicted replacement and its member) only
+    goes: the live one is the member, and a handoff in flight makes its replacement again."""
+    out = []
+    for ordinal, pods in sorted(table.ended.items()):
+        live = table.live.get(ordinal)
+        for pod in pods:
+            meta = pod["metadata"]
+            if meta["uid"] in deleting:
+                continue
+            if ordinal >= spec.replicas:
+                then = "no replacement: the member is beyond spec.replicas"
+            elif live is not None:
+                then = (f"pod {live['metadata']['name']} runs instance id "
+                        f"{builders.instance_id(spec, ordinal)}")
+            else:
+                then = ("its replacement is created with the same instance id "
+                        f"{builders.instance_id(spec, ordinal)} once it is gone")
+            said = ended_reason(pod)
+            out.append((
+                PodDelete(ordinal, meta["name"], meta["uid"], f"{WHY_ENDED}: {said}"),
+                Event("Warning", c.RECREATING_FAILED_POD,
+                      f"member {ordinal}: pod {meta['name']} ended, {said}; deleting it, "
+                      f"{then}")))
+    return tuple(out)
+
+
+def abandoned(table: MemberTable, state: ro.RolloutState, replicas: int,
+              deleting: set[str]) -> tuple[PodDelete, ...]:
+    """Standby replacements no handoff waits for: of a revision the spec moved past while they
+    prepared, or of a member scaled away. Left running they would hold a pod forever."""
+    wanted = {f.replacement for f in state.in_flight if f.mode == "warm" and f.ordinal < replicas}
+    out = []
+    for ordinal, pods in sorted(table.extra.items()):
+        for pod in pods:
+            meta = pod["metadata"]
+            if meta["name"] in wanted or meta["uid"] in deleting:
+                continue
+            out.append(PodDelete(ordinal, meta["name"], meta["uid"], WHY_ABANDONED))
+    return tuple(out)
+
+
+def activations(snap: Snapshot, table: MemberTable,
+                replicas: int) -> tuple[MemberCall, ...]:
+    """Standby processes that are their ordinal's only member now: activate them once they
+    are standby-ready (before, the member refuses) and no older process of the ordinal still
+    runs (two processes of one instance id in the group fence each other). This finishes a
+    warm handoff. A replacement whose container restarts in place after its activation joins
+    by itself (its pod is marked activated first, `marked_activated`); one that still comes
+    back in standby (a pod made before that mark existed) is activated again here."""
+    out = []
+    for m in table.members:
+        pod = table.live.get(m.ordinal)
+        if (pod is None or m.ordinal >= replicas or m.standby_state != "ready"
+                or pod["metadata"]["name"] != m.pod_name):
+            continue  # a standby refuses an activation until it is standby-ready
+        if not (pod.get("status") or {}).get("podIP"):
+            continue
+        older = [p for p in snap.pods
+                 if ordinal_of(p) == m.ordinal and still_running(p, snap.closures)]
+        if older:
+            continue
+        out.append(MemberCall(m.ordinal, str(m.pod_name), "activate",
+                              "the old member process of this instance id has closed"))
+    return tuple(out)
+
+
+def marked_activated(table: MemberTable,
+                     activations: Sequence[MemberCall]) -> tuple[PodAnnotate, ...]:
+    """Each pod about to be activated, marked so first (`builders.ACTIVATED_ANNOTATION`)."""
+    out = []
+    for call in activations:
+        pod = table.live.get(call.ordinal)
+        if pod is None or pod["metadata"]["name"] != call.pod:
+            continue
+        if (pod["metadata"].get("annotations") or {}).get(
+                builders.ACTIVATED_ANNOTATION) == "true":
+            continue  # marked in an earlier pass; its activation did not take (yet)
+        out.append(PodAnnotate(call.ordinal, call.pod, pod["metadata"]["uid"],
+                               {builders.ACTIVATED_ANNOTATION: "true"}, WHY_ACTIVATED))
+    return tuple(out)
+
+
+def table_without_group(snap: Snapshot) -> MemberTable:
+    assert snap.spec is not None
+    spec = snap.spec
+    effective = timeouts.EffectiveTimeouts.from_status(snap.previous.get("timeouts"))
+    assert effective is not None
+    return observe_members(
+        spec=spec, view=builders.member_spec_view(spec, effective), pods=snap.pods,
+        statuses=snap.statuses, group=GroupView(state="Unknown", protocol=spec.membership.protocol),
+        partitions=sum((snap.partitions or {}).values()))
+
+
+def handoffs_under_way(snap: Snapshot) -> tuple[MemberCall, ...]:
+    """While the group's coordinator moves the group cannot be described, but a warm handoff
+    whose old process has closed still gets its activation: the standby joins the group when
+    the new coordinator answers it, inside the session timeout, instead of waiting for the
+    operator to see the group again. Nothing else is steered in such a pass."""
+    if (snap.spec is None or not snap.pods
+            or timeouts.EffectiveTimeouts.from_status(snap.previous.get("timeouts")) is None):
+        return ()
+    return activations(snap, table_without_group(snap), snap.spec.replicas)
