@@ -158,3 +158,9 @@ def summarize(plan: Plan) -> Sequence[str]:
         lines.append(f"create pod {p.pod['metadata']['name']} (member {p.ordinal}): {p.why}")
     lines += [f"event {e.type} {e.reason}: {e.message}" for e in plan.events]
     return lines
+
+
+def soonest(*delays: float | None) -> float | None:
+    """The shortest of the delays given (None: none was)."""
+    known = [d for d in delays if d is not None]
+    return min(known) if known else None

@@ -10,7 +10,7 @@ say so (`timeout_notes`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from staticfleet.decisions import status as st
@@ -104,3 +104,19 @@ def timeout_notes(previous: Mapping[str, Any]) -> tuple[str, ...]:
     ignored = (previous.get("measurements") or {}).get("ignoredRestarts") or ()
     return tuple(f"ignored the restart of member {i.get('member')} ({i.get('seconds')} s): "
                  f"{i.get('why')}" for i in ignored)
+
+
+def recorded(snap: Snapshot, measured: timeouts.Measurements,
+             restarts: Sequence[tuple[int, float, str | None]]) -> dict[str, Any]:
+    """`status.measurements` after this pass: the restarts measured in it (`sample`: taken, or
+    ignored with why), the slowest first assignment and the slowest batch."""
+    out: dict[str, Any] = dict(snap.previous.get("measurements") or {})
+    for member, seconds, why in restarts:
+        out = (st.record_restart(out, seconds, member) if why is None
+               else st.ignore_restart(out, seconds, member, why))
+    first = first_assignment_s(snap)
+    if first is not None:
+        out["firstAssignmentSecondsMax"] = round(first, 3)
+    if measured.batch_seconds_max is not None:
+        out["batchSecondsMax"] = measured.batch_seconds_max
+    return out

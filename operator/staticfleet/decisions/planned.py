@@ -12,13 +12,13 @@ Two things need the group to rebalance once, and a static member does not do it 
   new topic's partitions are nobody's. Seen for `UNASSIGNED_GRACE_S`, the operator asks one member
   to rejoin (`POST /rejoin`), which makes the one rebalance that assigns them.
 
-`scale_down` and `rejoin` decide these calls (and a scale-down's pod deletions) each pass;
-`unassigned_condition` says what the UnassignedPartitions condition shows meanwhile.
+`scale_down` and `rejoin` (through `unowned`) decide these calls (and a scale-down's pod
+deletions) each pass; `unowned` also says what the UnassignedPartitions condition shows.
 
 Either request is recorded in `status.plannedRebalance` (`reason`, `members`, `requestedAt`); a
 rebalance observed within `PLANNED_WINDOW_S` of it is counted as planned
 (`status.plannedRebalances`, a Normal Event, `staticfleet_planned_rebalances_total`), not as
-unexpected.
+unexpected (`explain_rebalances`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import Event, MemberCall, PodDelete
 from staticfleet.decisions.members import MemberTable
 from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.rebalances import RebalanceCount, count_rebalances
+from staticfleet.decisions.rollactions import PHASES_IN_PROGRESS
+from staticfleet.decisions.rollstate import RolloutState
 from staticfleet.decisions.snapshot import GroupView, Snapshot
 
 PLANNED_WINDOW_S = 60.0
@@ -209,3 +212,80 @@ def unassigned_condition(missing: tuple[tuple[str, int], ...], since: datetime |
         f"{len(missing)} partition(s) owned by no member of the Stable group: "
         f"{describe(missing)}. A static member that rejoins a Stable group with a new "
         f"subscription (a topic added) causes no rebalance; {action}")
+
+
+@dataclass(frozen=True)
+class Explained:
+    """The group's rebalances seen this pass, and how many of them the operator asked for."""
+
+    count: RebalanceCount
+    last: PlannedRebalance | None
+    """The last rebalance the operator asked for (None once a new group formed: its members'
+    joins explain nothing more)."""
+    planned: int
+    """Of the rebalances seen since the previous pass, those `last` explains."""
+    events: tuple[Event, ...]
+
+
+def explain_rebalances(snap: Snapshot, group: GroupView) -> Explained:
+    """Count the group's rebalances and tell the planned ones from the unexpected."""
+    previous = snap.previous
+    count = count_rebalances(previous, group.state, snap.pods, snap.statuses)
+    last = PlannedRebalance.from_status(previous.get("plannedRebalance"))
+    if last is not None and last.reason == CREATE and (
+            c.get_condition(previous.get("conditions") or [], c.READY) or {}).get(
+            "status") == "True":
+        last = None  # the new group formed: its members' joins explain nothing more
+    planned = count.increase if (last is not None and last.explains(snap.now)) else 0
+    return Explained(count, last, planned,
+                     tuple(_rebalance_events(previous, count, group, planned, last)))
+
+
+def _rebalance_events(previous: Mapping[str, Any], count: RebalanceCount,
+                      group: GroupView, planned: int,
+                      last: PlannedRebalance | None) -> list[Event]:
+    if not count.increase:
+        return []
+    if planned and last is not None:
+        return [Event("Normal", c.PLANNED_REBALANCE,
+                      f"the group rebalanced ({count.increase}) as planned ({last.reason}: "
+                      f"members {list(last.members)}); state {group.state}")]
+    ready = c.get_condition(previous.get("conditions") or [], c.READY)
+    if ready and ready.get("status") == "True":
+        return [Event("Warning", c.UNEXPECTED_REBALANCE,
+                      f"the group rebalanced ({count.increase}) while it was Ready; "
+                      f"state {group.state}")]
+    return [Event("Normal", c.REBALANCED,
+                  f"the group rebalanced ({count.increase}) while forming; state {group.state}")]
+
+
+@dataclass(frozen=True)
+class Unowned:
+    """Partitions nobody owns, since when, the member asked to rejoin for them, and the
+    UnassignedPartitions condition."""
+
+    missing: tuple[tuple[str, int], ...]
+    since: datetime | None
+    rejoin: Rejoin | None
+    condition: tuple[str, st.Cond]
+
+
+def unowned(snap: Snapshot, spec: ConsumerGroupSpec, group: GroupView,
+            partitions: Mapping[str, int], table: MemberTable, rollout: RolloutState,
+            down: ScaleDown, last: PlannedRebalance | None) -> Unowned:
+    """Partitions no member owns, judged only in a Stable group the operator is not changing:
+    during a rollout (a topic added rolls the members, each with the new subscription) or a
+    scale-down, partitions are unowned for a moment by design; the condition then keeps what
+    it said before."""
+    previous = snap.previous
+    judged = (group.state == "Stable" and bool(group.members) and not rollout.in_flight
+              and rollout.phase not in PHASES_IN_PROGRESS and not down.calls
+              and not down.waiting)
+    missing = unassigned(partitions, group) if judged else ()
+    since = (unassigned_since(previous, missing, snap.now) if judged
+             else c.parse_optional(previous.get("unassignedSince")))
+    asked = rejoin(snap, table, spec, missing, since, last)
+    condition = (unassigned_condition(missing, since, asked, last) if judged
+                 else st.kept_condition(previous, c.UNASSIGNED_PARTITIONS)
+                 or unassigned_condition((), None, None, None))
+    return Unowned(missing, since, asked, condition)

@@ -10,18 +10,28 @@ is deleted (`abandoned`). A standby that is its ordinal's only process once stan
 activated (`activations`), its pod marked activated first (`marked_activated`); while the
 group's coordinator moves, that is all a pass steers (`handoffs_under_way`).
 
-Restarts are not here: the roller's steps delete pods in `rollactions`, scale-down and rejoins
-in `planned`, a stalled member's restart in `stalls`.
+`pod_changes` gathers every creation and deletion of a pass: these, the roller's (its steps
+delete pods in `rollactions`), the scale-down's (`planned`) and a stalled member's restart
+(`stalls`), with their Events.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from staticfleet.decisions import builders, scaling, timeouts
 from staticfleet.decisions import conditions as c
+from staticfleet.decisions import planned as pl
 from staticfleet.decisions import rollout as ro
-from staticfleet.decisions.actions import Event, MemberCall, PodAnnotate, PodCreate, PodDelete
+from staticfleet.decisions.actions import (
+    Event,
+    MemberCall,
+    PodAnnotate,
+    PodCreate,
+    PodDelete,
+    soonest,
+)
 from staticfleet.decisions.members import (
     TERMINAL_PHASES,
     MemberTable,
@@ -32,8 +42,9 @@ from staticfleet.decisions.members import (
 )
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import MemberSpecView
-from staticfleet.decisions.rollactions import rollback_source
+from staticfleet.decisions.rollactions import Roll, rollback_source
 from staticfleet.decisions.snapshot import GroupView, Snapshot
+from staticfleet.decisions.stalls import Stall, stalled_members, stalled_restart
 
 WHY_NEW = "new member"
 WHY_MISSING = "its pod is missing (deleted outside a rollout, or lost with its node)"
@@ -198,3 +209,57 @@ def handoffs_under_way(snap: Snapshot) -> tuple[MemberCall, ...]:
             or timeouts.EffectiveTimeouts.from_status(snap.previous.get("timeouts")) is None):
         return ()
     return activations(snap, table_without_group(snap), snap.spec.replicas)
+
+
+@dataclass(frozen=True)
+class PodChanges:
+    """The member pods one pass creates and deletes, each with why, and their Events."""
+
+    create: tuple[PodCreate, ...]
+    delete: tuple[PodDelete, ...]
+    down: pl.ScaleDown
+    """The scale-down's part (its calls, and the planned rebalance of this pass's new or
+    removed members)."""
+    stalls: tuple[Stall, ...]
+    stalled_restart: tuple[PodDelete, ...]
+    events: tuple[Event, ...]
+    requeue_after_s: float | None
+
+
+def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
+                effective: timeouts.EffectiveTimeouts, table: MemberTable, roll: Roll,
+                last: pl.PlannedRebalance | None) -> PodChanges:
+    """Every member pod this pass creates or deletes: the missing members' pods (`creates`);
+    deletions for the scale-down (`planned.scale_down`), the rollout's step, abandoned
+    standbys, pods that ended, and a stalled member (`stalls.stalled_restart`, only while
+    nothing else goes)."""
+    previous = snap.previous
+    create = creates(snap, spec, view, effective, table, roll.state)
+    down = pl.scale_down(snap, spec, table, last)
+    delete = down.deletes + roll.deletes + abandoned(table, roll.state, spec.replicas,
+                                                     {d.uid for d in roll.deletes})
+    gone = ended(spec, table, {d.uid for d in delete})
+    delete += tuple(d for d, _ in gone)
+    stalls = stalled_members(table, snap.statuses, snap.end_offsets, snap.lag,
+                             spec.processing.batch.max_wait_ms, snap.now,
+                             restarting=tuple(f.ordinal for f in roll.state.in_flight))
+    restart = stalled_restart(spec, stalls, roll, table, delete)
+    delete += restart
+    events: list[Event] = []
+    new_members = [p.ordinal for p in create if p.why == WHY_NEW]
+    if new_members:
+        # A new group's members join one after another too: the rebalances of its forming are
+        # the operator's doing, not members coming and going (they fired the rebalance alert
+        # within the hour of every group's creation).
+        scaled = previous.get("replicas") is not None
+        if scaled:
+            events.append(Event("Normal", c.SCALED_UP, f"created members {new_members}: their "
+                                "joins are planned rebalances"))
+        down = replace(down, planned=pl.PlannedRebalance(pl.SCALE_UP if scaled else pl.CREATE,
+                                                         tuple(new_members), snap.now))
+    removed = sorted(d.ordinal for d in delete if d.why.startswith(pl.WHY_SCALE_DOWN))
+    if removed:
+        events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
+    events += down.events + roll.events + tuple(e for _, e in gone)
+    return PodChanges(create, delete, down, stalls, restart, tuple(events),
+                      soonest(down.requeue_after_s, ENDED_RECHECK_S if gone else None))

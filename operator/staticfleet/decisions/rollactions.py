@@ -302,8 +302,8 @@ def _on_failed(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
     is created by `pods.creates`); standbys still preparing are dropped (`pods.abandoned`)."""
     assert isinstance(decided, ro.MemberFailed)
     reason = c.ROLLOUT_HALTED if s.after.phase == "Halted" else c.ROLLING_BACK
-    # A member that exits is announced by `_failing` (MemberFailing) already; a member that
-    # made no progress is announced here.
+    # A member that exits is announced by `problems.member_problems` (MemberFailing) already;
+    # a member that made no progress is announced here.
     said = (() if decided.reason == ro.MEMBER_FAILING
             else (Event("Warning", decided.reason, decided.message),))
     return replace(roll, requeue_after_s=1.0,

@@ -252,3 +252,11 @@ def measurements_from_status(measurements: Mapping[str, Any] | None) -> Measurem
         restart_seconds=tuple(float(x) for x in m.get("restartSecondsRecent") or ()),
         batch_seconds_max=float(batch) if batch is not None else None,
     )
+
+
+def kept_condition(previous: Mapping[str, Any], type_: str) -> tuple[str, Cond] | None:
+    """The condition `type_` as the previous status said it."""
+    cond = c.get_condition(previous.get("conditions") or [], type_)
+    if not cond:
+        return None
+    return type_, (cond["status"], str(cond["reason"]), str(cond["message"]))

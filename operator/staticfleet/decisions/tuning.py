@@ -1,0 +1,104 @@
+"""The timeouts one pass puts in force (pure): `tune`.
+
+`timeouts` holds the rules: what the three client timeouts must be, from the members'
+measurements and the broker's bounds. This module applies them to one pass: it computes the
+timeouts from what the members measured (`measurements.measure`); unless this pass starts a
+rollout the user asked for, a new value waits for the next one (`timeouts.riding`), since a
+timeout change is never a rollout of its own; restarts that were not taken as samples are noted
+in the reasons. What changed is told in an Event and, for a KIP-848 group, set as broker-side
+group configs. `bounds_condition` says whether the broker's bounds were read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from staticfleet.decisions import builders, timeouts
+from staticfleet.decisions import conditions as c
+from staticfleet.decisions import rollout as ro
+from staticfleet.decisions import status as st
+from staticfleet.decisions.actions import Event
+from staticfleet.decisions.measurements import timeout_notes
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.reasons import pod_revision
+from staticfleet.decisions.snapshot import Problem, Snapshot
+
+METRIC_NAMES = {timeouts.SESSION: "session", timeouts.HEARTBEAT: "heartbeat",
+                timeouts.MAX_POLL: "max_poll"}
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """The timeouts in force after this pass, and what changed of them."""
+
+    effective: timeouts.EffectiveTimeouts
+    changed: tuple[str, ...]
+    """The timeouts (`timeouts.SESSION`, ...) that differ from those in force before."""
+    group_configs: dict[str, str]
+    """Broker-side group configs to set (all of them on the first pass or a change)."""
+    events: tuple[Event, ...]
+
+
+def tune(snap: Snapshot, spec: ConsumerGroupSpec,
+         measured: timeouts.Measurements) -> Tuned | Problem:
+    """The timeouts in force after this pass; a Problem when the explicit ones break a rule."""
+    previous = snap.previous
+    before = timeouts.EffectiveTimeouts.from_status(previous.get("timeouts"))
+    try:
+        effective = timeouts.compute_timeouts(
+            protocol=spec.membership.protocol, explicit=spec.membership.timeouts,
+            measurements=measured,
+            bounds=timeouts.BrokerBounds.from_broker_config(
+                spec.membership.protocol, snap.broker_config or {}),
+            current=before, now=snap.now,
+            margin_percent=spec.membership.auto_tuning.restart_margin_percent,
+            auto_tuning=spec.membership.auto_tuning.enabled,
+            max_auto_session_ms=spec.membership.auto_tuning.max_session_timeout_ms)
+    except timeouts.TimeoutRuleError as exc:
+        return Problem(c.INVALID_TIMEOUTS, str(exc))
+    if before is not None and not rollout_requested(snap, spec, before):
+        effective = timeouts.riding(effective, before, spec.membership.protocol)
+    effective = replace(effective, reasons=effective.reasons + timeout_notes(previous))
+
+    events: list[Event] = []
+    changed = effective.changed_fields(before)
+    if changed and before is not None:
+        detail = ", ".join(f"{f} {before.value(f)} -> {effective.value(f)} ms" for f in changed)
+        events.append(Event("Normal", c.TIMEOUTS_CHANGED,
+                            f"{detail}: {'; '.join(effective.reasons)}"))
+    configs = (effective.group_configs(spec.membership.protocol)
+               if changed or before is None else {})
+    return Tuned(effective, changed, configs, tuple(events))
+
+
+def rollout_requested(snap: Snapshot, spec: ConsumerGroupSpec,
+                      in_force: timeouts.EffectiveTimeouts) -> bool:
+    """Whether this pass starts a rollout the user asked for (so new timeouts may ride with
+    it): explicit timeouts changed, or the spec (with the timeouts in force) makes a revision
+    that live members do not run and that no rollout is under way to yet."""
+    explicit = spec.membership.timeouts
+    for name, value in ((timeouts.SESSION, explicit.session_timeout_ms),
+                        (timeouts.HEARTBEAT, explicit.heartbeat_interval_ms),
+                        (timeouts.MAX_POLL, explicit.max_poll_interval_ms)):
+        if value is not None and value != in_force.value(name):
+            return True
+    revision = builders.member_spec_view(spec, in_force).revision
+    if ro.RolloutState.from_status(snap.previous.get("rollout")).revision == revision:
+        return False
+    return any(pod_revision(p) != revision for p in snap.pods
+               if not p["metadata"].get("deletionTimestamp"))
+
+
+def bounds_condition(snap: Snapshot, spec: ConsumerGroupSpec) -> tuple[str, st.Cond]:
+    if snap.bounds_denied is None:
+        return c.BROKER_BOUNDS_KNOWN, ("True", c.READ_FROM_BROKER,
+                                       "the group session and heartbeat bounds were read from "
+                                       "the broker's configuration")
+    bounds = timeouts.BrokerBounds.from_broker_config(spec.membership.protocol, {})
+    return c.BROKER_BOUNDS_KNOWN, (
+        "False", c.DESCRIBE_CONFIGS_DENIED,
+        f"{snap.bounds_denied}: the timeouts are chosen inside Kafka's default bounds (session "
+        f"{bounds.min_session_ms}-{bounds.max_session_ms} ms), which this broker may not use. "
+        "Allow the operator's principal DescribeConfigs on the Cluster resource, or set "
+        "spec.membership.timeouts inside the broker's bounds")
+
