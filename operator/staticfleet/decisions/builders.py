@@ -290,6 +290,7 @@ def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
 
+# Long: the member pod's manifest as one literal, laid out as docs/contracts.md describes it.
 def build_member_pod(
     group: ConsumerGroupSpec, ordinal: int, view: MemberSpecView,
     session_timeout_ms: int | None = None, *, standby: bool = False,

@@ -257,6 +257,7 @@ class MemberTable:
         return sum(1 for o, p in self.live.items() if o < replicas and pod_ready(p))
 
 
+# Long: one pass over the pods sorts them by role; `observe` then reads each member once.
 def observe_members(
     *,
     spec: ConsumerGroupSpec,

@@ -14,7 +14,7 @@ Rules:
 
 * A member needs a restart when its pod exists, is not already being deleted and has restart
   reasons (`reasons.restart_reasons`); no reasons, no restart. Missing pods are not restarted:
-  `plan.decide` creates them.
+  `pods.creates` creates them.
 * Order (`plan_rollout`): unready members first (restarting them costs nothing), then by ordinal
   descending, as a StatefulSet rolls.
 * Before a member is stopped every predicate of `gates.BEFORE_STOP` is evaluated (the group is
@@ -504,6 +504,7 @@ def _gap_s(f: InFlight, member: ObservedMember | None) -> float | None:
     return max(0.0, (member.first_batch_at - f.old_last_batch_at).total_seconds())
 
 
+# Long: one loop over the handoffs in flight, one branch per warm-handoff step it may return.
 def _follow_warm(ctx: GateContext) -> Step | None:
     """A warm handoff's own steps: the replacement failed, cannot be made or is late (fall
     back, or stop), it is standby-ready (stop the old member once the predicates hold), or it

@@ -81,6 +81,7 @@ def build_status(
     return status
 
 
+# Long: one short block per condition type (Ready, Progressing, Degraded, ...), in order.
 def derive_conditions(
     previous: Sequence[Mapping[str, Any]],
     *,
@@ -94,8 +95,9 @@ def derive_conditions(
     problems: Sequence[tuple[str, str]] = (),
     extra: Sequence[tuple[str, Cond]] = (),
 ) -> list[dict[str, Any]]:
-    """The conditions from this pass's observations (`extra`: the ones `plan` derives itself:
-    UnassignedPartitions, BrokerBoundsKnown); `refusal`: why the roller refused to
+    """The conditions from this pass's observations (`extra`: the ones other modules derive:
+    UnassignedPartitions in `planned`, BrokerBoundsKnown in `tuning`, MembersStalled in
+    `stalls`); `refusal`: why the roller refused to
     start restarting (restarts do not fit a session timeout), if it did; `problems`: (reason,
     message) of what else this pass found wrong, the first of which is Degraded."""
     gen = group.generation

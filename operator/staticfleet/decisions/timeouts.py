@@ -330,6 +330,7 @@ def needed_max_poll_interval_ms(batch_s: float, policy: TimeoutPolicy = DEFAULT_
     return math.ceil(batch_s * policy.batch_margin_percent * 10) + policy.batch_slack_ms
 
 
+# Long: rules S1-P2 in order over one set of bounds; each section reads the one before it.
 def compute_timeouts(
     *,
     protocol: Protocol,
