@@ -121,8 +121,8 @@ def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectS
     consumes with confluent-kafka, runs the transform as a Spark job and commits after the job
     returned; Connect sessions are per client, so no member sees another's data. The members'
     own local-Spark life (a standby warming its JVM, a JVM dying with its member) is the subject
-    of tests/e2e/test_rollout.py::test_static_rollout_costs_no_rebalance_and_loses_nothing, the
-    demo's e2e and the runtime's integration tests, which keep local Spark."""
+    of the demo's e2e (a warm rollout of three local-Spark members) and of the runtime's
+    integration tests, which keep local Spark."""
     try:
         server = start_connect_server(tmp_path_factory.mktemp("spark-connect"))
     except AssertionError as exc:
@@ -216,6 +216,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tier = Path(str(item.path)).relative_to(Path(__file__).parent).parts[0]
         if tier in ("unit", "integration", "e2e") and not item.get_closest_marker(tier):
             item.add_marker(getattr(pytest.mark, tier))
+
+
+TIER_SECONDS: dict[str, list[float]] = {}
+"""Per tier (unit, integration, e2e): the seconds of each test, setup + call + teardown."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tier = next((t for t in ("unit", "integration", "e2e") if t in report.keywords), "other")
+    seconds = TIER_SECONDS.setdefault(tier, [])
+    if report.when == "setup":
+        seconds.append(0.0)
+    if seconds:
+        seconds[-1] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """What each tier cost in this run (the README's CI table is read from this line)."""
+    if not TIER_SECONDS:
+        return
+    parts = [f"{tier} {sum(s) / 60:.1f} min ({len(s)} tests, slowest {max(s):.0f} s)"
+             for tier, s in sorted(TIER_SECONDS.items(), key=lambda kv: -sum(kv[1])) if s]
+    terminalreporter.write_sep("=", "time per tier: " + "; ".join(parts))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -84,7 +84,13 @@ def test_demo_rolls_without_rebalance_processes_everything_and_cleans_up(
     # Rolled by warm handoff (the example's strategy): each member away about a second.
     assert report["strategy"] == "WarmHandoff"
     assert [h["mode"] for h in report["handoffs"]] == ["warm"] * 3, report["handoffs"]
-    assert report["longestAbsenceMs"] < 3000, report["handoffs"]
+    # Each member's own local Spark here (the operator-rule e2e cases share one Connect
+    # server): the old member drained, its warm standby activated at once, a join's absence
+    # (tens of ms) and a processing gap of a batch or two, both with their start.
+    assert report["longestAbsenceMs"] < 1000, report["handoffs"]
+    assert all(h.get("processingGapMs") is not None and h.get("absentFrom")
+               and h.get("processingGapFrom") for h in report["handoffs"]), report["handoffs"]
+    assert report["longestProcessingGapMs"] < 8000, report["handoffs"]
     # The dashboard panels drawn from the real Prometheus that scraped the demo had data.
     series = report["dashboardSeries"]
     assert series["Throughput per member (records/s)"] == 3, series

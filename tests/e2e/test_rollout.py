@@ -125,12 +125,17 @@ def drain(kafka: KafkaBroker, group: str, stream: dict[str, Any]) -> tuple[int, 
 @pytest.mark.parametrize("strategy", ["WarmHandoff", "Recreate"])
 def test_static_rollout_costs_no_rebalance_and_loses_nothing(
     strategy: str, kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess,
-    namespace: str, stream: dict[str, Any], prometheus: Prometheus,
+    namespace: str, stream: dict[str, Any], prometheus: Prometheus, spark_connect: ConnectServer,
 ) -> None:
+    """The members' Spark runs through the session's Connect server: the subject here is the
+    roller (one member at a time, each inside the session timeout, switched over or restarted),
+    what the operator reports and what Prometheus shows. The same warm rollout with each
+    member's own local Spark JVM (a standby warming it, the old one shutting down beside it) is
+    the demo's e2e (tests/e2e/test_demo.py), which asserts the same handoff figures."""
     name = unique("warm" if strategy == "WarmHandoff" else "static")
     start_group(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
-        strategy=strategy))
+        strategy=strategy, connect_url=spark_connect.url))
     time.sleep(5)  # steady consumption before the rollout
     generations_before = kafka.generations(name)
     rebalance_lines_before = len(kafka.rebalance_lines(name))

@@ -95,20 +95,16 @@ def roll(secured_kafka: SecuredKafka, kubeconfig: Path, namespace: str,
         assert count > 0 and not missing, f"{g.name}: {len(missing)} of {count} records lost"
 
 
-def test_a_scram_group_rolls_without_rebalance_and_loses_nothing(
+def test_a_group_on_each_secured_listener_rolls_without_rebalance_and_loses_nothing(
         secured_kafka: SecuredKafka, kubeconfig: Path, operator: OperatorProcess,
         namespace: str, spark_connect: ConnectServer) -> None:
+    """SCRAM with two members (a rollout that hands over from one member to the next), mutual
+    TLS, OAUTHBEARER and TLS with one each, rolled at the same time: one environment and one
+    wait for all four listeners. Their members' Spark goes through the session's Connect
+    server, so five members and their standbys load the machine less than a three-member
+    local-Spark rollout."""
     roll(secured_kafka, kubeconfig, namespace,
-         [secured_group(secured_kafka, kubeconfig, namespace, "SCRAM", REPLICAS,
-                        spark_connect.url)])
-
-
-def test_a_group_on_each_other_listener_rolls_without_rebalance(
-        secured_kafka: SecuredKafka, kubeconfig: Path, operator: OperatorProcess,
-        namespace: str, spark_connect: ConnectServer) -> None:
-    """Mutual TLS, OAUTHBEARER and TLS: one single-member group each, rolled at the same time
-    (one member and its standby per group keep the machine's load to that of a 3-member
-    rollout)."""
-    roll(secured_kafka, kubeconfig, namespace,
-         [secured_group(secured_kafka, kubeconfig, namespace, listener, 1, spark_connect.url)
-          for listener in ("MTLS", "OAUTH", "SSL")])
+         [secured_group(secured_kafka, kubeconfig, namespace, listener, replicas,
+                        spark_connect.url)
+          for listener, replicas in (("SCRAM", REPLICAS), ("MTLS", 1), ("OAUTH", 1),
+                                     ("SSL", 1))])

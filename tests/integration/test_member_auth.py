@@ -30,6 +30,7 @@ from confluent_kafka.admin import AdminClient
 
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.spark_connect import ConnectServer
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import produce, running, runtime_config
 from tests.integration.test_operator import (
@@ -186,11 +187,12 @@ def scale_down_to_one(kubeconfig: Path, namespace: str, name: str, leaver: dict[
 def test_the_operator_makes_the_token_sends_it_and_remakes_it_when_deleted(
         operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
         kafka_admin: AdminClient, make_topic: Callable[..., str],
-        local_env: environment.LocalEnv) -> None:
+        local_env: environment.LocalEnv, spark_connect: ConnectServer) -> None:
     topic = make_topic("auth", 4)
     name = unique("auth")
     apply_cg(kubeconfig, namespace,
-             consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2))
+             consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2,
+                            connect_url=spark_connect.url))
     wait_for("Ready with 2 members", lambda: ready_and_stable(kubeconfig, namespace, name, 2),
              timeout=300, interval=1, describe=lambda: summary(kubeconfig, namespace, name))
     uid = get_cg(kubeconfig, namespace, name)["metadata"]["uid"]

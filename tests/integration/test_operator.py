@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.procs import free_port
+from staticfleet_dev.spark_connect import ConnectServer
 from tests.conftest import unique
 from tests.support.kube import create_namespace, get_json, kubectl, load_example, to_yaml
 from tests.support.members import PLACEHOLDER_MEMBER
@@ -55,15 +56,20 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0,
 
 def consumer_group(name: str, *, bootstrap: str, topics: list[str], replicas: int = 3,
                    sink: dict[str, Any] | None = None, dead_letter_topic: str | None = None,
-                   command: list[str] | None = None) -> dict[str, Any]:
-    """examples/consumergroup.yaml pointed at the test broker and a test topic."""
+                   command: list[str] | None = None,
+                   connect_url: str | None = None) -> dict[str, Any]:
+    """examples/consumergroup.yaml pointed at the test broker and a test topic; its members'
+    Spark local (one core) or, with `connect_url`, the session's Spark Connect server (for the
+    tests whose subject is the operator's handling of pods, not the members' Spark: a member is
+    then a Python process and starts in seconds, where a local JVM took 20-40 s here)."""
     cg = copy.deepcopy(load_example("consumergroup.yaml"))
     cg["metadata"]["name"] = name
     spec = cg["spec"]
     spec["replicas"] = replicas
     spec["kafka"]["bootstrapServers"] = bootstrap
     spec["kafka"]["topics"] = topics
-    spec["processing"]["spark"]["master"] = "local[1]"
+    spec["processing"]["spark"] = ({"mode": "connect", "connectUrl": connect_url} if connect_url
+                                   else {"mode": "local", "master": "local[1]"})
     spec["processing"]["sink"] = sink or {"type": "null"}
     if dead_letter_topic is None:
         spec["processing"].pop("deadLetterTopic", None)
@@ -323,10 +329,12 @@ def test_sample_reconciles_recovers_a_member_and_is_garbage_collected(
 
 def test_scaling_keeps_surviving_identities(
         operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
-        kafka_admin: AdminClient, make_topic: Callable[..., str]) -> None:
+        kafka_admin: AdminClient, make_topic: Callable[..., str],
+        spark_connect: ConnectServer) -> None:
     topic = make_topic("scale", 6)
     name = unique("scale")
-    cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=3)
+    cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=3,
+                        connect_url=spark_connect.url)
     # Removed static members send no LeaveGroup: the broker drops them after the session
     # timeout. 10 s instead of the automatic 45 s keeps the test short.
     cg["spec"]["membership"]["timeouts"] = {"sessionTimeoutMs": 10000}
@@ -380,11 +388,13 @@ def says_idle(message: str) -> bool:
 
 def test_more_members_than_partitions(
         operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
-        kafka_admin: AdminClient, make_topic: Callable[..., str]) -> None:
+        kafka_admin: AdminClient, make_topic: Callable[..., str],
+        spark_connect: ConnectServer) -> None:
     topic = make_topic("idle", 2)
     name = unique("idle")
     apply_cg(kubeconfig, namespace,
-             consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=3))
+             consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=3,
+                            connect_url=spark_connect.url))
     cond = wait_for("IdleMembers=True", lambda: has_condition(
         kubeconfig, namespace, name, "IdleMembers", "True", "MoreMembersThanPartitions"))
     assert says_idle(cond["message"]), cond["message"]
@@ -452,10 +462,11 @@ def test_unreachable_broker_degrades_without_children_and_the_operator_carries_o
 
 def test_missing_secret_then_missing_topic_then_recovery(
         operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
-        kafka_admin: AdminClient) -> None:
+        kafka_admin: AdminClient, spark_connect: ConnectServer) -> None:
     topic = unique("later")  # created further down
     name = unique("recover")
-    cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=1)
+    cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=1,
+                        connect_url=spark_connect.url)
     secret = unique("kafka-creds")
     with_sasl_plain(cg, secret)
     apply_cg(kubeconfig, namespace, cg)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
-from staticfleet_dev.spark_connect import ConnectServer, start_connect_server
+from staticfleet_dev.spark_connect import ConnectServer
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import (
     produce,
@@ -20,13 +20,6 @@ from tests.integration.runtime_spark_helpers import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
-
-
-@pytest.fixture(scope="module")
-def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    server = start_connect_server(tmp_path_factory.mktemp("spark-connect"))
-    yield server
-    server.stop()
 
 
 def totals(path: Path) -> dict[bytes, tuple[int, int]]:

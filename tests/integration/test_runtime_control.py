@@ -69,12 +69,20 @@ def wait_owned(admin: AdminClient, group: str, wanted: set[TP], by: set[str],
                          f"owners: {seen}")
 
 
+def through(server: ConnectServer) -> dict[str, Any]:
+    """A member's Spark settings for the session's Spark Connect server. The tests of the
+    operator's requests (leave, rejoin, drain) share it: their subject is the consumer's part,
+    and a member is then a Python process that starts in seconds (a local JVM took 15-25 s
+    here). The standby tests keep local Spark: a standby warming its own JVM is their subject."""
+    return {"mode": "connect", "connectUrl": server.url, "master": None, "conf": {}}
+
+
 def batches_of_100(admin: AdminClient, bootstrap: str, group: str, topic: str, out: str,
-                   protocol: str) -> dict[str, Any]:
+                   protocol: str, spark: dict[str, Any] | None = None) -> dict[str, Any]:
     """A member's config: batches of 100, kafka sink to `out`, the session timeout SESSION_MS
-    (for a KIP-848 group set on the broker)."""
+    (for a KIP-848 group set on the broker); local Spark unless `spark` says otherwise."""
     config = runtime_config(bootstrap, group, topic, sink={"type": "kafka", "topic": out},
-                            max_records=100, session_ms=SESSION_MS)
+                            max_records=100, session_ms=SESSION_MS, spark=spark)
     if protocol == "consumer":
         config = kip848(config)
         set_group_timeouts(admin, group, SESSION_MS)
@@ -89,13 +97,15 @@ def records(topic: str, first: int, n: int, partitions: int) -> list[tuple[bytes
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_leave_hands_the_partitions_over_at_once_and_loses_nothing(
         protocol: str, kafka: KafkaBroker, kafka_admin: AdminClient,
-        make_topic: Callable[..., str], tmp_path: Path) -> None:
+        make_topic: Callable[..., str], tmp_path: Path,
+        spark_connect: ConnectServer) -> None:
     topic, out = make_topic("in", 6), make_topic("out", 6)
     group = unique("g")
     # Batches of 100 over a backlog, so one is in flight when the leave comes. Its length adds
     # twice to the hand-over with the classic protocol (the leaver finishes its batch before it
     # leaves, the other member finishes its own before it rejoins): 1.5 s batches made it 5.0 s.
-    config = batches_of_100(kafka_admin, kafka.bootstrap, group, topic, out, protocol)
+    config = batches_of_100(kafka_admin, kafka.bootstrap, group, topic, out, protocol,
+                            through(spark_connect))
     produced = records(topic, 0, 600, 6)
     produce(kafka.bootstrap, topic, produced)
     everything = {(topic, p) for p in range(6)}
@@ -143,11 +153,12 @@ def test_leave_hands_the_partitions_over_at_once_and_loses_nothing(
 
 def test_rejoin_assigns_a_topic_that_nobody_owns_after_a_restart_with_it(
         kafka: KafkaBroker, kafka_admin: AdminClient, make_topic: Callable[..., str],
-        tmp_path: Path) -> None:
+        tmp_path: Path,
+        spark_connect: ConnectServer) -> None:
     t1, t2, out = make_topic("t1", 4), make_topic("t2", 2), make_topic("out", 4)
     group = unique("g")
     one = runtime_config(kafka.bootstrap, group, t1, sink={"type": "kafka", "topic": out},
-                         session_ms=SESSION_MS)
+                         session_ms=SESSION_MS, spark=through(spark_connect))
     both = json.loads(json.dumps(one))
     both["topics"] = [t1, t2]
     produced = records(t1, 0, 400, 4) + records(t2, 0, 200, 2)
@@ -283,8 +294,7 @@ def test_a_drain_processes_the_records_already_fetched_before_it_closes(
     group = unique("g")
     config = runtime_config(kafka.bootstrap, group, topic, sink={"type": "kafka", "topic": out},
                             max_records=10000, max_wait_ms=60000,
-                            spark={"mode": "connect", "connectUrl": spark_connect.url,
-                                   "master": None, "conf": {}})
+                            spark=through(spark_connect))
     first, rest = records(topic, 0, 100, 2), records(topic, 100, 200, 2)
     with running(config, tmp_path / "member.log", f"{group}-0") as member:
         member.wait_status(lambda s: len(s["assignment"]) == 2 and s["processingReady"], 300,
@@ -318,7 +328,8 @@ def test_a_drain_processes_the_records_already_fetched_before_it_closes(
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_a_drain_frees_the_instance_id_at_once_and_a_drained_member_left_alone_comes_back(
         protocol: str, kafka: KafkaBroker, kafka_admin: AdminClient,
-        make_topic: Callable[..., str], tmp_path: Path) -> None:
+        make_topic: Callable[..., str], tmp_path: Path,
+        spark_connect: ConnectServer) -> None:
     """Issue 23's drain, then replace, in both protocols. 1. A drained member that nobody
     replaces (the operator died between the two calls) subscribes again by itself at the end
     of its hold, as the same static member: the broker forms no new generation. 2. Drained
@@ -328,7 +339,8 @@ def test_a_drain_frees_the_instance_id_at_once_and_a_drained_member_left_alone_c
     Nothing is lost."""
     topic, out = make_topic("in", 4), make_topic("out", 4)
     group = unique("g")
-    config = batches_of_100(kafka_admin, kafka.bootstrap, group, topic, out, protocol)
+    config = batches_of_100(kafka_admin, kafka.bootstrap, group, topic, out, protocol,
+                            through(spark_connect))
     instance = f"{group}-0"
     everything = {(topic, p) for p in range(4)}
     produced = records(topic, 0, 400, 4)
