@@ -41,6 +41,12 @@ LOCAL_DEFAULTS = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.sql.adaptive.enabled": "false",
+    # The JIT's first tier only: a member's batches are small and many, and the optimizing
+    # compiler's threads cost more CPU than they win back. `python bench/spark_jvm.py` (40
+    # batches of 70 records through count_by_key into Parquet, idle 2-core machine): JVM CPU
+    # 0.58x, batch p99 0.57x, p50 0.87x, session start 0.84x, warm-up 0.80x. A member's own
+    # `spark.conf` setting of this key replaces it.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     "spark.ui.showConsoleProgress": "false",
 }
 

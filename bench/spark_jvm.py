@@ -1,0 +1,126 @@
+"""A member's local Spark JVM, with and without given JVM options, side by side in one run.
+
+Each variant runs in a fresh process, alternating (A B A B ...), as a member starts: the local
+session, the standby's warm-up (count_by_key into the Parquet sink's scratch write), then
+`--batches` batches of `--records` records through count_by_key into Parquet files. Printed
+per variant: session start, warm-up, batch p50/p99 and the JVM's CPU seconds (user + system,
+from /proc), and the ratios of the second variant to the first.
+
+    python bench/spark_jvm.py                     # default JVM vs -XX:TieredStopAtLevel=1
+    python bench/spark_jvm.py --rounds 3 --batches 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+
+
+def one(java_options: str, records: int, batches: int) -> dict[str, float]:
+    """In this process: start, warm up, run the batches; return the figures."""
+    from consumer_runtime.config import SparkSettings
+    from consumer_runtime.records import Batch
+    from consumer_runtime.sinks import ParquetSink
+    from consumer_runtime.spark import SparkBatch, start_session
+    from consumer_runtime.transforms import count_by_key
+
+    conf = {"spark.driver.extraJavaOptions": java_options} if java_options else {}
+    began = time.monotonic()
+    session = start_session(SparkSettings("local", None, "local[2]", conf), "bench-jvm")
+    started = time.monotonic() - began
+    out = tempfile.mkdtemp(prefix="bench-jvm-")
+    batch = SparkBatch(session, count_by_key, ParquetSink(out), "g", "m")
+    began = time.monotonic()
+    batch.warm_up()
+    warmed = time.monotonic() - began
+    seconds = []
+    for i in range(batches):
+        rows = [_Rec(i * records + j) for j in range(records)]
+        began = time.monotonic()
+        batch.run(i + 1, Batch.of(rows))
+        seconds.append(time.monotonic() - began)
+    jvm = session.sparkContext._gateway.proc.pid  # type: ignore[attr-defined]
+    with open(f"/proc/{jvm}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    seconds.sort()
+    return {"sessionS": started, "warmUpS": warmed, "batchP50S": statistics.median(seconds),
+            "batchP99S": seconds[min(len(seconds) - 1, int(len(seconds) * 0.99))],
+            "jvmCpuS": cpu}
+
+
+class _Rec:
+    """A record as confluent_kafka gives it (the parts Batch.of reads)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def key(self) -> bytes:
+        return b"key-%d" % (self.n % 50)
+
+    def value(self) -> bytes:
+        return b'{"n": %d}' % self.n
+
+    def topic(self) -> str:
+        return "orders"
+
+    def partition(self) -> int:
+        return self.n % 4
+
+    def offset(self) -> int:
+        return self.n
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000 + self.n)
+
+    def headers(self) -> None:
+        return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--options", default=C1_ONLY, help="the second variant's JVM options")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--records", type=int, default=70)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one is not None:
+        print(json.dumps(one(args.one, args.records, args.batches)))
+        return 0
+    variants = {"default": "", args.options: args.options}
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, options in variants.items():
+            proc = subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), f"--one={options}",
+                 "--batches", str(args.batches), "--records", str(args.records)],
+                capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                print(proc.stderr[-3000:], file=sys.stderr)
+                return 1
+            results[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(f"{name:>28}: {results[name][-1]}", flush=True)
+    keys = ("sessionS", "warmUpS", "batchP50S", "batchP99S", "jvmCpuS")
+    means = {name: {k: statistics.mean(r[k] for r in runs) for k in keys}
+             for name, runs in results.items()}
+    first, second = list(means)
+    print(f"\nmeans over {args.rounds} runs each ({args.batches} batches of {args.records} "
+          f"records; load {os.getloadavg()[0]:.1f} at the end):")
+    for k in keys:
+        print(f"  {k:>10}: {first} {means[first][k]:7.3f}  {second} {means[second][k]:7.3f}  "
+              f"ratio {means[second][k] / means[first][k]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
