@@ -299,13 +299,17 @@ def test_a_drain_processes_the_records_already_fetched_before_it_closes(
     with running(config, tmp_path / "member.log", f"{group}-0") as member:
         member.wait_status(lambda s: len(s["assignment"]) == 2 and s["processingReady"], 300,
                            "in the group, Spark ready")
-        # Right after the assignment nothing waits (catching up): the first records at once.
+        # Right after the assignment the first batch does not wait (catching up): it takes
+        # what the first fetch brought (all of `first`, or one partition's part); whatever
+        # comes after it waits for maxWaitMs.
         produce(kafka.bootstrap, topic, first)
-        caught_up = member.wait_status(lambda s: s["recordsProcessed"] == 100, 60, "first 100")
+        member.wait_status(lambda s: s["recordsProcessed"] > 0, 60, "the catching-up batch")
+        producing = time.time()
         produce(kafka.bootstrap, topic, rest)
-        fetched = member.wait_status(
-            lambda s: s["lastFetchAt"] is not None
-            and s["lastFetchAt"] > (caught_up["lastFetchAt"] or 0), 30, "the rest fetched")
+        member.wait_status(lambda s: (s["lastFetchAt"] or 0) >= producing, 30,
+                           "a fetch of the rest")
+        time.sleep(2.0)  # librdkafka prefetches the lot; the loop moves it into the buffer
+        fetched = member.status() or {}
         asked = time.time()
         code, answer = post(member, "/drain?holdMs=60000&waitMs=30000")
         answered = time.time()
@@ -315,7 +319,7 @@ def test_a_drain_processes_the_records_already_fetched_before_it_closes(
     print(f"drain answered in {answered - asked:.3f} s; its last batch ended "
           f"{answer.get('drainedAt', 0) - (answer.get('lastBatchAt') or 0):.3f} s before the "
           f"close")
-    assert fetched["recordsProcessed"] == 100, "the rest did not wait for maxWaitMs"
+    assert fetched["recordsProcessed"] <= 100, "the rest did not wait for maxWaitMs"
     assert (code, answer["drained"]) == (200, True), answer
     assert drained["recordsProcessed"] == 300, (
         f"the drain left {300 - drained['recordsProcessed']} fetched records to the replacement")
