@@ -62,7 +62,14 @@ print(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(staticflee
   2>/dev/null || true)"
 if [ ! -e "$stamp" ] || [ "$installed_at" != "$REPO" ]; then
   log "installing the project and its test dependencies into the venv"
-  "$VENV/bin/pip" install -q -e "${REPO}[test]"
+  # pip's own output (the build backend's notes on editable installs among it) goes to a log
+  # file; a newcomer sees it only when the install fails.
+  pip_log="$CACHE/pip-install.log"
+  if ! "$VENV/bin/pip" install -q -e "${REPO}[test]" > "$pip_log" 2>&1; then
+    tail -n 60 "$pip_log" >&2
+    log "pip install failed; its whole output: $pip_log"
+    exit 1
+  fi
   rm -f "$VENV"/.staticfleet-* && touch "$stamp"
 fi
 
