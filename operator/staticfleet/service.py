@@ -31,10 +31,12 @@ from staticfleet import apply, lagreads, metrics, observe
 from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
+from staticfleet.decisions.kafkaspec import SecretKeyRef
 from staticfleet.decisions.members import member_closed_at, pod_ended, still_running
-from staticfleet.decisions.model import ConsumerGroupSpec, SecretKeyRef, SpecError
+from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.plan import decide, degraded, without_nulls
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
+from staticfleet.decisions.specfields import SpecError
 from staticfleet.statuspatch import merge_patch
 
 BOUNDS_TTL_S = 300.0

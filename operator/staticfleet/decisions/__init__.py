@@ -4,8 +4,10 @@
 that owns its subject:
 
 * the input and the output: `snapshot` (what a pass saw), `actions` (the `Plan` and its actions);
-* the spec and the children: `model` (the typed spec), `builders` and `podsecurity` (pods,
-  ConfigMap, Service, PDB, Secret), `kafkaclient` (how a client of the group's cluster connects);
+* the spec and the children: `model` (the typed spec and its parsing), `kafkaspec` (its
+  `spec.kafka` section), `specfields` (the typed field readers and `SpecError`), `builders` and
+  `podsecurity` (pods, ConfigMap, Service, PDB, Secret), `kafkaclient` (how a client of the
+  group's cluster connects);
 * the timeouts: `timeouts` (the rules), `measurements` (what the members measured), `tuning`
   (the timeouts one pass puts in force);
 * the members: `members` (each member as observed), `reasons` (why a member needs a restart),

@@ -31,9 +31,10 @@ from staticfleet.decisions.members import (
     ordinal_of,
     running_session_timeout_ms,
 )
-from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION, ConsumerGroupSpec, SpecError
+from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION, ConsumerGroupSpec
 from staticfleet.decisions.reasons import MemberSpecView, RestartReason
 from staticfleet.decisions.snapshot import Snapshot
+from staticfleet.decisions.specfields import SpecError
 
 PHASES_IN_PROGRESS = ("Rolling", "AtRisk")
 WHY_RESTART = "restart"

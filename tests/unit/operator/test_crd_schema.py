@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from staticfleet.decisions.model import ConsumerGroupSpec, SpecError
+from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.rollstate import Phase
+from staticfleet.decisions.specfields import SpecError
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD = ROOT / "crds" / "consumergroups.staticfleet.io.yaml"
@@ -171,7 +172,7 @@ def test_transition_defaults_match_the_model() -> None:
 
 
 def test_operator_owned_client_properties_match_the_model(schema: dict[str, Any]) -> None:
-    from staticfleet.decisions.model import OWNED_CLIENT_PROPERTIES
+    from staticfleet.decisions.kafkaspec import OWNED_CLIENT_PROPERTIES
 
     rules = " ".join(
         r["rule"] for r in at(schema, "spec.kafka.clientProperties")["x-kubernetes-validations"]
@@ -181,7 +182,7 @@ def test_operator_owned_client_properties_match_the_model(schema: dict[str, Any]
 
 
 def test_the_ssl_tuning_keys_match_the_model(schema: dict[str, Any]) -> None:
-    from staticfleet.decisions.model import SSL_TUNING_PROPERTIES
+    from staticfleet.decisions.kafkaspec import SSL_TUNING_PROPERTIES
 
     rules = [r["rule"] for r in at(schema, "spec.kafka.clientProperties")[
         "x-kubernetes-validations"] if "'ssl.'" in r["rule"]]
@@ -191,7 +192,7 @@ def test_the_ssl_tuning_keys_match_the_model(schema: dict[str, Any]) -> None:
 
 
 def test_sasl_mechanisms_match_the_model(schema: dict[str, Any]) -> None:
-    from staticfleet.decisions.model import SASL_MECHANISMS
+    from staticfleet.decisions.kafkaspec import SASL_MECHANISMS
 
     assert tuple(at(schema, "spec.kafka.security.sasl.mechanism")["enum"]) == SASL_MECHANISMS
 

@@ -14,7 +14,9 @@ from staticfleet import observe
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import kafkaclient
 from staticfleet.decisions.builders import build_member_pod, config_json, member_spec_view
-from staticfleet.decisions.model import ConsumerGroupSpec, SecretKeyRef, SpecError
+from staticfleet.decisions.kafkaspec import SecretKeyRef
+from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.specfields import SpecError
 from staticfleet.service import kafka_problem
 from tests.unit.operator.support import body, with_path
 from tests.unit.operator.test_builders import TIMEOUTS, env_of

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from staticfleet.decisions.model import DEFAULT_COMMAND, ConsumerGroupSpec, SpecError
+from staticfleet.decisions.model import DEFAULT_COMMAND, ConsumerGroupSpec
+from staticfleet.decisions.specfields import SpecError
 from tests.unit.operator.support import body, with_path
 
 
