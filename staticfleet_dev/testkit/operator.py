@@ -42,14 +42,14 @@ class OperatorProcess:
         within `timeout` s) stop it and raise ServerFailed with its log tail."""
         self.metrics_port = self.metrics_port or free_port()
         self.health_port = self.health_port or free_port()
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **(self.extra_env or {})}
+        environ = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **(self.extra_env or {})}
         if self.source is not None:  # the earlier commit's packages win over the installed ones
-            env["PYTHONPATH"] = f"{self.source / 'operator'}:{self.source}"
+            environ["PYTHONPATH"] = f"{self.source / 'operator'}:{self.source}"
         self.proc, self.record = spawn("operator", [
             sys.executable, "-m", "staticfleet.cli", "operator", "run", "--all-namespaces",
             "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
             "--health-port", str(self.health_port),
-        ], log=self.log, env=env)
+        ], log=self.log, env=environ)
         if self.env is not None:
             self.env.records.append(self.record)
             environment.save(self.env)
