@@ -9,8 +9,14 @@ from typing import Any
 
 import pytest
 
+from staticfleet_dev.testkit.kube import (
+    create_namespace,
+    install_crds,
+    kubectl,
+    load_example,
+    to_yaml,
+)
 from tests.conftest import unique
-from tests.support.kube import create_namespace, install_crds, kubectl, load_example, to_yaml
 
 pytestmark = pytest.mark.integration
 
