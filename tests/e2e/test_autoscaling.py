@@ -22,11 +22,10 @@ import pytest
 from staticfleet import apply as kube_apply
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
-from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
+from staticfleet_dev.stream import SteadyProducer, read_all
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.operator import OperatorProcess
 from tests.conftest import unique
-from tests.support import groups
-from tests.support.kube import get_json
-from tests.support.operator import OperatorProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -38,9 +37,8 @@ CHECK_S = 60
 
 
 def events(kubeconfig: Path, namespace: str, name: str) -> list[dict[str, Any]]:
-    items = get_json(kubeconfig, "-n", namespace, "events", "--field-selector",
-                     f"involvedObject.kind=ConsumerGroup,involvedObject.name={name}")["items"]
-    return sorted(items, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return sorted(groups.events(kubeconfig, namespace, name),
+                  key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
 
 
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -153,10 +151,7 @@ def test_a_load_step_scales_up_and_back_down_with_planned_rebalances_only_and_ke
     for producer in producers:
         assert not producer.failed, producer.failed
         produced += producer.produced
-    deadline = time.monotonic() + 180
-    while committed_lag(kafka.bootstrap, name, topic) > 0:
-        assert time.monotonic() < deadline, "the group did not catch up within 180 s"
-        time.sleep(1)
+    groups.wait_caught_up(kafka.bootstrap, name, [topic])
     missing = set(produced) - set(read_all(kafka.bootstrap, out))
     assert produced and not missing, f"{len(missing)} of {len(produced)} records lost"
     print(json.dumps(groups.get(kubeconfig, namespace, name)["status"]["autoscaling"]))

@@ -16,7 +16,8 @@ Every change of the member count is a rebalance, so the autoscaler spends them l
   within `scaleUpCheckSeconds` while the lag stayed over the target is reverted
   (`IneffectiveScaleUp`), and scale-ups wait `INEFFECTIVE_HOLD_S` after it.
 - **A budget**: at most `maxMembershipChangesPerHour` changes in any hour; once spent, the
-  condition says what the autoscaler would have done. A revert is always allowed (it undoes).
+  condition says what the autoscaler would have done. A scale-down never spends the hour's
+  last change (`RESERVED_FOR_SCALE_UP`); a revert is always allowed (it undoes).
 - **It stands aside** while a rollout runs, while the group is not Stable or still carrying out
   a change (fewer ready members than replicas), while the figures are missing or stale, and
   while another controller owns `spec.replicas` (a KEDA scaler or an HPA writes it through the
@@ -53,6 +54,10 @@ MIN_BUSY = 0.05
 one is counted as if this busy, which underestimates its capacity (scales down less)."""
 STALE_LAG_S = 120.0
 """Lag figures older than this are not acted on."""
+RESERVED_FOR_SCALE_UP = 1
+"""Changes of the hour's budget a scale-down may not spend: a load that comes back must find
+one left (measured in bench/autoscale.py: three scale-downs of a slow wave's decline spent the
+budget and the scale-up of its rise waited 25 minutes, the lag at 516 s)."""
 SAMPLE_S = 15.0
 """The arrival rate is estimated from lag samples at least this far apart."""
 HOUR = timedelta(hours=1)
@@ -300,12 +305,16 @@ def decide_autoscaling(spec: AutoscalingSpec, situation: Situation, load: Load,
     status, cond_reason, cond_message = "True", reason, message
     if to is not None and to != p.replicas:
         revert = reason == c.INEFFECTIVE_SCALE_UP
-        if not revert and p.status["budgetLeft"] <= 0:
+        reserve = RESERVED_FOR_SCALE_UP if to < p.replicas else 0
+        if not revert and p.status["budgetLeft"] <= reserve:
             status, cond_reason = "False", c.SCALING_BUDGET_SPENT
+            kept = (f"; a scale-down never spends the hour's last {RESERVED_FOR_SCALE_UP} "
+                    "change: it is kept for a scale-up" if reserve else "")
             cond_message = (f"would scale {p.replicas} -> {to} ({message}), but "
-                            f"{len(changes)} membership changes in the last hour spent the "
-                            f"budget of {spec.max_membership_changes_per_hour}; the oldest "
-                            f"leaves the hour at {_budget_back(changes)}")
+                            f"{len(changes)} membership changes in the last hour left "
+                            f"{p.status['budgetLeft']} of the budget of "
+                            f"{spec.max_membership_changes_per_hour}{kept}; the oldest leaves "
+                            f"the hour at {_budget_back(changes)}")
             to = None
         else:
             p.status["changes"] = [*changes, c.rfc3339(now)]
@@ -337,6 +346,10 @@ HOLD_REASONS = (c.AUTOSCALING_HELD, c.REPLICAS_OWNED_ELSEWHERE, c.NO_EVEN_REPLIC
 """Reasons that turn the Autoscaling condition False (and a spent budget)."""
 CHANGE_REASONS = (c.SCALING_UP, c.SCALING_DOWN, c.SCALING_TO_VALID_COUNT, c.INEFFECTIVE_SCALE_UP)
 """The reasons of the Events that announce a change."""
+
+
+def _members(n: int) -> str:
+    return f"{n} member" if n == 1 else f"{n} members"
 
 
 def _budget_back(changes: Sequence[str]) -> str:
@@ -450,7 +463,7 @@ def _scale_up(p: _Pass, lag_s: float, arrival: float | None, capacity: float | N
     return to, c.SCALING_UP, (
         f"lag {shown} over the target {target:.0f} s ({lag} records, "
         f"{p.load.rate:.1f} records/s processed, {arriving}); {capacity or 0:.1f} records/s "
-        f"per member: {need} members bring it under the target")
+        f"per member: {_members(need)} bring it under the target")
 
 
 def _scale_down(p: _Pass, lag_s: float, arrival: float | None, capacity: float | None
@@ -466,14 +479,14 @@ def _scale_down(p: _Pass, lag_s: float, arrival: float | None, capacity: float |
     to = _at_least(p.valid, max(need or 0, 1)) if need is not None else p.replicas
     if to >= p.replicas:
         return None, c.LAG_ON_TARGET, (f"lag {lag_s:.0f} s within the target {target:.0f} s; "
-                                       f"{p.replicas} members needed for {peak:.1f} records/s")
+                                       f"{_members(p.replicas)} needed for {peak:.1f} records/s")
     waited = (p.now - since).total_seconds()
     if waited < p.spec.scale_down_window_s:
         return None, c.LAG_ON_TARGET, (
-            f"lag {lag_s:.0f} s under half the target for {waited:.0f} s: {to} members would "
+            f"lag {lag_s:.0f} s under half the target for {waited:.0f} s: {_members(to)} would "
             f"do (the peak {peak:.1f} records/s at {capacity or 0:.1f} per member); scaling "
             f"down after {p.spec.scale_down_window_s:.0f} s")
     return to, c.SCALING_DOWN, (
         f"lag under half the target {target:.0f} s for {waited:.0f} s; the peak arrival in "
-        f"that window, {peak:.1f} records/s, needs {to} members at {capacity or 0:.1f} "
+        f"that window, {peak:.1f} records/s, needs {_members(to)} at {capacity or 0:.1f} "
         "records/s each")

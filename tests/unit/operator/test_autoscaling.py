@@ -253,6 +253,20 @@ def test_a_spent_budget_says_what_it_would_have_done() -> None:
     assert out.events == ()
 
 
+def test_a_scale_down_keeps_the_hours_last_change_for_a_scale_up() -> None:
+    low = Load(lag_records=0, lag_age_s=5, members=members(12, 20, 0.2))
+    three = [ago(3000), ago(2000), ago(1000)]
+    out = decide(low, sampled(0, lowSince=ago(700), changes=three), replicas=12)
+    assert out.scale_to is None
+    assert out.condition[:2] == ("False", c.SCALING_BUDGET_SPENT)
+    assert "would scale 12 -> 3" in out.condition[2]
+    assert "kept for a scale-up" in out.condition[2]
+    high = Load(lag_records=24_000, lag_age_s=5, members=members(4, 100, 1.0))
+    assert decide(high, sampled(21_000, changes=three)).scale_to == 24
+    two = decide(low, sampled(0, lowSince=ago(700), changes=three[1:]), replicas=12)
+    assert two.scale_to == 3 and two.status["budgetLeft"] == 1
+
+
 def test_a_revert_is_made_even_with_the_budget_spent() -> None:
     load = Load(lag_records=40_000, lag_age_s=5, members=members(8, 50, 1.0))
     spent = [ago(3000), ago(2000), ago(1000), ago(301)]

@@ -1,0 +1,259 @@
+"""Autoscaling policies side by side on one load profile: staticfleet's autoscaler against a
+KEDA-like offset-lag rule.
+
+What runs is a model of a consumer group, not the system: a fleet of up to 24 partitions' worth
+of members on this 2-core machine cannot show hours of load (the e2e case
+tests/e2e/test_autoscaling.py shows the autoscaler on the real broker and API server, where every
+change is a planned rebalance and nothing is lost). The model is stepped every `--step` seconds
+of simulated time over a profile of several hours:
+
+- members process `--capacity` records/s each once ready; a new member is ready `--start`
+  seconds after the change that made it (scale-downs are immediate);
+- every membership change stops the whole group for `--pause` seconds (the rebalance);
+- in the sink-limited phase the group's throughput is capped (`--sink-cap`) whatever its size:
+  more members cannot help there (an ineffective scale-up);
+- what is not processed is lag; lag in seconds = backlog / records processed per second.
+
+Policies, each deciding on what it could observe:
+- staticfleet: `decisions.autoscaling.decide_autoscaling` itself, every 10 s (the operator's
+  resync), with its status memory carried from pass to pass, and members' throughput as
+  `/status` reports it (rate, busy share, full-batch capacity);
+- keda: KEDA's Kafka scaler through an HPA: desired = ceil(total lag / `--lag-threshold`),
+  at most the partition count, at least 1, every 15 s, with the HPA's default behaviour (up at
+  most max(100 %, 4 members) per 15 s; down to the highest desired count of the last 300 s).
+
+Printed per policy: membership changes (total, per hour on average, the most in any hour),
+replica counts that do not divide the 24 partitions (share of the time), lag in seconds (p50,
+p99 over the phases where members can keep up, p99 and max over everything), seconds the group
+stood still with a backlog (rebalance pauses), and seconds with more members than the sink can
+use in the sink-limited stretch (an ineffective scale-up held).
+
+Run: python bench/autoscale.py [--hours-scale 1.0] [--pause 2] [--start 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from staticfleet.decisions.autoscaling import (
+    AutoscalingSpec,
+    Load,
+    MemberLoad,
+    Situation,
+    decide_autoscaling,
+)
+
+PARTITIONS = 24
+T0 = datetime(2026, 11, 25, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    seconds: float
+    arrival: Callable[[float], float]
+    """records/s at t seconds into the phase"""
+    sink_cap: float | None = None
+    elastic: bool = True
+    """More members can keep the lag on target here (not the sink-limited stretch, nor the
+    drain of its backlog after it)."""
+
+
+def profile(base: float, scale: float, sink_cap: float) -> list[Phase]:
+    """Base load, a 4x step, back to base, a sink-limited stretch (twice the base against a
+    sink that takes little more than the base's members do), base, a slow wave, base."""
+    def const(v: float) -> Callable[[float], float]:
+        return lambda t: v
+    wave_s = 7200 * scale
+    return [
+        Phase("base", 1800 * scale, const(base)),
+        Phase("4x step", 1200 * scale, const(4 * base)),
+        Phase("base again", 1800 * scale, const(base)),
+        Phase("sink-limited", 1200 * scale, const(2 * base), sink_cap=sink_cap, elastic=False),
+        Phase("base, draining", 2400 * scale, const(base), elastic=False),
+        Phase("slow wave", wave_s, lambda t: base * (1.25 + 0.75 * math.sin(
+            2 * math.pi * t / wave_s))),
+        Phase("base at the end", 1800 * scale, const(base)),
+    ]
+
+
+@dataclass
+class Group:
+    """The modeled group: members, their readiness, the rebalance pause, the backlog."""
+
+    capacity: float
+    pause_s: float
+    start_s: float
+    replicas: int
+    ready_at: list[float] = field(default_factory=list)
+    paused_until: float = 0.0
+    lag: float = 0.0
+    changes: list[float] = field(default_factory=list)
+    saturated_until: float = -1.0
+
+    def __post_init__(self) -> None:
+        self.ready_at = [0.0] * self.replicas
+
+    def scale(self, to: int, now: float) -> None:
+        if to == self.replicas:
+            return
+        self.changes.append(now)
+        self.paused_until = now + self.pause_s
+        if to > self.replicas:
+            self.ready_at += [now + self.start_s] * (to - self.replicas)
+        else:
+            self.ready_at = self.ready_at[:to]
+        self.replicas = to
+
+    def ready(self, now: float) -> int:
+        return sum(1 for at in self.ready_at if at <= now)
+
+    def step(self, now: float, dt: float, arrival: float, sink_cap: float | None) -> float:
+        """Advance by dt; records processed per second in this step."""
+        self.lag += arrival * dt
+        if now < self.paused_until:
+            return 0.0
+        can = self.ready(now) * self.capacity
+        if sink_cap is not None:
+            can = min(can, sink_cap)
+        done = min(self.lag, can * dt)
+        self.lag -= done
+        if done >= 0.95 * can * dt and can > 0:
+            self.saturated_until = now + 900  # full batches: the capacity is known 15 min
+        return done / dt
+
+
+class Staticfleet:
+    """The operator's decision, every 10 s, its status memory carried over."""
+
+    every_s = 10.0
+
+    def __init__(self, spec: AutoscalingSpec) -> None:
+        self.spec = spec
+        self.previous: Mapping[str, Any] = {}
+
+    def decide(self, g: Group, now: float, rate: float) -> int | None:
+        ready = g.ready(now)
+        per = rate / ready if ready else 0.0
+        busy = min(1.0, per / g.capacity) if g.capacity else 0.0
+        known = g.capacity if now < g.saturated_until else None
+        load = Load(lag_records=int(g.lag), lag_age_s=5.0, members=tuple(
+            MemberLoad(per, busy, known) for _ in range(ready)))
+        situation = Situation(replicas=g.replicas, ready=ready,
+                              group_state="Stable" if now >= g.paused_until else
+                              "PreparingRebalance", rollout_in_progress=False)
+        out = decide_autoscaling(self.spec, situation, load, {"t": PARTITIONS}, "range",
+                                 self.previous, T0 + timedelta(seconds=now))
+        self.previous = {k: v for k, v in out.status.items() if v is not None}
+        return out.scale_to
+
+
+class Keda:
+    """KEDA's Kafka scaler (total lag / lagThreshold) through an HPA's default behaviour."""
+
+    every_s = 15.0
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.recommendations: list[tuple[float, int]] = []
+
+    def decide(self, g: Group, now: float, rate: float) -> int | None:
+        wanted = max(1, min(PARTITIONS, math.ceil(g.lag / self.threshold)))
+        self.recommendations = [(t, n) for t, n in self.recommendations if now - t < 300]
+        self.recommendations.append((now, wanted))
+        if wanted > g.replicas:
+            return min(wanted, max(2 * g.replicas, g.replicas + 4))
+        stabilized = max(n for _, n in self.recommendations)
+        return stabilized if stabilized < g.replicas else None
+
+
+def run(policy: Staticfleet | Keda, phases: list[Phase], args: argparse.Namespace
+        ) -> dict[str, Any]:
+    g = Group(capacity=args.capacity, pause_s=args.pause, start_s=args.start, replicas=8)
+    now, next_decision = 0.0, 0.0
+    lag_s: list[float] = []
+    elastic_lag_s: list[float] = []
+    uneven = ineffective = 0.0
+    rate = 0.0
+    for phase in phases:
+        began = now
+        useful = math.ceil(phase.sink_cap / args.capacity) if phase.sink_cap else PARTITIONS
+        while now < began + phase.seconds:
+            arrival = phase.arrival(now - began)
+            rate = g.step(now, args.step, arrival, phase.sink_cap)
+            lag_s.append(g.lag / rate if rate > 0 else (0.0 if g.lag < 1 else math.inf))
+            if phase.elastic:
+                elastic_lag_s.append(lag_s[-1])
+            uneven += args.step if PARTITIONS % g.replicas else 0.0
+            if g.replicas > useful:
+                ineffective += args.step
+            if now >= next_decision:
+                to = policy.decide(g, now, rate)
+                if to is not None:
+                    g.scale(to, now)
+                next_decision = now + policy.every_s
+            now += args.step
+    hours = now / 3600
+    per_hour = max((sum(1 for c in g.changes if t <= c < t + 3600)
+                    for t in range(0, int(now), 60)), default=0)
+    finite = sorted(v for v in lag_s if math.isfinite(v))
+    elastic = sorted(v for v in elastic_lag_s if math.isfinite(v))
+    stopped = sum(1 for v in lag_s if not math.isfinite(v)) * args.step
+    return {"changes": len(g.changes), "changesPerHour": len(g.changes) / hours,
+            "mostInAnHour": per_hour, "unevenShare": uneven / now,
+            "lagP50S": statistics.median(finite), "lagP99S": p99(finite),
+            "lagP99ElasticS": p99(elastic), "lagMaxS": finite[-1],
+            "stoppedWithBacklogS": stopped, "uselessMembersS": ineffective, "hours": hours}
+
+
+def p99(values: list[float]) -> float:
+    return values[min(len(values) - 1, int(len(values) * 0.99))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=float, default=500.0,
+                        help="base records/s (4x of it needs 83 %% of 24 members)")
+    parser.add_argument("--capacity", type=float, default=100.0, help="records/s per member")
+    parser.add_argument("--pause", type=float, default=2.0,
+                        help="seconds a membership change stops the group")
+    parser.add_argument("--start", type=float, default=30.0,
+                        help="seconds a new member takes to be ready")
+    parser.add_argument("--sink-cap", type=float, default=850.0,
+                        help="records/s the sink takes in the sink-limited phase")
+    parser.add_argument("--lag-threshold", type=float, default=1000.0,
+                        help="the KEDA-like rule's lagThreshold (records per member)")
+    parser.add_argument("--target", type=float, default=30.0, help="targetLagSeconds")
+    parser.add_argument("--hours-scale", type=float, default=1.0,
+                        help="scale every phase's length")
+    parser.add_argument("--step", type=float, default=1.0, help="simulated seconds per step")
+    args = parser.parse_args()
+    phases = profile(args.base, args.hours_scale, args.sink_cap)
+    spec = AutoscalingSpec(min_replicas=1, max_replicas=PARTITIONS,
+                           target_lag_seconds=args.target)
+    results = {"staticfleet": run(Staticfleet(spec), phases, args),
+               "keda-like": run(Keda(args.lag_threshold), phases, args)}
+    names = ", ".join(p.name for p in phases)
+    print(f"{results['staticfleet']['hours']:.1f} simulated hours ({names}); "
+          f"{PARTITIONS} partitions, {args.capacity:.0f} records/s per member, base "
+          f"{args.base:.0f} records/s, a change stops the group {args.pause:.0f} s, a new member "
+          f"is ready after {args.start:.0f} s; staticfleet target {args.target:.0f} s, budget 4/h; "
+          f"keda-like lagThreshold {args.lag_threshold:.0f}")
+    keys = ("changes", "changesPerHour", "mostInAnHour", "unevenShare", "lagP50S",
+            "lagP99ElasticS", "lagP99S", "lagMaxS", "stoppedWithBacklogS", "uselessMembersS")
+    print(f"{'':>20} {'staticfleet':>12} {'keda-like':>12} {'ratio':>8}")
+    for key in keys:
+        a, b = results["staticfleet"][key], results["keda-like"][key]
+        ratio = f"{a / b:.2f}" if b else "-"
+        print(f"{key:>20} {a:12.2f} {b:12.2f} {ratio:>8}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
