@@ -32,8 +32,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failu
 REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
 TARGET_S = 10
-WINDOW_S = 30
-CHECK_S = 60
+WINDOW_S = 20
+CHECK_S = 30
 
 
 def events(kubeconfig: Path, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -95,7 +95,7 @@ def test_a_load_step_scales_up_and_back_down_with_planned_rebalances_only_and_ke
         assert up["spec"]["replicas"] == PARTITIONS, auto  # 1, 2, 4 valid; the step needs 4
         groups.wait_status(kubeconfig, namespace, name, scaled_to(PARTITIONS), 180,
                            f"Ready with {PARTITIONS} members")
-        time.sleep(20)  # the four catch up under the load
+        time.sleep(10)  # the four catch up under the load
         step.stop()
 
         # 2. Low load again: after the scale-up was judged and the window passed, one step down.

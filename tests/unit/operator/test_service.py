@@ -37,3 +37,22 @@ def test_own_writes_fill_in_what_the_watch_has_not_shown(
     out = overlay_own_writes(watched, written)
     assert [(p["metadata"]["name"], p["metadata"]["uid"],
              bool(p["metadata"].get("deletionTimestamp"))) for p in out] == expected
+
+
+def test_a_scale_write_that_did_not_take_is_not_recorded_as_a_change() -> None:
+    from datetime import UTC, datetime
+
+    from staticfleet.decisions.actions import Event, Plan
+    from staticfleet.decisions.snapshot import Snapshot
+    from staticfleet.service import _unscaled
+
+    before = {"changes": ["2026-11-25T02:00:00Z"], "budgetLeft": 3}
+    snap = Snapshot(body={"metadata": {"name": "g", "namespace": "n"},
+                          "status": {"autoscaling": before}}, now=datetime.now(UTC))
+    plan = Plan(status={"replicas": 1, "autoscaling": {"changes": ["x", "y"], "budgetLeft": 2}},
+                events=(Event("Normal", "ScalingUp", "scaling 1 -> 4: ..."),
+                        Event("Normal", "PlannedRebalance", "...")), scale_to=4)
+    out = _unscaled(snap, plan)
+    assert out.scale_to is None
+    assert out.status == {"replicas": 1, "autoscaling": before}
+    assert [e.reason for e in out.events] == ["PlannedRebalance"]
