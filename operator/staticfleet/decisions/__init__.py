@@ -14,8 +14,9 @@ that owns its subject:
   `pods` (pods to create, to delete, standbys to activate), `stalls` (members that stopped
   making progress), `problems` (what keeps the group from running);
 * the rollout: `rollstate` (the roller's inputs and `status.rollout`), `gates` (its safety
-  predicates), `rollout` (the roller: when to restart whom), `rollactions` (the roller's step as
-  this pass's actions);
+  predicates), `rollout` (the roller: when to restart whom), `rollsteps` (the steps it decides),
+  `rollwarm` (a warm handoff's own steps), `rollrecord` (the state after a step), `rollactions`
+  (the roller's step as this pass's actions);
 * rebalances: `rebalances` (counting them), `planned` (the ones the operator asks for: scale-down,
   rejoin), `scaling` (which ordinals exist, which go first);
 * the status: `conditions` (types, reasons, helpers), `status` (the status and its conditions).

@@ -13,7 +13,7 @@ from typing import Any
 from staticfleet.decisions import builders, reasons
 from staticfleet.decisions.conditions import parse_rfc3339
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollout import ObservedMember
+from staticfleet.decisions.rollstate import ObservedMember
 from staticfleet.decisions.snapshot import GroupView
 
 DEFAULT_GRACE_S = 30

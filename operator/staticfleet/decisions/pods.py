@@ -20,10 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from staticfleet.decisions import builders, scaling, timeouts
+from staticfleet.decisions import builders, rollstate, scaling, timeouts
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
-from staticfleet.decisions import rollout as ro
 from staticfleet.decisions.actions import (
     Event,
     MemberCall,
@@ -63,7 +62,7 @@ WHY_ACTIVATED = ("it is activated now: a restart of its container joins the grou
 
 def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             effective: timeouts.EffectiveTimeouts, table: MemberTable,
-            state: ro.RolloutState) -> tuple[PodCreate, ...]:
+            state: rollstate.RolloutState) -> tuple[PodCreate, ...]:
     """Each desired member without a pod (none of its pods is still terminating)."""
     restarting = {f.ordinal for f in state.in_flight}
     known = {m.get("ordinal") for m in snap.previous.get("members") or ()}
@@ -133,7 +132,7 @@ def ended(spec: ConsumerGroupSpec, table: MemberTable,
     return tuple(out)
 
 
-def abandoned(table: MemberTable, state: ro.RolloutState, replicas: int,
+def abandoned(table: MemberTable, state: rollstate.RolloutState, replicas: int,
               deleting: set[str]) -> tuple[PodDelete, ...]:
     """Standby replacements no handoff waits for: of a revision the spec moved past while they
     prepared, or of a member scaled away. Left running they would hold a pod forever."""

@@ -2,7 +2,8 @@
 (`ObservedMember`, `GroupObservation`), what bounds the roller (`RolloutLimits`), and
 `status.rollout` (`RolloutState`, with its members in flight and their `Handoff` figures).
 
-`rollout` decides from these; `gates` holds the safety checks over them. Nothing here decides.
+`rollout` (and `rollwarm`) decide from these, `rollrecord` writes the state after a step;
+`gates` holds the safety checks over them. Nothing here decides.
 """
 
 from __future__ import annotations

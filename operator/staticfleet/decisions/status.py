@@ -14,7 +14,7 @@ from typing import Any
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.builders import instance_id, member_name, selector_string
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollout import GroupObservation, ObservedMember, RolloutState
+from staticfleet.decisions.rollstate import GroupObservation, ObservedMember, RolloutState
 from staticfleet.decisions.scaling import idle_members
 from staticfleet.decisions.timeouts import EffectiveTimeouts, Measurements
 

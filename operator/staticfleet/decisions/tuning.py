@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from staticfleet.decisions import builders, timeouts
+from staticfleet.decisions import builders, rollstate, timeouts
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions import rollout as ro
 from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import Event
 from staticfleet.decisions.measurements import timeout_notes
@@ -83,7 +82,7 @@ def rollout_requested(snap: Snapshot, spec: ConsumerGroupSpec,
         if value is not None and value != in_force.value(name):
             return True
     revision = builders.member_spec_view(spec, in_force).revision
-    if ro.RolloutState.from_status(snap.previous.get("rollout")).revision == revision:
+    if rollstate.RolloutState.from_status(snap.previous.get("rollout")).revision == revision:
         return False
     return any(pod_revision(p) != revision for p in snap.pods
                if not p["metadata"].get("deletionTimestamp"))

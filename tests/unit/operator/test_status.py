@@ -9,7 +9,7 @@ import pytest
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollout import GroupObservation, ObservedMember, RolloutState
+from staticfleet.decisions.rollstate import GroupObservation, ObservedMember, RolloutState
 from staticfleet.decisions.status import (
     build_status,
     derive_conditions,
