@@ -25,8 +25,8 @@ import pytest
 
 from staticfleet import observe
 from staticfleet.decisions import builders, kafkaclient
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.timeouts import EffectiveTimeouts
 from staticfleet_dev.kafka import SECURED_LISTENERS
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import produce, running

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from staticfleet import observe
-from staticfleet.decisions.timeouts import EffectiveTimeouts
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet_dev.kafka import TEST_SETTINGS, KafkaBroker
 from tests.conftest import unique
 from tests.support.members import ProbeMember, wait_for

@@ -8,8 +8,8 @@ that owns its subject:
   `spec.kafka` section), `specfields` (the typed field readers and `SpecError`), `builders` and
   `podsecurity` (pods, ConfigMap, Service, PDB, Secret), `kafkaclient` (how a client of the
   group's cluster connects);
-* the timeouts: `timeouts` (the rules), `measurements` (what the members measured), `tuning`
-  (the timeouts one pass puts in force);
+* the timeouts: `timeouts` (the rules), `effectivetimeouts` (what they chose), `measurements`
+  (what the members measured), `tuning` (the timeouts one pass puts in force);
 * the members: `members` (each member as observed), `reasons` (why a member needs a restart),
   `pods` (pods to create, to delete, standbys to activate), `stalls` (members that stopped
   making progress), `problems` (what keeps the group from running);

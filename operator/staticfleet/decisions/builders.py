@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from staticfleet.decisions import kafkaclient, podsecurity
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import (
     FINGERPRINT_ANNOTATION,
@@ -20,7 +21,6 @@ from staticfleet.decisions.reasons import (
     REVISION_ANNOTATION,
     MemberSpecView,
 )
-from staticfleet.decisions.timeouts import EffectiveTimeouts
 
 MEMBER_CONTAINER = "member"
 HTTP_PORT = 8080

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from staticfleet.decisions import builders, rollstate, scaling, timeouts
+from staticfleet.decisions import builders, rollstate, scaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
 from staticfleet.decisions.actions import (
@@ -31,6 +31,7 @@ from staticfleet.decisions.actions import (
     PodDelete,
     soonest,
 )
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.members import (
     TERMINAL_PHASES,
     MemberTable,
@@ -61,7 +62,7 @@ WHY_ACTIVATED = ("it is activated now: a restart of its container joins the grou
 
 
 def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
-            effective: timeouts.EffectiveTimeouts, table: MemberTable,
+            effective: EffectiveTimeouts, table: MemberTable,
             state: rollstate.RolloutState) -> tuple[PodCreate, ...]:
     """Each desired member without a pod (none of its pods is still terminating)."""
     restarting = {f.ordinal for f in state.in_flight}
@@ -191,7 +192,7 @@ def marked_activated(table: MemberTable,
 def table_without_group(snap: Snapshot) -> MemberTable:
     assert snap.spec is not None
     spec = snap.spec
-    effective = timeouts.EffectiveTimeouts.from_status(snap.previous.get("timeouts"))
+    effective = EffectiveTimeouts.from_status(snap.previous.get("timeouts"))
     assert effective is not None
     return observe_members(
         spec=spec, view=builders.member_spec_view(spec, effective), pods=snap.pods,
@@ -205,7 +206,7 @@ def handoffs_under_way(snap: Snapshot) -> tuple[MemberCall, ...]:
     the new coordinator answers it, inside the session timeout, instead of waiting for the
     operator to see the group again. Nothing else is steered in such a pass."""
     if (snap.spec is None or not snap.pods
-            or timeouts.EffectiveTimeouts.from_status(snap.previous.get("timeouts")) is None):
+            or EffectiveTimeouts.from_status(snap.previous.get("timeouts")) is None):
         return ()
     return activations(snap, table_without_group(snap), snap.spec.replicas)
 
@@ -226,7 +227,7 @@ class PodChanges:
 
 
 def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
-                effective: timeouts.EffectiveTimeouts, table: MemberTable, roll: Roll,
+                effective: EffectiveTimeouts, table: MemberTable, roll: Roll,
                 last: pl.PlannedRebalance | None) -> PodChanges:
     """Every member pod this pass creates or deletes: the missing members' pods (`creates`);
     deletions for the scale-down (`planned.scale_down`), the rollout's step, abandoned

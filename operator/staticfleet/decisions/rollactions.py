@@ -20,10 +20,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from staticfleet.decisions import builders, rollout, rollrecord, rollstate, rollsteps, timeouts
+from staticfleet.decisions import builders, rollout, rollrecord, rollstate, rollsteps
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import Event, PodDelete, Switchover
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.measurements import sample, slowest_cold_start, slowest_text
 from staticfleet.decisions.members import (
     MemberTable,
@@ -67,7 +68,7 @@ class Roll:
 
 
 def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
-                 effective: timeouts.EffectiveTimeouts, table: MemberTable, group_state: str,
+                 effective: EffectiveTimeouts, table: MemberTable, group_state: str,
                  rebalances: int, activating: frozenset[int] = frozenset()) -> Roll:
     """One rollout step: the roller decides (`rollout.next_step`), `rollrecord.RECORDERS` says
     what state follows, and `STEP_EFFECTS` what it means for pods and Events (one row per step
@@ -136,7 +137,7 @@ def rollback_source(snap: Snapshot) -> RollbackSource | None:
         old = ConsumerGroupSpec.from_body({**snap.body, "metadata": {**meta,
                                                                      "annotations": annotations},
                                            "spec": saved["spec"]})
-        old_timeouts = timeouts.EffectiveTimeouts.from_status(saved.get("timeouts"))
+        old_timeouts = EffectiveTimeouts.from_status(saved.get("timeouts"))
     except (SpecError, KeyError, TypeError, ValueError):
         return None
     if old_timeouts is None:

@@ -14,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from staticfleet.decisions.conditions import parse_optional, rfc3339, rfc3339_ms
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import RolloutSpec
 from staticfleet.decisions.reasons import RestartReason
-from staticfleet.decisions.timeouts import EffectiveTimeouts
 
 Phase = Literal["Idle", "Pending", "Rolling", "Paused", "AtRisk", "Stopped", "Halted",
                 "RolledBack", "Complete"]

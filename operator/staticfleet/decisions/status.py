@@ -13,10 +13,11 @@ from typing import Any
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.builders import instance_id, member_name, selector_string
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.rollstate import GroupObservation, ObservedMember, RolloutState
 from staticfleet.decisions.scaling import idle_members
-from staticfleet.decisions.timeouts import EffectiveTimeouts, Measurements
+from staticfleet.decisions.timeouts import Measurements
 
 RECENT_RESTARTS_KEPT = 10
 
