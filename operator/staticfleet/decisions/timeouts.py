@@ -89,8 +89,8 @@ class BrokerBounds:
 
     @classmethod
     def from_broker_config(cls, protocol: Protocol, config: Mapping[str, int]) -> BrokerBounds:
-        """Bounds for `protocol` from broker config values (as `observe.broker_bounds` returns);
-        a missing key falls back to Kafka's default."""
+        """Bounds for `protocol` from broker config values (as `observe.kafkareads.broker_bounds`
+        returns); a missing key falls back to Kafka's default."""
         if protocol == "classic":
             d = cls.classic_defaults()
             return cls(
