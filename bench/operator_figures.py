@@ -41,32 +41,27 @@ import contextlib
 import math
 import os
 import statistics
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from confluent_kafka import (  # noqa: E402
+from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from kubernetes import client, config  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic
+from kubernetes import client, config
 
-from bench import baseline  # noqa: E402
-from bench.baseline import Variant  # noqa: E402
-from staticfleet.decisions.conditions import parse_rfc3339  # noqa: E402
-from staticfleet_dev import environment  # noqa: E402
-from staticfleet_dev.kafka import KafkaCluster, KafkaNode, KafkaSettings  # noqa: E402
-from tests.support.kube import create_namespace, install_crds, kubectl, to_yaml  # noqa: E402
-from tests.support.members import PLACEHOLDER_MEMBER as PLACEHOLDER  # noqa: E402
-from tests.support.operator import OperatorProcess  # noqa: E402
+from staticfleet.decisions.conditions import parse_rfc3339
+from staticfleet_dev import environment
+from staticfleet_dev.kafka import KafkaCluster, KafkaNode, KafkaSettings
+from staticfleet_dev.testkit.groups import PLACEHOLDER_MEMBER as PLACEHOLDER
+from staticfleet_dev.testkit.kube import create_namespace, install_crds, kubectl, to_yaml
+from staticfleet_dev.testkit.operator import OperatorProcess, Variant, worktree
+from staticfleet_dev.testkit.poll import wait_for
 
 NAMESPACE = "figures"
 MEMBERS = 3
@@ -121,16 +116,6 @@ def pods_by_group(core: client.CoreV1Api) -> dict[str, int]:
             group = p.metadata.labels["staticfleet.io/group"]
             out[group] = out.get(group, 0) + 1
     return out
-
-
-def wait(what: str, check: Any, timeout: float, interval: float = 0.02) -> float:
-    """Poll until `check()` is true; the monotonic time it was first seen true."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return time.monotonic()
-        time.sleep(interval)
-    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def rss_kib(pid: int) -> int:
@@ -205,8 +190,8 @@ def measure(variant: Variant, env: Any, core: client.CoreV1Api,
         # Catching up with the groups another process (or nobody) reconciled before.
         t0 = time.time()
         op.start()
-        wait("every group reconciled", lambda: reconciled_since(op, custom, args.groups, t0),
-             timeout=1800, interval=0.5)
+        wait_for("every group reconciled",
+                 lambda: reconciled_since(op, custom, args.groups, t0), timeout=1800)
         out["first start -> all groups reconciled (s)"] = time.time() - t0
 
         latencies = []
@@ -215,13 +200,13 @@ def measure(variant: Variant, env: Any, core: client.CoreV1Api,
             doc = to_yaml(consumer_group(name, env.bootstrap, topic))
             t1 = time.monotonic()
             kubectl(env.kubeconfig, "apply", "-f", "-", input=doc)
-            t2 = wait(f"3 pods of {name}", lambda n=name: pods_by_group(core).get(n) == MEMBERS,
-                      timeout=120)
-            latencies.append(t2 - t1)
+            wait_for(f"3 pods of {name}", lambda n=name: pods_by_group(core).get(n) == MEMBERS,
+                     timeout=120, interval=0.02)
+            latencies.append(time.monotonic() - t1)
             kubectl(env.kubeconfig, "-n", NAMESPACE, "delete", "consumergroup", name,
                     "--wait=false")
-            wait(f"pods of {name} gone", lambda n=name: n not in pods_by_group(core),
-                 timeout=120, interval=0.2)
+            wait_for(f"pods of {name} gone", lambda n=name: n not in pods_by_group(core),
+                     timeout=120, interval=0.2)
         out[f"apply -> 3 pods, median of {args.runs} (s)"] = statistics.median(latencies)
         out[f"apply -> 3 pods, p90 of {args.runs} (s)"] = percentile(latencies, 90)
 
@@ -254,8 +239,8 @@ def measure(variant: Variant, env: Any, core: client.CoreV1Api,
         t4 = time.time()
         op.proc = None
         op.start()
-        wait("every group reconciled after the restart",
-             lambda: reconciled_since(op, custom, args.groups, t4), timeout=1800, interval=0.5)
+        wait_for("every group reconciled after the restart",
+                 lambda: reconciled_since(op, custom, args.groups, t4), timeout=1800)
         out["restart -> all groups reconciled (s)"] = time.time() - t4
         out["member pods after the restart"] = sum(pods_by_group(core).values())
     finally:
@@ -281,7 +266,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         variants = [Variant("new")]
         if args.baseline:
-            tree = stack.enter_context(baseline.worktree(args.baseline))
+            tree = stack.enter_context(worktree(args.baseline))
             variants.insert(0, Variant(f"baseline {args.baseline}", tree))
         return run(args, variants)
 
@@ -319,8 +304,8 @@ def run(args: argparse.Namespace, variants: list[Variant]) -> int:
                 for i in range(first, min(first + 25, args.groups)))
             kubectl(env.kubeconfig, "apply", "-f", "-", input=docs, timeout=900)
         total = args.groups * MEMBERS
-        wait(f"{total} member pods", lambda: sum(pods_by_group(core).values()) == total,
-             timeout=3600, interval=1)
+        wait_for(f"{total} member pods", lambda: sum(pods_by_group(core).values()) == total,
+                 timeout=3600, interval=1)
         print(f"{args.groups} groups, {total} pods after {time.monotonic() - t0:.1f} s",
               flush=True)
         op.stop()

@@ -34,7 +34,6 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import threading
 import time
 import urllib.request
@@ -44,18 +43,16 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-
-from staticfleet.decisions.model import STOP_HANDOFF_ANNOTATION  # noqa: E402
-from staticfleet_dev import environment  # noqa: E402
-from staticfleet_dev.kafka import KafkaBroker, KafkaSettings  # noqa: E402
-from staticfleet_dev.stream import SteadyProducer, committed_lag  # noqa: E402
-from tests.support.groups import consumer_group  # noqa: E402
-from tests.support.kube import create_namespace, install_crds, kubectl, to_yaml  # noqa: E402
-from tests.support.operator import OperatorProcess  # noqa: E402
+from staticfleet.decisions.model import STOP_HANDOFF_ANNOTATION
+from staticfleet_dev import environment
+from staticfleet_dev.kafka import KafkaBroker, KafkaSettings
+from staticfleet_dev.stream import SteadyProducer, committed_lag
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import create_namespace, install_crds, kubectl
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import wait_for
 
 MEMBERS, PARTITIONS = 4, 12
 
@@ -86,7 +83,7 @@ class Sampler:
                 self.errors.append(repr(exc))
 
     def _sample(self) -> None:
-        members = pods(self.kubeconfig, self.namespace, self.name)
+        members = groups.pods(self.kubeconfig, self.namespace, self.name)
         with ThreadPoolExecutor(len(members) or 1) as pool:
             answers = list(pool.map(_status, members))
         snap: dict[int, tuple[str, int, bool]] = {}
@@ -145,33 +142,6 @@ def _status(pod: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
-def pods(kubeconfig: Path, namespace: str, name: str) -> list[dict[str, Any]]:
-    out = kubectl(kubeconfig, "-n", namespace, "get", "pods", "-l",
-                  f"staticfleet.io/group={name}", "-o", "json", check=False).stdout
-    return list(json.loads(out)["items"]) if out else []
-
-
-def cg(kubeconfig: Path, namespace: str, name: str) -> dict[str, Any]:
-    return dict(json.loads(kubectl(kubeconfig, "-n", namespace, "get", "cg", name, "-o",
-                                   "json").stdout))
-
-
-def wait(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def ready_and_idle(obj: dict[str, Any]) -> bool:
-    st = obj.get("status") or {}
-    conds = {c["type"]: c["status"] for c in st.get("conditions") or []}
-    return conds.get("Ready") == "True" and (st.get("rollout") or {}).get("phase") == "Idle"
-
-
 @dataclass
 class Result:
     scenario: str
@@ -213,23 +183,23 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
     for fut in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
         fut.result(30)
     session = 3000 if scenario == "short" else None
-    obj = consumer_group(name, env.bootstrap, topic, replicas=MEMBERS, session_ms=session,
+    obj = groups.consumer_group(name, env.bootstrap, topic, replicas=MEMBERS, session_ms=session,
                          dynamic=scenario == "dynamic", max_records=5000, protocol=protocol,
                          strategy="WarmHandoff" if scenario.startswith("warm") else "Recreate")
     if scenario == "warm-stop":
         obj["metadata"]["annotations"][STOP_HANDOFF_ANNOTATION] = "true"
-    kubectl(kc, "-n", namespace, "apply", "-f", "-", input=to_yaml(obj))
-    wait(lambda: ready_and_idle(cg(kc, namespace, name)), 300, f"{name} Ready")
+    groups.start(kc, namespace, obj, timeout=300)
     # Produce only now, and let the members settle on the steady rate before measuring, so the
     # steady window is not a catch-up of what piled up while their Spark sessions started.
     producer = SteadyProducer(env.bootstrap, topic, rate=rate, keys=64).start()
     time.sleep(settle)
-    wait(lambda: committed_lag(env.bootstrap, name, topic) < rate, 300, f"{name} caught up")
+    wait_for(f"{name} to catch up on the backlog",
+             lambda: committed_lag(env.bootstrap, name, topic) < rate, 300)
     sampler = Sampler(kc, namespace, name).start()
     time.sleep(settle)
     steady_from, steady_to = time.monotonic() - settle + 2, time.monotonic()
     generations = broker.generations(name)
-    session_ms = int(cg(kc, namespace, name)["status"]["timeouts"]["sessionTimeoutMs"])
+    session_ms = int(groups.get(kc, namespace, name)["status"]["timeouts"]["sessionTimeoutMs"])
 
     started = time.monotonic()
     gap_operator = None
@@ -245,8 +215,8 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
         for n in range(rollouts):
             kubectl(kc, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
                     json.dumps({"spec": {"rollout": {"restartNonce": f"bench-{n}"}}}))
-            done = wait(lambda: rollout_done(cg(kc, namespace, name)), 900,
-                        f"{name} rolled out ({n + 1}/{rollouts})")
+            done = groups.wait_rollout(kc, namespace, name, 900,
+                                       f"rolled out ({n + 1}/{rollouts})")
             ro = done["status"]["rollout"]
             longest = max(longest, int(ro["longestAbsenceMs"]))
             gap = ro.get("longestProcessingGapMs")
@@ -276,13 +246,6 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
                   gap_seen, gap_operator, note, absences_ms, gaps_ms)
 
 
-def rollout_done(obj: dict[str, Any]) -> dict[str, Any] | None:
-    st = obj.get("status") or {}
-    ro = st.get("rollout") or {}
-    done = ro.get("phase") == "Complete" and ro.get("revision") == st.get("updateRevision")
-    return obj if done else None
-
-
 def naive_roll(kc: Path, namespace: str, name: str, absences: dict[int, tuple[float, float]],
                broker: KafkaBroker, admin: AdminClient) -> int:
     """Delete each member pod (highest first), wait until its replacement is Ready, go on."""
@@ -304,7 +267,7 @@ def naive_roll(kc: Path, namespace: str, name: str, absences: dict[int, tuple[fl
                 c["type"] == "Ready" and c["status"] == "True"
                 for c in p["status"].get("conditions") or [])
 
-        wait(back, 300, f"{pod} back")
+        wait_for(f"{pod} back", back, 300)
         absences[ordinal] = (t0, time.monotonic())
         longest = max(longest, time.monotonic() - t0)
     return round(longest * 1000)
@@ -342,7 +305,8 @@ def main() -> int:
                          record=env.record("kafka"))  # type: ignore[arg-type]
     admin = AdminClient({"bootstrap.servers": env.bootstrap})
     install_crds(env.kubeconfig)
-    op = OperatorProcess(kubeconfig=env.kubeconfig, log=env.root / "operator.log").start()
+    op = OperatorProcess(kubeconfig=env.kubeconfig, log=env.root / "operator.log",
+                         env=env).start()
     results = []
     try:
         for scenario in args.scenarios.split(","):

@@ -18,26 +18,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-
-from bench import baseline  # noqa: E402
-from bench.baseline import Variant  # noqa: E402
-from bench.rollout import cg, ready_and_idle, wait  # noqa: E402
-from staticfleet_dev import environment  # noqa: E402
-from staticfleet_dev.kafka import KafkaSettings  # noqa: E402
-from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all  # noqa: E402
-from tests.support.groups import consumer_group  # noqa: E402
-from tests.support.kube import create_namespace, install_crds, kubectl, to_yaml  # noqa: E402
+from staticfleet_dev import environment
+from staticfleet_dev.kafka import KafkaSettings
+from staticfleet_dev.stream import SteadyProducer, read_all
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import create_namespace, install_crds, kubectl
+from staticfleet_dev.testkit.operator import Variant, worktree
 
 MEMBERS, PARTITIONS = 4, 12
 SESSION_MS = 30000
@@ -124,17 +118,17 @@ def scale_step(kc: Path, namespace: str, name: str, env: environment.LocalEnv, t
     since the scale (a removed static member that did not leave holds its partitions, listed
     by the broker as owned, until its session times out), and the rebalances (all, planned) the
     operator counted."""
-    before = cg(kc, namespace, name)["status"]
+    before = groups.get(kc, namespace, name)["status"]
     watch = Watch(env.bootstrap, name, topic).start()
     time.sleep(2)
     scaled = time.monotonic()
     kubectl(kc, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
             f'{{"spec": {{"replicas": {replicas}}}}}')
-    wait(lambda: (o := cg(kc, namespace, name)) and ready_and_idle(o)
-         and o["status"].get("replicas") == replicas, 300, f"{name} Ready with {replicas}")
+    groups.wait_status(kc, namespace, name, lambda o: groups.ready_and_idle(o)
+                       and o["status"].get("replicas") == replicas, 300, f"Ready with {replicas}")
     time.sleep(max(settle, scaled + SESSION_MS / 1000 + settle - time.monotonic()))
     watch.stop()
-    after = cg(kc, namespace, name)["status"]
+    after = groups.get(kc, namespace, name)["status"]
     rebalances = int(after.get("rebalances") or 0) - int(before.get("rebalances") or 0)
     planned = int(after.get("plannedRebalances") or 0) - int(before.get("plannedRebalances") or 0)
     kept = [watch.stalled_s[p] for p, seen in watch.owners.items() if len(seen) == 1]
@@ -152,10 +146,9 @@ def run_protocol(label: str, protocol: str, env: environment.LocalEnv, admin: Ad
     for fut in admin.create_topics([NewTopic(topic, PARTITIONS, 1),
                                     NewTopic(out, PARTITIONS, 1)]).values():
         fut.result(30)
-    obj = consumer_group(name, env.bootstrap, topic, replicas=MEMBERS, out_topic=out,
-                         session_ms=SESSION_MS, protocol=protocol, max_records=5000)
-    kubectl(kc, "-n", namespace, "apply", "-f", "-", input=to_yaml(obj))
-    wait(lambda: ready_and_idle(cg(kc, namespace, name)), 300, f"{name} Ready")
+    groups.start(kc, namespace, groups.consumer_group(
+        name, env.bootstrap, topic, replicas=MEMBERS, out_topic=out, session_ms=SESSION_MS,
+        protocol=protocol, max_records=5000), timeout=300)
     producer = SteadyProducer(env.bootstrap, topic, rate=rate, keys=64).start()
     time.sleep(settle)
     steps = []
@@ -167,7 +160,7 @@ def run_protocol(label: str, protocol: str, env: environment.LocalEnv, admin: Ad
                           planned, 0))
         print(steps[-1], flush=True)
     produced = producer.stop()
-    wait(lambda: committed_lag(env.bootstrap, name, topic) == 0, 300, f"{name} caught up")
+    groups.wait_caught_up(env.bootstrap, name, [topic], timeout=300)
     lost = len(set(producer.produced) - set(read_all(env.bootstrap, out)))
     steps = [Step(**{**s.__dict__, "lost": lost}) for s in steps]
     print(f"  {produced} records produced, {lost} lost", flush=True)
@@ -194,7 +187,7 @@ def main() -> int:
         variants = [Variant("staticfleet")]
         if args.baseline:
             variants.insert(0, Variant("baseline", stack.enter_context(
-                baseline.worktree(args.baseline))))
+                worktree(args.baseline))))
         try:
             for variant in variants:
                 op = variant.process(env.kubeconfig, env.root / f"{variant.label}.log").start()

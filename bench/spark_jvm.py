@@ -1,12 +1,14 @@
-"""A member's local Spark JVM, with and without given JVM options, side by side in one run.
+"""A member's local Spark JVM, two variants side by side in one run.
 
 Each variant runs in a fresh process, alternating (A B A B ...), as a member starts: the local
 session, the standby's warm-up (count_by_key into the Parquet sink's scratch write), then
 `--batches` batches of `--records` records through count_by_key into Parquet files. Printed
-per variant: session start, warm-up, batch p50/p99 and the JVM's CPU seconds (user + system,
-from /proc), and the ratios of the second variant to the first.
+per variant: session start, warm-up, the first batch after the warm-up (what a warm handoff's
+replacement runs first: its processing gap), batch p50/p99 and the JVM's CPU seconds (user +
+system, from /proc), and the ratios of the second variant to the first.
 
     python bench/spark_jvm.py                     # default JVM vs -XX:TieredStopAtLevel=1
+    python bench/spark_jvm.py --warm-up 1,500     # warm-up on 1 made-up record vs 500
     python bench/spark_jvm.py --rounds 3 --batches 60
 """
 
@@ -22,10 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from consumer_runtime.spark import WARM_UP_RECORDS
+
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 
 
-def one(java_options: str, records: int, batches: int) -> dict[str, float]:
+def one(java_options: str, records: int, batches: int, warm_up: int) -> dict[str, float]:
     """In this process: start, warm up, run the batches; return the figures."""
     from consumer_runtime.config import SparkSettings
     from consumer_runtime.records import Batch
@@ -40,7 +44,7 @@ def one(java_options: str, records: int, batches: int) -> dict[str, float]:
     out = tempfile.mkdtemp(prefix="bench-jvm-")
     batch = SparkBatch(session, count_by_key, ParquetSink(out), "g", "m")
     began = time.monotonic()
-    batch.warm_up()
+    batch.warm_up(warm_up)
     warmed = time.monotonic() - began
     seconds = []
     for i in range(batches):
@@ -52,8 +56,10 @@ def one(java_options: str, records: int, batches: int) -> dict[str, float]:
     with open(f"/proc/{jvm}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    first = seconds[0]
     seconds.sort()
-    return {"sessionS": started, "warmUpS": warmed, "batchP50S": statistics.median(seconds),
+    return {"sessionS": started, "warmUpS": warmed, "firstBatchS": first,
+            "batchP50S": statistics.median(seconds),
             "batchP99S": seconds[min(len(seconds) - 1, int(len(seconds) * 0.99))],
             "jvmCpuS": cpu}
 
@@ -89,20 +95,29 @@ class _Rec:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--options", default=C1_ONLY, help="the second variant's JVM options")
+    parser.add_argument("--warm-up", help="A,B: compare warm-ups on A and B made-up records "
+                        "(both with the runtime's JVM options) instead of JVM options")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--records", type=int, default=70)
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--one-warm-up", type=int, default=WARM_UP_RECORDS,
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(one(args.one, args.records, args.batches)))
+        print(json.dumps(one(args.one, args.records, args.batches, args.one_warm_up)))
         return 0
-    variants = {"default": "", args.options: args.options}
+    variants: dict[str, tuple[str, int]] = {"default": ("", WARM_UP_RECORDS),
+                                            args.options: (args.options, WARM_UP_RECORDS)}
+    if args.warm_up:
+        sizes = [int(n) for n in args.warm_up.split(",")]
+        variants = {f"warm-up on {n} records": (C1_ONLY, n) for n in sizes}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     for _ in range(args.rounds):
-        for name, options in variants.items():
+        for name, (options, warm_up) in variants.items():
             proc = subprocess.run(
                 [sys.executable, str(Path(__file__).resolve()), f"--one={options}",
+                 f"--one-warm-up={warm_up}",
                  "--batches", str(args.batches), "--records", str(args.records)],
                 capture_output=True, text=True, check=False)
             if proc.returncode != 0:
@@ -110,7 +125,7 @@ def main() -> int:
                 return 1
             results[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
             print(f"{name:>28}: {results[name][-1]}", flush=True)
-    keys = ("sessionS", "warmUpS", "batchP50S", "batchP99S", "jvmCpuS")
+    keys = ("sessionS", "warmUpS", "firstBatchS", "batchP50S", "batchP99S", "jvmCpuS")
     means = {name: {k: statistics.mean(r[k] for r in runs) for k in keys}
              for name, runs in results.items()}
     first, second = list(means)

@@ -65,7 +65,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
                            else config.session_timeout_ms / 1000.0),
         max_poll_interval_s=config.max_poll_interval_ms / 1000.0,
         process_start=round(wall - age, 3), started_at=started_at, age_at_start=age,
-        standby=config.standby)
+        standby=config.standby, max_records=config.batch.max_records)
     member: Member | None = None
 
     def request(action: str) -> str | None:
@@ -95,7 +95,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
     dead_letters = build_dead_letters(config)
     spark: cf.Future[SparkBatch] = cf.Future()
     spark.add_done_callback(
-        lambda f: setattr(telemetry, "processing_ready", f.exception() is None))
+        lambda f: telemetry.spark_started(f.exception() is None, time.monotonic()))
     timeline = Timeline(on_span=telemetry.stage)
     processor = BatchProcessor(run=lambda: spark.result().run, retry=config.retry,
                                dead_letters=dead_letters.send if dead_letters else None)

@@ -20,6 +20,14 @@ from consumer_runtime.records import TopicPartition
 from consumer_runtime.timeline import STAGES, Span
 
 READY_POLL_AGE = 10.0
+THROUGHPUT_WINDOW_S = 60.0
+"""The window of /status `throughput` (records per second, busy share)."""
+THROUGHPUT_MIN_S = 10.0
+"""A process holding partitions for less than this reports no throughput yet."""
+FULL_BATCH = 0.8
+"""A batch of at least this share of `batch.maxRecords` is full: the member was at capacity."""
+CAPACITY_MEMORY_S = 900.0
+"""How long full batches are remembered for `capacityRecordsPerSecond`."""
 BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 FAST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 LABELS = ("namespace", "group", "member")
@@ -35,7 +43,7 @@ class Telemetry:
     def __init__(self, *, namespace: str, group: str, member: str, instance_id: str | None,
                  session_timeout_s: float | None, max_poll_interval_s: float,
                  process_start: float, started_at: float, age_at_start: float = 0.0,
-                 standby: bool = False) -> None:
+                 standby: bool = False, max_records: int | None = None) -> None:
         """`process_start` is unix time; `started_at` a monotonic reading taken when the process
         was already `age_at_start` seconds old. `session_timeout_s` is None with group.protocol
         consumer (KIP-848), where the broker owns the session timeout. `standby`: the process
@@ -60,6 +68,18 @@ class Telemetry:
         self.records_processed = self.batches_processed = self.dead_lettered = 0
         self.batch_seconds: deque[float] = deque(maxlen=1000)
         self.batch_seconds_max = 0.0
+        self.recent_batches: deque[tuple[float, int, float]] = deque()
+        """(end, records, seconds) of the batches of the last `THROUGHPUT_WINDOW_S`."""
+        self.full_batches: deque[tuple[float, int, float]] = deque()
+        """(end, records, seconds) of the batches of the last `CAPACITY_MEMORY_S` that were
+        full (at least `FULL_BATCH` of `max_records`): what the member does at capacity."""
+        self.max_records = max_records
+        self.assigned_since: float | None = None
+        """Monotonic time of this process's first assignment."""
+        self.processing_since: float | None = None
+        """Monotonic time Spark was up (warm) in this process: the throughput window starts at
+        the later of the two (a member that holds partitions while Spark starts processes
+        nothing, and that is not its throughput)."""
         self.last_poll = started_at
         self.state = "standby" if standby else "starting"
         self.standby: str | None = "warming" if standby else None
@@ -173,6 +193,7 @@ class Telemetry:
             first = None
             if self.first_assignment is None:
                 first = self.first_assignment = self._since_start(now)
+                self.assigned_since = now
                 self.m_startup.labels(**self.ids, phase="first_assignment").set(first)
             elif rebalance:
                 self.rebalances += 1
@@ -303,6 +324,10 @@ class Telemetry:
             self.m_batches.labels(**self.ids).inc()
             self.m_batch_s.labels(**self.ids).observe(seconds)
             self.last_batch_s = self._since_start(now)
+            self.recent_batches.append((now, records, seconds))
+            if self.max_records and records >= FULL_BATCH * self.max_records:
+                self.full_batches.append((now, records, seconds))
+            self._forget_batches(now)
             first = None
             if self.first_batch is None:
                 first = self.first_batch = self._since_start(now)
@@ -339,10 +364,47 @@ class Telemetry:
     def healthy(self, now: float) -> bool:
         return now - self.last_poll <= self.max_poll_interval_s
 
+    def spark_started(self, ok: bool, now: float) -> None:
+        """Spark is up and warm (`ok`), or failed to start."""
+        with self._lock:
+            self.processing_ready = ok
+            self.processing_since = now if ok else None
+
     def ready(self, now: float) -> bool:
         """Serving: holds its assignment, polled recently, and can process batches."""
         return (self.holds_assignment and self.processing_ready and self.waiting is None
                 and not self.leaving and now - self.last_poll <= READY_POLL_AGE)
+
+    def _forget_batches(self, now: float) -> None:
+        while self.recent_batches and self.recent_batches[0][0] < now - THROUGHPUT_WINDOW_S:
+            self.recent_batches.popleft()
+        while self.full_batches and self.full_batches[0][0] < now - CAPACITY_MEMORY_S:
+            self.full_batches.popleft()
+
+    def throughput(self, now: float) -> dict[str, float | None] | None:
+        """Records per second processed and the share of time the batch worker was busy, over
+        the last `THROUGHPUT_WINDOW_S` (shorter while the process is younger; None before
+        `THROUGHPUT_MIN_S` of holding partitions): the load the operator's autoscaler reads
+        (busy 1.0 is a member at capacity). The window starts once the process both held
+        partitions and had Spark up. `capacityRecordsPerSecond`: records per second of
+        batch time of the full batches of the last `CAPACITY_MEMORY_S` (None without one): a
+        batch's fixed cost (a Spark job's start) makes records per busy second of small batches
+        understate what the member can do. Call with the lock held."""
+        if (self.assigned_since is None or self.processing_since is None
+                or not self.holds_assignment):
+            return None
+        span = min(THROUGHPUT_WINDOW_S, now - max(self.assigned_since, self.processing_since))
+        if span < THROUGHPUT_MIN_S:
+            return None
+        self._forget_batches(now)
+        records = sum(r for _, r, _ in self.recent_batches)
+        busy = sum(min(s, max(0.0, end - (now - span))) for end, _, s in self.recent_batches)
+        full_seconds = sum(s for _, _, s in self.full_batches)
+        capacity = (sum(r for _, r, _ in self.full_batches) / full_seconds
+                    if full_seconds > 0 else None)
+        return {"recordsPerSecond": round(records / span, 3),
+                "busyRatio": round(min(1.0, busy / span), 4), "windowSeconds": round(span, 1),
+                "capacityRecordsPerSecond": None if capacity is None else round(capacity, 3)}
 
     def status(self, now: float) -> dict[str, Any]:
         with self._lock:
@@ -374,6 +436,7 @@ class Telemetry:
                 "batchSecondsMax": self.batch_seconds_max,
                 "batchSecondsP99": p99(self.batch_seconds),
                 "recordsProcessed": self.records_processed,
+                "throughput": self.throughput(now),
                 "batchesProcessed": self.batches_processed,
                 "deadLettered": self.dead_lettered,
                 "lastPollAgeSeconds": max(0.0, now - self.last_poll),

@@ -29,6 +29,9 @@ warnings.filterwarnings("ignore", message="PySpark does not yet fully support pa
                         category=FutureWarning)
 Transform = Callable[[DataFrame, BatchContext], DataFrame]
 
+WARM_UP_RECORDS = 500
+"""Records in each made-up warm-up batch (at most the member's `batch.maxRecords`)."""
+
 LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.driver.bindAddress": "127.0.0.1",
@@ -127,35 +130,41 @@ class SparkBatch:
         with self.timeline.span(WORKER, "job", batch_id):
             self.sink.write(self.transform(df, ctx), batch_name(batch))
 
-    def warm_up(self, rounds: int = 2) -> None:
-        """Run the transform on a batch of one made-up record through the sink's warm-up (its
-        write's own path, never into the real output: `Sink.warm_up`), so the first real batch
-        pays no JIT, code generation or first-write cost: a warm
-        handoff's replacement processes its first batch right after it joins. An empty batch
-        warmed up far less (Spark runs no task for it): the first real batch of a replacement
-        took 2.2 s after its assignment. A transform that cannot take the made-up record is
-        warmed up on an empty batch instead."""
+    def warm_up(self, records: int = WARM_UP_RECORDS, rounds: int = 3) -> None:
+        """Run the transform on made-up batches of `records` records through the sink's warm-up
+        (its write's own path, never into the real output: `Sink.warm_up`), so the first real
+        batch pays no JIT, code generation or first-write cost: a warm handoff's replacement
+        processes its first batch right after it joins, and that batch is the handoff's
+        processing gap. The batches have a real batch's shape (many keys, several partitions,
+        JSON values): the JVM compiles a method only after it ran often enough, so a warm-up on
+        one record left every per-row path to the first real batch (the demo's replacements
+        took 2.4 s for it where steady batches took 1 s). A transform that cannot take the
+        made-up records is warmed up on an empty batch instead."""
         began = time.monotonic()
-        for table in (_warm_up_table(), SCHEMA.empty_table()):
+        for table in (_warm_up_table(records), SCHEMA.empty_table()):
             try:
                 for _ in range(rounds if table.num_rows else 1):
                     out = self.transform(self.frame(table), self.context(0, ()))
                     self.sink.warm_up(out)
             except Exception as exc:
                 log.warning("warm-up of the transform on %s failed: %s",
-                            "a made-up record" if table.num_rows else "an empty batch",
+                            "made-up records" if table.num_rows else "an empty batch",
                             str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
                 continue
-            log.info("spark warm-up took %.2f s", time.monotonic() - began)
+            log.info("spark warm-up took %.2f s (%d rounds of %d made-up records)",
+                     time.monotonic() - began, rounds if table.num_rows else 1, table.num_rows)
             return
 
 
-def _warm_up_table() -> pa.Table:
-    """One made-up record in SCHEMA (topic `staticfleet-warm-up`, offset 0, a JSON object)."""
+def _warm_up_table(records: int) -> pa.Table:
+    """`records` made-up records in SCHEMA (topic `staticfleet-warm-up`, 4 partitions, 64
+    keys, small JSON objects), each with a `staticfleet.warm-up` header."""
+    now = int(time.time() * 1000)
     return pa.Table.from_pylist([{
-        "key": b"warm-up", "value": b'{"warm_up": true}', "topic": "staticfleet-warm-up",
-        "partition": 0, "offset": 0, "timestamp": int(time.time() * 1000),
-        "headers": [{"key": "staticfleet.warm-up", "value": b"1"}]}], schema=SCHEMA)
+        "key": b"warm-up-%d" % (n % 64), "value": b'{"warm_up": true, "n": %d}' % n,
+        "topic": "staticfleet-warm-up", "partition": n % 4, "offset": n // 4, "timestamp": now,
+        "headers": [{"key": "staticfleet.warm-up", "value": b"1"}]} for n in range(records)],
+        schema=SCHEMA)
 
 
 def make_spark_batch(config: RuntimeConfig, transform: Transform, sink: Sink,
@@ -163,5 +172,5 @@ def make_spark_batch(config: RuntimeConfig, transform: Transform, sink: Sink,
     """Start the session and warm it up (meant to run in a thread while the consumer joins)."""
     session = start_session(config.spark, f"staticfleet-{config.member}")
     batch = SparkBatch(session, transform, sink, config.group_id, config.member, timeline)
-    batch.warm_up()
+    batch.warm_up(min(WARM_UP_RECORDS, config.batch.max_records))
     return batch

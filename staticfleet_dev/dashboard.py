@@ -142,6 +142,23 @@ PANELS: tuple[Row | Graph, ...] = (
               (q("sum by (namespace, group) (rate("
                  "staticfleet_member_dead_lettered_records_total{SEL}[$__rate_interval]))"),
                "dead-lettered {{group}}"))),
+    Row("Autoscaling"),
+    Graph("timeseries", "Lag in seconds vs target",
+          "With spec.autoscaling: the group's backlog divided by the records per second its "
+          "members process, against its targetLagSeconds.", "s", 12, (
+              (q("max by (namespace, group) (staticfleet_consumergroup_lag_seconds{SEL})"),
+               "lag {{group}}"),
+              (q("max by (namespace, group) (staticfleet_autoscaler_target_lag_seconds{SEL})"),
+               "target {{group}}"))),
+    Graph("timeseries", "Replicas: autoscaler vs spec, budget left",
+          "The member count the autoscaler wants, spec.replicas, and the scale changes it may "
+          "still make this hour (spec.autoscaling.maxMembershipChangesPerHour).", "short", 12, (
+              (q("max by (namespace, group) (staticfleet_autoscaler_desired_replicas{SEL})"),
+               "autoscaler {{group}}"),
+              (q('max by (namespace, group) (staticfleet_group_members{SEL, state="desired"})'),
+               "spec.replicas {{group}}"),
+              (q("max by (namespace, group) (staticfleet_autoscaler_budget_left{SEL})"),
+               "budget left {{group}}"))),
     Row("Batch time against max.poll.interval.ms"),
     Graph("timeseries", "Batch processing time vs max.poll.interval.ms",
           "p99 and max-bucket batch time and the gap between polls, against the configured "

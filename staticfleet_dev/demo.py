@@ -24,19 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 NAMESPACE = "staticfleet-demo"
 GROUP = "orders"
@@ -202,23 +198,6 @@ def member_samples(pods: Iterable[Mapping[str, Any]],
         ))
     # The serving pod of an ordinal first: a standby replacement beside it is not the member.
     return tuple(sorted(out, key=lambda m: (m.ordinal, m.deleting, m.standby)))
-
-
-def group_ready(cg: Mapping[str, Any]) -> bool:
-    """Ready, observed at its current generation, and no rollout pending."""
-    st = cg.get("status") or {}
-    conds = {c.get("type"): c for c in st.get("conditions") or []}
-    return (conds.get("Ready", {}).get("status") == "True"
-            and st.get("observedGeneration") == cg["metadata"].get("generation")
-            and (st.get("rollout") or {}).get("phase") == "Idle")
-
-
-def rollout_complete(cg: Mapping[str, Any]) -> bool:
-    """The rollout of the current spec has finished."""
-    st = cg.get("status") or {}
-    ro = st.get("rollout") or {}
-    return (ro.get("phase") == "Complete" and ro.get("revision") == st.get("updateRevision")
-            and st.get("observedGeneration") == cg["metadata"].get("generation"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,14 +415,6 @@ def format_report(report: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _repo_file(*parts: str) -> Path:
-    """crds/ and examples/ of the source tree this package runs from."""
-    path = Path(__file__).resolve().parents[1].joinpath(*parts)
-    if not path.exists():
-        raise DemoFailed(f"{path} not found: the demo runs from a source checkout of staticfleet")
-    return path
-
-
 def parquet_summary(path: Path) -> dict[str, Any]:
     """Files, rows and the sum of the `count` column of the Parquet output under `path`."""
     import pyarrow.parquet as pq
@@ -489,11 +460,13 @@ class Demo:
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(["kubectl", "--kubeconfig", str(self.env.kubeconfig), *args],
-                              input=input, capture_output=True, text=True, timeout=timeout)
-        if check and proc.returncode != 0:
-            raise DemoFailed(f"kubectl {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
-        return proc
+        from staticfleet_dev.testkit.kube import kubectl
+
+        try:
+            return kubectl(self.env.kubeconfig, *args, input=input, check=check,
+                           timeout=timeout)
+        except AssertionError as exc:
+            raise DemoFailed(str(exc)) from None
 
     def observe(self) -> tuple[Sample, dict[str, Any]]:
         """Pods and the ConsumerGroup in one kubectl call, and each member's /status."""
@@ -543,29 +516,13 @@ class Demo:
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
 
     def start_operator(self) -> None:
-        from staticfleet_dev import environment
-        from staticfleet_dev.procs import free_port, spawn, wait_until
+        """The operator as a process registered with the environment, so that `staticfleet
+        env down` stops it."""
+        from staticfleet_dev.testkit.operator import OperatorProcess
 
-        health = free_port()
-        self.metrics_port = free_port()
-        env_vars = {**os.environ, "KUBECONFIG": str(self.env.kubeconfig)}
-        _proc, rec = spawn("operator", [
-            sys.executable, "-m", "staticfleet.cli", "operator", "run", "--all-namespaces",
-            "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
-            "--health-port", str(health),
-        ], log=self.env.root / "operator.log", env=env_vars)
-        self.env.records.append(rec)
-        environment.save(self.env)
-
-        def healthy() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz",
-                                            timeout=1) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
-
-        wait_until(healthy, rec=rec, timeout=60, what="healthy")
+        op = OperatorProcess(kubeconfig=self.env.kubeconfig, log=self.env.root / "operator.log",
+                             env=self.env).start()
+        self.metrics_port = op.metrics_port
 
     def start_prometheus(self) -> None:
         """A real Prometheus scraping the operator and the members (as a cluster's would), so the
@@ -606,16 +563,13 @@ class Demo:
         return out
 
     def setup_cluster(self) -> None:
-        self.kubectl("apply", "--server-side", "-f", str(_repo_file("crds")))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     "crd/consumergroups.staticfleet.io")
-        self.kubectl("create", "namespace", NAMESPACE)
-        deadline = time.monotonic() + 60
-        while self.kubectl("-n", NAMESPACE, "get", "serviceaccount", "default",
-                           check=False).returncode != 0:
-            if time.monotonic() > deadline:
-                raise DemoFailed(f"namespace {NAMESPACE} got no default ServiceAccount")
-            time.sleep(0.3)
+        from staticfleet_dev.testkit.kube import create_namespace, install_crds
+
+        try:
+            install_crds(self.env.kubeconfig)
+            create_namespace(self.env.kubeconfig, NAMESPACE)
+        except (AssertionError, FileNotFoundError) as exc:
+            raise DemoFailed(str(exc)) from None
         self.start_operator()
         self.start_prometheus()
 
@@ -631,6 +585,8 @@ class Demo:
         from staticfleet_dev.kafka import KafkaSettings
         from staticfleet_dev.plot import write_panels_png, write_throughput_png
         from staticfleet_dev.stream import SteadyProducer, committed_offsets, create_topic
+        from staticfleet_dev.testkit.groups import ready_and_idle, rollout_complete
+        from staticfleet_dev.testkit.kube import load_example, to_yaml
 
         args = self.args
         t = time.monotonic()
@@ -646,17 +602,20 @@ class Demo:
         create_topic(env.bootstrap, DLQ_TOPIC, 1)
         producer = SteadyProducer(env.bootstrap, TOPIC, rate=args.rate).start()
         output = env.root / "output" / "orders-counts"
-        example = yaml.safe_load(_repo_file("examples", EXAMPLE).read_text())
+        try:
+            example = load_example(EXAMPLE)
+        except FileNotFoundError as exc:
+            raise DemoFailed(str(exc)) from None
         group = demo_group(example, bootstrap=env.bootstrap, members=self.members,
                            output=output)
-        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(group, sort_keys=False))
+        self.kubectl("apply", "-f", "-", input=to_yaml(group))
         self.phase("setup", f"CRD installed, operator running, topic {TOPIC!r} "
                             f"({PARTITIONS} partitions), producing {args.rate}/s, "
                             f"ConsumerGroup {NAMESPACE}/{GROUP} applied", t)
 
         t = time.monotonic()
         self.watch("starting", timeout=READY_TIMEOUT_S, every=5.0,
-                   until=lambda cg, s: group_ready(cg) and processing(s) == self.members)
+                   until=lambda cg, s: ready_and_idle(cg) and processing(s) == self.members)
         self.phase("membersReady", f"{self.members} members Ready and processing", t)
 
         t = time.monotonic()

@@ -19,11 +19,11 @@ from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaBroker, KafkaCluster, KafkaSettings, start_kafka_cluster
 from staticfleet_dev.procs import ProcessRecord, ServerFailed, stop
 from staticfleet_dev.spark_connect import ConnectServer, start_connect_server
+from staticfleet_dev.testkit.kube import create_namespace, install_crds, kubectl
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.secured import SecuredKafka
+from staticfleet_dev.testkit.secured import secured_kafka as secured_kafka_broker
 from staticfleet_dev.tools import tail
-from tests.support.kube import create_namespace, install_crds, kubectl
-from tests.support.operator import OperatorProcess
-from tests.support.secured_kafka import SecuredKafka
-from tests.support.secured_kafka import secured_kafka as secured_kafka_broker
 
 
 @pytest.fixture(scope="session")
@@ -151,7 +151,7 @@ def operator(local_env: environment.LocalEnv, crds: None, local_node: ProcessRec
                            extra_env={"STATICFLEET_RESYNC_SECONDS": "5"})
     try:
         proc.start()
-    except AssertionError as exc:
+    except ServerFailed as exc:
         pytest.fail(str(exc), pytrace=False)
     yield proc
     proc.stop()
@@ -252,7 +252,7 @@ def prometheus(operator: OperatorProcess, kubeconfig: Path,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real Prometheus scraping the session operator and every member pod every 2 s and
     evaluating the shipped rule file (charts/staticfleet/rules/staticfleet-alerts.yaml) as it is."""
-    from tests.support.prometheus import ALERT_RULES, Prometheus, scrape_config
+    from staticfleet_dev.prometheus import ALERT_RULES, Prometheus, scrape_config
 
     prom = Prometheus(workdir=tmp_path_factory.mktemp("prometheus"), config=scrape_config(
         operator_target=f"127.0.0.1:{operator.metrics_port}", kubeconfig=kubeconfig,

@@ -196,6 +196,25 @@ class Kube:
                 return  # deleted meanwhile
             raise _error(exc, f"writing the status of {meta['name']}") from exc
 
+    def scale(self, owner: Mapping[str, Any], replicas: int, field_manager: str) -> bool:
+        """Set a ConsumerGroup's spec.replicas through its scale subresource, as
+        `field_manager`, only if it still is what `owner` says (a JSON patch's test): False
+        when it changed meanwhile or the object is gone (the next pass decides again)."""
+        group, version = owner["apiVersion"].split("/")
+        meta = owner["metadata"]
+        current = (owner.get("spec") or {}).get("replicas", 1)
+        patch = [{"op": "test", "path": "/spec/replicas", "value": current},
+                 {"op": "replace", "path": "/spec/replicas", "value": replicas}]
+        try:
+            self.custom.patch_namespaced_custom_object_scale(
+                group, version, meta["namespace"], PLURAL, meta["name"], patch,
+                field_manager=field_manager, _content_type="application/json-patch+json")
+        except ApiException as exc:
+            if exc.status in (404, 409, 422):
+                return False
+            raise _error(exc, f"scaling {meta['name']} to {replicas}") from exc
+        return True
+
     def post_event(self, owner: Mapping[str, Any], type_: str, reason: str,
                    message: str) -> None:
         """A core/v1 Event about the ConsumerGroup `owner`."""

@@ -85,6 +85,23 @@ CONSUMERGROUP_LAG_AGE = Gauge(
     "How old the oldest of the group's lag figures is (members report theirs every 5 s; a "
     "broker read that fails leaves its figures as they were)", (*LABELS, "consumergroup"),
     registry=REGISTRY)
+CONSUMERGROUP_LAG_SECONDS = Gauge(
+    "staticfleet_consumergroup_lag_seconds",
+    "The group's lag in seconds: its backlog divided by the records per second its members "
+    "process (+Inf: a backlog nothing processes); with spec.autoscaling only",
+    (*LABELS, "consumergroup"), registry=REGISTRY)
+AUTOSCALER_TARGET_LAG = Gauge(
+    "staticfleet_autoscaler_target_lag_seconds", "spec.autoscaling.targetLagSeconds", LABELS,
+    registry=REGISTRY)
+AUTOSCALER_DESIRED = Gauge(
+    "staticfleet_autoscaler_desired_replicas",
+    "The member count the autoscaler wants (compare staticfleet_group_members{state=desired})",
+    LABELS, registry=REGISTRY)
+AUTOSCALER_BUDGET_LEFT = Gauge(
+    "staticfleet_autoscaler_budget_left",
+    "Scale changes the autoscaler may still make in the current hour "
+    "(spec.autoscaling.maxMembershipChangesPerHour)", LABELS, registry=REGISTRY)
+AUTOSCALER_METRICS = (AUTOSCALER_TARGET_LAG, AUTOSCALER_DESIRED, AUTOSCALER_BUDGET_LEFT)
 _LAG_SERIES: dict[tuple[str, str], set[tuple[str, ...]]] = {}
 """The partition series each ConsumerGroup exported last, to drop the ones that went."""
 RECONCILE_DURATION = Histogram(
@@ -95,7 +112,8 @@ RECONCILE_DURATION = Histogram(
 def forget(namespace: str, group: str) -> None:
     """Drop the series of a deleted ConsumerGroup so they do not linger."""
     for metric in (ROLLOUT_IN_PROGRESS, ROLLOUT_AT_RISK, GROUP_PARTITIONS, IDLE_MEMBERS,
-                   RECONCILE_LAST, UNASSIGNED_PARTITIONS, STALLED_MEMBERS, STALLED_RESTARTS):
+                   RECONCILE_LAST, UNASSIGNED_PARTITIONS, STALLED_MEMBERS, STALLED_RESTARTS,
+                   *AUTOSCALER_METRICS):
         with contextlib.suppress(KeyError):
             metric.remove(namespace, group)
     for timeout in ("session", "heartbeat", "max_poll"):
@@ -112,6 +130,8 @@ def forget(namespace: str, group: str) -> None:
             CONSUMERGROUP_LAG_SUM.remove(*labels)
         with contextlib.suppress(KeyError):
             CONSUMERGROUP_LAG_AGE.remove(*labels)
+        with contextlib.suppress(KeyError):
+            CONSUMERGROUP_LAG_SECONDS.remove(*labels)
     for counter in (REBALANCES, PLANNED_REBALANCES):
         with contextlib.suppress(KeyError):
             counter.remove(namespace, group)
@@ -174,6 +194,7 @@ def export(namespace: str, group: str, values: MetricValues, seconds: float) -> 
     if values.stalled_members is not None:
         STALLED_MEMBERS.labels(*labels).set(values.stalled_members)
         STALLED_RESTARTS.labels(*labels).inc(values.stalled_restarts)
+    _export_autoscaling(labels, values)
     for timeout in values.timeout_changes:
         TIMEOUT_CHANGES.labels(*labels, timeout).inc()
     for absence in values.absences_s:
@@ -184,3 +205,22 @@ def export(namespace: str, group: str, values: MetricValues, seconds: float) -> 
         seconds, result = values.rollout_finished
         ROLLOUT_DURATION.labels(*labels).observe(seconds)
         ROLLOUTS.labels(*labels, result).inc()
+
+
+def _export_autoscaling(labels: tuple[str, str], values: MetricValues) -> None:
+    """The autoscaler's series while spec.autoscaling is set; dropped when it is removed."""
+    figures = values.autoscaling
+    if figures is None:
+        if values.error is None:
+            for metric in AUTOSCALER_METRICS:
+                with contextlib.suppress(KeyError):
+                    metric.remove(*labels)
+            for series in _sum_labels(*labels):
+                with contextlib.suppress(KeyError):
+                    CONSUMERGROUP_LAG_SECONDS.remove(*series)
+        return
+    AUTOSCALER_TARGET_LAG.labels(*labels).set(figures.target_lag_seconds)
+    AUTOSCALER_DESIRED.labels(*labels).set(figures.desired_replicas)
+    AUTOSCALER_BUDGET_LEFT.labels(*labels).set(figures.budget_left)
+    if figures.lag_seconds is not None and values.group_id is not None:
+        CONSUMERGROUP_LAG_SECONDS.labels(*labels, values.group_id).set(figures.lag_seconds)

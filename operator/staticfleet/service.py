@@ -23,12 +23,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from staticfleet import apply, lagreads, metrics
-from staticfleet.decisions import builders, kafkaclient
+from staticfleet.decisions import autoscaling, builders, kafkaclient
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
 from staticfleet.decisions.kafkaspec import SecretKeyRef
@@ -405,6 +405,11 @@ def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, deps: De
                             snap.namespace, snap.name, new.pod["metadata"]["name"], exc)
         for gone in plan.delete:
             _remember(deps, kube.delete_pod(snap.namespace, gone.name, gone.uid))
+        if plan.scale_to is not None and not kube.scale(body, plan.scale_to,
+                                                        autoscaling.FIELD_MANAGER):
+            log.info("%s/%s: not scaled to %d: spec.replicas changed meanwhile",
+                     snap.namespace, snap.name, plan.scale_to)
+            plan = _unscaled(snap, plan)
     except kafkaadmin.KafkaUnavailable as exc:  # only set_group_configs talks to Kafka here
         assert snap.spec is not None and admin is not None
         plan = degraded(snap, kafka_problem(snap.spec, exc, admin.conf))
@@ -479,6 +484,14 @@ def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
                         "SIGTERM) and activating the standby once its process closed", prefix,
                         switch.ordinal, old.name, drained)
         _remember(deps, kube.delete_pod(snap.namespace, old.name, old.uid))
+
+
+def _unscaled(snap: Snapshot, plan: Plan) -> Plan:
+    """The plan as it was carried out when the autoscaler's write did not take: the status keeps
+    the autoscaler's previous memory (no change counted) and its Event is not posted."""
+    status = {**plan.status, "autoscaling": snap.previous.get("autoscaling")}
+    return replace(plan, status=without_nulls(status), scale_to=None, events=tuple(
+        e for e in plan.events if e.reason not in autoscaling.CHANGE_REASONS))
 
 
 def _remember(deps: Deps, pod: Mapping[str, Any] | None) -> None:

@@ -30,13 +30,13 @@ from staticfleet.decisions import builders
 from staticfleet.observe import memberhttp
 from staticfleet_dev.kafka import KafkaCluster, offsets_partition
 from staticfleet_dev.spark_connect import ConnectServer
-from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
+from staticfleet_dev.stream import SteadyProducer, read_all
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import get_json
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import wait_for
 from tests.conftest import unique
-from tests.e2e.test_rollout import env_patch, rollout_complete, start_group, trigger
-from tests.support import groups
-from tests.support.kube import get_json
-from tests.support.members import wait_for
-from tests.support.operator import OperatorProcess
+from tests.e2e.test_rollout import env_patch, trigger
 
 pytestmark = pytest.mark.e2e
 
@@ -134,7 +134,7 @@ def test_rollouts_ride_out_a_coordinator_kill_and_a_broker_roll(
         producers[name] = SteadyProducer(bootstrap, topic, rate=50).start()
     try:
         for _, _, cg in cgs.values():
-            start_group(kubeconfig, namespace, cg)
+            groups.start(kubeconfig, namespace, cg)
         time.sleep(3)
         coordinator = kafka_cluster.coordinator(classic)
         assert coordinator is not None and kafka_cluster.coordinator(consumer) == coordinator
@@ -145,23 +145,24 @@ def test_rollouts_ride_out_a_coordinator_kill_and_a_broker_roll(
         # preferred-leader election moves the coordinator again.
         for name in cgs:
             trigger(kubeconfig, namespace, name, env_patch("1"))
-        wait_for(partial(in_handoff, kubeconfig, namespace, classic), 300,
-                 "a member in its handoff", interval=0.05)
+        wait_for("a member in its handoff", partial(in_handoff, kubeconfig, namespace, classic),
+                 300, interval=0.05)
         killed_at = time.time()
         kafka_cluster.kill(coordinator)
-        moved = wait_for(lambda: (
+        moved = wait_for("the coordinator moved", lambda: (
             c if (c := kafka_cluster.coordinator(classic)) not in (None, coordinator)
-            else None), 60, "the coordinator moved", interval=0.5)
+            else None), 60, interval=0.5)
         resumed = {}
         for name in cgs:
-            wait_for(partial(processing_since, kubeconfig, namespace, name, killed_at), 120,
-                     f"every member of {name} processing again", interval=0.25)
+            wait_for(f"every member of {name} processing again",
+                     partial(processing_since, kubeconfig, namespace, name, killed_at), 120,
+                     interval=0.25)
             resumed[name] = round(time.time() - killed_at, 1)
         time.sleep(max(0.0, killed_at + 10 - time.time()))
         kafka_cluster.start(coordinator)
         kafka_cluster.elect_preferred_leaders()
-        done = {name: groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
-                                         f"{name} rolled out") for name in cgs}
+        done = {name: groups.wait_rollout(kubeconfig, namespace, name, 600)
+                for name in cgs}
         print(f"\ncoordinator {coordinator} killed in a handoff, moved to {moved}; seconds from "
               f"the kill until every member processed again (at most): {resumed}")
         for name in cgs:
@@ -173,8 +174,8 @@ def test_rollouts_ride_out_a_coordinator_kill_and_a_broker_roll(
         for node in kafka_cluster.node_ids:
             kafka_cluster.stop(node)
             kafka_cluster.start(node)
-        done = {name: groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
-                                         f"{name} rolled out again") for name in cgs}
+        done = {name: groups.wait_rollout(kubeconfig, namespace, name, 600, "rolled out again")
+                for name in cgs}
         for name in cgs:
             check_rollout(kafka_cluster, done[name], generations[name])
             print(f"{name}: Degraded passes {degraded_passes(operator, namespace, name)}")
@@ -182,10 +183,7 @@ def test_rollouts_ride_out_a_coordinator_kill_and_a_broker_roll(
         produced = {name: p.stop() for name, p in producers.items()}
     for name, (topic, out, _) in cgs.items():
         assert not producers[name].failed, producers[name].failed
-        deadline = time.monotonic() + 180
-        while committed_lag(bootstrap, name, topic) > 0:
-            assert time.monotonic() < deadline, f"{name} did not catch up within 180 s"
-            time.sleep(1)
+        groups.wait_caught_up(bootstrap, name, [topic])
         written = read_all(bootstrap, out)
         missing = set(producers[name].produced) - set(written)
         assert produced[name] > 0 and not missing, (

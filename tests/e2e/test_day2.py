@@ -26,10 +26,11 @@ import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import get_json, kubectl
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import wait_for
 from tests.conftest import unique
-from tests.support import groups
-from tests.support.kube import get_json, kubectl
-from tests.support.operator import OperatorProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -68,27 +69,21 @@ def crash(kubeconfig: Path, namespace: str, pod: str) -> int:
     pid, _ = member_process(namespace, pod)
     before = restart_count(kubeconfig, namespace, pod)
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if restart_count(kubeconfig, namespace, pod) > before:
-            try:
-                new_pid, _ = member_process(namespace, pod)
-            except AssertionError:
-                new_pid = 0
-            if new_pid and new_pid != pid:
-                return new_pid
-        time.sleep(0.5)
-    raise AssertionError(f"{pod}'s container was not restarted in place within 120 s")
+
+    def restarted() -> int:
+        if restart_count(kubeconfig, namespace, pod) <= before:
+            return 0
+        try:
+            new_pid, _ = member_process(namespace, pod)
+        except AssertionError:
+            return 0
+        return new_pid if new_pid != pid else 0
+
+    return int(wait_for(f"{pod}'s container restarted in place", restarted, timeout=120))
 
 
 def transform_of(env: dict[str, str]) -> str:
     return str(json.loads(env["STATICFLEET_CONFIG"])["processing"]["transform"])
-
-
-def events(kubeconfig: Path, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
-    items = get_json(kubeconfig, "-n", namespace, "events", "--field-selector",
-                     f"involvedObject.kind=ConsumerGroup,involvedObject.name={name}")["items"]
-    return [e for e in items if e.get("reason") == reason]
 
 
 def test_crashes_restarted_in_place_change_no_timeout_and_run_their_own_revision(
@@ -96,13 +91,9 @@ def test_crashes_restarted_in_place_change_no_timeout_and_run_their_own_revision
     stream: dict[str, Any], spark_connect: ConnectServer,
 ) -> None:
     name = unique("crash")
-    groups.apply(kubeconfig, namespace, groups.consumer_group(
+    ready = groups.start(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS,
         connect_url=spark_connect.url))
-    ready = groups.wait_status(
-        kubeconfig, namespace, name,
-        lambda o: groups.ready(o) and (o["status"].get("rollout") or {}).get("phase") == "Idle",
-        240, "Ready")
     revision = ready["status"]["updateRevision"]
     session = ready["status"]["timeouts"]["sessionTimeoutMs"]
     max_poll = ready["status"]["timeouts"]["maxPollIntervalMs"]
@@ -116,7 +107,7 @@ def test_crashes_restarted_in_place_change_no_timeout_and_run_their_own_revision
     assert after["timeouts"]["maxPollIntervalMs"] == max_poll, after["timeouts"]
     assert after["updateRevision"] == revision, "the crash changed the revision"
     assert after["rollout"]["phase"] == "Idle", after["rollout"]
-    assert not events(kubeconfig, namespace, name, "MemberRestarting")
+    assert not groups.events(kubeconfig, namespace, name, "MemberRestarting")
     assert "restartSecondsRecent" not in (after.get("measurements") or {}), after["measurements"]
 
     # 2. While a rollout is paused, a crashed member comes back with its own revision's config.
@@ -135,11 +126,7 @@ def test_crashes_restarted_in_place_change_no_timeout_and_run_their_own_revision
     generations_before = kafka.generations(name)
     kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
             '{"spec": {"rollout": {"paused": false}}}')
-    done = groups.wait_status(
-        kubeconfig, namespace, name,
-        lambda o: (o["status"].get("rollout") or {}).get("phase") == "Complete"
-        and o["status"]["rollout"].get("revision") == o["status"].get("updateRevision"),
-        600, "rolled out")
+    done = groups.wait_rollout(kubeconfig, namespace, name, 600)
     assert done["status"]["rollout"]["rebalancesDuringRollout"] == 0
     assert kafka.generations(name) == generations_before, "the broker formed a new generation"
     for ordinal in range(REPLICAS):

@@ -31,10 +31,10 @@ import pytest
 from staticfleet.decisions import builders
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.operator import OperatorProcess
 from tests.conftest import unique
-from tests.e2e.test_rollout import drain, rollout_complete, start_group, trigger
-from tests.support import groups
-from tests.support.operator import OperatorProcess
+from tests.e2e.test_rollout import drain, trigger
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -98,7 +98,7 @@ def test_a_revision_that_cannot_process_is_rolled_back_or_halted_never_rolled_on
         connect_url=spark_connect.url)
     # One attempt per batch and a short backoff: a failing batch fails the member at once.
     spec["spec"]["processing"]["retry"] = {"attempts": 1, "backoffMs": 100, "maxBackoffMs": 100}
-    start_group(kubeconfig, namespace, spec)
+    groups.start(kubeconfig, namespace, spec)
     good = groups.get(kubeconfig, namespace, name)["status"]["currentRevision"]
     time.sleep(5)  # steady consumption before the rollouts
 
@@ -160,7 +160,7 @@ def test_a_revision_that_cannot_process_is_rolled_back_or_halted_never_rolled_on
     trigger(kubeconfig, namespace, name, json.dumps(
         [{"op": "replace", "path": "/spec/processing/transform",
           "value": "consumer_runtime.transforms:identity"}]))
-    obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 420, "rolled out")
+    obj = groups.wait_rollout(kubeconfig, namespace, name, 420)
     assert sorted(obj["status"]["rollout"]["membersRestarted"]) == list(range(REPLICAS))
     assert groups.ready(obj)
 

@@ -16,17 +16,16 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.prometheus import Prometheus
 from staticfleet_dev.spark_connect import ConnectServer
-from staticfleet_dev.stream import committed_lag, read_all
+from staticfleet_dev.stream import read_all
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import get_json, kubectl
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import Poller, wait_for
 from tests.conftest import unique
 from tests.e2e.test_day2 import crash, restart_count
-from tests.e2e.test_planned import owners
 from tests.e2e.test_rollout import check_dashboard, switchovers
-from tests.support import groups
-from tests.support.kube import get_json, kubectl
-from tests.support.operator import OperatorProcess
-from tests.support.polling import Poller
-from tests.support.prometheus import Prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -47,7 +46,7 @@ class OwnerWatch(Poller):
         self.history: dict[tuple[str, int], list[str]] = {}
 
     def poll(self) -> None:
-        for tp, owner in owners(self.admin, self.group).items():
+        for tp, owner in groups.owners(self.admin, self.group).items():
             seen = self.history.setdefault(tp, [])
             if not seen or seen[-1] != owner:
                 seen.append(owner)
@@ -62,14 +61,10 @@ def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_
     spark_connect: ConnectServer,
 ) -> None:
     name = unique("k848")
-    groups.apply(kubeconfig, namespace, groups.consumer_group(
+    ready = groups.start(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
         session_ms=SESSION_MS, protocol="consumer", strategy="WarmHandoff",
-        connect_url=spark_connect.url))
-    ready = groups.wait_status(
-        kubeconfig, namespace, name,
-        lambda o: groups.ready(o) and (o["status"].get("rollout") or {}).get("phase") == "Idle",
-        300, "Ready")
+        connect_url=spark_connect.url), timeout=300)
     assert ready["status"]["timeouts"]["sessionTimeoutMs"] == SESSION_MS
     time.sleep(5)
 
@@ -80,11 +75,7 @@ def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_
         kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=json", "-p",
                 '[{"op": "add", "path": "/spec/template/env/-", '
                 '"value": {"name": "ROLLOUT_MARK", "value": "1"}}]')
-        done = groups.wait_status(
-            kubeconfig, namespace, name,
-            lambda o: (o["status"].get("rollout") or {}).get("phase") == "Complete"
-            and o["status"]["rollout"].get("revision") == o["status"].get("updateRevision"),
-            600, "rolled out")
+        done = groups.wait_rollout(kubeconfig, namespace, name, 600)
         time.sleep(2)
     assert watch.history, "the broker's assignment was never seen"
     assert watch.moved() == {}, f"partitions changed owner: {watch.moved()}"
@@ -118,10 +109,7 @@ def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_
           f"{SESSION_MS} ms)")
 
     produced = stream["producer"].stop()
-    deadline = time.monotonic() + 180
-    while committed_lag(kafka.bootstrap, name, stream["topic"]) > 0:
-        assert time.monotonic() < deadline, "the group did not catch up within 180 s"
-        time.sleep(1)
+    groups.wait_caught_up(kafka.bootstrap, name, [stream["topic"]])
     missing = set(stream["producer"].produced) - set(read_all(kafka.bootstrap, stream["out"]))
     assert produced > 0 and not missing, f"{len(missing)} of {produced} records lost"
     assert restart_count(kubeconfig, namespace, pod) == before + 1, "no restart loop"
@@ -137,11 +125,10 @@ def member_pod(kubeconfig: Path, namespace: str, name: str, ordinal: int) -> str
 
 
 def wait_for_pod_ready(kubeconfig: Path, namespace: str, pod: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        conds = (get_json(kubeconfig, "-n", namespace, "pod", pod).get("status") or {}).get(
-            "conditions") or []
-        if any(c["type"] == "Ready" and c["status"] == "True" for c in conds):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{pod} not Ready within {timeout:.0f} s of the kill")
+    def conditions() -> list[dict[str, Any]]:
+        return list((get_json(kubeconfig, "-n", namespace, "pod", pod).get("status") or {}).get(
+            "conditions") or [])
+
+    wait_for(f"{pod} Ready after the kill", lambda: any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conditions()), timeout,
+        describe=lambda: f"conditions: {conditions()}")

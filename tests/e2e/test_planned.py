@@ -15,16 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
-from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
+from staticfleet_dev.stream import SteadyProducer, read_all
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import kubectl
+from staticfleet_dev.testkit.operator import OperatorProcess
 from tests.conftest import unique
-from tests.support import groups
-from tests.support.kube import get_json, kubectl
-from tests.support.operator import OperatorProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -42,45 +41,13 @@ def stream(kafka: KafkaBroker, make_topic: Callable[..., str]) -> Iterator[dict[
         producer.stop()
 
 
-def owners(admin: AdminClient, group: str) -> dict[tuple[str, int], str]:
-    """Who owns each partition, as the broker says (instance id by topic-partition)."""
-    desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
-    return {(tp.topic, tp.partition): m.group_instance_id or m.member_id
-            for m in desc.members for tp in m.assignment.topic_partitions}
-
-
-def wait_owned(admin: AdminClient, group: str, wanted: set[tuple[str, int]],
-               owners_allowed: set[str], timeout: float) -> float:
-    """Seconds until every partition of `wanted` is owned by one of `owners_allowed`."""
-    start = time.monotonic()
-    seen: dict[tuple[str, int], str] = {}
-    while time.monotonic() - start < timeout:
-        try:
-            seen = owners(admin, group)
-        except KafkaException:  # the coordinator may be moving; ask again
-            seen = {}
-        if wanted <= set(seen) and {seen[tp] for tp in wanted} <= owners_allowed:
-            return time.monotonic() - start
-        time.sleep(0.2)
-    raise AssertionError(f"not all of {sorted(wanted)} owned by {owners_allowed} within "
-                         f"{timeout} s; owners: {seen}")
-
-
-def cg_events(kubeconfig: Path, namespace: str, name: str) -> list[dict[str, Any]]:
-    return get_json(kubeconfig, "-n", namespace, "events", "--field-selector",
-                    f"involvedObject.kind=ConsumerGroup,involvedObject.name={name}")["items"]
-
-
 def no_loss(kafka: KafkaBroker, group: str, stream: dict[str, Any], topics: list[str]) -> None:
     produced: list[bytes] = []
     for producer in stream["producers"]:
         producer.stop()
         assert not producer.failed, producer.failed
         produced += producer.produced
-    deadline = time.monotonic() + 180
-    while sum(committed_lag(kafka.bootstrap, group, t) for t in topics) > 0:
-        assert time.monotonic() < deadline, "the group did not catch up within 180 s"
-        time.sleep(1)
+    groups.wait_caught_up(kafka.bootstrap, group, topics)
     missing = set(produced) - set(read_all(kafka.bootstrap, stream["out"]))
     assert produced and not missing, f"{len(missing)} of {len(produced)} records lost"
 
@@ -105,8 +72,8 @@ def test_scale_down_hands_partitions_over_at_once_and_scaling_is_planned(
     everything = {(stream["topic"], p) for p in range(6)}
 
     scale(kubeconfig, namespace, name, 2)
-    handover_s = wait_owned(kafka_admin, name, everything, {f"{name}-0", f"{name}-1"},
-                            SESSION_MS / 1000 + 30)
+    handover_s = groups.wait_owned(kafka_admin, name, everything, {f"{name}-0", f"{name}-1"},
+                                   SESSION_MS / 1000 + 30)
     print(f"{protocol} 3 -> 2: every partition owned by the two remaining members "
           f"{handover_s:.1f} s "
           f"after the scale-down (session timeout {SESSION_MS} ms)")
@@ -125,11 +92,11 @@ def test_scale_down_hands_partitions_over_at_once_and_scaling_is_planned(
         lambda o: groups.ready(o) and o["status"].get("replicas") == 3
         and o["status"].get("plannedRebalances", 0) > down["status"]["plannedRebalances"],
         240, "Ready with 3 and the join counted as planned")
-    wait_owned(kafka_admin, name, everything, {f"{name}-{o}" for o in range(3)}, 60)
+    groups.wait_owned(kafka_admin, name, everything, {f"{name}-{o}" for o in range(3)}, 60)
     assert up["status"]["rebalances"] - formed["rebalances"] == (
         up["status"]["plannedRebalances"] - formed.get("plannedRebalances", 0)), (
         "every rebalance of the scale-down and the scale-up was planned", formed, up["status"])
-    warnings = [(e["reason"], e["message"]) for e in cg_events(kubeconfig, namespace, name)
+    warnings = [(e["reason"], e["message"]) for e in groups.events(kubeconfig, namespace, name)
                 if e["type"] == "Warning"]
     assert warnings == []
     no_loss(kafka, name, stream, [stream["topic"]])
@@ -153,7 +120,7 @@ def test_a_topic_added_to_a_running_group_is_assigned_by_one_planned_rebalance(
     kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=json", "-p",
             f'[{{"op": "add", "path": "/spec/kafka/topics/-", "value": "{added}"}}]')
     wanted = {(stream["topic"], p) for p in range(6)} | {(added, p) for p in range(2)}
-    wait_owned(kafka_admin, name, wanted, {f"{name}-0", f"{name}-1"}, 400)
+    groups.wait_owned(kafka_admin, name, wanted, {f"{name}-0", f"{name}-1"}, 400)
 
     obj = groups.wait_status(
         kubeconfig, namespace, name,
@@ -165,7 +132,7 @@ def test_a_topic_added_to_a_running_group_is_assigned_by_one_planned_rebalance(
     assert status["plannedRebalance"]["reason"] == "UnassignedPartitions", status
     planned = status["plannedRebalances"] - formed.get("plannedRebalances", 0)
     assert planned == 1 and status["rebalances"] - formed["rebalances"] == 1, (formed, status)
-    reasons = [(e["type"], e["reason"]) for e in cg_events(kubeconfig, namespace, name)]
+    reasons = [(e["type"], e["reason"]) for e in groups.events(kubeconfig, namespace, name)]
     assert reasons.count(("Warning", "PartitionsUnassigned")) == 1, reasons
     assert ("Warning", "UnexpectedRebalance") not in reasons
     no_loss(kafka, name, stream, [stream["topic"], added])

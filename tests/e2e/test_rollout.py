@@ -20,15 +20,14 @@ from staticfleet.decisions.builders import ACTIVATED_ANNOTATION, HTTP_PORT
 from staticfleet.observe import memberhttp
 from staticfleet_dev import dashboard, grafana_alerts
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.prometheus import Prometheus, dashboard_answers, legend_labels
 from staticfleet_dev.spark_connect import ConnectServer
-from staticfleet_dev.stream import committed_lag, read_all
+from staticfleet_dev.stream import read_all
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import get_json, kubectl
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import Poller, wait_for
 from tests.conftest import unique
-from tests.support import groups
-from tests.support.kube import get_json, kubectl
-from tests.support.members import wait_until_true
-from tests.support.operator import OperatorProcess
-from tests.support.polling import Poller
-from tests.support.prometheus import Prometheus, dashboard_answers, legend_labels
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -86,15 +85,6 @@ class AlertWatcher(Poller):
 
 
 
-def start_group(kubeconfig: Path, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
-    groups.apply(kubeconfig, namespace, obj)
-    name = obj["metadata"]["name"]
-    return groups.wait_status(
-        kubeconfig, namespace, name,
-        lambda o: groups.ready(o) and (o["status"].get("rollout") or {}).get("phase") == "Idle",
-        240, "Ready")
-
-
 def trigger(kubeconfig: Path, namespace: str, name: str, patch: str) -> None:
     kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=json", "-p", patch)
 
@@ -104,21 +94,11 @@ def env_patch(value: str) -> str:
             f'"value": {{"name": "ROLLOUT_MARK", "value": "{value}"}}}}]')
 
 
-def rollout_complete(obj: dict[str, Any]) -> bool:
-    st = obj.get("status") or {}
-    ro = st.get("rollout") or {}
-    return (ro.get("phase") == "Complete" and ro.get("revision") == st.get("updateRevision")
-            and st.get("observedGeneration") == obj["metadata"]["generation"])
-
-
 def drain(kafka: KafkaBroker, group: str, stream: dict[str, Any]) -> tuple[int, list[bytes]]:
     """Stop producing, wait until the group committed everything, read the sink."""
     produced = stream["producer"].stop()
     assert not stream["producer"].failed, stream["producer"].failed
-    deadline = time.monotonic() + 180
-    while committed_lag(kafka.bootstrap, group, stream["topic"]) > 0:
-        assert time.monotonic() < deadline, "the group did not catch up within 180 s"
-        time.sleep(1)
+    groups.wait_caught_up(kafka.bootstrap, group, [stream["topic"]])
     return produced, read_all(kafka.bootstrap, stream["out"])
 
 
@@ -133,7 +113,7 @@ def test_static_rollout_costs_no_rebalance_and_loses_nothing(
     member's own local Spark JVM (a standby warming it, the old one shutting down beside it) is
     the demo's e2e (tests/e2e/test_demo.py), which asserts the same handoff figures."""
     name = unique("warm" if strategy == "WarmHandoff" else "static")
-    start_group(kubeconfig, namespace, groups.consumer_group(
+    groups.start(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
         strategy=strategy, connect_url=spark_connect.url))
     time.sleep(5)  # steady consumption before the rollout
@@ -145,8 +125,7 @@ def test_static_rollout_costs_no_rebalance_and_loses_nothing(
         before = {o: uids[-1] for o, uids in tracker.seen.items()}
         started = time.time()
         trigger(kubeconfig, namespace, name, env_patch("1"))
-        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
-                                 "rolled out")
+        obj = groups.wait_rollout(kubeconfig, namespace, name, 600)
         completed = time.monotonic()
         time.sleep(3)
 
@@ -233,7 +212,7 @@ def kill9_with_the_operator_stopped(kafka: KafkaBroker, kubeconfig: Path,
     # operator starts again from nothing: Prometheus has scraped it twice before the stop.
     sel = f'{{namespace="{namespace}",group="{name}"}}'
     for series in ("staticfleet_rollouts_total", "staticfleet_rollout_duration_seconds_count"):
-        wait_until_true(f"two scrapes of {series}", lambda series=series: prometheus.query(
+        wait_for(f"two scrapes of {series}", lambda series=series: prometheus.query(
             f"count_over_time({series}{sel}[10m]) >= 2"), timeout=30, interval=1.0)
 
     def processing_again() -> dict[str, Any] | None:
@@ -246,8 +225,8 @@ def kill9_with_the_operator_stopped(kafka: KafkaBroker, kubeconfig: Path,
     try:
         killed = time.time()
         os.kill(pid, signal.SIGKILL)
-        status = wait_until_true("member 1 processing again", processing_again, timeout=240,
-                                 interval=0.2)
+        status = wait_for("member 1 processing again", processing_again, timeout=240,
+                          interval=0.2)
     finally:
         operator.start()
     phases, started = status["startupSeconds"], status["processStart"]
@@ -304,25 +283,22 @@ def test_dynamic_rollout_rebalances_once_per_member_at_least(
     stream: dict[str, Any], prometheus: Prometheus, spark_connect: ConnectServer,
 ) -> None:
     name = unique("dynamic")
-    start_group(kubeconfig, namespace, groups.consumer_group(
+    groups.start(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
         dynamic=True, connect_url=spark_connect.url))
     generations_before = kafka.generations(name)
 
     with AlertWatcher(prometheus, namespace, name) as alerts:
         trigger(kubeconfig, namespace, name, env_patch("1"))
-        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
-                                 "rolled out")
+        obj = groups.wait_rollout(kubeconfig, namespace, name, 600)
         rolled_out_after = round(time.monotonic() - alerts.t0, 1)
         # The shipped rule (>= 2 rebalances in 5m, for 1m) must fire for this rollout.
-        deadline = alerts.t0 + 240
         count = f'staticfleet_rebalances_total{{namespace="{namespace}",group="{name}"}}'
-        while ("StaticfleetRebalanceRateHigh", "firing") not in alerts.first:
-            assert time.monotonic() < deadline, (
-                f"StaticfleetRebalanceRateHigh not firing 240 s after the rollout started "
-                f"(rolled out after {rolled_out_after} s); first seen: {alerts.first}; "
-                f"operator's count: {prometheus.query(count)}")
-            time.sleep(2)
+        wait_for("StaticfleetRebalanceRateHigh firing within 240 s of the rollout's start",
+                 lambda: ("StaticfleetRebalanceRateHigh", "firing") in alerts.first,
+                 timeout=alerts.t0 + 240 - time.monotonic(), interval=2,
+                 describe=lambda: f"rolled out after {rolled_out_after} s; first seen: "
+                                  f"{alerts.first}; operator's count: {prometheus.query(count)}")
     print(f"rollout complete after {rolled_out_after} s; alerts first seen: {alerts.first}")
 
     new_generations = [g for g in kafka.generations(name) if g not in generations_before]
@@ -338,7 +314,7 @@ def test_rollout_refuses_to_start_when_restarts_outlast_the_session_timeout(
 ) -> None:
     name = unique("slow")
     slow = ["sh", "-c", "sleep 8; exec python -m consumer_runtime"]
-    start_group(kubeconfig, namespace, groups.consumer_group(
+    groups.start(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=2, session_ms=6000, command=slow,
         connect_url=spark_connect.url))
     uids = {p["metadata"]["uid"] for p in groups.pods(kubeconfig, namespace, name)}
@@ -370,7 +346,7 @@ def test_a_late_restart_stops_the_rollout_before_the_next_member(
     # Long enough that ordinary restarts fit even on a loaded machine (the operator would
     # rightly refuse the rollout otherwise); the late member sleeps far past it.
     session_ms = 45000
-    start_group(kubeconfig, namespace, groups.consumer_group(
+    groups.start(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, session_ms=session_ms,
         connect_url=spark_connect.url))
     generations_before = kafka.generations(name)
@@ -408,7 +384,7 @@ def test_operator_killed_mid_rollout_resumes_without_restarting_twice(
     stream: dict[str, Any], spark_connect: ConnectServer,
 ) -> None:
     name = unique("resume")
-    start_group(kubeconfig, namespace, groups.consumer_group(
+    groups.start(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS,
         connect_url=spark_connect.url))
     generations_before = kafka.generations(name)
@@ -422,8 +398,8 @@ def test_operator_killed_mid_rollout_resumes_without_restarting_twice(
         operator.kill()
         time.sleep(3)
         operator.start()
-        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
-                                 "rolled out after the operator restart")
+        obj = groups.wait_rollout(kubeconfig, namespace, name, 600,
+                                  "rolled out after the operator restart")
         time.sleep(3)
 
     for ordinal in range(REPLICAS):
@@ -456,7 +432,7 @@ def test_a_replacement_that_cannot_start_stops_the_warm_rollout_and_the_member_k
     """Make before break: a replacement whose transform cannot be imported fails in standby;
     the old member was never stopped, so nothing rebalances and nothing is lost."""
     name = unique("badwarm")
-    start_group(kubeconfig, namespace, groups.consumer_group(
+    groups.start(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS, out_topic=stream["out"],
         strategy="WarmHandoff", connect_url=spark_connect.url))
     generations_before = kafka.generations(name)

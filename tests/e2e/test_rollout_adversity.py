@@ -27,13 +27,13 @@ import pytest
 from staticfleet.decisions.model import STOP_HANDOFF_ANNOTATION
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import get_json, kubectl
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import Poller, wait_for
 from tests.conftest import unique
 from tests.e2e.test_day2 import member_process
-from tests.e2e.test_rollout import drain, env_patch, rollout_complete, start_group, trigger
-from tests.support import groups
-from tests.support.kube import kubectl
-from tests.support.operator import OperatorProcess
-from tests.support.polling import Poller
+from tests.e2e.test_rollout import drain, env_patch, trigger
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -70,23 +70,21 @@ def test_no_room_for_a_standby_falls_back_cold_and_stops_one_member_at_a_time(
                                  out_topic=stream["out"], strategy="WarmHandoff",
                                  connect_url=spark_connect.url)
     spec["spec"]["rollout"].update({"maxSurge": 2, "maxUnavailable": 1})
-    start_group(kubeconfig, namespace, spec)
+    groups.start(kubeconfig, namespace, spec)
     quota = {"apiVersion": "v1", "kind": "ResourceQuota",
              "metadata": {"name": "pods", "namespace": namespace},
              "spec": {"hard": {"pods": "4"}}}
     kubectl(kubeconfig, "apply", "-f", "-", input=json.dumps(quota))
-    deadline = time.monotonic() + 30  # the quota controller fills in its usage first
-    while not json.loads(kubectl(kubeconfig, "-n", namespace, "get", "resourcequota", "pods",
-                                 "-o", "json").stdout).get("status", {}).get("used"):
-        assert time.monotonic() < deadline, "the ResourceQuota has no usage after 30 s"
-        time.sleep(0.5)
+    # The quota controller fills in its usage first.
+    wait_for("the ResourceQuota's usage", lambda: get_json(
+        kubeconfig, "-n", namespace, "resourcequota", "pods").get("status", {}).get("used"),
+        timeout=30)
     time.sleep(3)
     generations = kafka.generations(name)
 
     with StoppedAtOnce(kubeconfig, namespace, name) as watch:
         trigger(kubeconfig, namespace, name, env_patch("quota"))
-        obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 600,
-                                 "rolled out")
+        obj = groups.wait_rollout(kubeconfig, namespace, name, 600)
     rollout = obj["status"]["rollout"]
     modes = {h["ordinal"]: h["mode"] for h in rollout["handoffs"]}
     print(f"quota: handoffs {rollout['handoffs']}; most stopped at once {watch.most}; "
@@ -133,7 +131,7 @@ def test_a_frozen_old_member_and_a_late_first_pass(
     # pass to test. The drain's own fallback (no answer in time: stop instead) is tested in
     # tests/unit/operator/test_ask_member.py (test_a_switchover_activates_the_standby_...).
     spec["metadata"]["annotations"][STOP_HANDOFF_ANNOTATION] = "true"
-    start_group(kubeconfig, namespace, spec)
+    groups.start(kubeconfig, namespace, spec)
     generations = kafka.generations(name)
     trigger(kubeconfig, namespace, name, json.dumps([
         {"op": "add", "path": "/spec/template/env/-",
@@ -159,12 +157,10 @@ def test_a_frozen_old_member_and_a_late_first_pass(
             json.dumps({"spec": {"rollout": {"paused": False}}}))
 
     # Member 0's turn: freeze the operator as soon as its old member is being stopped.
-    deadline = time.monotonic() + 300
-    while not any(f.get("ordinal") == 0 and f.get("phase") == "Stopping" for f in (
-            (groups.get(kubeconfig, namespace, name).get("status") or {}).get("rollout")
-            or {}).get("inFlight") or ()):
-        assert time.monotonic() < deadline, "member 0 was never seen Stopping"
-        time.sleep(0.1)
+    groups.wait_status(kubeconfig, namespace, name, lambda o: any(
+        f.get("ordinal") == 0 and f.get("phase") == "Stopping"
+        for f in ((o.get("status") or {}).get("rollout") or {}).get("inFlight") or ()),
+        300, "member 0 seen Stopping", interval=0.1)
     assert operator.proc is not None
     os.kill(operator.proc.pid, signal.SIGSTOP)
     try:
@@ -172,7 +168,7 @@ def test_a_frozen_old_member_and_a_late_first_pass(
     finally:
         os.kill(operator.proc.pid, signal.SIGCONT)
 
-    obj = groups.wait_status(kubeconfig, namespace, name, rollout_complete, 300, "rolled out")
+    obj = groups.wait_rollout(kubeconfig, namespace, name, 300)
     rollout = obj["status"]["rollout"]
     handoffs = {h["ordinal"]: h for h in rollout["handoffs"]}
     print(f"frozen member and late pass: rolled out {time.monotonic() - frozen_at:.1f} s after "

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from staticfleet_dev.spark_connect import ConnectServer
-from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
+from staticfleet_dev.stream import SteadyProducer, read_all
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.secured import SecuredKafka
 from tests.conftest import unique
-from tests.e2e.test_rollout import env_patch, rollout_complete, start_group, trigger
+from tests.e2e.test_rollout import env_patch, trigger
 from tests.integration.test_kafka_security import apply_secrets
-from tests.support import groups
-from tests.support.operator import OperatorProcess
-from tests.support.secured_kafka import SecuredKafka
 
 pytestmark = pytest.mark.e2e
 
@@ -64,14 +64,14 @@ def roll(secured_kafka: SecuredKafka, kubeconfig: Path, namespace: str,
     producers = [SteadyProducer(plaintext, g.topic, rate=50).start() for g in groups_]
     try:
         for g in groups_:
-            start_group(kubeconfig, namespace, g.cg)
+            groups.start(kubeconfig, namespace, g.cg)
         time.sleep(3)
         generations = {g.name: secured_kafka.broker.generations(g.name) for g in groups_}
         assert all(generations.values()), f"a group never stabilized: {generations}"
         for g in groups_:
             trigger(kubeconfig, namespace, g.name, env_patch("1"))
-        done = {g.name: groups.wait_status(kubeconfig, namespace, g.name, rollout_complete,
-                                           600, f"{g.name} rolled out") for g in groups_}
+        done = {g.name: groups.wait_rollout(kubeconfig, namespace, g.name, 600)
+                for g in groups_}
         time.sleep(2)
     finally:
         produced = [p.stop() for p in producers]
@@ -87,10 +87,7 @@ def roll(secured_kafka: SecuredKafka, kubeconfig: Path, namespace: str,
         assert all(v == 0 for v in obj["status"]["memberRebalanceCounters"].values()), (
             obj["status"])
         assert not producer.failed, producer.failed
-        deadline = time.monotonic() + 180
-        while committed_lag(plaintext, g.name, g.topic) > 0:
-            assert time.monotonic() < deadline, f"{g.name} did not catch up within 180 s"
-            time.sleep(1)
+        groups.wait_caught_up(plaintext, g.name, [g.topic])
         missing = set(producer.produced) - set(read_all(plaintext, g.out))
         assert count > 0 and not missing, f"{g.name}: {len(missing)} of {count} records lost"
 

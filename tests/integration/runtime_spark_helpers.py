@@ -23,6 +23,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from staticfleet_dev.procs import free_port, port_open
+from staticfleet_dev.testkit.poll import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,16 +122,15 @@ class RuntimeProcess:
 
     def wait_status(self, check: Callable[[dict[str, Any]], bool], timeout: float,
                     what: str) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def seen() -> dict[str, Any] | None:
             if self.proc.poll() is not None:
                 raise AssertionError(f"runtime exited ({self.proc.returncode}) before {what}:\n"
                                      f"{self.tail()}")
             status = self.status()
-            if status is not None and check(status):
-                return status
-            time.sleep(0.2)
-        raise AssertionError(f"runtime not {what} after {timeout:.0f}s:\n{self.tail()}")
+            return status if status is not None and check(status) else None
+
+        return dict(wait_for(f"the runtime: {what}", seen, timeout, interval=0.2,
+                             describe=self.tail))
 
     def terminate(self, timeout: float = 60) -> int:
         """SIGTERM to the runtime process only, as the kubelet sends it; wait for the exit."""
@@ -224,14 +224,16 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
 def wait_committed_to_end(bootstrap: str, group: str, topic: str, partitions: int,
                           member: RuntimeProcess, timeout: float) -> dict[int, int]:
     ends = high_watermarks(bootstrap, topic, partitions)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def at_the_end() -> dict[int, int] | None:
         got = committed(bootstrap, group, topic, partitions)
         if got == ends:
             return got
         if member.proc.poll() is not None:
             raise AssertionError(f"runtime exited ({member.proc.returncode}); committed {got}, "
                                  f"ends {ends}:\n{member.tail()}")
-        time.sleep(0.5)
-    raise AssertionError(f"offsets of {group} not at the end {ends} after {timeout:.0f}s: "
-                         f"{committed(bootstrap, group, topic, partitions)}\n{member.tail()}")
+        return None
+
+    return dict(wait_for(f"the offsets of {group} at the end {ends}", at_the_end, timeout,
+                         describe=lambda: f"committed: "
+                         f"{committed(bootstrap, group, topic, partitions)}\n{member.tail()}"))

@@ -30,21 +30,20 @@ from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import KafkaBroker, KafkaSettings, start_kafka
 from staticfleet_dev.procs import ServerFailed, stop
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import kubectl
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import wait_for
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import running
 from tests.integration.test_kafka_security import RECORDS, TIMEOUTS
 from tests.integration.test_operator import (
     PLACEHOLDER,
-    apply_cg,
     consumer_group,
-    events,
     has_condition,
     member_pods,
-    wait_for,
     with_sasl_plain,
 )
-from tests.support.kube import kubectl
-from tests.support.operator import OperatorProcess
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +123,7 @@ def test_a_group_reconciles_on_default_bounds_and_says_why(
     cg = consumer_group(name, bootstrap=acl_broker.bootstrap, topics=[topic], replicas=2,
                         command=PLACEHOLDER)
     with_sasl_plain(cg, secret)
-    apply_cg(kubeconfig, namespace, cg)
+    groups.apply(kubeconfig, namespace, cg)
 
     cond = wait_for("BrokerBoundsKnown=False DescribeConfigsDenied", lambda: has_condition(
         kubeconfig, namespace, name, "BrokerBoundsKnown", "False", "DescribeConfigsDenied"),
@@ -134,7 +133,7 @@ def test_a_group_reconciles_on_default_bounds_and_says_why(
     pods = wait_for("two member pods", lambda: len(
         member_pods(kubeconfig, namespace, name)) == 2 or None, timeout=60)
     assert pods
-    assert wait_for("a DescribeConfigsDenied Event", lambda: events(
+    assert wait_for("a DescribeConfigsDenied Event", lambda: groups.events(
         kubeconfig, namespace, name, "DescribeConfigsDenied"))[0]["type"] == "Warning"
     degraded = has_condition(kubeconfig, namespace, name, "Degraded", "True", "KafkaUnreachable")
     assert degraded is None, "unreadable bounds are not an unreachable cluster"
@@ -213,7 +212,7 @@ def test_a_group_with_adminsecurity_reads_the_bounds_with_the_operators_principa
                 f"--from-literal=username={user}", f"--from-literal=password={USERS[user]}")
     cg = with_operator_login(consumer_group(name, bootstrap=acl_broker.bootstrap,
                                             topics=[topic], replicas=1, command=PLACEHOLDER))
-    apply_cg(kubeconfig, namespace, cg)
+    groups.apply(kubeconfig, namespace, cg)
     cond = wait_for("BrokerBoundsKnown=True", lambda: has_condition(
         kubeconfig, namespace, name, "BrokerBoundsKnown", "True"), timeout=90)
     assert cond["reason"] == "ReadFromBroker", cond

@@ -15,8 +15,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.testkit.poll import wait_for
+from staticfleet_dev.testkit.probe import ProbeMember, group_state
 from tests.conftest import unique
-from tests.support.members import ProbeMember, group_state, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -39,8 +40,8 @@ def start_group(kafka: KafkaBroker, admin: AdminClient, topic: str, group: str,
         if static:
             args.append(f"{group}-{i}")
         members.append(ProbeMember(args).start())
-    wait_for(lambda: all(m.assignment() for m in members), 60, "all three members assigned")
-    wait_for(lambda: group_state(admin, group) == "STABLE", 30, "group Stable")
+    wait_for("all three members assigned", lambda: all(m.assignment() for m in members), 60)
+    wait_for("group Stable", lambda: group_state(admin, group) == "STABLE", 30)
     assert sorted(p for m in members for p in m.assignment() or []) == [
         [topic, p] for p in range(6)], "the three members must share all six partitions"
 
@@ -65,7 +66,7 @@ def test_static_member_restart_inside_session_timeout_causes_no_rebalance(
 
     again, gap = restart(members[1])
     members.append(again)
-    wait_for(again.assignment, 30, "the restarted member to get its assignment")
+    wait_for("the restarted member to get its assignment", again.assignment, 30)
     time.sleep(3)  # leave time for a rebalance to show up in the other members
 
     assert gap * 1000 < SESSION_MS / 2, f"restart took {gap:.1f}s, not well inside the timeout"
@@ -87,9 +88,9 @@ def test_dynamic_member_restart_causes_a_rebalance(
 
     again, _gap = restart(members[1])
     members.append(again)
-    wait_for(again.assignment, 30, "the restarted member to get an assignment")
-    wait_for(lambda: all(m.events_since(mark) for m in (members[0], members[2])), 30,
-             "the other members to see the rebalance")
+    wait_for("the restarted member to get an assignment", again.assignment, 30)
+    wait_for("the other members to see the rebalance",
+             lambda: all(m.events_since(mark) for m in (members[0], members[2])), 30)
 
     for other in (members[0], members[2]):
         kinds = {e["event"] for e in other.events_since(mark)}
@@ -109,8 +110,9 @@ def test_static_member_away_longer_than_session_timeout_causes_one_rebalance(
     mark = time.time()
 
     members[1].terminate()
-    wait_for(lambda: len(kafka.generations(group)) > len(generations_before),
-             session_ms / 1000 + 20, "the coordinator to expire the absent static member")
+    wait_for("the coordinator to expire the absent static member",
+             lambda: len(kafka.generations(group)) > len(generations_before),
+             session_ms / 1000 + 20)
     time.sleep(session_ms / 1000 + 2)  # long enough for a second rebalance, if any, to happen
 
     new_generations = kafka.generations(group)[len(generations_before):]

@@ -25,12 +25,12 @@ import yaml
 from staticfleet_dev import build, environment, versions
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.procs import ProcessRecord
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import REPO, create_namespace, get_json, kubectl
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.tools import tail
 from tests.conftest import unique
-from tests.support import groups
-from tests.support.kube import REPO, create_namespace, get_json, kubectl
-from tests.support.members import wait_until_true
-from tests.support.operator import OperatorProcess
 
 pytestmark = pytest.mark.integration
 
@@ -192,11 +192,6 @@ def can_i(kubeconfig: Path, sa: str, verb: str, resource: str, *args: str) -> bo
     answer = proc.stdout.strip()
     assert answer in ("yes", "no"), f"can-i {verb} {resource}: {proc.stdout}{proc.stderr}"
     return answer == "yes"
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0,
-             interval: float = 1.0) -> Any:
-    return wait_until_true(what, check, timeout, interval)
 
 
 def http_get(url: str) -> str | None:

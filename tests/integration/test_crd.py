@@ -9,8 +9,14 @@ from typing import Any
 
 import pytest
 
+from staticfleet_dev.testkit.kube import (
+    create_namespace,
+    install_crds,
+    kubectl,
+    load_example,
+    to_yaml,
+)
 from tests.conftest import unique
-from tests.support.kube import create_namespace, install_crds, kubectl, load_example, to_yaml
 
 pytestmark = pytest.mark.integration
 
@@ -246,3 +252,59 @@ def test_any_group_id_protocol_and_assignor_are_accepted_on_create(
                    membership(protocol="classic", assignmentStrategy="roundrobin")):
         code, out = dry_run(kubeconfig, ns, with_fields(unique("new"), fields))
         assert code == 0, out
+
+
+def test_the_autoscaler_writes_replicas_through_scale_and_reads_who_else_does(
+        kubeconfig: Path, ns: str) -> None:
+    """What the autoscaler relies on, on the real API server: its write through the scale
+    subresource lands only while spec.replicas is what it read; a KEDA-like writer through the
+    scale subresource then owns spec.replicas in managedFields (the autoscaler stands aside);
+    a write of the manifest takes it back."""
+    from kubernetes import client
+
+    from staticfleet import apply as kube_apply
+    from staticfleet.decisions.autoscaling import FIELD_MANAGER, replicas_owner
+
+    kube = kube_apply.Kube(kube_apply.load_client(str(kubeconfig)))
+    obj = valid()
+    obj["metadata"]["name"] = unique("auto")
+    obj["spec"]["autoscaling"] = {"minReplicas": 1, "maxReplicas": 6}
+    kubectl(kubeconfig, "-n", ns, "apply", "-f", "-", input=to_yaml(obj))
+
+    def read() -> dict[str, Any]:
+        return dict(kube.custom.get_namespaced_custom_object(
+            "staticfleet.io", "v1alpha1", ns, "consumergroups", obj["metadata"]["name"]))
+
+    first = read()
+    assert first["spec"]["autoscaling"] == {  # the CRD's defaults
+        "minReplicas": 1, "maxReplicas": 6, "targetLagSeconds": 30,
+        "maxMembershipChangesPerHour": 4, "scaleDownWindowSeconds": 600,
+        "scaleUpCheckSeconds": 300}
+    assert replicas_owner(first) is None  # kubectl's apply owns it: not through scale
+    assert kube.scale(first, 6, FIELD_MANAGER)
+    after = read()
+    assert after["spec"]["replicas"] == 6
+    assert replicas_owner(after) is None  # its own write
+    assert not kube.scale(first, 2, FIELD_MANAGER), "a stale read must not be written"
+    assert read()["spec"]["replicas"] == 6
+
+    # a KEDA-like scaler writes through the scale subresource with its own field manager
+    kube.custom.patch_namespaced_custom_object_scale(
+        "staticfleet.io", "v1alpha1", ns, "consumergroups", obj["metadata"]["name"],
+        {"spec": {"replicas": 3}}, field_manager="keda-operator",
+        _content_type="application/merge-patch+json")
+    keda = read()
+    assert keda["spec"]["replicas"] == 3 and replicas_owner(keda) == "keda-operator"
+    # the user sets replicas in the manifest again: handed back
+    obj["spec"]["replicas"] = 2
+    kubectl(kubeconfig, "-n", ns, "apply", "-f", "-", input=to_yaml(obj))
+    back = read()
+    assert back["spec"]["replicas"] == 2 and replicas_owner(back) is None, \
+        back["metadata"]["managedFields"]
+    with pytest.raises(client.ApiException) as refused:
+        bad = copy.deepcopy(obj)
+        bad["spec"]["autoscaling"] = {"minReplicas": 1}
+        kube.custom.create_namespaced_custom_object(
+            "staticfleet.io", "v1alpha1", ns, "consumergroups",
+            {**bad, "metadata": {"name": unique("auto-bad")}})
+    assert "maxReplicas" in str(refused.value.body)

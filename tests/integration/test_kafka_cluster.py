@@ -18,6 +18,7 @@ from confluent_kafka import Consumer
 from staticfleet.decisions.snapshot import GroupView
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import KafkaCluster
+from staticfleet_dev.testkit.poll import wait_for
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
@@ -67,10 +68,7 @@ def test_group_reads_ride_out_a_coordinator_kill_and_an_election(
     member = StaticMember(kafka_cluster.bootstrap, group, topic)
     coordinator = kafka_cluster.node_ids[0]
     try:
-        deadline = time.monotonic() + 60
-        while stable(admin, group) is None:
-            assert time.monotonic() < deadline, "the group never got Stable"
-            time.sleep(0.5)
+        wait_for("the group Stable", lambda: stable(admin, group), 60)
         found = kafka_cluster.coordinator(group)
         assert found is not None and found in kafka_cluster.node_ids
         coordinator = found
@@ -106,10 +104,10 @@ def test_group_reads_ride_out_a_coordinator_kill_and_an_election(
 
         kafka_cluster.start(coordinator)
         kafka_cluster.elect_preferred_leaders()
-        deadline = time.monotonic() + 60
-        while stable(admin, group) is None or kafka_cluster.coordinator(group) != coordinator:
-            assert time.monotonic() < deadline, "the election did not move the coordinator back"
-            time.sleep(0.5)
+        wait_for(f"the election to move the coordinator back to {coordinator}",
+                 lambda: stable(admin, group) is not None
+                 and kafka_cluster.coordinator(group) == coordinator, 60,
+                 describe=lambda: f"coordinator now: {kafka_cluster.coordinator(group)}")
         assert kafkareads.committed_offsets(admin, group, [(topic, 0)]) == {}
     finally:
         member.close()

@@ -28,19 +28,18 @@ from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import SECURED_LISTENERS
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import kubectl, to_yaml
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import wait_for
+from staticfleet_dev.testkit.secured import Credentials, SecuredKafka
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import produce, running
 from tests.integration.test_operator import (
     PLACEHOLDER,
-    apply_cg,
     consumer_group,
-    events,
     has_condition,
-    wait_for,
 )
-from tests.support.kube import kubectl, to_yaml
-from tests.support.operator import OperatorProcess
-from tests.support.secured_kafka import Credentials, SecuredKafka
 
 pytestmark = pytest.mark.integration
 
@@ -138,16 +137,17 @@ def test_refused_credentials_are_degraded_naming_mechanism_and_secret(
         kubeconfig: Path) -> None:
     """One ConsumerGroup per listener (their Secrets have names of their own), all reconciled
     at once by the session's operator."""
-    groups = {}
+    refused = {}
     for listener in SECURED_LISTENERS:
         creds = secured_kafka.credentials(listener, wrong=True)
         topic = secured_kafka.make_topic(unique(f"bad-{listener.lower()}"), 1)
         apply_secrets(kubeconfig, namespace, creds)
         name = f"bad-{listener.lower()}"
-        apply_cg(kubeconfig, namespace, group_body(name, creds, topic, unique("g"), PLACEHOLDER))
-        groups[listener] = (name, creds)
+        groups.apply(kubeconfig, namespace,
+                     group_body(name, creds, topic, unique("g"), PLACEHOLDER))
+        refused[listener] = (name, creds)
     started = time.monotonic()
-    for listener, (name, creds) in groups.items():
+    for listener, (name, creds) in refused.items():
         cond = wait_for(f"{listener}: Degraded=True KafkaAuthenticationFailed", lambda n=name: (
             has_condition(kubeconfig, namespace, n, "Degraded", "True",
                           "KafkaAuthenticationFailed")),
@@ -158,13 +158,13 @@ def test_refused_credentials_are_degraded_naming_mechanism_and_secret(
         assert creds.bootstrap in message, message
         for secret in creds.secrets:
             assert f"Secret {secret} " in message, message
-        shown = message + " ".join(e.get("message", "") for e in events(
+        shown = message + " ".join(e.get("message", "") for e in groups.events(
             kubeconfig, namespace, name, "KafkaAuthenticationFailed"))
         for data in creds.secrets.values():
             for key in SECRET_KEYS & data.keys():
                 assert data[key] not in shown, f"{listener}: the {key} is shown"
     log = operator.log_tail(5000)
-    for _, creds in groups.values():
+    for _, creds in refused.values():
         for data in creds.secrets.values():
             for key in SECRET_KEYS & data.keys():
                 assert data[key] not in log, f"the operator logged a {key}"

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,9 @@ from staticfleet import apply as kube_apply
 from staticfleet.decisions.builders import ACTIVATED_ANNOTATION
 from staticfleet_dev import environment
 from staticfleet_dev.procs import ProcessRecord
+from staticfleet_dev.testkit import poll
+from staticfleet_dev.testkit.kube import create_namespace, get_json, kubectl, to_yaml
 from tests.conftest import unique
-from tests.support.kube import create_namespace, get_json, kubectl, to_yaml
-from tests.support.members import wait_until_true
 
 pytestmark = pytest.mark.integration
 
@@ -49,9 +50,8 @@ def pod_log(local_env: environment.LocalEnv) -> Callable[[dict[str, Any]], str]:
     return read
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0,
-             interval: float = 0.1) -> Any:
-    return wait_until_true(what, check, timeout, interval)
+wait_for = partial(poll.wait_for, timeout=30.0, interval=0.1)
+"""The local node starts and stops plain processes: its tests poll ten times a second."""
 
 
 def python_pod(name: str, code: str, **spec: Any) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,9 @@ from typing import Any
 import pytest
 
 from staticfleet_dev.procs import ProcessRecord
+from staticfleet_dev.testkit.kube import create_namespace, get_json, kubectl, to_yaml
+from staticfleet_dev.testkit.poll import wait_for
 from tests.conftest import unique
-from tests.support.kube import create_namespace, get_json, kubectl, to_yaml
 
 pytestmark = pytest.mark.integration
 
@@ -58,13 +58,15 @@ def probe_pod(name: str, out: Path, **spec: Any) -> dict[str, Any]:
 
 def run_to_completion(kubeconfig: Path, ns: str, name: str, out: Path,
                       timeout: float = 120) -> tuple[dict[str, Any], dict[str, Any]]:
-    deadline = time.monotonic() + timeout
     pod: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+
+    def finished() -> bool:
+        nonlocal pod
         pod = get_json(kubeconfig, "-n", ns, "pod", name)
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            break
-        time.sleep(0.3)
+        return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+    wait_for(f"{name} to finish", finished, timeout, interval=0.3,
+             describe=lambda: json.dumps(pod.get("status")))
     assert pod.get("status", {}).get("phase") == "Succeeded", json.dumps(pod.get("status"))
     return pod, json.loads(out.read_text())
 

@@ -31,22 +31,21 @@ from confluent_kafka.admin import AdminClient
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import get_json, kubectl
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import wait_for
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import produce, running, runtime_config
 from tests.integration.test_operator import (
-    apply_cg,
     assigned_everywhere,
     consumer_group,
-    get_cg,
     member_ids,
     member_pods,
     patch_cg,
     ready_and_stable,
     summary,
-    wait_for,
 )
-from tests.support.kube import get_json, kubectl
-from tests.support.operator import OperatorProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -190,12 +189,12 @@ def test_the_operator_makes_the_token_sends_it_and_remakes_it_when_deleted(
         local_env: environment.LocalEnv, spark_connect: ConnectServer) -> None:
     topic = make_topic("auth", 4)
     name = unique("auth")
-    apply_cg(kubeconfig, namespace,
+    groups.apply(kubeconfig, namespace,
              consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2,
                             connect_url=spark_connect.url))
     wait_for("Ready with 2 members", lambda: ready_and_stable(kubeconfig, namespace, name, 2),
              timeout=300, interval=1, describe=lambda: summary(kubeconfig, namespace, name))
-    uid = get_cg(kubeconfig, namespace, name)["metadata"]["uid"]
+    uid = groups.get(kubeconfig, namespace, name)["metadata"]["uid"]
 
     # The Secret: made by the operator, owned by the ConsumerGroup, projected into each member.
     secret = token_secret(kubeconfig, namespace, name)

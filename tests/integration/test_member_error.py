@@ -20,11 +20,11 @@ from staticfleet.decisions.members import member_failure, refusal_line
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.procs import ProcessRecord
+from staticfleet_dev.testkit.kube import create_namespace, kubectl, to_yaml
+from staticfleet_dev.testkit.poll import wait_for
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import REPO, produce
 from tests.integration.spark_test_transforms import POISON
-from tests.support.kube import create_namespace, kubectl, to_yaml
-from tests.support.members import wait_until_true
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -79,8 +79,7 @@ def test_a_transform_error_on_real_records_is_the_members_termination_message(
                                   "json").stdout)
         return live if member_failure(live) is not None else None
 
-    live = wait_until_true("the member to exit on the failed batch", failed, timeout=300,
-                           interval=1.0)
+    live = wait_for("the member to exit on the failed batch", failed, timeout=300, interval=1.0)
     failure = member_failure(live)
     assert failure is not None and failure.exit_code == 1
     message = failure.message

@@ -11,8 +11,9 @@ from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.snapshot import GroupView
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import TEST_SETTINGS, KafkaBroker
+from staticfleet_dev.testkit.poll import wait_for
+from staticfleet_dev.testkit.probe import ProbeMember
 from tests.conftest import unique
-from tests.support.members import ProbeMember, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +51,7 @@ def test_describe_group_lists_static_members_with_their_partitions(
     members = [ProbeMember([kafka.bootstrap, group, topic, "6000", f"{group}-{i}"]).start()
                for i in range(2)]
     try:
-        view = wait_for(lambda: _stable(admin, group), 60, "a Stable group of two")
+        view = wait_for("a Stable group of two", lambda: _stable(admin, group), 60)
         by_instance = view.by_instance()
         assert sorted(by_instance) == [f"{group}-0", f"{group}-1"]
         assigned = sorted(p for m in by_instance.values() for p in m.partitions)

@@ -23,10 +23,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.procs import free_port
 from staticfleet_dev.spark_connect import ConnectServer
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.groups import PLACEHOLDER_MEMBER
+from staticfleet_dev.testkit.kube import create_namespace, get_json, kubectl, load_example
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import wait_for
+from staticfleet_dev.testkit.probe import group_state
 from tests.conftest import unique
-from tests.support.kube import create_namespace, get_json, kubectl, load_example, to_yaml
-from tests.support.members import PLACEHOLDER_MEMBER
-from tests.support.operator import OperatorProcess
 
 pytestmark = pytest.mark.integration
 
@@ -36,22 +39,6 @@ CHILD_KINDS = ("configmap", "service", "poddisruptionbudget")
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0,
-             interval: float = 0.5, describe: Callable[[], Any] | None = None) -> Any:
-    """Poll `check` until it returns something truthy; fail naming `what`, the last value and
-    what `describe()` says then."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    context = f"\n{describe()}" if describe is not None else ""
-    raise AssertionError(
-        f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}{context}")
 
 
 def consumer_group(name: str, *, bootstrap: str, topics: list[str], replicas: int = 3,
@@ -91,17 +78,9 @@ def with_sasl_plain(cg: dict[str, Any], secret: str) -> dict[str, Any]:
     return cg
 
 
-def apply_cg(kubeconfig: Path, namespace: str, cg: dict[str, Any]) -> None:
-    kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-", input=to_yaml(cg))
-
-
 def patch_cg(kubeconfig: Path, namespace: str, name: str, patch: dict[str, Any]) -> None:
     kubectl(kubeconfig, "-n", namespace, "patch", "consumergroup", name, "--type", "merge",
             "-p", json.dumps(patch))
-
-
-def get_cg(kubeconfig: Path, namespace: str, name: str) -> dict[str, Any]:
-    return dict(get_json(kubeconfig, "-n", namespace, "consumergroup", name))
 
 
 def condition(cg: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -113,7 +92,7 @@ def condition(cg: dict[str, Any], type_: str) -> dict[str, Any]:
 
 def has_condition(kubeconfig: Path, namespace: str, name: str, type_: str, status: str,
                   reason: str | None = None) -> dict[str, Any] | None:
-    cond = condition(get_cg(kubeconfig, namespace, name), type_)
+    cond = condition(groups.get(kubeconfig, namespace, name), type_)
     if cond.get("status") == status and (reason is None or cond.get("reason") == reason):
         return cond
     return None
@@ -130,12 +109,6 @@ def member_pods(kubeconfig: Path, namespace: str, name: str,
 def pod_env(pod: dict[str, Any]) -> dict[str, Any]:
     container = next(c for c in pod["spec"]["containers"] if c["name"] == "member")
     return {e["name"]: e for e in container.get("env") or []}
-
-
-def events(kubeconfig: Path, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
-    items = get_json(kubeconfig, "-n", namespace, "events", "--field-selector",
-                     f"involvedObject.kind=ConsumerGroup,involvedObject.name={name}")["items"]
-    return [e for e in items if e.get("reason") == reason]
 
 
 def children(kubeconfig: Path, namespace: str, name: str) -> list[str]:
@@ -161,13 +134,9 @@ def member_ids(admin: AdminClient, group_id: str) -> dict[str, str]:
     return {m.group_instance_id: m.member_id for m in desc.members if m.group_instance_id}
 
 
-def broker_group_state(admin: AdminClient, group_id: str) -> str:
-    return str(admin.describe_consumer_groups([group_id])[group_id].result(timeout=10).state.name)
-
-
 def summary(kubeconfig: Path, namespace: str, name: str) -> str:
     """The ConsumerGroup's status and its pods' readiness, for failure messages."""
-    st = get_cg(kubeconfig, namespace, name).get("status") or {}
+    st = groups.get(kubeconfig, namespace, name).get("status") or {}
     keep = {k: st.get(k) for k in ("replicas", "readyReplicas", "groupState", "conditions",
                                    "members", "rollout")}
     pods = {n: [c["status"] for c in (p.get("status") or {}).get("conditions") or []
@@ -179,7 +148,7 @@ def summary(kubeconfig: Path, namespace: str, name: str) -> str:
 def ready_and_stable(kubeconfig: Path, namespace: str, name: str,
                      replicas: int) -> dict[str, Any] | None:
     """The ConsumerGroup once Ready=True with `replicas` ready members, else None."""
-    cg = get_cg(kubeconfig, namespace, name)
+    cg = groups.get(kubeconfig, namespace, name)
     st = cg.get("status") or {}
     if (condition(cg, "Ready").get("status") == "True"
             and st.get("readyReplicas") == replicas and st.get("groupState") == "Stable"
@@ -197,7 +166,7 @@ def assigned_everywhere(admin: AdminClient, group_id: str, instance_ids: list[st
         return None
     if sum(len(v) for v in got.values()) != partitions:
         return None
-    if broker_group_state(admin, group_id) != "STABLE":
+    if group_state(admin, group_id) != "STABLE":
         return None
     return got
 
@@ -226,12 +195,12 @@ def test_sample_reconciles_recovers_a_member_and_is_garbage_collected(
     cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic],
                         sink={"type": "parquet", "path": str(tmp_path / "counts")},
                         dead_letter_topic=dlq)
-    apply_cg(kubeconfig, namespace, cg)
+    groups.apply(kubeconfig, namespace, cg)
 
     # Member pods with their identities, owned by the ConsumerGroup.
     pods = wait_for("3 member pods", lambda: (
         p := member_pods(kubeconfig, namespace, name)) and len(p) == 3 and p, timeout=60)
-    owner = get_cg(kubeconfig, namespace, name)
+    owner = groups.get(kubeconfig, namespace, name)
     uid = owner["metadata"]["uid"]
     assert sorted(pods) == [f"{name}-{i}" for i in range(3)]
     for i in range(3):
@@ -278,7 +247,7 @@ def test_sample_reconciles_recovers_a_member_and_is_garbage_collected(
     assert sorted(by_instance) == instance_ids
     for iid, parts in assignment.items():
         status_parts = wait_for(f"status of {iid} to match the broker", lambda iid=iid: sorted(
-            next(m for m in get_cg(kubeconfig, namespace, name)["status"]["members"]
+            next(m for m in groups.get(kubeconfig, namespace, name)["status"]["members"]
                  if m["instanceId"] == iid)["assignedPartitions"]), timeout=30)
         assert status_parts == sorted(f"{t}-{p}" for t, p in parts)
         assert by_instance[iid]["ready"] is True and by_instance[iid]["pod"] == iid
@@ -338,7 +307,7 @@ def test_scaling_keeps_surviving_identities(
     # Removed static members send no LeaveGroup: the broker drops them after the session
     # timeout. 10 s instead of the automatic 45 s keeps the test short.
     cg["spec"]["membership"]["timeouts"] = {"sessionTimeoutMs": 10000}
-    apply_cg(kubeconfig, namespace, cg)
+    groups.apply(kubeconfig, namespace, cg)
     wait_for("Ready with 3 members", lambda: ready_and_stable(kubeconfig, namespace, name, 3),
              timeout=240, interval=1,
         describe=lambda: summary(kubeconfig, namespace, name))
@@ -356,7 +325,7 @@ def test_scaling_keeps_surviving_identities(
         assert at5[pod] == uid, f"{pod} was replaced while scaling up"
     wait_for("5 members assigned on the broker", lambda: assigned_everywhere(
         kafka_admin, name, [f"{name}-{i}" for i in range(5)], 6), timeout=90)
-    assert events(kubeconfig, namespace, name, "ScaledUp")
+    assert groups.events(kubeconfig, namespace, name, "ScaledUp")
 
     # 5 -> 2: ordinals 4, 3 and 2 go (highest first); 0 and 1 keep their pods.
     patch_cg(kubeconfig, namespace, name, {"spec": {"replicas": 2}})
@@ -365,7 +334,7 @@ def test_scaling_keeps_surviving_identities(
         timeout=90, interval=1)
     at2 = {n: p["metadata"]["uid"] for n, p in member_pods(kubeconfig, namespace, name).items()}
     assert at2 == {n: at3[n] for n in (f"{name}-0", f"{name}-1")}
-    scaled_down = [e["message"] for e in events(kubeconfig, namespace, name, "ScaledDown")]
+    scaled_down = [e["message"] for e in groups.events(kubeconfig, namespace, name, "ScaledDown")]
     assert scaled_down and "[2, 3, 4]" in scaled_down[-1] and "highest first" in scaled_down[-1]
     ready = wait_for("Ready with 2 members", lambda: ready_and_stable(
         kubeconfig, namespace, name, 2), timeout=120, interval=1,
@@ -392,31 +361,31 @@ def test_more_members_than_partitions(
         spark_connect: ConnectServer) -> None:
     topic = make_topic("idle", 2)
     name = unique("idle")
-    apply_cg(kubeconfig, namespace,
+    groups.apply(kubeconfig, namespace,
              consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=3,
                             connect_url=spark_connect.url))
     cond = wait_for("IdleMembers=True", lambda: has_condition(
         kubeconfig, namespace, name, "IdleMembers", "True", "MoreMembersThanPartitions"))
     assert says_idle(cond["message"]), cond["message"]
-    warnings = wait_for("a MoreMembersThanPartitions Event", lambda: events(
+    warnings = wait_for("a MoreMembersThanPartitions Event", lambda: groups.events(
         kubeconfig, namespace, name, "MoreMembersThanPartitions"), timeout=30)
     assert warnings[0]["type"] == "Warning"
     assert warnings[0]["message"] == cond["message"]
-    cg = get_cg(kubeconfig, namespace, name)
+    cg = groups.get(kubeconfig, namespace, name)
     assert cg["status"]["idleMembers"] == 1 and cg["status"]["partitions"] == 2
 
     # All three members join; two hold a partition each, one holds none.
     wait_for("3 members in the group, 2 with a partition", lambda: (
         a := broker_assignment(kafka_admin, name)) and len(a) == 3
         and sorted(len(v) for v in a.values()) == [0, 1, 1]
-        and broker_group_state(kafka_admin, name) == "STABLE", timeout=240, interval=1)
+        and group_state(kafka_admin, name) == "STABLE", timeout=240, interval=1)
     ready = wait_for("Ready with 3 members", lambda: ready_and_stable(
         kubeconfig, namespace, name, 3), timeout=120, interval=1,
         describe=lambda: summary(kubeconfig, namespace, name))
     assert sorted(len(m["assignedPartitions"]) for m in ready["status"]["members"]) == [0, 1, 1]
     assert condition(ready, "IdleMembers")["status"] == "True"
     # One Event for the condition turning True, not one per pass.
-    assert len(events(kubeconfig, namespace, name, "MoreMembersThanPartitions")) == 1
+    assert len(groups.events(kubeconfig, namespace, name, "MoreMembersThanPartitions")) == 1
 
 
 # --- errors become status ------------------------------------------------------------------------
@@ -427,35 +396,35 @@ def test_unreachable_broker_degrades_without_children_and_the_operator_carries_o
         make_topic: Callable[..., str]) -> None:
     closed = free_port()  # nothing listens there
     name = unique("unreach")
-    apply_cg(kubeconfig, namespace, consumer_group(
+    groups.apply(kubeconfig, namespace, consumer_group(
         name, bootstrap=f"127.0.0.1:{closed}", topics=["orders"], command=PLACEHOLDER))
     cond = wait_for("Degraded=True KafkaUnreachable", lambda: has_condition(
         kubeconfig, namespace, name, "Degraded", "True", "KafkaUnreachable"), timeout=90)
     assert "Kafka unreachable" in cond["message"]
     assert f"127.0.0.1:{closed}" in cond["message"], "the message names the address that failed"
-    warnings = wait_for("a KafkaUnreachable Event", lambda: events(
+    warnings = wait_for("a KafkaUnreachable Event", lambda: groups.events(
         kubeconfig, namespace, name, "KafkaUnreachable"), timeout=30)
     assert warnings[0]["type"] == "Warning"
-    first = get_cg(kubeconfig, namespace, name)["status"]
+    first = groups.get(kubeconfig, namespace, name)["status"]
     assert first["consecutiveFailures"] >= 1
 
     # Meanwhile the operator reconciles another group in the same namespace.
     topic = make_topic("other", 1)
     other = unique("other")
-    apply_cg(kubeconfig, namespace, consumer_group(
+    groups.apply(kubeconfig, namespace, consumer_group(
         other, bootstrap=kafka.bootstrap, topics=[topic], replicas=1, command=PLACEHOLDER))
     wait_for("the other group's member pod", lambda: member_pods(kubeconfig, namespace, other),
              timeout=60)
     wait_for("the other group's status", lambda: (
-        get_cg(kubeconfig, namespace, other).get("status") or {}).get("lastReconciled"))
-    assert condition(get_cg(kubeconfig, namespace, other), "Degraded")["status"] == "False"
+        groups.get(kubeconfig, namespace, other).get("status") or {}).get("lastReconciled"))
+    assert condition(groups.get(kubeconfig, namespace, other), "Degraded")["status"] == "False"
 
     # It keeps retrying the unreachable one (with backoff), and never creates its children.
     wait_for("a retry of the unreachable group", lambda: (
-        get_cg(kubeconfig, namespace, name)["status"]["consecutiveFailures"]
+        groups.get(kubeconfig, namespace, name)["status"]["consecutiveFailures"]
         > first["consecutiveFailures"]), timeout=60, interval=1)
     assert children(kubeconfig, namespace, name) == []
-    assert condition(get_cg(kubeconfig, namespace, name), "Degraded")["reason"] == (
+    assert condition(groups.get(kubeconfig, namespace, name), "Degraded")["reason"] == (
         "KafkaUnreachable")
     assert 'reason="KafkaUnreachable"' in operator.metrics()
 
@@ -469,12 +438,12 @@ def test_missing_secret_then_missing_topic_then_recovery(
                         connect_url=spark_connect.url)
     secret = unique("kafka-creds")
     with_sasl_plain(cg, secret)
-    apply_cg(kubeconfig, namespace, cg)
+    groups.apply(kubeconfig, namespace, cg)
 
     cond = wait_for("Degraded=True SecretMissing", lambda: has_condition(
         kubeconfig, namespace, name, "Degraded", "True", "SecretMissing"))
     assert f"Secret {namespace}/{secret} does not exist" in cond["message"]
-    assert wait_for("a SecretMissing Event", lambda: events(
+    assert wait_for("a SecretMissing Event", lambda: groups.events(
         kubeconfig, namespace, name, "SecretMissing"))[0]["type"] == "Warning"
     assert children(kubeconfig, namespace, name) == []
 
@@ -484,7 +453,7 @@ def test_missing_secret_then_missing_topic_then_recovery(
     cond = wait_for("Degraded=True TopicMissing", lambda: has_condition(
         kubeconfig, namespace, name, "Degraded", "True", "TopicMissing"))
     assert topic in cond["message"]
-    assert topic in wait_for("a TopicMissing Event", lambda: events(
+    assert topic in wait_for("a TopicMissing Event", lambda: groups.events(
         kubeconfig, namespace, name, "TopicMissing"))[0]["message"]
     assert children(kubeconfig, namespace, name) == []
 
@@ -512,12 +481,12 @@ def test_session_timeout_below_the_broker_minimum_is_refused(
     cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=1,
                         command=PLACEHOLDER)
     cg["spec"]["membership"]["timeouts"] = {"sessionTimeoutMs": 500}
-    apply_cg(kubeconfig, namespace, cg)  # accepted by the API server
+    groups.apply(kubeconfig, namespace, cg)  # accepted by the API server
     cond = wait_for("Degraded=True InvalidTimeouts", lambda: has_condition(
         kubeconfig, namespace, name, "Degraded", "True", "InvalidTimeouts"))
     assert cond["message"].startswith("S1: ")
     assert "sessionTimeoutMs 500 is outside the broker bounds [1000, " in cond["message"]
-    warning = wait_for("an InvalidTimeouts Event", lambda: events(
+    warning = wait_for("an InvalidTimeouts Event", lambda: groups.events(
         kubeconfig, namespace, name, "InvalidTimeouts"))[0]
     assert warning["type"] == "Warning" and warning["message"] == cond["message"]
     assert children(kubeconfig, namespace, name) == []
@@ -527,7 +496,7 @@ def test_session_timeout_below_the_broker_minimum_is_refused(
              {"spec": {"membership": {"timeouts": {"sessionTimeoutMs": 6000}}}})
     wait_for("Degraded=False", lambda: has_condition(
         kubeconfig, namespace, name, "Degraded", "False"))
-    cg = get_cg(kubeconfig, namespace, name)
+    cg = groups.get(kubeconfig, namespace, name)
     assert cg["status"]["timeouts"]["sessionTimeoutMs"] == 6000
     assert cg["status"]["timeouts"]["source"]["sessionTimeoutMs"] == "explicit"
     wait_for("its member pod", lambda: member_pods(kubeconfig, namespace, name))
@@ -540,7 +509,7 @@ def test_two_groups_with_one_kafka_group_id_the_second_is_refused(
     whose members would fence each other (FENCED_INSTANCE_ID) and restart forever."""
     topic = make_topic("orders", 2)
     name = unique("orders")
-    apply_cg(kubeconfig, namespace, consumer_group(
+    groups.apply(kubeconfig, namespace, consumer_group(
         name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2, command=PLACEHOLDER))
     wait_for("the first group's pods", lambda: len(member_pods(kubeconfig, namespace, name)) == 2)
     first = member_pods(kubeconfig, namespace, name)
@@ -548,12 +517,12 @@ def test_two_groups_with_one_kafka_group_id_the_second_is_refused(
     other_ns = unique("other-team")
     create_namespace(kubeconfig, other_ns)
     try:
-        apply_cg(kubeconfig, other_ns, consumer_group(
+        groups.apply(kubeconfig, other_ns, consumer_group(
             name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2, command=PLACEHOLDER))
         cond = wait_for("Degraded=True GroupIdInUse", lambda: has_condition(
             kubeconfig, other_ns, name, "Degraded", "True", "GroupIdInUse"), timeout=60)
         assert f"{namespace}/{name}" in cond["message"] and "spec.kafka.groupId" in cond["message"]
-        assert wait_for("a GroupIdInUse Event", lambda: events(
+        assert wait_for("a GroupIdInUse Event", lambda: groups.events(
             kubeconfig, other_ns, name, "GroupIdInUse"), timeout=30)[0]["type"] == "Warning"
         time.sleep(5)
         assert member_pods(kubeconfig, other_ns, name, include_terminating=True) == {}
@@ -567,7 +536,7 @@ def test_two_groups_with_one_kafka_group_id_the_second_is_refused(
         own = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2,
                              command=PLACEHOLDER)
         own["spec"]["kafka"]["groupId"] = f"{name}-billing"
-        apply_cg(kubeconfig, other_ns, own)
+        groups.apply(kubeconfig, other_ns, own)
         wait_for("the second group's pods", lambda: len(
             member_pods(kubeconfig, other_ns, name)) == 2, timeout=60)
         wait_for("Degraded=False", lambda: has_condition(
@@ -583,7 +552,7 @@ def test_a_member_stuck_terminating_is_reported_and_never_doubled(
     gone would: the operator says so and starts no second process with that instance id."""
     topic = make_topic("stuck", 2)
     name = unique("stuck")
-    apply_cg(kubeconfig, namespace, consumer_group(
+    groups.apply(kubeconfig, namespace, consumer_group(
         name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2, command=PLACEHOLDER))
     wait_for("2 pods", lambda: len(member_pods(kubeconfig, namespace, name)) == 2)
     pod = f"{name}-1"
@@ -645,7 +614,7 @@ def test_an_evicted_member_is_replaced_with_its_instance_id_in_a_restricted_name
             "pod-security.kubernetes.io/enforce=restricted")
     topic = make_topic("evict", 2)
     name = unique("evict")
-    apply_cg(kubeconfig, namespace, consumer_group(
+    groups.apply(kubeconfig, namespace, consumer_group(
         name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2, command=PLACEHOLDER))
     pods = wait_for("2 ready member pods, admitted", lambda: (
         p := member_pods(kubeconfig, namespace, name)) and len(p) == 2 and all(
@@ -671,7 +640,7 @@ def test_an_evicted_member_is_replaced_with_its_instance_id_in_a_restricted_name
     assert back["metadata"]["annotations"]["staticfleet.io/instance-id"] == f"{name}-1"
     assert (back.get("status") or {}).get("phase") != "Failed"
     assert back["spec"]["securityContext"]["runAsNonRoot"] is True
-    (warning,) = wait_for("the RecreatingFailedPod Event", lambda: events(
+    (warning,) = wait_for("the RecreatingFailedPod Event", lambda: groups.events(
         kubeconfig, namespace, name, "RecreatingFailedPod"), timeout=30)
     assert warning["type"] == "Warning"
     assert f"Evicted: {eviction}" in warning["message"], warning["message"]
@@ -681,7 +650,8 @@ def test_an_evicted_member_is_replaced_with_its_instance_id_in_a_restricted_name
     assert survivors[f"{name}-0"]["metadata"]["uid"] == pods[f"{name}-0"]["metadata"]["uid"]
     wait_for("member 1 ready again", lambda: any(
         m["ordinal"] == 1 and m["ready"] and m["phase"] == "Running"
-        for m in (get_cg(kubeconfig, namespace, name).get("status") or {}).get("members") or []),
+        for m in (groups.get(kubeconfig, namespace, name).get("status") or {}).get("members")
+        or []),
         timeout=60, describe=lambda: summary(kubeconfig, namespace, name))
 
 
@@ -702,12 +672,12 @@ def test_a_member_that_cannot_start_says_why_in_the_consumer_group(
     cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=1)
     for key, value in change.items():
         cg["spec"][key] = {**cg["spec"].get(key, {}), **value}
-    apply_cg(kubeconfig, namespace, cg)
+    groups.apply(kubeconfig, namespace, cg)
     cond = wait_for("Degraded=True MemberFailing", lambda: has_condition(
         kubeconfig, namespace, name, "Degraded", "True", "MemberFailing"), timeout=120,
         describe=lambda: member_pods(kubeconfig, namespace, name))
     assert quoted in cond["message"] and f"fix {field}" in cond["message"], cond
-    warnings = wait_for("a MemberFailing Event", lambda: events(
+    warnings = wait_for("a MemberFailing Event", lambda: groups.events(
         kubeconfig, namespace, name, "MemberFailing"), timeout=30)
     assert quoted in warnings[0]["message"]
 
@@ -720,11 +690,11 @@ def test_a_group_at_rest_is_not_written(
     make every pass a write: API load that grows with the number of groups."""
     topic = make_topic("rest", 2)
     name = unique("rest")
-    apply_cg(kubeconfig, namespace, consumer_group(name, bootstrap=kafka.bootstrap,
+    groups.apply(kubeconfig, namespace, consumer_group(name, bootstrap=kafka.bootstrap,
                                                    topics=[topic], replicas=2,
                                                    command=PLACEHOLDER))
     wait_for("2 members listed", lambda: len(
-        (get_cg(kubeconfig, namespace, name).get("status") or {}).get("members") or []) == 2,
+        (groups.get(kubeconfig, namespace, name).get("status") or {}).get("members") or []) == 2,
         timeout=120)
     rest_s = 25.0  # five passes
     last: dict[str, Any] = {}
@@ -732,9 +702,9 @@ def test_a_group_at_rest_is_not_written(
     def settled() -> bool:
         """The object did not change for `rest_s`."""
         nonlocal last
-        first = get_cg(kubeconfig, namespace, name)
+        first = groups.get(kubeconfig, namespace, name)
         time.sleep(rest_s)
-        last = get_cg(kubeconfig, namespace, name)
+        last = groups.get(kubeconfig, namespace, name)
         changed = {k: (first["status"].get(k), v) for k, v in last["status"].items()
                    if first["status"].get(k) != v}
         last["changed"] = changed

@@ -20,8 +20,8 @@ import pytest
 from staticfleet.decisions.builders import build_member_pod, member_spec_view
 from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet_dev.testkit.kube import create_namespace, kubectl
 from tests.conftest import unique
-from tests.support.kube import create_namespace, kubectl
 
 pytestmark = pytest.mark.integration
 

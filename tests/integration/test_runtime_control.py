@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
+from staticfleet_dev.testkit.groups import owners, wait_owned
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import (
     RuntimeProcess,
@@ -37,36 +37,11 @@ from tests.integration.test_runtime_kip848 import kip848, set_group_timeouts
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 SESSION_MS = 30000  # long, so a hand-over that waits for it cannot pass for a fast one
 HANDOVER_LIMIT_S = 5.0
-TP = tuple[str, int]
 
 
 def post(member: RuntimeProcess, path: str) -> tuple[int, dict[str, Any]]:
     """The operator's request: with the member's token."""
     return member.post(path)
-
-
-def owners(admin: AdminClient, group: str) -> dict[TP, str]:
-    """Who owns each partition, as the broker says (instance id by topic-partition)."""
-    try:
-        desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
-    except KafkaException:  # the coordinator may be moving; ask again
-        return {}
-    return {(tp.topic, tp.partition): m.group_instance_id or m.member_id
-            for m in desc.members for tp in m.assignment.topic_partitions}
-
-
-def wait_owned(admin: AdminClient, group: str, wanted: set[TP], by: set[str],
-               timeout: float) -> float:
-    """Seconds until every partition of `wanted` is owned by one of `by`."""
-    start = time.monotonic()
-    seen: dict[TP, str] = {}
-    while time.monotonic() - start < timeout:
-        seen = owners(admin, group)
-        if wanted <= set(seen) and {seen[tp] for tp in wanted} <= by:
-            return time.monotonic() - start
-        time.sleep(0.1)
-    raise AssertionError(f"not all of {sorted(wanted)} owned by {by} within {timeout} s; "
-                         f"owners: {seen}")
 
 
 def through(server: ConnectServer) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.testkit.poll import wait_for
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import (
     RuntimeProcess,
@@ -158,17 +159,17 @@ def parquet_values(path: Path) -> list[bytes]:
 def wait_exit_or_progress(member: RuntimeProcess, moved: Callable[[], str | None],
                           timeout: float) -> int:
     """Wait until the member exits; fail as soon as `moved` reports progress it must not make."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        code = member.proc.poll()
-        if code is not None:
-            return code
+    def stopped() -> bool:
+        if member.proc.poll() is not None:
+            return True
         what = moved()
         if what is not None:
             raise AssertionError(f"the member went on past a storage failure: {what}\n"
                                  f"{member.tail()}")
-        time.sleep(0.5)
-    raise AssertionError(f"the member did not stop within {timeout:.0f}s:\n{member.tail()}")
+        return False
+
+    wait_for("the member to stop", stopped, timeout, describe=member.tail)
+    return int(member.proc.returncode)
 
 
 def test_storage_failure_stops_the_member_without_dead_lettering_or_committing(

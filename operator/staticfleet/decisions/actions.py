@@ -86,6 +86,17 @@ class PodAnnotate:
 
 
 @dataclass(frozen=True)
+class AutoscalingFigures:
+    """What the autoscaler exports: the lag in seconds (None: unknown or never drained), its
+    target, the replicas it wants and its budget left this hour."""
+
+    lag_seconds: float | None
+    target_lag_seconds: float
+    desired_replicas: int
+    budget_left: int
+
+
+@dataclass(frozen=True)
 class MetricValues:
     """What the pass exports (`metrics.py` names them); None: leave the gauge as it is."""
 
@@ -113,6 +124,8 @@ class MetricValues:
     """(seconds, phase) of a rollout that ended this pass."""
     stalled_members: int | None = None
     stalled_restarts: int = 0
+    autoscaling: AutoscalingFigures | None = None
+    """The autoscaler's figures (None: spec.autoscaling is off)."""
     error: str | None = None
     """The Degraded reason of a pass that could not finish."""
 
@@ -138,6 +151,9 @@ class Plan:
     switchovers: tuple[Switchover, ...] = ()
     """Warm handoffs to switch now: drain the old member, activate the standby, delete the old
     pod (after the calls, before the creations and deletions)."""
+    scale_to: int | None = None
+    """The autoscaler's new `spec.replicas`, written through the scale subresource last; the
+    next pass makes the change (planned leaves and joins)."""
 
 
 def summarize(plan: Plan) -> Sequence[str]:
@@ -156,6 +172,8 @@ def summarize(plan: Plan) -> Sequence[str]:
                      + (f": {why}" if why else ""))
     for p in plan.create:
         lines.append(f"create pod {p.pod['metadata']['name']} (member {p.ordinal}): {p.why}")
+    if plan.scale_to is not None:
+        lines.append(f"set spec.replicas to {plan.scale_to} (the autoscaler)")
     lines += [f"event {e.type} {e.reason}: {e.message}" for e in plan.events]
     return lines
 

@@ -22,8 +22,11 @@ IDLE_MEMBERS = "IdleMembers"
 UNASSIGNED_PARTITIONS = "UnassignedPartitions"
 BROKER_BOUNDS_KNOWN = "BrokerBoundsKnown"
 MEMBERS_STALLED = "MembersStalled"
+AUTOSCALING = "Autoscaling"
+"""Only with spec.autoscaling: True while the autoscaler is free to act, False while something
+holds it (its reason says what, its message what it would do)."""
 CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, ROLLOUT_AT_RISK, IDLE_MEMBERS,
-                   UNASSIGNED_PARTITIONS, BROKER_BOUNDS_KNOWN, MEMBERS_STALLED)
+                   UNASSIGNED_PARTITIONS, BROKER_BOUNDS_KNOWN, MEMBERS_STALLED, AUTOSCALING)
 
 # --- reasons: MembersStalled ---
 MEMBERS_PROGRESSING = "MembersProgressing"
@@ -80,6 +83,19 @@ PARTITIONS_UNASSIGNED = "PartitionsUnassigned"
 # --- reasons: BrokerBoundsKnown ---
 READ_FROM_BROKER = "ReadFromBroker"
 DESCRIBE_CONFIGS_DENIED = "DescribeConfigsDenied"
+
+# --- reasons: Autoscaling (decisions.autoscaling; the changes are also Events) ---
+LAG_ON_TARGET = "LagOnTarget"
+SCALING_UP = "ScalingUp"
+SCALING_DOWN = "ScalingDown"
+SCALING_TO_VALID_COUNT = "ScalingToEvenCount"
+INEFFECTIVE_SCALE_UP = "IneffectiveScaleUp"
+CHECKING_SCALE_UP = "CheckingScaleUp"
+AT_MAX_REPLICAS = "AtMaxReplicas"
+SCALING_BUDGET_SPENT = "ScalingBudgetSpent"
+AUTOSCALING_HELD = "AutoscalingHeld"
+REPLICAS_OWNED_ELSEWHERE = "ReplicasOwnedElsewhere"
+NO_EVEN_REPLICA_COUNT = "NoEvenReplicaCount"
 
 # --- Event-only reasons (the roller and the timeout tuner) ---
 ROLLOUT_STARTED = "RolloutStarted"

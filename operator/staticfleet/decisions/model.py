@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from staticfleet.decisions import kafkaspec, podsecurity
+from staticfleet.decisions.autoscaling import AutoscalingSpec, parse_autoscaling
 from staticfleet.decisions.kafkaspec import KafkaSpec
 from staticfleet.decisions.specfields import (
     SpecError,
@@ -200,6 +201,8 @@ class ConsumerGroupSpec:
     processing: ProcessingSpec = ProcessingSpec()
     rollout: RolloutSpec = RolloutSpec()
     recovery: RecoverySpec = RecoverySpec()
+    autoscaling: AutoscalingSpec | None = None
+    """`spec.autoscaling`; None: off (replicas are what spec.replicas says)."""
     restarted_at: str | None = None
     """Value of the `staticfleet.io/restartedAt` annotation: changing it restarts every member."""
     dynamic_membership_for_testing: bool = False
@@ -236,6 +239,7 @@ class ConsumerGroupSpec:
             processing=_parse_processing(as_obj(spec.get("processing"), "spec.processing")),
             rollout=_parse_rollout(as_obj(spec.get("rollout"), "spec.rollout")),
             recovery=_parse_recovery(as_obj(spec.get("recovery"), "spec.recovery")),
+            autoscaling=parse_autoscaling(spec.get("autoscaling")),
             restarted_at=opt_str(annotations, RESTARTED_AT_ANNOTATION, "metadata.annotations"),
             dynamic_membership_for_testing=(
                 str(annotations.get(DYNAMIC_MEMBERSHIP_ANNOTATION, "")).lower() == "true"

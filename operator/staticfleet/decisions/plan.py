@@ -26,11 +26,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from staticfleet.decisions import autoscaling as au
 from staticfleet.decisions import builders, pods, scaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
 from staticfleet.decisions import status as st
-from staticfleet.decisions.actions import Event, MetricValues, Plan, soonest
+from staticfleet.decisions.actions import AutoscalingFigures, Event, MetricValues, Plan, soonest
 from staticfleet.decisions.measurements import measure, recorded
 from staticfleet.decisions.members import MemberTable, observe_members
 from staticfleet.decisions.model import ConsumerGroupSpec
@@ -81,15 +82,20 @@ def decide(snap: Snapshot) -> Plan:
     # 6: Partitions nobody owns in a Stable group: a member asked to rejoin.
     unowned = pl.unowned(snap, spec, group, partitions, table, roll.state, changes.down,
                          seen.last)
-    # 7: The status, rebuilt from what was observed, with the members' problems.
+    # 7: The autoscaler's replica count (spec.autoscaling), from the lag and the members'
+    #    throughput, on the rebalance budget.
+    scaled = _autoscale(snap, spec, table, roll)
+    # 8: The status, rebuilt from what was observed, with the members' problems.
     problems = member_problems(snap, spec, table)
     status = _status(snap, spec, tuned, measured, total, roll, seen, changes, unowned,
-                     problems)
+                     problems, scaled)
     status["currentSpec"] = current_spec(snap, spec, status, view.revision)
-    # 8: The Events, in the order things were decided, then what the status newly shows.
+    # 9: The Events, in the order things were decided, then what the status newly shows.
     events = (*tuned.events, *seen.events, *changes.events,
+              *(scaled.events if scaled else ()),
               *_status_events(snap.previous, status, problems))
-    # 9: The plan: children to apply, members to call (activations, leaves, a rejoin), pods.
+    # 10: The plan: children to apply, members to call (activations, leaves, a rejoin), pods,
+    #     the new replica count.
     return Plan(
         status=_stamped(status, snap.previous, snap), group_configs=tuned.group_configs,
         children=(*_member_token_secret(snap, spec),
@@ -97,12 +103,36 @@ def decide(snap: Snapshot) -> Plan:
                   builders.build_headless_service(spec), builders.build_pdb(spec)),
         create=changes.create, delete=changes.delete, events=events,
         metrics=_metric_values(snap, spec, table, total, tuned, roll, seen, changes, unowned,
-                               status),
+                               status, scaled),
         requeue_after_s=soonest(roll.requeue_after_s, changes.requeue_after_s,
                                 pl.UNASSIGNED_GRACE_S if unowned.missing else None),
         calls=(activations + changes.down.calls
                + ((unowned.rejoin.call,) if unowned.rejoin else ())),
-        annotate=pods.marked_activated(table, activations), switchovers=roll.switchovers)
+        annotate=pods.marked_activated(table, activations), switchovers=roll.switchovers,
+        scale_to=scaled.scale_to if scaled else None)
+
+
+def _autoscale(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable, roll: Roll
+               ) -> au.Autoscale | None:
+    """The autoscaler's decision (None: spec.autoscaling is off)."""
+    if spec.autoscaling is None:
+        return None
+    assert snap.group is not None and snap.partitions is not None
+    loads = tuple(au.MemberLoad(float(t["recordsPerSecond"]), float(t["busyRatio"]),
+                                t.get("capacityRecordsPerSecond"))
+                  for s in snap.statuses.values()
+                  if s.get("assignment") and isinstance(t := s.get("throughput"), Mapping))
+    load = au.Load(lag_records=sum(snap.lag.values()) if snap.lag is not None else None,
+                   lag_age_s=snap.lag_age_s, members=loads)
+    situation = au.Situation(
+        replicas=spec.replicas, ready=table.ready_count(spec.replicas),
+        group_state=snap.group.state,
+        rollout_in_progress=roll.state.phase in PHASES_IN_PROGRESS,
+        replicas_owner=au.replicas_owner(snap.body))
+    assignor = (spec.membership.assignment_strategy if spec.membership.protocol == "classic"
+                else None)
+    return au.decide_autoscaling(spec.autoscaling, situation, load, snap.partitions, assignor,
+                                 snap.previous.get("autoscaling") or {}, snap.now)
 
 
 def _cannot_decide(snap: Snapshot) -> Plan | None:
@@ -120,11 +150,13 @@ def _cannot_decide(snap: Snapshot) -> Plan | None:
 
 def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Measurements,
             total: int, roll: Roll, seen: pl.Explained, changes: pods.PodChanges,
-            unowned: pl.Unowned, problems: Sequence[tuple[str, str]]) -> dict[str, Any]:
+            unowned: pl.Unowned, problems: Sequence[tuple[str, str]],
+            scaled: au.Autoscale | None) -> dict[str, Any]:
     """The status after this pass, but for `currentSpec`."""
     previous = snap.previous
     extra = (unowned.condition, bounds_condition(snap, spec),
-             stalled_condition(spec, changes.stalls, changes.stalled_restart, roll))
+             stalled_condition(spec, changes.stalls, changes.stalled_restart, roll),
+             *(((c.AUTOSCALING, scaled.condition),) if scaled else ()))
     conds = st.derive_conditions(
         previous.get("conditions") or [], group=spec, observed=roll.observation,
         rollout=roll.state, timeouts=tuned.effective, partitions=total, now=snap.now,
@@ -134,7 +166,8 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Mea
         update_revision=roll.state.revision or "",
         current_revision=previous.get("currentRevision"), timeouts=tuned.effective,
         partitions=total, measurements=recorded(snap, measured, roll.restarts),
-        conditions=conds)
+        conditions=(conds if scaled else
+                    [x for x in conds if x.get("type") != c.AUTOSCALING]))
     planned = (changes.down.planned or (unowned.rejoin.planned if unowned.rejoin else None)
                or seen.last)
     status.update({"groupId": spec.kafka.group_id,
@@ -146,7 +179,8 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Mea
                    + seen.planned,
                    "unassignedSince": c.rfc3339(unowned.since) if unowned.since else None,
                    "stalledRestarts": (int(previous.get("stalledRestarts") or 0)
-                                       + len(changes.stalled_restart))})
+                                       + len(changes.stalled_restart)),
+                   "autoscaling": scaled.status if scaled else None})
     return status
 
 
@@ -168,7 +202,8 @@ def _status_events(previous: Mapping[str, Any], status: Mapping[str, Any],
 
 def _metric_values(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable, total: int,
                    tuned: Tuned, roll: Roll, seen: pl.Explained, changes: pods.PodChanges,
-                   unowned: pl.Unowned, status: Mapping[str, Any]) -> MetricValues:
+                   unowned: pl.Unowned, status: Mapping[str, Any],
+                   scaled: au.Autoscale | None) -> MetricValues:
     assert snap.group is not None
     at_risk = c.get_condition(status["conditions"], c.ROLLOUT_AT_RISK)
     return MetricValues(
@@ -183,7 +218,11 @@ def _metric_values(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable, 
         timeout_changes=tuple(METRIC_NAMES[f] for f in tuned.changed),
         absences_s=tuple(r[1] for r in roll.restarts), processing_gaps_s=roll.gaps,
         rollout_finished=roll.finished, stalled_members=len(changes.stalls),
-        stalled_restarts=len(changes.stalled_restart))
+        stalled_restarts=len(changes.stalled_restart),
+        autoscaling=AutoscalingFigures(
+            lag_seconds=scaled.lag_seconds, target_lag_seconds=scaled.status["targetLagSeconds"],
+            desired_replicas=scaled.desired or spec.replicas,
+            budget_left=scaled.budget_left) if scaled else None)
 
 
 def _member_token_secret(snap: Snapshot, spec: ConsumerGroupSpec) -> tuple[dict[str, Any], ...]:

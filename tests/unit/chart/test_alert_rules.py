@@ -39,6 +39,7 @@ def test_the_alerts_the_project_asks_for() -> None:
         "StaticfleetRolloutStuck",
         "StaticfleetIdleMembers",
         "StaticfleetLagGrowing",
+        "StaticfleetLagTargetMissed",
         "StaticfleetMemberStalled",
         "StaticfleetDeadLetteredRecords",
     ]

@@ -21,14 +21,12 @@ from staticfleet_dev.demo import (
     cumulative_processed,
     demo_group,
     format_report,
-    group_ready,
     member_samples,
     parse_time,
     processed_total,
     processing,
     progress_line,
     restart_spans,
-    rollout_complete,
     rollout_view,
     throughput,
 )
@@ -101,35 +99,6 @@ def test_member_samples_pair_pods_with_their_status_by_uid() -> None:
         MemberSample(0, "c", ready=True, deleting=True),
         MemberSample(1, "b", ready=False, deleting=False),
     )
-
-
-def _cg(*, ready: str = "True", observed: int = 2, generation: int = 2,
-        phase: str = "Idle", revision: str = "r2", update: str = "r2") -> dict[str, Any]:
-    return {"metadata": {"generation": generation}, "status": {
-        "observedGeneration": observed, "updateRevision": update,
-        "conditions": [{"type": "Ready", "status": ready}],
-        "rollout": {"phase": phase, "revision": revision}}}
-
-
-@pytest.mark.parametrize(("cg", "expected"), [
-    (_cg(), True),
-    (_cg(ready="False"), False),
-    (_cg(observed=1), False),
-    (_cg(phase="Rolling"), False),
-    ({"metadata": {"generation": 1}}, False),
-])
-def test_group_ready(cg: dict[str, Any], expected: bool) -> None:
-    assert group_ready(cg) is expected
-
-
-@pytest.mark.parametrize(("cg", "expected"), [
-    (_cg(phase="Complete"), True),
-    (_cg(phase="Rolling"), False),
-    (_cg(phase="Complete", revision="r1"), False),   # a previous rollout's Complete
-    (_cg(phase="Complete", observed=1), False),
-])
-def test_rollout_complete(cg: dict[str, Any], expected: bool) -> None:
-    assert rollout_complete(cg) is expected
 
 
 # -- series and spans ------------------------------------------------------------------------

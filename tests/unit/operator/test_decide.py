@@ -186,6 +186,43 @@ def test_nothing_to_scale() -> None:
     assert not [e for e in reasons(plan) if e.startswith("Scaled")]
 
 
+def test_the_autoscaler_sets_replicas_from_the_lag_and_steps_aside_when_removed() -> None:
+    cg = body(replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 6,
+                                       "targetLagSeconds": 10})
+    pods, status = settled(cg)
+    (uid,) = [p["metadata"]["uid"] for p in pods]
+    busy = {uid: {"memberId": "m-0", "rebalances": 0, "assignment": [["orders", 0]],
+                  "throughput": {"recordsPerSecond": 50.0, "busyRatio": 1.0,
+                                 "capacityRecordsPerSecond": 50.0}}}
+    lag = {("orders", p): 200 for p in range(6)}  # 1,200 records at 50/s: 24 s
+    plan = decide(snapshot(cg, pods, previous=status, statuses=busy, lag=lag))
+    # (50 + 1200 / 10) / (50 * 0.8) = 4.25 -> 5 -> 6 (6 partitions: 1, 2, 3, 6)
+    assert plan.scale_to == 6
+    auto = plan.status["autoscaling"]
+    assert (auto["lagSeconds"], auto["desiredReplicas"], auto["budgetLeft"]) == (24.0, 6, 3)
+    assert ("Normal", c.SCALING_UP) in [(e.type, e.reason) for e in plan.events]
+    cond = c.get_condition(plan.status["conditions"], c.AUTOSCALING)
+    assert cond is not None and (cond["status"], cond["reason"]) == ("True", c.SCALING_UP)
+    assert plan.metrics.autoscaling is not None
+    assert plan.metrics.autoscaling.lag_seconds == 24.0
+    # another controller wrote replicas through the scale subresource: it stands aside
+    keda = copy.deepcopy(cg)
+    keda["metadata"]["managedFields"] = [{
+        "manager": "keda-operator", "operation": "Update", "subresource": "scale",
+        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
+    aside = decide(snapshot(keda, pods, previous=without_nulls(dict(plan.status)),
+                            statuses=busy, lag=lag))
+    assert aside.scale_to is None
+    cond = c.get_condition(aside.status["conditions"], c.AUTOSCALING)
+    assert cond is not None and cond["reason"] == c.REPLICAS_OWNED_ELSEWHERE
+    # spec.autoscaling removed: no decision, no condition, no status, no figures
+    off = decide(snapshot(body(replicas=1), pods, previous=without_nulls(dict(plan.status)),
+                          statuses=busy, lag=lag))
+    assert off.scale_to is None and "autoscaling" not in without_nulls(dict(off.status))
+    assert c.get_condition(off.status["conditions"], c.AUTOSCALING) is None
+    assert off.metrics.autoscaling is None
+
+
 def scale_down(replicas: int, *, after_s: float, left: tuple[int, ...] = ()
                ) -> tuple[Plan, Plan]:
     """The pass that asks the members beyond `replicas` to leave, and a pass `after_s` later

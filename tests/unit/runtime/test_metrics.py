@@ -11,7 +11,7 @@ CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances"
                  "lastPollAgeSeconds", "state", "processingReady", "waiting", "leaving",
                  "rejoins", "standby", "lastBatchAt", "lag",
                  "committed", "lastFetchAt", "drainedAt", "drainHoldSeconds",
-                 "drainResubscribes"}
+                 "drainResubscribes", "throughput"}
 
 
 def telemetry(standby: bool = False) -> Telemetry:
@@ -69,6 +69,44 @@ def test_status_has_exactly_the_contract_fields() -> None:
     assert status["batchSecondsMax"] == 0.4 and status["state"] == "starting"
     assert sample(t, "staticfleet_member_records_processed_total") == 15
     assert sample(t, "staticfleet_member_session_timeout_seconds") == 10
+
+
+def test_throughput_is_records_per_second_and_busy_share_over_the_last_minute() -> None:
+    t = telemetry()
+    t.assigned({("a", 0)}, now=90.0, member_id="m1")
+    assert t.status(now=99.0)["throughput"] is None  # Spark is not up: it processes nothing
+    t.spark_started(True, now=100.0)
+    t.batch_done(records=100, seconds=2.0, now=105.0)
+    assert t.status(now=109.0)["throughput"] is None  # under 10 s holding partitions
+    t.batch_done(records=300, seconds=3.0, now=120.0)
+    assert t.status(now=120.0)["throughput"] == {"recordsPerSecond": 20.0, "busyRatio": 0.25,
+                                                 "windowSeconds": 20.0,
+                                                 "capacityRecordsPerSecond": None}
+    # a minute later only the batches of the last 60 s count, and only their part in it
+    t.batch_done(records=60, seconds=30.0, now=170.0)
+    assert t.status(now=171.0)["throughput"] == {"recordsPerSecond": 6.0, "busyRatio": 0.55,
+                                                 "windowSeconds": 60.0,
+                                                 "capacityRecordsPerSecond": None}
+    t.revoked({("a", 0)}, lost=False)
+    assert t.status(now=172.0)["throughput"] is None  # holds nothing: serves nothing
+
+
+def test_capacity_is_what_full_batches_did_and_is_remembered_fifteen_minutes() -> None:
+    t = Telemetry(namespace="ns", group="g", member="g-0", instance_id="g-0",
+                  session_timeout_s=10, max_poll_interval_s=30, process_start=1000.0,
+                  started_at=100.0, max_records=100)
+    t.spark_started(True, now=100.0)
+    t.assigned({("a", 0)}, now=100.0, member_id="m1")
+    t.batch_done(records=100, seconds=0.5, now=110.0)  # full: 200 records/s
+    t.batch_done(records=80, seconds=0.6, now=111.0)   # full (80 %): together 180 / 1.1 s
+    t.batch_done(records=10, seconds=0.4, now=112.0)   # small: its fixed cost says nothing
+    assert t.status(now=120.0)["throughput"]["capacityRecordsPerSecond"] == 163.636
+    # long after the load went, small batches only: the capacity is still known...
+    t.batch_done(records=5, seconds=0.4, now=1000.0)
+    assert t.status(now=1001.0)["throughput"]["capacityRecordsPerSecond"] == 163.636
+    # ...for fifteen minutes
+    t.batch_done(records=5, seconds=0.4, now=1012.0)
+    assert t.status(now=1012.0)["throughput"]["capacityRecordsPerSecond"] is None
 
 
 def test_health_and_readiness_follow_poll_age_assignment_and_processing() -> None:

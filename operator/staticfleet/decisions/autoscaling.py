@@ -1,0 +1,479 @@
+"""Lag-driven autoscaling on a rebalance budget (`spec.autoscaling`, pure).
+
+Every change of the member count is a rebalance, so the autoscaler spends them like money:
+- **The signal is seconds of lag**: the group's backlog divided by the rate it processes at
+  (`lagSeconds`), measured from the members' own figures (each reports its records per second
+  and how busy its batch worker was over the last minute). The group scales up when the lag
+  exceeds `targetLagSeconds`, by the step that brings it back under the target within that
+  many seconds at the measured per-member capacity while keeping up with what arrives.
+- **Down slowly, in one step**: only after the lag stayed under half the target for
+  `scaleDownWindowSeconds`, to the smallest count that carries the highest arrival rate
+  measured in the last `scaleDownWindowSeconds` at `UTILIZATION`, in one step (not one member
+  at a time).
+- **Even spreads only**: replica counts divide the partition count (every topic's, under the
+  range assignor), never exceed it, and stay within `minReplicas..maxReplicas`.
+- **A scale-up must pay**: one that did not raise the processing rate by `EFFECTIVE_GAIN`
+  within `scaleUpCheckSeconds` while the lag stayed over the target is reverted
+  (`IneffectiveScaleUp`), and scale-ups wait `INEFFECTIVE_HOLD_S` after it.
+- **A budget**: at most `maxMembershipChangesPerHour` changes in any hour; once spent, the
+  condition says what the autoscaler would have done. A revert is always allowed (it undoes).
+- **It stands aside** while a rollout runs, while the group is not Stable or still carrying out
+  a change (fewer ready members than replicas), while the figures are missing or stale, and
+  while another controller owns `spec.replicas` (a KEDA scaler or an HPA writes it through the
+  `scale` subresource, which the API server records in `managedFields`).
+
+The decision's output is a replica count (the service writes it to `spec.replicas` through the
+`scale` subresource, as field manager `FIELD_MANAGER`); the next pass makes that change the way
+every scale change is made: members leave before their pods go, joins are counted as planned.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from staticfleet.decisions import conditions as c
+from staticfleet.decisions.actions import Event
+from staticfleet.decisions.specfields import SpecError, as_obj, int_or
+
+FIELD_MANAGER = "staticfleet-autoscaler"
+"""The field manager the autoscaler writes `spec.replicas` as."""
+UTILIZATION = 0.8
+"""The share of a member's measured capacity a scale decision plans to use."""
+EFFECTIVE_GAIN = 1.10
+"""A scale-up is effective when the processing rate rose by at least this factor."""
+INEFFECTIVE_HOLD_S = 3600.0
+"""After an ineffective scale-up is reverted, no scale-up for this long."""
+MIN_BUSY = 0.05
+"""A member busier than this tells its capacity (records/s divided by its busy share); an idler
+one is counted as if this busy, which underestimates its capacity (scales down less)."""
+STALE_LAG_S = 120.0
+"""Lag figures older than this are not acted on."""
+SAMPLE_S = 15.0
+"""The arrival rate is estimated from lag samples at least this far apart."""
+HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class AutoscalingSpec:
+    """`spec.autoscaling`: the bounds, the target and the budget."""
+
+    min_replicas: int = 1
+    max_replicas: int = 1
+    target_lag_seconds: float = 30.0
+    max_membership_changes_per_hour: int = 4
+    scale_down_window_s: float = 600.0
+    scale_up_check_s: float = 300.0
+
+
+def parse_autoscaling(body: Any) -> AutoscalingSpec | None:
+    """`spec.autoscaling` (None: absent, the autoscaler is off). Raises `SpecError`."""
+    if body is None:
+        return None
+    path = "spec.autoscaling"
+    obj = as_obj(body, path)
+    minimum = int_or(obj, "minReplicas", path, default=1, minimum=1)
+    if obj.get("maxReplicas") is None:
+        raise SpecError(f"{path}.maxReplicas", "is required: the most members the autoscaler "
+                        "may run (at most the partition count is used)")
+    maximum = int_or(obj, "maxReplicas", path, default=1, minimum=1)
+    if maximum < minimum:
+        raise SpecError(f"{path}.maxReplicas",
+                        f"must be at least minReplicas ({minimum}), got {maximum}")
+    return AutoscalingSpec(
+        min_replicas=minimum, max_replicas=maximum,
+        target_lag_seconds=float(int_or(obj, "targetLagSeconds", path, default=30, minimum=1)),
+        max_membership_changes_per_hour=int_or(obj, "maxMembershipChangesPerHour", path,
+                                               default=4, minimum=1),
+        scale_down_window_s=float(int_or(obj, "scaleDownWindowSeconds", path, default=600,
+                                         minimum=0)),
+        scale_up_check_s=float(int_or(obj, "scaleUpCheckSeconds", path, default=300,
+                                      minimum=10)))
+
+
+@dataclass(frozen=True)
+class MemberLoad:
+    """One serving member's throughput over its last window (its `/status` `throughput`)."""
+
+    records_per_second: float
+    busy_ratio: float
+    full_batch_capacity: float | None = None
+    """Records per second of batch time of its recent full batches (`capacityRecordsPerSecond`),
+    when it had any."""
+
+    @property
+    def capacity(self) -> float:
+        """Records per second it could process if it were busy all the time: what its full
+        batches did, else its rate over its busy share (an underestimate: small batches carry a
+        batch's fixed cost)."""
+        if self.full_batch_capacity:
+            return self.full_batch_capacity
+        return self.records_per_second / max(self.busy_ratio, MIN_BUSY)
+
+
+@dataclass(frozen=True)
+class Load:
+    """The group's load as one pass saw it."""
+
+    lag_records: int | None
+    lag_age_s: float | None
+    members: tuple[MemberLoad, ...] = ()
+
+    @property
+    def rate(self) -> float:
+        return sum(m.records_per_second for m in self.members)
+
+    def capacity_per_member(self) -> float | None:
+        """The median member's capacity (records/s), None when nobody processes anything."""
+        known = [m.capacity for m in self.members
+                 if m.records_per_second > 0 or m.full_batch_capacity]
+        return statistics.median(known) if known else None
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What holds a scale change back this pass, besides the figures."""
+
+    replicas: int
+    ready: int
+    group_state: str
+    rollout_in_progress: bool
+    replicas_owner: str | None = None
+    """Another field manager that owns `spec.replicas` through the scale subresource."""
+
+
+@dataclass(frozen=True)
+class Autoscale:
+    """The autoscaler's part of the plan."""
+
+    status: dict[str, Any]
+    condition: tuple[str, str, str]
+    """(status, reason, message) of the `Autoscaling` condition."""
+    scale_to: int | None = None
+    events: tuple[Event, ...] = ()
+    lag_seconds: float | None = None
+    """None: unknown; inf: a backlog nothing processes."""
+    desired: int | None = None
+    budget_left: int = 0
+
+
+def replicas_owner(body: Mapping[str, Any]) -> str | None:
+    """The field manager, other than the autoscaler, that last wrote `spec.replicas` through
+    the `scale` subresource (a KEDA scaler, an HPA, `kubectl scale`), from `managedFields`: an
+    update moves a field's ownership to its writer, so only the last writer owns it."""
+    for entry in (body.get("metadata") or {}).get("managedFields") or ():
+        owned = ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+        if (entry.get("subresource") == "scale" and "f:replicas" in owned
+                and entry.get("manager") != FIELD_MANAGER):
+            return str(entry.get("manager") or "?")
+    return None
+
+
+def valid_replicas(partitions: Mapping[str, int], assignor: str | None, spec: AutoscalingSpec
+                   ) -> tuple[int, ...]:
+    """The member counts that spread the partitions evenly, within the spec's bounds: divisors of
+    every topic's partition count under the range assignor (it assigns topic by topic), of the
+    total otherwise; never above the total (a member beyond it holds nothing)."""
+    counts = [n for n in partitions.values() if n > 0]
+    if not counts:
+        return ()
+    base = math.gcd(*counts) if assignor == "range" else sum(counts)
+    top = min(spec.max_replicas, sum(counts))
+    return tuple(n for n in range(max(1, spec.min_replicas), top + 1) if base % n == 0)
+
+
+def members_needed(demand: float, capacity: float | None) -> int | None:
+    """Members to process `demand` records/s at `UTILIZATION` of `capacity` each."""
+    if demand <= 0:
+        return 0
+    if not capacity:
+        return None
+    return math.ceil(demand / (capacity * UTILIZATION) - 1e-9)
+
+
+def _at_least(valid: Sequence[int], n: int) -> int:
+    return next((v for v in valid if v >= n), valid[-1])
+
+
+def _parse_time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
+def lag_seconds(load: Load) -> float | None:
+    """Seconds to process the backlog at the measured rate: 0 without a backlog, None (never)
+    when there is one and nothing is processed."""
+    if load.lag_records is None:
+        return None
+    if load.lag_records == 0:
+        return 0.0
+    return load.lag_records / load.rate if load.rate > 0 else math.inf
+
+
+def arrival_rate(load: Load, previous: Mapping[str, Any], now: datetime
+                 ) -> tuple[float | None, dict[str, Any] | None, bool]:
+    """Records/s arriving: the processing rate plus the lag's growth since the last sample (at
+    least `SAMPLE_S` apart); the sample to keep; whether the rate is a new measurement."""
+    kept = previous.get("arrivalRecordsPerSecond")
+    if load.lag_records is None:
+        return kept, previous.get("sample"), False
+    sample = previous.get("sample") or {}
+    at = _parse_time(sample.get("at"))
+    if at is None:
+        return None, {"at": c.rfc3339(now), "lagRecords": load.lag_records}, False
+    elapsed = (now - at).total_seconds()
+    if elapsed < SAMPLE_S:
+        return kept, dict(sample), False
+    growth = (load.lag_records - int(sample.get("lagRecords") or 0)) / elapsed
+    return (max(0.0, load.rate + growth),
+            {"at": c.rfc3339(now), "lagRecords": load.lag_records}, True)
+
+
+def recent_arrivals(previous: Mapping[str, Any], arrival: float | None, fresh: bool,
+                    now: datetime, window_s: float) -> list[list[Any]]:
+    """The arrival rates measured in the last `window_s` ([time, records/s]), this pass's new
+    one included: the scale-down sizes for the highest of them."""
+    out = [[t, r] for t, r in previous.get("arrivals") or ()
+           if (at := _parse_time(t)) is not None and (now - at).total_seconds() <= window_s]
+    if fresh and arrival is not None:
+        out.append([c.rfc3339(now), round(arrival, 3)])
+    return out
+
+
+@dataclass
+class _Pass:
+    """One decision's working state."""
+
+    spec: AutoscalingSpec
+    situation: Situation
+    load: Load
+    now: datetime
+    valid: tuple[int, ...]
+    previous: Mapping[str, Any]
+    status: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def replicas(self) -> int:
+        return self.situation.replicas
+
+    def changes(self) -> list[str]:
+        return [t for t in self.previous.get("changes") or ()
+                if (at := _parse_time(t)) is not None and self.now - at < HOUR]
+
+
+def decide_autoscaling(spec: AutoscalingSpec, situation: Situation, load: Load,
+                       partitions: Mapping[str, int], assignor: str | None,
+                       previous: Mapping[str, Any], now: datetime) -> Autoscale:
+    """This pass's scale decision, its status (`status.autoscaling`) and its condition."""
+    p = _Pass(spec, situation, load, now, valid_replicas(partitions, assignor, spec), previous)
+    changes = p.changes()
+    lag_s = lag_seconds(load)
+    arrival, sample, fresh = arrival_rate(load, previous, now)
+    arrivals = recent_arrivals(previous, arrival, fresh, now, spec.scale_down_window_s)
+    capacity = load.capacity_per_member()
+    p.status = {
+        "lagRecords": load.lag_records,
+        "lagSeconds": None if lag_s is None or math.isinf(lag_s) else round(lag_s, 1),
+        "processingRecordsPerSecond": round(load.rate, 1),
+        "arrivalRecordsPerSecond": None if arrival is None else round(arrival, 1),
+        "memberCapacityRecordsPerSecond": None if capacity is None else round(capacity, 1),
+        "targetLagSeconds": spec.target_lag_seconds,
+        "validReplicas": list(p.valid),
+        "changes": changes,
+        "budgetLeft": max(0, spec.max_membership_changes_per_hour - len(changes)),
+        "sample": sample,
+        "scaleUpsBlockedUntil": previous.get("scaleUpsBlockedUntil"),
+        "scaleUp": previous.get("scaleUp"),
+        "lowSince": previous.get("lowSince"),
+        "arrivals": arrivals,
+        "peakArrivalRecordsPerSecond": max(
+            (float(r) for _, r in arrivals), default=arrival),
+    }
+    to, reason, message = _decide(p, lag_s, arrival, capacity)
+    status, cond_reason, cond_message = "True", reason, message
+    if to is not None and to != p.replicas:
+        revert = reason == c.INEFFECTIVE_SCALE_UP
+        if not revert and p.status["budgetLeft"] <= 0:
+            status, cond_reason = "False", c.SCALING_BUDGET_SPENT
+            cond_message = (f"would scale {p.replicas} -> {to} ({message}), but "
+                            f"{len(changes)} membership changes in the last hour spent the "
+                            f"budget of {spec.max_membership_changes_per_hour}; the oldest "
+                            f"leaves the hour at {_budget_back(changes)}")
+            to = None
+        else:
+            p.status["changes"] = [*changes, c.rfc3339(now)]
+            p.status["budgetLeft"] = max(
+                0, spec.max_membership_changes_per_hour - len(p.status["changes"]))
+            p.status["lastScale"] = {"at": c.rfc3339(now), "from": p.replicas, "to": to,
+                                     "reason": reason, "message": message}
+            if to > p.replicas:
+                p.status["scaleUp"] = {"at": c.rfc3339(now), "from": p.replicas, "to": to,
+                                       "rateBefore": round(load.rate, 3)}
+            p.status["lowSince"] = None
+            p.events.append(Event("Warning" if revert else "Normal", reason,
+                                  f"scaling {p.replicas} -> {to}: {message}"))
+    else:
+        to = None
+        if reason in HOLD_REASONS:
+            status = "False"
+    desired = to if to is not None else p.replicas
+    p.status["desiredReplicas"] = desired
+    p.status["lastScale"] = p.status.get("lastScale") or previous.get("lastScale")
+    return Autoscale(status=p.status, condition=(status, cond_reason, cond_message),
+                     scale_to=to, events=tuple(p.events),
+                     lag_seconds=lag_s,
+                     desired=desired, budget_left=p.status["budgetLeft"])
+
+
+HOLD_REASONS = (c.AUTOSCALING_HELD, c.REPLICAS_OWNED_ELSEWHERE, c.NO_EVEN_REPLICA_COUNT,
+                c.AT_MAX_REPLICAS)
+"""Reasons that turn the Autoscaling condition False (and a spent budget)."""
+CHANGE_REASONS = (c.SCALING_UP, c.SCALING_DOWN, c.SCALING_TO_VALID_COUNT, c.INEFFECTIVE_SCALE_UP)
+"""The reasons of the Events that announce a change."""
+
+
+def _budget_back(changes: Sequence[str]) -> str:
+    oldest = min((at for t in changes if (at := _parse_time(t)) is not None), default=None)
+    return c.rfc3339(oldest + HOUR) if oldest else "?"
+
+
+def _decide(p: _Pass, lag_s: float | None, arrival: float | None, capacity: float | None
+            ) -> tuple[int | None, str, str]:
+    """(replicas to scale to or None, reason, message), the rules in order."""
+    held = _held(p)
+    if held is not None:
+        return None, *held
+    target = p.spec.target_lag_seconds
+    revert = _ineffective(p, lag_s, target)
+    if revert is not None:
+        return revert
+    if p.replicas < p.valid[0] or p.replicas > p.valid[-1] or p.replicas not in p.valid:
+        to = (_at_least(p.valid, p.replicas) if p.replicas <= p.valid[-1] else p.valid[-1])
+        return to, c.SCALING_TO_VALID_COUNT, (
+            f"{p.replicas} members do not spread the partitions evenly within "
+            f"{p.spec.min_replicas}..{p.spec.max_replicas}; valid counts: "
+            f"{', '.join(map(str, p.valid))}")
+    assert lag_s is not None
+    if lag_s > target:
+        p.status["lowSince"] = None
+        return _scale_up(p, lag_s, arrival, capacity)
+    return _scale_down(p, lag_s, arrival, capacity)
+
+
+def _held(p: _Pass) -> tuple[str, str] | None:
+    """Why no change may be made this pass (reason, message), or None."""
+    s = p.situation
+    if s.replicas_owner:
+        return c.REPLICAS_OWNED_ELSEWHERE, (
+            f"spec.replicas is written by {s.replicas_owner} through the scale subresource: "
+            "the autoscaler stands aside (remove spec.autoscaling, or stop the other "
+            "controller and set spec.replicas in the manifest to hand it back)")
+    if not p.valid:
+        return c.NO_EVEN_REPLICA_COUNT, (
+            f"no member count within {p.spec.min_replicas}..{p.spec.max_replicas} spreads the "
+            "partitions evenly (a divisor of the partition count); widen the bounds")
+    if s.rollout_in_progress:
+        return c.AUTOSCALING_HELD, "a rollout is in progress"
+    if s.group_state != "Stable":
+        return c.AUTOSCALING_HELD, f"the group is {s.group_state}, not Stable"
+    if s.ready < s.replicas:
+        return c.AUTOSCALING_HELD, (f"{s.ready} of {s.replicas} members ready: a change or a "
+                                    "restart is under way")
+    load = p.load
+    if load.lag_records is None or load.lag_age_s is None or load.lag_age_s > STALE_LAG_S:
+        return c.AUTOSCALING_HELD, "the group's lag is unknown or older than "\
+            f"{STALE_LAG_S:.0f} s"
+    if not load.members:
+        return c.AUTOSCALING_HELD, ("no member reports its throughput yet (/status "
+                                    "throughput)")
+    return None
+
+
+def _ineffective(p: _Pass, lag_s: float | None, target: float
+                 ) -> tuple[int | None, str, str] | None:
+    """The revert of a scale-up that did not raise the processing rate once its check is due;
+    no other change before (None: no scale-up is being judged, or it paid)."""
+    up = p.previous.get("scaleUp")
+    at = _parse_time((up or {}).get("at"))
+    if not up or at is None:
+        return None
+    due = at + timedelta(seconds=p.spec.scale_up_check_s)
+    if p.now < due:
+        return None, c.CHECKING_SCALE_UP, (
+            f"the scale-up {up.get('from')} -> {up.get('to')} at {up.get('at')} is judged at "
+            f"{c.rfc3339(due)} (it must raise the processing rate by "
+            f"{round((EFFECTIVE_GAIN - 1) * 100)} % unless the lag is back on target); no "
+            "other change before")
+    p.status["scaleUp"] = None
+    before = float(up.get("rateBefore") or 0)
+    gained = p.load.rate >= before * EFFECTIVE_GAIN
+    if gained or (lag_s is not None and lag_s <= target) or p.replicas != up.get("to"):
+        return None
+    p.status["scaleUpsBlockedUntil"] = c.rfc3339(p.now + timedelta(seconds=INEFFECTIVE_HOLD_S))
+    back = int(up.get("from") or p.replicas)
+    return back, c.INEFFECTIVE_SCALE_UP, (
+        f"the scale-up {back} -> {p.replicas} at {up.get('at')} did not raise the processing "
+        f"rate by {round((EFFECTIVE_GAIN - 1) * 100)} % in {p.spec.scale_up_check_s:.0f} s "
+        f"({before:.1f} -> {p.load.rate:.1f} records/s) and the lag is still over the target: "
+        f"reverted; no scale-up before {p.status['scaleUpsBlockedUntil']} (the bottleneck is "
+        "elsewhere: the sink, the brokers, a hot partition)")
+
+
+def _scale_up(p: _Pass, lag_s: float, arrival: float | None, capacity: float | None
+              ) -> tuple[int | None, str, str]:
+    target = p.spec.target_lag_seconds
+    shown = "no records processed" if math.isinf(lag_s) else f"{lag_s:.0f} s"
+    blocked = _parse_time(p.previous.get("scaleUpsBlockedUntil"))
+    if blocked is not None and p.now < blocked:
+        return None, c.AUTOSCALING_HELD, (
+            f"lag {shown} over the target {target:.0f} s, but scale-ups wait until "
+            f"{c.rfc3339(blocked)} after an ineffective one")
+    if p.replicas >= p.valid[-1]:
+        return None, c.AT_MAX_REPLICAS, (
+            f"lag {shown} over the target {target:.0f} s at {p.replicas} members, the most "
+            f"allowed (maxReplicas {p.spec.max_replicas}, {p.valid[-1]} the largest even count)")
+    lag = p.load.lag_records or 0
+    need = members_needed((arrival or p.load.rate) + lag / target, capacity)
+    if need is None:
+        return None, c.AUTOSCALING_HELD, (
+            f"lag {shown} over the target {target:.0f} s but no member processes records: "
+            "more members would not help (see MembersStalled)")
+    to = _at_least(p.valid, max(need, p.replicas + 1))
+    arriving = "arrival not measured yet" if arrival is None else f"{arrival:.1f} arriving"
+    return to, c.SCALING_UP, (
+        f"lag {shown} over the target {target:.0f} s ({lag} records, "
+        f"{p.load.rate:.1f} records/s processed, {arriving}); {capacity or 0:.1f} records/s "
+        f"per member: {need} members bring it under the target")
+
+
+def _scale_down(p: _Pass, lag_s: float, arrival: float | None, capacity: float | None
+                ) -> tuple[int | None, str, str]:
+    target = p.spec.target_lag_seconds
+    if lag_s > target / 2 or arrival is None:
+        p.status["lowSince"] = None
+        return None, c.LAG_ON_TARGET, (f"lag {lag_s:.0f} s within the target {target:.0f} s")
+    since = _parse_time(p.previous.get("lowSince")) or p.now
+    peak = max(float(p.status["peakArrivalRecordsPerSecond"] or 0), arrival)
+    p.status["lowSince"] = c.rfc3339(since)
+    need = members_needed(peak, capacity)
+    to = _at_least(p.valid, max(need or 0, 1)) if need is not None else p.replicas
+    if to >= p.replicas:
+        return None, c.LAG_ON_TARGET, (f"lag {lag_s:.0f} s within the target {target:.0f} s; "
+                                       f"{p.replicas} members needed for {peak:.1f} records/s")
+    waited = (p.now - since).total_seconds()
+    if waited < p.spec.scale_down_window_s:
+        return None, c.LAG_ON_TARGET, (
+            f"lag {lag_s:.0f} s under half the target for {waited:.0f} s: {to} members would "
+            f"do (the peak {peak:.1f} records/s at {capacity or 0:.1f} per member); scaling "
+            f"down after {p.spec.scale_down_window_s:.0f} s")
+    return to, c.SCALING_DOWN, (
+        f"lag under half the target {target:.0f} s for {waited:.0f} s; the peak arrival in "
+        f"that window, {peak:.1f} records/s, needs {to} members at {capacity or 0:.1f} "
+        "records/s each")

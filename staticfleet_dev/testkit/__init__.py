@@ -1,0 +1,16 @@
+"""The test kit: what the tests, the benchmarks and the demo share to drive a running system.
+
+- `poll`: waiting until something is true (`wait_for`), and polling in the background while
+  acting (`Poller`);
+- `kube`: kubectl against an API server, the CRDs, namespaces, the examples as objects;
+- `groups`: ConsumerGroup objects (`consumer_group`), reading them back, what their status
+  says (`ready_and_idle`, `rollout_complete`) and waiting on it (`start`, `wait_rollout`);
+- `operator`: the operator as a real process (`OperatorProcess`), this checkout's or an
+  earlier commit's (`Variant`, `worktree`);
+- `probe`: a bare confluent-kafka group member as a process, for broker-level tests;
+- `secured`: a broker with secured listeners and the credentials of each.
+
+A wait that runs out raises AssertionError saying what it waited for and what it last saw, as
+a test's assert would. The kit imports neither pytest nor the tests; the tests' fixtures stay
+in tests/conftest.py.
+"""

@@ -1,0 +1,162 @@
+"""Lag-driven autoscaling on a rebalance budget, on the real broker and API server.
+
+A group of members bound by a slow call per batch (not by CPU: more members really process
+more on this 2-core machine) gets a load step: the autoscaler scales it up by the step that
+brings the lag under its target, and back down in one step once the load has been low for its
+window; every change is a planned rebalance, every count divides the partition count, nothing is
+lost. Then a KEDA-like scaler writes the scale subresource: the autoscaler stands aside, and
+staticfleet still makes the scaler's step planned.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from staticfleet import apply as kube_apply
+from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.spark_connect import ConnectServer
+from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
+from tests.conftest import unique
+from tests.support import groups
+from tests.support.kube import get_json
+from tests.support.operator import OperatorProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+
+REPO = Path(__file__).resolve().parents[2]
+PARTITIONS = 4
+TARGET_S = 10
+WINDOW_S = 30
+CHECK_S = 60
+
+
+def events(kubeconfig: Path, namespace: str, name: str) -> list[dict[str, Any]]:
+    items = get_json(kubeconfig, "-n", namespace, "events", "--field-selector",
+                     f"involvedObject.kind=ConsumerGroup,involvedObject.name={name}")["items"]
+    return sorted(items, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or ()
+                 if c["type"] == type_), {})
+
+
+def scaled_to(replicas: int) -> Callable[[dict[str, Any]], bool]:
+    def check(obj: dict[str, Any]) -> bool:
+        status = obj.get("status") or {}
+        return (obj["spec"]["replicas"] == replicas and groups.ready(obj)
+                and status.get("replicas") == replicas
+                and status.get("readyReplicas") == replicas)
+    return check
+
+
+def test_a_load_step_scales_up_and_back_down_with_planned_rebalances_only_and_keda_is_obeyed(
+    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
+    make_topic: Callable[..., str], spark_connect: ConnectServer,
+) -> None:
+    name = unique("auto")
+    topic, out = make_topic("auto-in", PARTITIONS), make_topic("auto-out", PARTITIONS)
+    spec = groups.consumer_group(
+        name, kafka.bootstrap, topic, replicas=1, out_topic=out, max_records=50,
+        env=[{"name": "PYTHONPATH", "value": str(REPO)}], connect_url=spark_connect.url)
+    spec["spec"]["processing"]["transform"] = (
+        "tests.integration.spark_test_transforms:latency_bound")
+    spec["spec"]["processing"]["batch"]["maxWaitMs"] = 200
+    spec["spec"]["autoscaling"] = {
+        "minReplicas": 1, "maxReplicas": 8, "targetLagSeconds": TARGET_S,
+        "scaleDownWindowSeconds": WINDOW_S, "scaleUpCheckSeconds": CHECK_S,
+        "maxMembershipChangesPerHour": 4}
+    base = SteadyProducer(kafka.bootstrap, topic, rate=20).start()
+    producers = [base]
+    try:
+        groups.apply(kubeconfig, namespace, spec)
+        groups.wait_status(kubeconfig, namespace, name, groups.ready, 240, "Ready")
+        steady = groups.wait_status(
+            kubeconfig, namespace, name,
+            lambda o: condition(o, "Autoscaling").get("reason") == "LagOnTarget", 90,
+            "on target at the base load")
+        formed = steady["status"]
+
+        # 1. The load step: 15 times the base load, several times what one member does.
+        began = time.monotonic()
+        step = SteadyProducer(kafka.bootstrap, topic, rate=300).start()
+        producers.append(step)
+        up = groups.wait_status(kubeconfig, namespace, name,
+                                lambda o: o["spec"]["replicas"] > 1, 120, "scaled up")
+        up_after = time.monotonic() - began
+        auto = up["status"].get("autoscaling") or {}
+        print(f"scaled up to {up['spec']['replicas']} {up_after:.1f} s after the load step: "
+              f"{auto.get('lastScale')}")
+        assert up["spec"]["replicas"] == PARTITIONS, auto  # 1, 2, 4 valid; the step needs 4
+        groups.wait_status(kubeconfig, namespace, name, scaled_to(PARTITIONS), 180,
+                           f"Ready with {PARTITIONS} members")
+        time.sleep(20)  # the four catch up under the load
+        step.stop()
+
+        # 2. Low load again: after the scale-up was judged and the window passed, one step down.
+        down = groups.wait_status(kubeconfig, namespace, name, scaled_to(1),
+                                  CHECK_S + WINDOW_S + 180, "scaled back down to 1")
+        auto = down["status"]["autoscaling"]
+        print(f"back to 1 {time.monotonic() - began:.1f} s after the load step: "
+              f"{auto.get('lastScale')}")
+        changes = [(int(a), int(b)) for e in events(kubeconfig, namespace, name)
+                   if e["reason"] in ("ScalingUp", "ScalingDown")
+                   for a, b in re.findall(r"scaling (\d+) -> (\d+)", e["message"])]
+        assert changes == [(1, PARTITIONS), (PARTITIONS, 1)], changes
+        assert all(PARTITIONS % b == 0 for _, b in changes)
+        assert len(auto["changes"]) == 2 and auto["budgetLeft"] == 2, auto
+        status = down["status"]
+        assert status["rebalances"] - formed["rebalances"] == (
+            status["plannedRebalances"] - formed.get("plannedRebalances", 0)) > 0, (
+            "every rebalance of the scale-up and the scale-down was planned", formed, status)
+        metrics = operator.metrics()
+        for series in ("staticfleet_consumergroup_lag_seconds",
+                       "staticfleet_autoscaler_desired_replicas",
+                       "staticfleet_autoscaler_budget_left",
+                       "staticfleet_autoscaler_target_lag_seconds"):
+            assert re.search(rf'^{series}{{[^}}]*group="{name}"', metrics, re.M), series
+        assert re.search(rf'^staticfleet_autoscaler_budget_left{{[^}}]*group="{name}"[^}}]*}} '
+                         r'2\.0$', metrics, re.M)
+
+        # 3. A KEDA-like scaler takes replicas over through the scale subresource: the
+        #    autoscaler stands aside (it would scale down again), the step is still planned.
+        kube = kube_apply.Kube(kube_apply.load_client(str(kubeconfig)))
+        kube.custom.patch_namespaced_custom_object_scale(
+            "staticfleet.io", "v1alpha1", namespace, "consumergroups", name,
+            {"spec": {"replicas": 2}}, field_manager="keda-operator",
+            _content_type="application/merge-patch+json")
+        keda = groups.wait_status(kubeconfig, namespace, name, scaled_to(2), 180,
+                                  "Ready with the scaler's 2")
+        aside = condition(keda, "Autoscaling")
+        assert (aside["status"], aside["reason"]) == ("False", "ReplicasOwnedElsewhere"), aside
+        assert "keda-operator" in aside["message"]
+        time.sleep(WINDOW_S + 10)  # long enough for the autoscaler to have scaled down
+        held = groups.get(kubeconfig, namespace, name)
+        assert held["spec"]["replicas"] == 2, held["status"].get("autoscaling")
+        assert held["status"]["rebalances"] - formed["rebalances"] == (
+            held["status"]["plannedRebalances"] - formed.get("plannedRebalances", 0))
+        warnings = [(e["reason"], e["message"]) for e in events(kubeconfig, namespace, name)
+                    if e["type"] == "Warning"]
+        assert warnings == []
+    finally:
+        for producer in producers:
+            producer.stop()
+
+    produced: list[bytes] = []
+    for producer in producers:
+        assert not producer.failed, producer.failed
+        produced += producer.produced
+    deadline = time.monotonic() + 180
+    while committed_lag(kafka.bootstrap, name, topic) > 0:
+        assert time.monotonic() < deadline, "the group did not catch up within 180 s"
+        time.sleep(1)
+    missing = set(produced) - set(read_all(kafka.bootstrap, out))
+    assert produced and not missing, f"{len(missing)} of {len(produced)} records lost"
+    print(json.dumps(groups.get(kubeconfig, namespace, name)["status"]["autoscaling"]))
