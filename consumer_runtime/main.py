@@ -42,6 +42,8 @@ def process_age() -> float:
         return 0.0
 
 
+# Long: the process's start in its order (configuration, telemetry, HTTP, consumer, Spark,
+# signals), each failure with its exit code; the HTTP callbacks reach the member made later.
 def main(env: Mapping[str, str] | None = None) -> int:
     age, started_at, wall = process_age(), time.monotonic(), time.time()
     env = os.environ if env is None else env
@@ -71,7 +73,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
         return "the member is still starting" if member is None else member.request(action)
 
     def drain(hold_s: float | None, wait_s: float) -> tuple[str | None, bool]:
-        """POST /drain (consumer_runtime/member.py)."""
+        """POST /drain (consumer_runtime/steering.py)."""
         if member is None:
             return "the member is still starting", False
         return member.drain(hold_s, wait_s)

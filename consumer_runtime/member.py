@@ -8,40 +8,19 @@ until the worker is done. When the worker is done, the loop hands over the next 
 due, commits the finished batch's offsets synchronously and resumes the partitions. Every
 consumer call happens on this thread. The stages are timed (consumer_runtime/timeline.py).
 
-The operator steers the loop through four requests, each honoured only between batches (the
-batch in flight finishes and is committed first, with the partitions paused): stop (SIGTERM:
-close, a static member keeps its registration), leave (POST /leave: give the partitions up at once
-and stay out of the group), rejoin (POST /rejoin: leave and subscribe again, so the group's
-assignment is computed anew) and drain (POST /drain: close the consumer the static way and stay
-up, a warm handoff's first half). membership.py says how a leave and a refused join work.
-
-A drain hands the instance id over without waiting for the process to end: the consumer closes
-as on a stop (classic: no LeaveGroup, the broker keeps the registration and its assignment for the
-session timeout; KIP-848: the static leave, epoch -2, which keeps them too), the request is
-answered once it has, and the process stays up, out of the group, until its pod is deleted. The
-operator activates the replacement the moment the drain answers. A drained process that is not
-replaced within its hold (`holdMs` of the request, well inside the session timeout: the
-operator died between the two calls, the standby failed) subscribes again by itself, as the same
-static member, so a drain never costs a rebalance; it does not when the broker shows another
-process holding its instance id (the replacement did join).
-
-A standby process (a warm handoff's replacement, `config.standby`) does not subscribe before a
-fourth request, activate (POST /activate, taken once Spark is up and warm: standby-ready): it
-starts Spark and warms it up meanwhile, with its consumer made but outside the group, so the old
-member of its instance id runs undisturbed until it has closed. Joining earlier would fence the
-old member (classic) or be refused (KIP-848). Every request comes with the operator's token
-(consumer_runtime/control.py), which the HTTP server checks first.
+The operator steers the loop through its requests (stop, leave, rejoin, drain and, for a
+standby, activate), each carried out only between batches: the batch in flight finishes and is
+committed first, with the partitions paused. consumer_runtime/steering.py says what each request
+means and when it is taken; membership.py says how a leave and a refused join work.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -50,6 +29,7 @@ from consumer_runtime.config import RuntimeConfig
 from consumer_runtime.membership import (
     UNRELEASED,
     GroupView,
+    consumer_settings,
     is_fatal,
     is_unreleased_instance_id,
     join_backoff,
@@ -59,12 +39,12 @@ from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import Outcome
 from consumer_runtime.records import Batch, next_offsets
 from consumer_runtime.records import TopicPartition as TP
+from consumer_runtime.steering import DRAIN, LEAVE, REJOIN, STOP, Requests
 from consumer_runtime.timeline import POLL, Timeline
 
 log = logging.getLogger(__name__)
 BUSY_POLL_S = 0.05
 IDLE_POLL_S = 0.5
-STATS_INTERVAL_MS = 5000
 HOLD_UNPAUSED_S = 2.0
 """With the buffer full, how long the loop just waits for the worker before it pauses the
 partitions and goes back to polling."""
@@ -78,49 +58,8 @@ LEAVE_CONFIRM_S = 15.0
 """How long a leave waits for the broker to show the member without partitions before it closes
 anyway (the partitions then move when the registration's session times out)."""
 LEAVE_CHECK_S = 0.2
-STOP = "stop"
-LEAVE = "leave"
-REJOIN = "rejoin"
-ACTIVATE = "activate"
-DRAIN = "drain"
-DRAIN_HOLD_S = 5.0
-"""How long a drained process waits to be replaced before it subscribes again, when the request
-does not say (`holdMs`)."""
-DRAIN_HOLD_MAX_S = 300.0
 DRAIN_CHECK_S = 0.5
 """Between two looks at the group, once a drained process's hold is over."""
-
-
-def consumer_settings(config: RuntimeConfig, telemetry: Telemetry) -> dict[str, Any]:
-    """librdkafka settings: the operator's, plus what the runtime owns (manual commits, ids)."""
-    settings: dict[str, Any] = {"statistics.interval.ms": STATS_INTERVAL_MS}
-    settings.update(config.consumer)
-    settings.update({
-        "bootstrap.servers": config.bootstrap_servers,
-        "group.id": config.group_id,
-        "client.id": config.member,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "stats_cb": telemetry.stats,
-        "error_cb": _log_error,
-    })
-    if config.group_instance_id:
-        settings["group.instance.id"] = config.group_instance_id
-    return settings
-
-
-def activation_refused(*, active: bool, stopping: bool, standby: str | None) -> str | None:
-    """Why a process does not take POST /activate now (None: it does): only a standby that is
-    standby-ready does (`standby` as /status says it). One that is still warming would hold
-    partitions in the group that it cannot process until Spark is up."""
-    if active:
-        return "not in standby: already active"
-    if stopping:
-        return "stopping"
-    if standby != "ready":
-        return ("standby not ready yet: Spark is still starting or warming up (/status standby "
-                f"is {standby!r}); activate it once it is 'ready'")
-    return None
 
 
 def _log_error(err: KafkaError) -> None:
@@ -159,7 +98,7 @@ class Member:
         self.handle = handle
         self.ready = ready
         self.startup_check = startup_check
-        self.consumer: Consumer | None = Consumer(consumer_settings(config, telemetry))
+        self.consumer: Consumer | None = self._new_consumer()
         self.worker = cf.ThreadPoolExecutor(1, thread_name_prefix="batch")
         self.buffer = BatchBuffer(config.batch)
         self.inflight: InFlight | None = None
@@ -167,19 +106,8 @@ class Member:
         self.paused: set[TP] = set()
         self.joined = False
         """In the group: assigned (possibly nothing) since the last revoke that left it empty."""
-        self.stopping = threading.Event()
-        self.activation = threading.Event()
-        if not config.standby:
-            self.activation.set()
-        self._requests = threading.Lock()
-        self.leave_requested = False
-        self.rejoin_requested = False
-        self.rejoining = False
-        """Subscribed again after a rejoin, not yet assigned."""
-        self.drain_requested = False
-        self.drain_hold_s = DRAIN_HOLD_S
-        self.drained = threading.Event()
-        """Out of the group after a drain (consumer closed), waiting to be replaced."""
+        self.requests = Requests(telemetry, config.standby)
+        """The operator's requests, shared with the HTTP thread."""
         self.drained_member_id = ""
         self.drain_ends_at = 0.0
         """When a drained process looks whether it was replaced, and subscribes again if not."""
@@ -199,81 +127,21 @@ class Member:
         self.revoke_wait_s = max(1.0, 0.8 * config.max_poll_interval_ms / 1000.0)
         self.hold_unpaused_s = min(HOLD_UNPAUSED_S, config.max_poll_interval_ms / 4000.0)
 
+    def _new_consumer(self) -> Consumer:
+        return Consumer({**consumer_settings(self.config), "stats_cb": self.telemetry.stats,
+                         "error_cb": _log_error})
+
     def request_stop(self) -> None:
-        self.stopping.set()
+        self.requests.stopping.set()
 
     def request(self, action: str) -> str | None:
-        """Take an operator request (ACTIVATE, LEAVE or REJOIN; a drain is `drain`; from the
-        HTTP thread, which checked the operator's token): None when accepted, else why not.
-        ACTIVATE is taken only by a standby that is standby-ready. The loop carries it out
-        between batches."""
-        with self._requests:
-            if action == ACTIVATE:
-                refused = activation_refused(active=self.activation.is_set(),
-                                             stopping=self.stopping.is_set(),
-                                             standby=self.telemetry.standby)
-                if refused is not None:
-                    return refused
-                self.telemetry.activated(time.monotonic())
-                self.activation.set()
-                return None
-            if not self.activation.is_set():
-                return "in standby: not in the group (POST /activate first)"
-            if self.drained.is_set():
-                return "drained: out of the group until it is replaced or subscribes again"
-            if action == LEAVE:
-                if self.leave_requested:
-                    return "already leaving the group" if not self.left else "left the group"
-                self.leave_requested = True
-                self.telemetry.leave_accepted()
-                return None
-            if action != REJOIN:
-                return f"unknown request {action!r}"
-            if self.leave_requested:
-                return "leaving the group"
-            if self.stopping.is_set():
-                return "stopping"
-            if self.rejoin_requested or self.rejoining:
-                return "a rejoin is already under way"
-            if not self.joined:
-                return "not in the group"
-            self.rejoin_requested = True
-            return None
+        """An operator request, from the HTTP thread: None when taken, else why not
+        (`Requests.take`)."""
+        return self.requests.take(action, joined=self.joined, left=self.left)
 
     def drain(self, hold_s: float | None, wait_s: float) -> tuple[str | None, bool]:
-        """POST /drain: (why not, None when taken; drained within `wait_s`). Taken again by a
-        drained process (it answers at once); `hold_s`: how long to wait to be replaced before
-        subscribing again (DRAIN_HOLD_S when None; at most DRAIN_HOLD_MAX_S)."""
-        with self._requests:
-            if not self.activation.is_set():
-                return "in standby: not in the group (POST /activate first)", False
-            refused = self._take_drain(DRAIN_HOLD_S if hold_s is None else hold_s)
-        if refused is not None:
-            return refused, False
-        return None, self.drained.wait(max(0.0, wait_s))
-
-    def _take_drain(self, hold_s: float) -> str | None:
-        """(Under `_requests`.) Why a drain is not taken now, or None after taking it."""
-        if self.leave_requested:
-            return "leaving the group"
-        if self.stopping.is_set():
-            return "stopping"
-        if self.drained.is_set():
-            return None
-        self.drain_requested = True
-        self.drain_hold_s = min(max(0.0, hold_s), DRAIN_HOLD_MAX_S)
-        return None
-
-    def _action(self) -> str | None:
-        """What the loop is draining for: a leave outranks a stop, which outranks a drain,
-        which outranks a rejoin."""
-        if self.leave_requested:
-            return LEAVE
-        if self.stopping.is_set():
-            return STOP
-        if self.drain_requested:
-            return DRAIN
-        return REJOIN if self.rejoin_requested else None
+        """POST /drain, from the HTTP thread (`Requests.take_drain`)."""
+        return self.requests.take_drain(hold_s, wait_s)
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -297,8 +165,8 @@ class Member:
                 if self.failure is not None:
                     break
                 now = time.monotonic()
-                action = self._action()
-                if self.drained.is_set():
+                action = self.requests.action()
+                if self.requests.drained.is_set():
                     if action == STOP:
                         break
                     self._hold_drained(now)
@@ -339,32 +207,32 @@ class Member:
         if self.failure is not None:
             log.error("member stops: %s", self.failure)
             return 1
-        if self.left and not self.stopping.is_set():
+        if self.left and not self.requests.stopping.is_set():
             # Out of the group for good. Exiting would get the container restarted (restart
             # policy Always) and the new process would join again; the pod's deletion ends it.
             log.info("out of the group; waiting for SIGTERM")
-            while not self.stopping.wait(1.0):
+            while not self.requests.stopping.wait(1.0):
                 self.telemetry.polled(time.monotonic())
         return 0
 
     def _stand_by(self) -> bool:
         """In standby, wait for activation while Spark starts: True once activated (at once for
         a process that is not a standby), False when stopped or Spark failed first."""
-        if self.activation.is_set():
+        if self.requests.activation.is_set():
             return True
         log.info("standby: starting Spark; joining group %s only when activated (POST /activate)",
                  self.config.group_id)
-        while not self.activation.is_set():
+        while not self.requests.activation.is_set():
             now = time.monotonic()
             self.telemetry.polled(now)
             self.failure = self.startup_check()
-            if self.failure is not None or self.stopping.is_set():
+            if self.failure is not None or self.requests.stopping.is_set():
                 return False
             if self.ready() and self.telemetry.standby == "warming":
                 self.telemetry.became_standby_ready(now)
                 log.info("standby ready %.3f s after process start: Spark is up and warm",
                          self.telemetry.standby_ready_s or 0.0)
-            self.activation.wait(BUSY_POLL_S)
+            self.requests.activation.wait(BUSY_POLL_S)
         log.info("activated: joining group %s", self.config.group_id)
         return True
 
@@ -376,7 +244,7 @@ class Member:
 
     def _poll(self, now: float) -> None:
         assert self.consumer is not None
-        draining = self._action() is not None
+        draining = self.requests.action() is not None
         hold = draining or self.buffer.full()
         flight = self.inflight
         if hold and not draining and flight is not None \
@@ -412,7 +280,7 @@ class Member:
             log.info("first records after the assignment fetched in %.3f s",
                      after - self.assigned_at)
             self.assigned_at = None
-        if good and self._action() is None:
+        if good and self.requests.action() is None:
             with self.timeline.span(POLL, "convert", self.batch_seq + 1):
                 self.buffer.add(good, after)
 
@@ -467,7 +335,7 @@ class Member:
         offsets = {tp: o for tp, o in processed.items()
                    if tp in self.assignment and tp not in flight.excluded}
         now = time.monotonic()
-        if hand_over and self._action() is None and self.buffer.due(now) and self.ready():
+        if hand_over and self.requests.action() is None and self.buffer.due(now) and self.ready():
             self._submit(now)
         if offsets:
             self._commit(offsets, flight.batch_id)
@@ -540,10 +408,10 @@ class Member:
         """No consumer (a refused join): wait for the back-off, then try a new one."""
         self.telemetry.polled(now)
         if now < self.next_join_at:
-            self.stopping.wait(min(BUSY_POLL_S * 4, self.next_join_at - now))
+            self.requests.stopping.wait(min(BUSY_POLL_S * 4, self.next_join_at - now))
             return
         log.debug("trying to join again (attempt %d)", self.join_attempts + 1)
-        self.consumer = Consumer(consumer_settings(self.config, self.telemetry))
+        self.consumer = self._new_consumer()
         self._subscribe()
 
     # -- leave and rejoin (operator requests, between batches) -----------------------------------
@@ -603,21 +471,21 @@ class Member:
         self.assignment.clear()
         self.paused.clear()
         self.joined = False
-        with self._requests:
-            self.drain_requested = False
-            self.drain_ends_at = time.monotonic() + self.drain_hold_s
-            self.telemetry.drained(time.time(), self.drain_hold_s)
-            self.drained.set()
+        with self.requests.lock:
+            self.requests.drain_requested = False
+            self.drain_ends_at = time.monotonic() + self.requests.drain_hold_s
+            self.telemetry.drained(time.time(), self.requests.drain_hold_s)
+            self.requests.drained.set()
         log.info("drained in %.3f s: consumer closed, instance id %s free for the replacement; "
                  "subscribing again in %.1f s unless replaced", time.monotonic() - began,
-                 self.config.group_instance_id, self.drain_hold_s)
+                 self.config.group_instance_id, self.requests.drain_hold_s)
 
     def _hold_drained(self, now: float) -> None:
         """Drained: once the hold is over, subscribe again unless the broker shows another
         process with this instance id (the replacement joined; it would be fenced)."""
         self.telemetry.polled(now)
         if now < self.drain_ends_at:
-            self.stopping.wait(min(BUSY_POLL_S * 4, self.drain_ends_at - now))
+            self.requests.stopping.wait(min(BUSY_POLL_S * 4, self.drain_ends_at - now))
             return
         if self.group_view is None:
             self.group_view = GroupView(self.config)
@@ -633,22 +501,22 @@ class Member:
                 self.drain_ends_at = time.monotonic() + DRAIN_CHECK_S
             return
         log.warning("drained %.1f s ago and not replaced: subscribing to group %s again as the "
-                    "same static member (instance id %s)", self.drain_hold_s,
+                    "same static member (instance id %s)", self.requests.drain_hold_s,
                     self.config.group_id, self.config.group_instance_id)
-        with self._requests:
-            self.drained.clear()
+        with self.requests.lock:
+            self.requests.drained.clear()
             self.telemetry.undrained()
         self.returning = True
-        self.consumer = Consumer(consumer_settings(self.config, self.telemetry))
+        self.consumer = self._new_consumer()
         self._subscribe()
 
     def _rejoin(self) -> None:
         """Leave the group and subscribe again with the same instance id, so that the group's
         assignment is computed anew (a static member's restart in a Stable classic group keeps
         the old one, with new subscription metadata or not)."""
-        with self._requests:
-            self.rejoin_requested = False
-            self.rejoining = self.consumer is not None
+        with self.requests.lock:
+            self.requests.rejoin_requested = False
+            self.requests.rejoining = self.consumer is not None
         if self.consumer is None:  # the broker refused a join meanwhile: it joins anew anyway
             return
         log.info("rejoin requested: leaving group %s and subscribing again",
@@ -677,9 +545,9 @@ class Member:
                      self.config.group_instance_id, self.join_attempts)
             self.join_refused_at, self.join_attempts = None, 0
             self.telemetry.wait_over()
-        if self.rejoining and not self.left:
-            with self._requests:
-                self.rejoining = False
+        if self.requests.rejoining and not self.left:
+            with self.requests.lock:
+                self.requests.rejoining = False
             self.telemetry.rejoined()
             log.info("rejoined group %s", self.config.group_id)
 

@@ -1,4 +1,5 @@
-"""Getting into the group and out of it: the rules, and the one broker query a leave needs.
+"""Getting into the group and out of it: the rules, the settings the member's clients get
+(`consumer_settings`, `connection_settings`), and the one broker query a leave needs.
 
 Into the group. A KIP-848 (group.protocol consumer) static member that stopped without leaving
 (kill -9, an OOM kill, a lost node) stays registered under its group.instance.id until the
@@ -46,6 +47,7 @@ the registration expired."""
 NO_TOPIC = "^$"
 """A subscription regex no topic name matches (names are never empty)."""
 CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "broker.address.")
+STATS_INTERVAL_MS = 5000
 
 
 def is_fatal(err: KafkaError) -> bool:
@@ -86,6 +88,23 @@ def held_by_another(members: Iterable[Any], instance_id: str | None, member_id: 
     `member_id`: another process joined with it (a drained member's replacement)."""
     return bool(instance_id) and any(
         m.group_instance_id == instance_id and m.member_id != member_id for m in members)
+
+
+def consumer_settings(config: RuntimeConfig) -> dict[str, Any]:
+    """The consumer's librdkafka settings: the operator's, plus what the runtime owns (manual
+    commits, the group and its ids); the member adds its callbacks."""
+    settings: dict[str, Any] = {"statistics.interval.ms": STATS_INTERVAL_MS}
+    settings.update(config.consumer)
+    settings.update({
+        "bootstrap.servers": config.bootstrap_servers,
+        "group.id": config.group_id,
+        "client.id": config.member,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+    })
+    if config.group_instance_id:
+        settings["group.instance.id"] = config.group_instance_id
+    return settings
 
 
 def connection_settings(config: RuntimeConfig) -> dict[str, Any]:

@@ -107,6 +107,11 @@ class Telemetry:
         """Each assigned partition's lag from the last statistics (end offset minus the
         committed offset): `/status` reports it, so the operator reads lag from the members
         instead of asking the brokers."""
+        self._register(session_timeout_s, max_poll_interval_s)
+
+    def _register(self, session_timeout_s: float | None, max_poll_interval_s: float) -> None:
+        """The Prometheus series, one definition per metric (docs/contracts.md); the series whose
+        labels are known are made at once, so they show before their first event."""
 
         def metric(kind: Any, name: str, doc: str, extra: tuple[str, ...] = (),
                    **kw: Any) -> Any:

@@ -470,7 +470,7 @@ class Demo:
 
     def observe(self) -> tuple[Sample, dict[str, Any]]:
         """Pods and the ConsumerGroup in one kubectl call, and each member's /status."""
-        from staticfleet.observe import read_member_status
+        from staticfleet.observe.memberhttp import read_member_status
 
         t = time.time()
         proc = self.kubectl("-n", NAMESPACE, "get", "pods,consumergroups", "-o", "json",

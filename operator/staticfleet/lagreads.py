@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from staticfleet import observe
+from staticfleet.observe import kafkaadmin, kafkareads
 
 READ_INTERVAL_S = 60.0
 REPORT_AGE_S = 5.0
@@ -80,7 +80,7 @@ class LagReads:
     three intervals is dropped: its group is gone or its members report it)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def lag(self, admin: observe.Admin, group_id: str, partitions: Mapping[str, int],
+    def lag(self, admin: kafkaadmin.Admin, group_id: str, partitions: Mapping[str, int],
             statuses: Iterable[Mapping[str, Any]] = (), known: bool = True,
             fresh_within_s: float | None = None) -> Lag:
         """The group's lag: the larger of what its members report (their statistics) and the
@@ -110,7 +110,7 @@ class LagReads:
         return Lag(out, round(age, 1),
                    {tp: (round(now - at, 1), end) for tp, (at, end) in ends.items()})
 
-    def _committed(self, admin: observe.Admin, group_id: str, wanted: list[TP], now: float,
+    def _committed(self, admin: kafkaadmin.Admin, group_id: str, wanted: list[TP], now: float,
                    max_age: float) -> tuple[dict[TP, int], float]:
         key = (admin.key, group_id)
         with self.lock:
@@ -118,8 +118,8 @@ class LagReads:
         if cached is not None and now - cached[0] < max_age:
             return cached[1], cached[0]
         try:
-            read = observe.committed_offsets(admin, group_id, wanted)
-        except observe.KafkaUnavailable:
+            read = kafkareads.committed_offsets(admin, group_id, wanted)
+        except kafkaadmin.KafkaUnavailable:
             if cached is None:
                 return {}, now
             return cached[1], cached[0]  # stale, and its age says so
@@ -127,7 +127,7 @@ class LagReads:
             self.committed[key] = (now, read)
         return read, now
 
-    def _ends(self, admin: observe.Admin, rest: list[TP], now: float,
+    def _ends(self, admin: kafkaadmin.Admin, rest: list[TP], now: float,
               max_age: float) -> dict[TP, tuple[float, int]]:
         """The end offsets of `rest`; when any is missing or older than the interval, every
         stale partition of the cluster (all its groups') is read in one request; those of `rest`
@@ -146,8 +146,8 @@ class LagReads:
                                                else set()))
         if ask:
             try:
-                read = observe.end_offsets(admin, ask)
-            except observe.KafkaUnavailable:
+                read = kafkareads.end_offsets(admin, ask)
+            except kafkaadmin.KafkaUnavailable:
                 read = {}
             with self.lock:
                 for tp, end in read.items():

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from staticfleet import apply, lagreads, metrics, observe
+from staticfleet import apply, lagreads, metrics
 from staticfleet.decisions import autoscaling, builders, kafkaclient
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
@@ -37,6 +37,7 @@ from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.plan import decide, degraded, without_nulls
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
 from staticfleet.decisions.specfields import SpecError
+from staticfleet.observe import kafkaadmin, kafkareads, memberhttp
 from staticfleet.statuspatch import merge_patch
 
 BOUNDS_TTL_S = 300.0
@@ -62,7 +63,7 @@ class Deps:
     """Clients shared by all passes (made at operator startup, closed at cleanup)."""
 
     kube: apply.Kube
-    admins: observe.AdminPool = field(default_factory=observe.AdminPool)
+    admins: kafkaadmin.AdminPool = field(default_factory=kafkaadmin.AdminPool)
     lag_reads: lagreads.LagReads = field(default_factory=lagreads.LagReads)
     http_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="member-status"))
@@ -176,7 +177,7 @@ def reconcile(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: 
 
 def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Deps,
            now: datetime, claimants: tuple[Claimant, ...] = ()
-           ) -> tuple[Snapshot, observe.Admin | None]:
+           ) -> tuple[Snapshot, kafkaadmin.Admin | None]:
     """The snapshot of one pass, and the admin client of the group's cluster (to execute)."""
     uid = body["metadata"]["uid"]
     with deps.lock:
@@ -196,13 +197,13 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         admin = deps.admins.get(conf)
         broker_config, bounds_denied = _broker_config(admin, deps)
         if spec.kafka.topics is not None:
-            partitions = observe.partition_counts(admin, spec.kafka.topics)
+            partitions = kafkareads.partition_counts(admin, spec.kafka.topics)
         else:
-            partitions = observe.matching_topics(admin, spec.kafka.topic_pattern or "")
+            partitions = kafkareads.matching_topics(admin, spec.kafka.topic_pattern or "")
         token, token_missing = _member_token(spec, deps.kube)
-    except observe.TopicMissing as exc:
+    except kafkareads.TopicMissing as exc:
         return _failed(base, spec, Problem(c.TOPIC_MISSING, str(exc), TOPIC_RETRY_S))
-    except observe.KafkaUnavailable as exc:
+    except kafkaadmin.KafkaUnavailable as exc:
         return _failed(base, spec, kafka_problem(spec, exc, conf))
     except apply.SecretMissing as exc:
         return _failed(base, spec, Problem(
@@ -214,15 +215,15 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     problem: Problem | None = None
     group = None
     try:
-        group = observe.describe_group(admin, spec.kafka.group_id, spec.membership.protocol)
-    except observe.CoordinatorMoving as exc:
+        group = kafkareads.describe_group(admin, spec.kafka.group_id, spec.membership.protocol)
+    except kafkaadmin.CoordinatorMoving as exc:
         # The members keep serving and a handoff under way still needs its activation: the
         # pass goes on with what it sees of the pods, and steers only that (`plan.degraded`).
         problem = Problem(c.COORDINATOR_MOVING, (
             f"{exc} (a broker restarted or a leader election moved it); the members find the "
             "new coordinator by themselves, handoffs under way go on, nothing new starts until "
             "the group answers again"), COORDINATOR_RETRY_S)
-    except observe.KafkaUnavailable as exc:
+    except kafkaadmin.KafkaUnavailable as exc:
         return _failed(base, spec, kafka_problem(spec, exc, conf))
     # A pod that ended runs no process; its address may already be another pod's.
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp") and not pod_ended(p)]
@@ -324,14 +325,14 @@ def _admin_conf(spec: ConsumerGroupSpec, namespace: str, kube: apply.Kube) -> di
     return conf
 
 
-def kafka_problem(spec: ConsumerGroupSpec, exc: observe.KafkaUnavailable,
+def kafka_problem(spec: ConsumerGroupSpec, exc: kafkaadmin.KafkaUnavailable,
                   conf: Mapping[str, str]) -> Problem:
     """Degraded for a cluster that did not answer, or that refused the operator's credentials
     or TLS handshake: then the message names the mechanism and the Secrets the credentials came
     from, and no secret value (any that the client's error might echo is redacted)."""
     security = spec.kafka.operator_security
     text = kafkaclient.redact(str(exc), kafkaclient.sensitive_values(security, dict(conf)))
-    if not isinstance(exc, observe.KafkaAuthFailed):
+    if not isinstance(exc, kafkaadmin.KafkaAuthFailed):
         return Problem(c.KAFKA_UNREACHABLE, f"Kafka unreachable: {text}")
     whose = ("the operator's own (spec.kafka.adminSecurity; the members use spec.kafka.security)"
              if spec.kafka.admin_security else "the members use the same credentials")
@@ -341,14 +342,14 @@ def kafka_problem(spec: ConsumerGroupSpec, exc: observe.KafkaUnavailable,
         f"principal on the brokers ({whose})"), SECRET_RETRY_S)
 
 
-def _broker_config(admin: observe.Admin, deps: Deps) -> tuple[dict[str, int], str | None]:
+def _broker_config(admin: kafkaadmin.Admin, deps: Deps) -> tuple[dict[str, int], str | None]:
     """The cluster's group-coordinator bounds (cached), or none and why they cannot be read."""
     with deps.lock:
         cached = deps.bounds.get(admin.key)
     if cached is None or time.monotonic() - cached[0] > BOUNDS_TTL_S:
         try:
-            read: tuple[dict[str, int], str | None] = (observe.broker_bounds(admin), None)
-        except observe.BoundsDenied as exc:
+            read: tuple[dict[str, int], str | None] = (kafkareads.broker_bounds(admin), None)
+        except kafkareads.BoundsDenied as exc:
             read = ({}, str(exc))
         cached = (time.monotonic(), read)
         with deps.lock:
@@ -361,7 +362,7 @@ def _member_statuses(pods: Sequence[Mapping[str, Any]],
     """Each running pod's `/status`, by pod uid (absent when it does not answer)."""
     try:
         futures = {p["metadata"]["uid"]: deps.http_pool.submit(
-            observe.read_member_status, ip, MEMBER_PORT)
+            memberhttp.read_member_status, ip, MEMBER_PORT)
             for p in pods if (ip := (p.get("status") or {}).get("podIP"))}
     except RuntimeError:  # the operator is shutting down: the pool is closed
         return {}
@@ -376,14 +377,14 @@ def _member_statuses(pods: Sequence[Mapping[str, Any]],
 # --- execute --------------------------------------------------------------------------------
 
 
-def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps,
+def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, deps: Deps,
             started: float) -> Plan:
     """Carry out `plan`; returns the plan that was carried out (a Degraded one when an action
     was refused). `started`: when the pass began (monotonic), for its duration metric."""
     body, kube = snap.body, deps.kube
     try:
         if plan.group_configs and admin is not None and snap.spec is not None:
-            observe.set_group_configs(admin, snap.spec.kafka.group_id, plan.group_configs)
+            kafkareads.set_group_configs(admin, snap.spec.kafka.group_id, plan.group_configs)
         for child in plan.children:
             kube.apply(apply.adopt(child, body))
         for mark in plan.annotate:  # before the calls: a standby is marked, then activated
@@ -409,7 +410,7 @@ def execute(snap: Snapshot, plan: Plan, admin: observe.Admin | None, deps: Deps,
             log.info("%s/%s: not scaled to %d: spec.replicas changed meanwhile",
                      snap.namespace, snap.name, plan.scale_to)
             plan = _unscaled(snap, plan)
-    except observe.KafkaUnavailable as exc:  # only set_group_configs talks to Kafka here
+    except kafkaadmin.KafkaUnavailable as exc:  # only set_group_configs talks to Kafka here
         assert snap.spec is not None and admin is not None
         plan = degraded(snap, kafka_problem(snap.spec, exc, admin.conf))
     except apply.ApplyError as exc:
@@ -439,7 +440,7 @@ def _ask_members(snap: Snapshot, plan: Plan, deps: Deps) -> None:
     tokens = (deps.member_tokens(snap.body["metadata"]["uid"], snap.member_token)
               if snap.member_token else ())
     for call in plan.calls:
-        refused = observe.ask_member(ips.get(call.pod) or "", MEMBER_PORT, call.action, tokens)
+        refused = memberhttp.ask_member(ips.get(call.pod) or "", MEMBER_PORT, call.action, tokens)
         if refused is None:
             continue
         log.warning("%s/%s: member %d (pod %s) did not take %s: %s", snap.namespace,
@@ -465,14 +466,14 @@ def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
     for switch in plan.switchovers:
         old = switch.old
         began = time.monotonic()
-        drained = observe.drain_member(ips.get(old.name) or "", MEMBER_PORT, tokens,
+        drained = memberhttp.drain_member(ips.get(old.name) or "", MEMBER_PORT, tokens,
                                        switch.hold_ms, switch.wait_s)
-        if isinstance(drained, observe.Drained):
+        if isinstance(drained, memberhttp.Drained):
             answered = time.monotonic()
             deps.note_drained(old.uid, drained.drained_at, drained.last_batch_at)
             kube.annotate_pod(snap.namespace, switch.standby, switch.standby_uid,
                               {builders.ACTIVATED_ANNOTATION: "true"})
-            refused = observe.ask_member(ips.get(switch.standby) or "", MEMBER_PORT,
+            refused = memberhttp.ask_member(ips.get(switch.standby) or "", MEMBER_PORT,
                                          "activate", tokens)
             log.info("%s: member %d drained in %.3f s, standby %s %s %.3f s after the drain "
                      "answered", prefix, switch.ordinal, answered - began, switch.standby,

@@ -196,7 +196,11 @@ class PodWorker(threading.Thread):
                 into[name] = dict(obj.get("data") or {})
         return found
 
-    def _start(self, pod: dict[str, Any]) -> None:
+    def _container_config(self, pod: dict[str, Any]) -> tuple[list[str], dict[str, str]] | None:
+        """The container's command and environment, as a kubelet makes them (the Secret volumes,
+        the env from ConfigMaps and Secrets, the service account's token); None when it cannot
+        start now (its waiting reason is set and `next_start` when to try again) or ever
+        (`permanent`)."""
         ctx = podenv.PodContext(node_name=self.node.node_name, pod_ip=self.pod_ip,
                                 node_memory=self.node.memory)
         try:
@@ -208,7 +212,7 @@ class PodWorker(threading.Thread):
                 log.warning("pod %s/%s: %s", self.ns, self.pod_name, message)
             self._set(waiting_reason="ContainerCreating", waiting_message=message)
             self.next_start = time.monotonic() + CONFIG_RETRY
-            return
+            return None
         try:
             configmaps, secrets = self._fetch_sources()
             pod_env = podenv.with_mounts(
@@ -220,15 +224,15 @@ class PodWorker(threading.Thread):
                 log.info("pod %s/%s: CreateContainerConfigError: %s", self.ns, self.pod_name, exc)
             self._set(waiting_reason="CreateContainerConfigError", waiting_message=str(exc))
             self.next_start = time.monotonic() + CONFIG_RETRY
-            return
+            return None
         except podenv.NoEntrypoint as exc:
             self._set(waiting_reason="NoImageEntrypoint", waiting_message=str(exc))
             self.permanent = True
-            return
+            return None
         except ApiError as exc:
             log.warning("pod %s/%s: reading ConfigMaps/Secrets: %s", self.ns, self.pod_name, exc)
             self.next_start = time.monotonic() + CONFIG_RETRY
-            return
+            return None
         service_account = podenv.token_service_account(pod)
         if service_account:
             try:
@@ -240,8 +244,15 @@ class PodWorker(threading.Thread):
                     log.warning("pod %s/%s: %s", self.ns, self.pod_name, message)
                 self._set(waiting_reason="ContainerCreating", waiting_message=message)
                 self.next_start = time.monotonic() + CONFIG_RETRY
-                return
+                return None
             pod_env = podenv.with_kubeconfig(pod_env, str(kubeconfig))
+        return cmd, pod_env
+
+    def _start(self, pod: dict[str, Any]) -> None:
+        config = self._container_config(pod)
+        if config is None:
+            return
+        cmd, pod_env = config
         # A new, empty termination message file for each container start, as a kubelet mounts.
         self.termination_log.parent.mkdir(parents=True, exist_ok=True)
         self.termination_log.write_bytes(b"")
@@ -272,6 +283,14 @@ class PodWorker(threading.Thread):
         self.started_mono = time.monotonic()
         log.info("pod %s/%s: started pid %d (restart %d): %s", self.ns, self.pod_name,
                  proc.pid, restart_count, cmd)
+        started = self._start_probes()
+        self._set(running_since=now_wall, container_id=f"localnode://{proc.pid}",
+                  terminated=None, waiting_message=None, restart_count=restart_count,
+                  started=started, ready=started and "readiness" not in self.probes)
+
+    def _start_probes(self) -> bool:
+        """The container's probes, from its start; whether it counts as started at once (it has
+        no startup probe)."""
         spec = self.container
         startup = parse_probe(spec.get("startupProbe"), spec)
         self.probes = {}
@@ -284,10 +303,7 @@ class PodWorker(threading.Thread):
                 self.probes[kind] = ProbeTracker(
                     spec=probe_spec, result=initial,
                     next_due=self.started_mono + probe_spec.initial_delay)
-        started = startup is None
-        self._set(running_since=now_wall, container_id=f"localnode://{proc.pid}",
-                  terminated=None, waiting_message=None, restart_count=restart_count,
-                  started=started, ready=started and "readiness" not in self.probes)
+        return startup is None
 
     # -- Secret volumes, as files in the pod's own directory
     def _read_secret(self, name: str) -> dict[str, str] | None:

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from staticfleet import observe
 from staticfleet.decisions import builders
+from staticfleet.observe import memberhttp
 from staticfleet_dev.kafka import KafkaCluster, offsets_partition
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.stream import SteadyProducer, read_all
@@ -89,7 +89,7 @@ def in_handoff(kubeconfig: Path, namespace: str, name: str) -> bool:
                or {}).get("inFlight") or []
     if any(f.get("phase") in ("Stopping", "Activating") for f in flights):
         return True
-    return any((observe.read_member_status(ip, builders.HTTP_PORT) or {}).get("standby")
+    return any((memberhttp.read_member_status(ip, builders.HTTP_PORT) or {}).get("standby")
                == "ready" for pod in groups.pods(kubeconfig, namespace, name)
                if (ip := (pod.get("status") or {}).get("podIP"))
                and not pod["metadata"].get("deletionTimestamp"))

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from staticfleet import observe
 from staticfleet.decisions.builders import ACTIVATED_ANNOTATION, HTTP_PORT
+from staticfleet.observe import memberhttp
 from staticfleet_dev import dashboard, grafana_alerts
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.prometheus import Prometheus, dashboard_answers, legend_labels
@@ -216,7 +216,7 @@ def kill9_with_the_operator_stopped(kafka: KafkaBroker, kubeconfig: Path,
             f"count_over_time({series}{sel}[10m]) >= 2"), timeout=30, interval=1.0)
 
     def processing_again() -> dict[str, Any] | None:
-        status = observe.read_member_status(ip, HTTP_PORT)
+        status = memberhttp.read_member_status(ip, HTTP_PORT)
         started = status and status.get("processStart")
         first = status and (status.get("startupSeconds") or {}).get("firstBatch")
         return status if started and first is not None and started > killed else None

@@ -1,8 +1,8 @@
 """A broker with ACLs (allow.everyone.if.no.acl.found=false): what each principal needs.
 
-Seen on main: without DescribeConfigs on the cluster, `observe.broker_bounds` failed, so nothing
-reconciled and no member pod was created. Now the operator falls back to Kafka's default bounds
-and says so (`BrokerBoundsKnown=False`, reason `DescribeConfigsDenied`). With
+Seen on main: without DescribeConfigs on the cluster, `observe.kafkareads.broker_bounds` failed, so
+nothing reconciled and no member pod was created. Now the operator falls back to Kafka's default
+bounds and says so (`BrokerBoundsKnown=False`, reason `DescribeConfigsDenied`). With
 `spec.kafka.adminSecurity` the operator reads with a principal of its own (`ops`, granted
 `OPERATOR_RIGHTS`), and the members' principal needs nothing but Read on its group and topic.
 """
@@ -25,9 +25,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from staticfleet import observe
 from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import KafkaBroker, KafkaSettings, start_kafka
 from staticfleet_dev.procs import ServerFailed, stop
 from staticfleet_dev.testkit import groups
@@ -101,15 +101,15 @@ def make_topic(broker: KafkaBroker, partitions: int = 3) -> str:
 
 
 def test_bounds_the_principal_may_not_read_are_a_clear_refusal(acl_broker: KafkaBroker) -> None:
-    pool = observe.AdminPool()
+    pool = kafkaadmin.AdminPool()
     try:
         app = pool.get({"bootstrap.servers": acl_broker.bootstrap, **sasl("app")})
-        with pytest.raises(observe.BoundsDenied, match=acl_broker.bootstrap):
-            observe.broker_bounds(app)
+        with pytest.raises(kafkareads.BoundsDenied, match=acl_broker.bootstrap):
+            kafkareads.broker_bounds(app)
         topic = make_topic(acl_broker)
-        assert observe.partition_counts(app, [topic]) == {topic: 3}, "the rest is allowed"
+        assert kafkareads.partition_counts(app, [topic]) == {topic: 3}, "the rest is allowed"
         admin = pool.get({"bootstrap.servers": acl_broker.bootstrap, **sasl("admin")})
-        assert observe.broker_bounds(admin)["group.min.session.timeout.ms"] == 1000
+        assert kafkareads.broker_bounds(admin)["group.min.session.timeout.ms"] == 1000
     finally:
         pool.close()
 
@@ -180,7 +180,7 @@ def test_with_adminsecurity_members_need_only_their_group_and_topic(
            if (ref := (var.get("valueFrom") or {}).get("secretKeyRef"))}
     assert env["STATICFLEET_SASL_USERNAME"] == "member", "the member logs in as itself"
     instance = builders.instance_id(spec, 0)
-    pool = observe.AdminPool()
+    pool = kafkaadmin.AdminPool()
     try:
         with running(builders.runtime_config(spec, TIMEOUTS), tmp_path / "member.log",
                      instance, env) as member:
@@ -188,17 +188,17 @@ def test_with_adminsecurity_members_need_only_their_group_and_topic(
                                f"through its {RECORDS} records as User:member")
             ops = pool.get(kafkaclient.admin_conf(spec.kafka, lambda r: secret_value(
                 r.name, r.key)))
-            assert observe.broker_bounds(ops)["group.min.session.timeout.ms"] == 1000
-            assert observe.partition_counts(ops, [topic]) == {topic: 2}
+            assert kafkareads.broker_bounds(ops)["group.min.session.timeout.ms"] == 1000
+            assert kafkareads.partition_counts(ops, [topic]) == {topic: 2}
             group = wait_for("the member stable in the group", lambda: (
-                g := observe.describe_group(ops, group_id)).state == "Stable" and g,
+                g := kafkareads.describe_group(ops, group_id)).state == "Stable" and g,
                 timeout=30)
             assert [m.instance_id for m in group.members] == [instance]
-            assert wait_for("its offsets committed to the end", lambda: observe.group_lag(
+            assert wait_for("its offsets committed to the end", lambda: kafkareads.group_lag(
                 ops, group_id, {topic: 2}) == {(topic, 0): 0, (topic, 1): 0}, timeout=30)
         as_member = pool.get({"bootstrap.servers": acl_broker.bootstrap, **sasl("member")})
-        with pytest.raises(observe.BoundsDenied):
-            observe.broker_bounds(as_member)
+        with pytest.raises(kafkareads.BoundsDenied):
+            kafkareads.broker_bounds(as_member)
     finally:
         pool.close()
 

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer
 
-from staticfleet import observe
+from staticfleet.decisions.snapshot import GroupView
+from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import KafkaCluster
 from staticfleet_dev.testkit.poll import wait_for
 from tests.conftest import unique
@@ -46,22 +47,22 @@ class StaticMember:
 
 
 @pytest.fixture
-def admin(kafka_cluster: KafkaCluster) -> Iterator[observe.Admin]:
-    pool = observe.AdminPool()
+def admin(kafka_cluster: KafkaCluster) -> Iterator[kafkaadmin.Admin]:
+    pool = kafkaadmin.AdminPool()
     yield pool.get({"bootstrap.servers": kafka_cluster.bootstrap})
     pool.close()
 
 
-def stable(admin: observe.Admin, group: str) -> observe.GroupView | None:
+def stable(admin: kafkaadmin.Admin, group: str) -> GroupView | None:
     try:
-        view = observe.describe_group(admin, group)
-    except observe.KafkaUnavailable:
+        view = kafkareads.describe_group(admin, group)
+    except kafkaadmin.KafkaUnavailable:
         return None
     return view if view.state == "Stable" and view.members else None
 
 
 def test_group_reads_ride_out_a_coordinator_kill_and_an_election(
-        kafka_cluster: KafkaCluster, admin: observe.Admin) -> None:
+        kafka_cluster: KafkaCluster, admin: kafkaadmin.Admin) -> None:
     topic = kafka_cluster.make_topic(unique("cl-in"), 3)
     group = unique("cl-g")
     member = StaticMember(kafka_cluster.bootstrap, group, topic)
@@ -71,7 +72,7 @@ def test_group_reads_ride_out_a_coordinator_kill_and_an_election(
         found = kafka_cluster.coordinator(group)
         assert found is not None and found in kafka_cluster.node_ids
         coordinator = found
-        assert observe.committed_offsets(admin, group, [(topic, 0)]) == {}
+        assert kafkareads.committed_offsets(admin, group, [(topic, 0)]) == {}
         generations = kafka_cluster.generations(group)
         assert generations, "the coordinator logged the group's generation"
 
@@ -80,11 +81,11 @@ def test_group_reads_ride_out_a_coordinator_kill_and_an_election(
         outcomes: list[str] = []
         while True:
             try:
-                view = observe.describe_group(admin, group)
+                view = kafkareads.describe_group(admin, group)
                 outcomes.append(view.state)
                 if view.state == "Stable" and view.members:
                     break
-            except observe.CoordinatorMoving:
+            except kafkaadmin.CoordinatorMoving:
                 outcomes.append("CoordinatorMoving")
             assert time.monotonic() - killed < 60, f"no answer from a new coordinator: {outcomes}"
         back_s = time.monotonic() - killed
@@ -107,7 +108,7 @@ def test_group_reads_ride_out_a_coordinator_kill_and_an_election(
                  lambda: stable(admin, group) is not None
                  and kafka_cluster.coordinator(group) == coordinator, 60,
                  describe=lambda: f"coordinator now: {kafka_cluster.coordinator(group)}")
-        assert observe.committed_offsets(admin, group, [(topic, 0)]) == {}
+        assert kafkareads.committed_offsets(admin, group, [(topic, 0)]) == {}
     finally:
         member.close()
         kafka_cluster.start(coordinator)

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from staticfleet import observe
 from staticfleet.decisions import builders, kafkaclient
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.timeouts import EffectiveTimeouts
+from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import SECURED_LISTENERS
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import kubectl, to_yaml
@@ -73,8 +73,8 @@ def member_secret_env(spec: ConsumerGroupSpec, creds: Credentials) -> dict[str, 
     return out
 
 
-def admin_for(pool: observe.AdminPool, spec: ConsumerGroupSpec,
-              creds: Credentials) -> observe.Admin:
+def admin_for(pool: kafkaadmin.AdminPool, spec: ConsumerGroupSpec,
+              creds: Credentials) -> kafkaadmin.Admin:
     return pool.get(kafkaclient.admin_conf(
         spec.kafka, lambda ref: creds.secret_value(ref.name, ref.key)))
 
@@ -92,7 +92,7 @@ def test_a_member_processes_and_the_operator_reads_over_each_listener(
     spec = ConsumerGroupSpec.from_body(group_body("secured", creds, topic, group_id))
     config = builders.runtime_config(spec, TIMEOUTS)
     instance = builders.instance_id(spec, 0)
-    pool = observe.AdminPool()
+    pool = kafkaadmin.AdminPool()
     tokens_before = secured_kafka.tokens.issued.get("member", 0)
     try:
         with running(config, tmp_path / "member.log", instance,
@@ -100,14 +100,14 @@ def test_a_member_processes_and_the_operator_reads_over_each_listener(
             member.wait_status(lambda s: s["recordsProcessed"] >= RECORDS, 180,
                                f"through its {RECORDS} records over {listener}")
             admin = admin_for(pool, spec, creds)
-            assert observe.partition_counts(admin, [topic]) == {topic: PARTITIONS}
+            assert kafkareads.partition_counts(admin, [topic]) == {topic: PARTITIONS}
             group = wait_for("the member stable in the group", lambda: (
-                g := observe.describe_group(admin, group_id)).state == "Stable" and g,
+                g := kafkareads.describe_group(admin, group_id)).state == "Stable" and g,
                 timeout=30)
             assert [m.instance_id for m in group.members] == [instance]
             assert group.members[0].partitions == ((topic, 0), (topic, 1))
-            assert observe.broker_bounds(admin)["group.min.session.timeout.ms"] == 1000
-            lag = wait_for("the offsets committed to the end", lambda: observe.group_lag(
+            assert kafkareads.broker_bounds(admin)["group.min.session.timeout.ms"] == 1000
+            lag = wait_for("the offsets committed to the end", lambda: kafkareads.group_lag(
                 admin, group_id, {topic: PARTITIONS}) == {(topic, 0): 0, (topic, 1): 0},
                 timeout=30)
             assert lag
@@ -119,8 +119,8 @@ def test_a_member_processes_and_the_operator_reads_over_each_listener(
             other = secured_kafka.credentials(listener, "other")
             refused = admin_for(pool, ConsumerGroupSpec.from_body(
                 group_body("secured", other, topic, group_id)), other)
-            with pytest.raises(observe.KafkaUnavailable, match="TOPIC_AUTHORIZATION_FAILED"):
-                observe.partition_counts(refused, [topic])
+            with pytest.raises(kafkaadmin.KafkaUnavailable, match="TOPIC_AUTHORIZATION_FAILED"):
+                kafkareads.partition_counts(refused, [topic])
     finally:
         pool.close()
 

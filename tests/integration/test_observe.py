@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from staticfleet import observe
-from staticfleet.decisions.timeouts import EffectiveTimeouts
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
+from staticfleet.decisions.snapshot import GroupView
+from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import TEST_SETTINGS, KafkaBroker
 from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.testkit.probe import ProbeMember
@@ -18,15 +19,15 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def admin(kafka: KafkaBroker) -> Iterator[observe.Admin]:
+def admin(kafka: KafkaBroker) -> Iterator[kafkaadmin.Admin]:
     """The operator's own admin handle on the test broker (as `AdminPool` hands it out)."""
-    pool = observe.AdminPool()
+    pool = kafkaadmin.AdminPool()
     yield pool.get({"bootstrap.servers": kafka.bootstrap})
     pool.close()
 
 
-def test_broker_bounds_are_read_from_the_broker(admin: observe.Admin) -> None:
-    bounds = observe.broker_bounds(admin)
+def test_broker_bounds_are_read_from_the_broker(admin: kafkaadmin.Admin) -> None:
+    bounds = kafkareads.broker_bounds(admin)
     assert bounds["group.min.session.timeout.ms"] == int(
         TEST_SETTINGS["group.min.session.timeout.ms"])
     assert bounds["group.max.session.timeout.ms"] == 1800000  # the broker's default
@@ -34,17 +35,17 @@ def test_broker_bounds_are_read_from_the_broker(admin: observe.Admin) -> None:
         TEST_SETTINGS["group.consumer.min.session.timeout.ms"])
 
 
-def test_partition_counts_and_missing_topics(admin: observe.Admin,
+def test_partition_counts_and_missing_topics(admin: kafkaadmin.Admin,
                                              make_topic: Callable[..., str]) -> None:
     topic = make_topic("obs", 4)
-    assert observe.partition_counts(admin, [topic]) == {topic: 4}
-    with pytest.raises(observe.TopicMissing, match=r"nope-.* do not exist"):
-        observe.partition_counts(admin, [topic, unique("nope")])
-    assert observe.matching_topics(admin, "obs-.*")[topic] == 4
+    assert kafkareads.partition_counts(admin, [topic]) == {topic: 4}
+    with pytest.raises(kafkareads.TopicMissing, match=r"nope-.* do not exist"):
+        kafkareads.partition_counts(admin, [topic, unique("nope")])
+    assert kafkareads.matching_topics(admin, "obs-.*")[topic] == 4
 
 
 def test_describe_group_lists_static_members_with_their_partitions(
-    kafka: KafkaBroker, admin: observe.Admin, make_topic: Callable[..., str]
+    kafka: KafkaBroker, admin: kafkaadmin.Admin, make_topic: Callable[..., str]
 ) -> None:
     topic, group = make_topic("desc", 4), unique("g")
     members = [ProbeMember([kafka.bootstrap, group, topic, "6000", f"{group}-{i}"]).start()
@@ -60,30 +61,30 @@ def test_describe_group_lists_static_members_with_their_partitions(
             m.kill()
 
 
-def _stable(admin: observe.Admin, group: str) -> observe.GroupView | None:
+def _stable(admin: kafkaadmin.Admin, group: str) -> GroupView | None:
     try:
-        view = observe.describe_group(admin, group)
-    except observe.KafkaUnavailable:
+        view = kafkareads.describe_group(admin, group)
+    except kafkaadmin.KafkaUnavailable:
         return None  # the group may not have a coordinator yet; the operator retries too
     return view if view.state == "Stable" and len(view.members) == 2 else None
 
 
-def test_unknown_group_is_reported_as_such_or_dead(admin: observe.Admin) -> None:
+def test_unknown_group_is_reported_as_such_or_dead(admin: kafkaadmin.Admin) -> None:
     try:
-        view = observe.describe_group(admin, unique("never"))
-    except observe.KafkaUnavailable as exc:
-        assert observe.is_unknown_group(exc)
+        view = kafkareads.describe_group(admin, unique("never"))
+    except kafkaadmin.KafkaUnavailable as exc:
+        assert kafkaadmin.is_unknown_group(exc)
     else:
         assert view.state in ("Dead", "Empty") and view.members == ()
 
 
 def test_kip848_group_timeouts_are_group_configs_on_the_broker(
-    admin: observe.Admin, kafka_admin: AdminClient,
+    admin: kafkaadmin.Admin, kafka_admin: AdminClient,
 ) -> None:
     group = unique("g848")
     timeouts = EffectiveTimeouts(session_timeout_ms=12000, heartbeat_interval_ms=2000,
                                  max_poll_interval_ms=300000, sources={})
-    observe.set_group_configs(admin, group, timeouts.group_configs("consumer"))
+    kafkareads.set_group_configs(admin, group, timeouts.group_configs("consumer"))
     resource = ConfigResource(ResourceType.GROUP, group)
     entries = kafka_admin.describe_configs([resource])[resource].result(timeout=10)
     assert entries["consumer.session.timeout.ms"].value == "12000"
@@ -91,13 +92,13 @@ def test_kip848_group_timeouts_are_group_configs_on_the_broker(
 
 
 def test_unreachable_cluster_is_a_clear_error() -> None:
-    admin = observe.AdminPool().get({"bootstrap.servers": "127.0.0.1:1"})
-    with pytest.raises(observe.KafkaUnavailable):
-        observe.broker_bounds(admin)
+    admin = kafkaadmin.AdminPool().get({"bootstrap.servers": "127.0.0.1:1"})
+    with pytest.raises(kafkaadmin.KafkaUnavailable):
+        kafkareads.broker_bounds(admin)
 
 
 def test_lag_is_end_offset_minus_committed_for_committed_partitions(
-        admin: observe.Admin, kafka: KafkaBroker, make_topic: Callable[..., str]) -> None:
+        admin: kafkaadmin.Admin, kafka: KafkaBroker, make_topic: Callable[..., str]) -> None:
     """Read from the broker alone (no member runs): a group that committed 3 of the 10 records
     of partition 0 lags 7 there; partition 1, never committed, has no lag series."""
     from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
@@ -107,8 +108,8 @@ def test_lag_is_end_offset_minus_committed_for_committed_partitions(
     for i in range(14):
         producer.produce(topic, value=b"%d" % i, partition=0 if i < 10 else 1)
     assert producer.flush(10) == 0
-    assert observe.group_lag(admin, group, {topic: 2}) == {}, "nothing committed yet"
+    assert kafkareads.group_lag(admin, group, {topic: 2}) == {}, "nothing committed yet"
     done = admin.client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
         group, [TopicPartition(topic, 0, 3)])])[group].result(timeout=10)
     assert [tp.error for tp in done.topic_partitions] == [None]
-    assert observe.group_lag(admin, group, {topic: 2}) == {(topic, 0): 7}
+    assert kafkareads.group_lag(admin, group, {topic: 2}) == {(topic, 0): 7}

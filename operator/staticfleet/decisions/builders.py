@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from staticfleet.decisions import kafkaclient, podsecurity
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import (
     FINGERPRINT_ANNOTATION,
@@ -20,7 +21,6 @@ from staticfleet.decisions.reasons import (
     REVISION_ANNOTATION,
     MemberSpecView,
 )
-from staticfleet.decisions.timeouts import EffectiveTimeouts
 
 MEMBER_CONTAINER = "member"
 HTTP_PORT = 8080
@@ -290,19 +290,11 @@ def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
 
-# Long: the member pod's manifest as one literal, laid out as docs/contracts.md describes it.
-def build_member_pod(
-    group: ConsumerGroupSpec, ordinal: int, view: MemberSpecView,
-    session_timeout_ms: int | None = None, *, standby: bool = False,
-) -> dict[str, Any]:
-    """Member pod `ordinal` running `view` (from `member_spec_view`), per docs/contracts.md;
-    `session_timeout_ms`: the one it will join with (recorded as `SESSION_ANNOTATION`).
-    `standby`: a warm handoff's replacement (`replacement_name`), whose process waits for
-    POST /activate before it joins the group (`STATICFLEET_STANDBY`) until its pod carries
-    `ACTIVATED_ANNOTATION` (`STATICFLEET_ACTIVATED`)."""
+def _member_container(group: ConsumerGroupSpec, ordinal: int, view: MemberSpecView,
+                      standby: bool) -> dict[str, Any]:
+    """The member container of pod `ordinal`: the template's image, command and env after the
+    operator's own env, the HTTP port and its probes, the security context and mounts."""
     t = group.template
-    name = replacement_name(group, ordinal, view.revision) if standby else member_name(
-        group, ordinal)
     container: dict[str, Any] = {
         "name": MEMBER_CONTAINER,
         "image": t.image,
@@ -343,13 +335,28 @@ def build_member_pod(
                                   "mountPath": podsecurity.TMP_PATH},
                                  {"name": MEMBER_TOKEN_VOLUME, "mountPath": MEMBER_TOKEN_DIR,
                                   "readOnly": True}]
+    return container
+
+
+def build_member_pod(
+    group: ConsumerGroupSpec, ordinal: int, view: MemberSpecView,
+    session_timeout_ms: int | None = None, *, standby: bool = False,
+) -> dict[str, Any]:
+    """Member pod `ordinal` running `view` (from `member_spec_view`), per docs/contracts.md;
+    `session_timeout_ms`: the one it will join with (recorded as `SESSION_ANNOTATION`).
+    `standby`: a warm handoff's replacement (`replacement_name`), whose process waits for
+    POST /activate before it joins the group (`STATICFLEET_STANDBY`) until its pod carries
+    `ACTIVATED_ANNOTATION` (`STATICFLEET_ACTIVATED`)."""
+    t = group.template
+    name = replacement_name(group, ordinal, view.revision) if standby else member_name(
+        group, ordinal)
     spec: dict[str, Any] = {
         "hostname": name,
         "subdomain": service_name(group),
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": t.termination_grace_period_seconds,
         "securityContext": podsecurity.pod_context(t.security_context),
-        "containers": [container],
+        "containers": [_member_container(group, ordinal, view, standby)],
         "volumes": [{"name": podsecurity.TMP_VOLUME, "emptyDir": {}},
                     {"name": MEMBER_TOKEN_VOLUME,
                      "secret": {"secretName": member_token_secret_name(group)}}],

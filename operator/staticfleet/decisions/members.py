@@ -13,8 +13,8 @@ from typing import Any
 from staticfleet.decisions import builders, reasons
 from staticfleet.decisions.conditions import parse_rfc3339
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollout import ObservedMember
-from staticfleet.decisions.snapshot import GroupView
+from staticfleet.decisions.rollstate import ObservedMember
+from staticfleet.decisions.snapshot import GroupMemberView, GroupView
 
 DEFAULT_GRACE_S = 30
 
@@ -257,7 +257,6 @@ class MemberTable:
         return sum(1 for o, p in self.live.items() if o < replicas and pod_ready(p))
 
 
-# Long: one pass over the pods sorts them by role; `observe` then reads each member once.
 def observe_members(
     *,
     spec: ConsumerGroupSpec,
@@ -274,6 +273,27 @@ def observe_members(
     runs or stops: an evicted old member beside its warm replacement leaves the replacement as
     the member, as if the old pod had been deleted. Alone, it is observed as the member (not
     ready, not in the group, `pod_phase` Failed: unavailable) until it is deleted."""
+    table = _by_role(pods)
+    seen = _Seen(spec, view, statuses, group.by_instance(), group.by_member_id(),
+                 idle_possible=partitions is not None and spec.replicas > partitions)
+    members = []
+    for ordinal in table.ordinals():
+        if ordinal in table.live:
+            member = seen.member(ordinal, table.live[ordinal], True)
+            if ordinal in table.standby:
+                member = replace(member, standby=seen.member(ordinal, table.standby[ordinal],
+                                                             True))
+        elif ordinal in table.stopping:
+            member = seen.member(ordinal, table.stopping[ordinal], False)
+        else:
+            member = seen.member(ordinal, table.ended[ordinal][0], False)
+        members.append(member)
+    return replace(table, members=tuple(members))
+
+
+def _by_role(pods: Iterable[Mapping[str, Any]]) -> MemberTable:
+    """The member pods sorted by role, oldest first (no member observed yet): being deleted,
+    ended, the member (the oldest live pod of its ordinal) and the newer live pods beside it."""
     live: dict[int, Mapping[str, Any]] = {}
     standby: dict[int, Mapping[str, Any]] = {}
     extra: dict[int, list[Mapping[str, Any]]] = {}
@@ -293,16 +313,31 @@ def observe_members(
             standby[ordinal] = pod
         else:
             live[ordinal] = pod
-    idle_possible = partitions is not None and spec.replicas > partitions
-    by_instance = group.by_instance()
-    by_member_id = group.by_member_id()
+    return MemberTable(live=live, stopping=stopping, members=(), standby=standby,
+                       extra={o: tuple(pods) for o, pods in extra.items()},
+                       ended={o: tuple(pods) for o, pods in ended.items()})
 
-    def observe(ordinal: int, pod: Mapping[str, Any], is_live: bool) -> ObservedMember:
+
+@dataclass(frozen=True)
+class _Seen:
+    """What a pass saw besides the pods, to observe each member pod with: the spec, the
+    members' `/status` by pod uid and the broker's group by instance and member id."""
+
+    spec: ConsumerGroupSpec
+    view: reasons.MemberSpecView
+    statuses: Mapping[str, Mapping[str, Any]]
+    by_instance: Mapping[str, GroupMemberView]
+    by_member_id: Mapping[str, GroupMemberView]
+    idle_possible: bool
+    """More members than partitions: being listed without partitions is being in the group."""
+
+    def member(self, ordinal: int, pod: Mapping[str, Any], is_live: bool) -> ObservedMember:
+        """Member `ordinal` as its pod `pod` shows it (`is_live`: not being deleted, not ended)."""
         meta = pod["metadata"]
-        st = statuses.get(meta["uid"]) or {}
-        gm = by_instance.get(builders.instance_id(spec, ordinal))
+        st = self.statuses.get(meta["uid"]) or {}
+        gm = self.by_instance.get(builders.instance_id(self.spec, ordinal))
         if gm is None and st.get("memberId"):
-            gm = by_member_id.get(str(st["memberId"]))  # dynamic membership (tests)
+            gm = self.by_member_id.get(str(st["memberId"]))  # dynamic membership (tests)
         # The broker keeps an absent static member's registration (and partitions) until its
         # session times out, so being listed proves nothing about *this* pod: its own process
         # must be that member (same member id), or, when it does not answer, be Ready (its
@@ -314,12 +349,14 @@ def observe_members(
         return ObservedMember(
             ordinal=ordinal, pod_exists=True, revision=reasons.pod_revision(pod),
             ready=pod_ready(pod) and is_live, stopped_at=stop_requested_at(pod),
-            in_group=bool(gm and (gm.partitions or idle_possible)) and this_process and is_live,
+            in_group=(bool(gm and (gm.partitions or self.idle_possible)) and this_process
+                      and is_live),
             pod_name=meta["name"], pod_phase=(pod.get("status") or {}).get("phase"),
             pod_uid=meta.get("uid"),
             member_id=gm.member_id if gm else None,
             assignment=gm.partitions if gm else (),
-            restart_reasons=tuple(reasons.restart_reasons(view, pod)) if is_live else (),
+            restart_reasons=(tuple(reasons.restart_reasons(self.view, pod)) if is_live
+                             else ()),
             standby_state=st.get("standby") if st else None,
             failure=(f"exit code {failure.exit_code}: "
                      f"{refusal_line(failure.message) or '(no message)'}" if failure else None),
@@ -330,21 +367,6 @@ def observe_members(
             crash=(f"exit code {crash.exit_code}: {refusal_line(crash.message) or '(no message)'}"
                    if (crash := member_crash(pod)) is not None and not pod_ended(pod) else None),
             pod_failed=ended_reason(pod) if pod_ended(pod) else None)
-
-    members = []
-    for ordinal in sorted(set(live) | set(stopping) | set(ended)):
-        if ordinal in live:
-            member = observe(ordinal, live[ordinal], True)
-            if ordinal in standby:
-                member = replace(member, standby=observe(ordinal, standby[ordinal], True))
-        elif ordinal in stopping:
-            member = observe(ordinal, stopping[ordinal], False)
-        else:
-            member = observe(ordinal, ended[ordinal][0], False)
-        members.append(member)
-    return MemberTable(live=live, stopping=stopping, members=tuple(members), standby=standby,
-                       extra={o: tuple(pods) for o, pods in extra.items()},
-                       ended={o: tuple(pods) for o, pods in ended.items()})
 
 
 def _age_order(pod: Mapping[str, Any]) -> tuple[str, str]:

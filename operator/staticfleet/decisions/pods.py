@@ -20,10 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from staticfleet.decisions import builders, scaling, timeouts
+from staticfleet.decisions import builders, rollstate, scaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
-from staticfleet.decisions import rollout as ro
 from staticfleet.decisions.actions import (
     Event,
     MemberCall,
@@ -32,6 +31,7 @@ from staticfleet.decisions.actions import (
     PodDelete,
     soonest,
 )
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.members import (
     TERMINAL_PHASES,
     MemberTable,
@@ -62,8 +62,8 @@ WHY_ACTIVATED = ("it is activated now: a restart of its container joins the grou
 
 
 def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
-            effective: timeouts.EffectiveTimeouts, table: MemberTable,
-            state: ro.RolloutState) -> tuple[PodCreate, ...]:
+            effective: EffectiveTimeouts, table: MemberTable,
+            state: rollstate.RolloutState) -> tuple[PodCreate, ...]:
     """Each desired member without a pod (none of its pods is still terminating)."""
     restarting = {f.ordinal for f in state.in_flight}
     known = {m.get("ordinal") for m in snap.previous.get("members") or ()}
@@ -133,7 +133,7 @@ def ended(spec: ConsumerGroupSpec, table: MemberTable,
     return tuple(out)
 
 
-def abandoned(table: MemberTable, state: ro.RolloutState, replicas: int,
+def abandoned(table: MemberTable, state: rollstate.RolloutState, replicas: int,
               deleting: set[str]) -> tuple[PodDelete, ...]:
     """Standby replacements no handoff waits for: of a revision the spec moved past while they
     prepared, or of a member scaled away. Left running they would hold a pod forever."""
@@ -192,7 +192,7 @@ def marked_activated(table: MemberTable,
 def table_without_group(snap: Snapshot) -> MemberTable:
     assert snap.spec is not None
     spec = snap.spec
-    effective = timeouts.EffectiveTimeouts.from_status(snap.previous.get("timeouts"))
+    effective = EffectiveTimeouts.from_status(snap.previous.get("timeouts"))
     assert effective is not None
     return observe_members(
         spec=spec, view=builders.member_spec_view(spec, effective), pods=snap.pods,
@@ -206,7 +206,7 @@ def handoffs_under_way(snap: Snapshot) -> tuple[MemberCall, ...]:
     the new coordinator answers it, inside the session timeout, instead of waiting for the
     operator to see the group again. Nothing else is steered in such a pass."""
     if (snap.spec is None or not snap.pods
-            or timeouts.EffectiveTimeouts.from_status(snap.previous.get("timeouts")) is None):
+            or EffectiveTimeouts.from_status(snap.previous.get("timeouts")) is None):
         return ()
     return activations(snap, table_without_group(snap), snap.spec.replicas)
 
@@ -227,7 +227,7 @@ class PodChanges:
 
 
 def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
-                effective: timeouts.EffectiveTimeouts, table: MemberTable, roll: Roll,
+                effective: EffectiveTimeouts, table: MemberTable, roll: Roll,
                 last: pl.PlannedRebalance | None) -> PodChanges:
     """Every member pod this pass creates or deletes: the missing members' pods (`creates`);
     deletions for the scale-down (`planned.scale_down`), the rollout's step, abandoned

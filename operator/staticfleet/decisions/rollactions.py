@@ -1,9 +1,10 @@
 """The roller's step as this pass's actions (pure): `rollout_step`.
 
-Three modules make a rollout. `rollstate` types what the roller sees and remembers
-(`GroupObservation`, `RolloutLimits`, `RolloutState` in `status.rollout`); `rollout` is the
-roller, which decides when and how safely (`next_step`) and what state follows (`record_step`,
-one row per step type in `RECORDERS`). This module puts them to work in one pass: it builds the
+The roller's modules: `rollstate` types what the roller sees and remembers
+(`GroupObservation`, `RolloutLimits`, `RolloutState` in `status.rollout`); `rollout` decides
+when and how safely (`next_step`, a warm handoff's own steps in `rollwarm`), one of the steps
+typed in `rollsteps`; `rollrecord` says what state follows (`record_step`, one row per step
+type in `RECORDERS`). This module puts them to work in one pass: it builds the
 observation and the limits from the `Snapshot`, asks the roller for its step, and turns the step
 into the plan's pod deletions, switchovers and Events (one row per step type in
 `STEP_EFFECTS`), with the restarts it measured: a `Roll`, which `plan.decide` folds into the
@@ -19,11 +20,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from staticfleet.decisions import builders, timeouts
+from staticfleet.decisions import builders, rollout, rollrecord, rollstate, rollsteps
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions import rollout as ro
 from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import Event, PodDelete, Switchover
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.measurements import sample, slowest_cold_start, slowest_text
 from staticfleet.decisions.members import (
     MemberTable,
@@ -51,8 +52,8 @@ class Roll:
     """The rollout's part of a pass: its state after this pass's step, and what the step means
     for pods, Events, status and metrics."""
 
-    state: ro.RolloutState
-    observation: ro.GroupObservation
+    state: rollstate.RolloutState
+    observation: rollstate.GroupObservation
     deletes: tuple[PodDelete, ...] = ()
     events: tuple[Event, ...] = ()
     restarts: tuple[tuple[int, float, str | None], ...] = ()
@@ -60,29 +61,30 @@ class Roll:
     finished: tuple[float, str] | None = None
     requeue_after_s: float | None = None
     refusal: str | None = None
-    limits: ro.RolloutLimits | None = None
+    limits: rollstate.RolloutLimits | None = None
     gaps: tuple[float, ...] = ()
     """Processing gaps measured this pass (warm handoffs)."""
     switchovers: tuple[Switchover, ...] = ()
 
 
 def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
-                 effective: timeouts.EffectiveTimeouts, table: MemberTable, group_state: str,
+                 effective: EffectiveTimeouts, table: MemberTable, group_state: str,
                  rebalances: int, activating: frozenset[int] = frozenset()) -> Roll:
-    """One rollout step: the roller decides (`ro.next_step`), `ro.RECORDERS` says what state
-    follows, and `STEP_EFFECTS` what it means for pods and Events (one row per step type)."""
+    """One rollout step: the roller decides (`rollout.next_step`), `rollrecord.RECORDERS` says
+    what state follows, and `STEP_EFFECTS` what it means for pods and Events (one row per step
+    type)."""
     now = snap.now
-    state = ro.RolloutState.from_status(snap.previous.get("rollout"))
+    state = rollstate.RolloutState.from_status(snap.previous.get("rollout"))
     # A classic member keeps the session timeout it joined with; a KIP-848 group's is a group
     # config the broker applies at once.
     running = (running_session_timeout_ms(snap.pods)
                if spec.membership.protocol == "classic" else None)
     which = slowest_text(st.slowest_restart(snap.previous.get("measurements")),
                          slowest_cold_start(snap))
-    limits = ro.RolloutLimits.from_timeouts(effective, spec.rollout, running, which,
+    limits = rollstate.RolloutLimits.from_timeouts(effective, spec.rollout, running, which,
                                             float(spec.template.termination_grace_period_seconds))
     back = rollback_source(snap)
-    obs = ro.GroupObservation(
+    obs = rollstate.GroupObservation(
         members=tuple(m for m in table.members if m.ordinal < spec.replicas),
         group_state=group_state, rebalances=rebalances, closures=snap.closures,
         replicas=spec.replicas,
@@ -96,16 +98,16 @@ def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                            and back.view.revision != view.revision else None),
         rollback_names=({o: builders.replacement_name(back.spec, o, back.view.revision)
                          for o in range(spec.replicas)} if back is not None else {}))
-    decided = ro.next_step(state, obs, view.revision, limits, now)
-    after = ro.record_step(state, decided, obs, view.revision, now)
-    if isinstance(decided, ro.Complete) and not state.started_at and not after.started_at:
+    decided = rollout.next_step(state, obs, view.revision, limits, now)
+    after = rollrecord.record_step(state, decided, obs, view.revision, now)
+    if isinstance(decided, rollsteps.Complete) and not state.started_at and not after.started_at:
         # Nothing was ever restarted for this revision (first creation, scale-up): no rollout.
-        after = ro.RolloutState(revision=view.revision, phase="Idle",
+        after = rollstate.RolloutState(revision=view.revision, phase="Idle",
                                 reason=f"every member runs revision {view.revision}")
     step = _Step(snap, spec, view, table, limits, state, after, rebalances)
     roll = STEP_EFFECTS[type(decided)](step, decided, Roll(state=after, observation=obs,
                                                            limits=limits))
-    if isinstance(decided, ro.Wait) and decided.recheck_after_s is not None:
+    if isinstance(decided, rollsteps.Wait) and decided.recheck_after_s is not None:
         roll = replace(roll, requeue_after_s=decided.recheck_after_s)
     return roll
 
@@ -135,7 +137,7 @@ def rollback_source(snap: Snapshot) -> RollbackSource | None:
         old = ConsumerGroupSpec.from_body({**snap.body, "metadata": {**meta,
                                                                      "annotations": annotations},
                                            "spec": saved["spec"]})
-        old_timeouts = timeouts.EffectiveTimeouts.from_status(saved.get("timeouts"))
+        old_timeouts = EffectiveTimeouts.from_status(saved.get("timeouts"))
     except (SpecError, KeyError, TypeError, ValueError):
         return None
     if old_timeouts is None:
@@ -164,9 +166,9 @@ class _Step:
     spec: ConsumerGroupSpec
     view: MemberSpecView
     table: MemberTable
-    limits: ro.RolloutLimits
-    before: ro.RolloutState
-    after: ro.RolloutState
+    limits: rollstate.RolloutLimits
+    before: rollstate.RolloutState
+    after: rollstate.RolloutState
     rebalances: int
 
 
@@ -178,9 +180,9 @@ def _restart_reasons_text(table: MemberTable, ordinal: int) -> tuple[tuple[Resta
     return why, f"{codes}): {'; '.join(r.message for r in why)}"
 
 
-def _on_start(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, ro.RestartMembers | ro.PrepareReplacements)
-    warm = isinstance(decided, ro.PrepareReplacements)
+def _on_start(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
+    assert isinstance(decided, rollsteps.RestartMembers | rollsteps.PrepareReplacements)
+    warm = isinstance(decided, rollsteps.PrepareReplacements)
     events = []
     if not s.before.started_at or s.before.revision != s.view.revision:
         count = len(s.after.pending) + len(decided.ordinals)
@@ -215,8 +217,8 @@ def _stop_old(s: _Step, ordinal: int, uid: str | None, why: str) -> tuple[PodDel
                       member.restart_reasons if member else ()),)
 
 
-def _on_hand_over(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, ro.HandOver)
+def _on_hand_over(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
+    assert isinstance(decided, rollsteps.HandOver)
     flight = next((f for f in s.after.in_flight if f.ordinal == decided.ordinal), None)
     warm_s = ((decided.standby_ready_at - flight.prepared_at).total_seconds()
               if flight and flight.prepared_at and decided.standby_ready_at else None)
@@ -245,19 +247,19 @@ def _on_hand_over(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
             "replacement joins with the same instance id"),))
 
 
-def _on_recreate_instead(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, ro.RecreateInstead)
+def _on_recreate_instead(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
+    assert isinstance(decided, rollsteps.RecreateInstead)
     return replace(roll, deletes=_stop_old(s, decided.ordinal, decided.delete_uid, WHY_RESTART),
                    requeue_after_s=1.0,
                    events=(Event("Warning", c.HANDOFF_FALLBACK, decided.message),))
 
 
-def _on_abandon(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
+def _on_abandon(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
     """The replacements a failed handoff or a fallback drops are deleted."""
-    assert isinstance(decided, ro.HandoffFailed | ro.FallBackCold)
-    failed = isinstance(decided, ro.HandoffFailed)
-    dropped = ((decided.ordinal, *decided.ordinals) if isinstance(decided, ro.HandoffFailed)
-               else (decided.ordinal,))
+    assert isinstance(decided, rollsteps.HandoffFailed | rollsteps.FallBackCold)
+    failed = isinstance(decided, rollsteps.HandoffFailed)
+    dropped = ((decided.ordinal, *decided.ordinals)
+               if isinstance(decided, rollsteps.HandoffFailed) else (decided.ordinal,))
     names = {f.replacement for f in s.before.in_flight if f.ordinal in dropped}
     aborted = tuple(
         PodDelete(ordinal_of(p) or 0, p["metadata"]["name"], p["metadata"]["uid"],
@@ -269,16 +271,16 @@ def _on_abandon(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
                    events=(Event("Warning", reason, decided.message),))
 
 
-def _on_rejoined(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, ro.MemberRejoined)
+def _on_rejoined(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
+    assert isinstance(decided, rollsteps.MemberRejoined)
     return replace(roll, requeue_after_s=0.5, events=(Event(
         "Normal", c.MEMBER_BACK,
         f"member {decided.ordinal} back in the group with its partitions after "
         f"{decided.absence_s:.1f} s (session timeout {s.limits.session_timeout_ms} ms)"),))
 
 
-def _on_done(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, ro.MarkMemberDone)
+def _on_done(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
+    assert isinstance(decided, rollsteps.MarkMemberDone)
     warm = any(f.ordinal == decided.ordinal and f.mode == "warm" for f in s.before.in_flight)
     if decided.processing_gap_s is not None:
         gap = (f" (processing gap {decided.processing_gap_s:.1f} s: the old process's last "
@@ -298,22 +300,22 @@ def _on_done(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
                    finished=(_finished(s) if s.after.phase == "RolledBack" else None))
 
 
-def _on_failed(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
+def _on_failed(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
     """A failed member halts the rollout, or is handed back (its standby of the last revision
     is created by `pods.creates`); standbys still preparing are dropped (`pods.abandoned`)."""
-    assert isinstance(decided, ro.MemberFailed)
+    assert isinstance(decided, rollsteps.MemberFailed)
     reason = c.ROLLOUT_HALTED if s.after.phase == "Halted" else c.ROLLING_BACK
     # A member that exits is announced by `problems.member_problems` (MemberFailing) already;
     # a member that made no progress is announced here.
-    said = (() if decided.reason == ro.MEMBER_FAILING
+    said = (() if decided.reason == rollsteps.MEMBER_FAILING
             else (Event("Warning", decided.reason, decided.message),))
     return replace(roll, requeue_after_s=1.0,
                    finished=_finished(s) if s.after.phase == "Halted" else None,
                    events=(*said, Event("Warning", reason, s.after.reason)))
 
 
-def _on_at_risk(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, ro.StopAtRisk)
+def _on_at_risk(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
+    assert isinstance(decided, rollsteps.StopAtRisk)
     reason = c.SESSION_TIMEOUT_EXCEEDED if decided.expired else c.RESTART_RUNNING_LATE
     return replace(roll, requeue_after_s=1.0,
                    restarts=((sample(s.table, decided.ordinal, decided.absence_s),)
@@ -321,7 +323,7 @@ def _on_at_risk(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
                    events=(Event("Warning", reason, decided.message),))
 
 
-def _on_complete(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
+def _on_complete(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
     if s.after.phase != "Complete":
         return roll
     return replace(roll, finished=_finished(s), events=(
@@ -337,31 +339,31 @@ def _finished(s: _Step) -> tuple[float, str]:
     return (s.snap.now - started).total_seconds(), s.after.phase
 
 
-def _on_refusal(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, ro.RefuseToStart)
+def _on_refusal(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
+    assert isinstance(decided, rollsteps.RefuseToStart)
     roll = replace(roll, refusal=decided.message)
     if s.before.reason != decided.message:
         return replace(roll, events=(Event("Warning", c.RESTART_UNSAFE, decided.message),))
     return roll
 
 
-def _on_wait(s: _Step, decided: ro.Step, roll: Roll) -> Roll:
+def _on_wait(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
     return roll
 
 
-STEP_EFFECTS: Mapping[type, Callable[[_Step, ro.Step, Roll], Roll]] = {
-    ro.Wait: _on_wait,
-    ro.RestartMembers: _on_start,
-    ro.PrepareReplacements: _on_start,
-    ro.HandOver: _on_hand_over,
-    ro.HandoffFailed: _on_abandon,
-    ro.RecreateInstead: _on_recreate_instead,
-    ro.FallBackCold: _on_abandon,
-    ro.MemberRejoined: _on_rejoined,
-    ro.MarkMemberDone: _on_done,
-    ro.MemberFailed: _on_failed,
-    ro.StopAtRisk: _on_at_risk,
-    ro.Complete: _on_complete,
-    ro.RefuseToStart: _on_refusal,
+STEP_EFFECTS: Mapping[type, Callable[[_Step, rollsteps.Step, Roll], Roll]] = {
+    rollsteps.Wait: _on_wait,
+    rollsteps.RestartMembers: _on_start,
+    rollsteps.PrepareReplacements: _on_start,
+    rollsteps.HandOver: _on_hand_over,
+    rollsteps.HandoffFailed: _on_abandon,
+    rollsteps.RecreateInstead: _on_recreate_instead,
+    rollsteps.FallBackCold: _on_abandon,
+    rollsteps.MemberRejoined: _on_rejoined,
+    rollsteps.MarkMemberDone: _on_done,
+    rollsteps.MemberFailed: _on_failed,
+    rollsteps.StopAtRisk: _on_at_risk,
+    rollsteps.Complete: _on_complete,
+    rollsteps.RefuseToStart: _on_refusal,
 }
-"""One row per step type (as `ro.RECORDERS` for the state): the pods and Events it means."""
+"""One row per step type (as `rollrecord.RECORDERS` for the state): the pods and Events it means."""

@@ -2,7 +2,8 @@
 (`ObservedMember`, `GroupObservation`), what bounds the roller (`RolloutLimits`), and
 `status.rollout` (`RolloutState`, with its members in flight and their `Handoff` figures).
 
-`rollout` decides from these; `gates` holds the safety checks over them. Nothing here decides.
+`rollout` (and `rollwarm`) decide from these, `rollrecord` writes the state after a step;
+`gates` holds the safety checks over them. Nothing here decides.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from staticfleet.decisions.conditions import parse_optional, rfc3339, rfc3339_ms
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import RolloutSpec
 from staticfleet.decisions.reasons import RestartReason
-from staticfleet.decisions.timeouts import EffectiveTimeouts
 
 Phase = Literal["Idle", "Pending", "Rolling", "Paused", "AtRisk", "Stopped", "Halted",
                 "RolledBack", "Complete"]

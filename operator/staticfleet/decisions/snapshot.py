@@ -98,7 +98,8 @@ class Snapshot:
     """Every ConsumerGroup the operator watches that uses this group's Kafka group id on the
     same cluster, this one included."""
     broker_config: Mapping[str, int] | None = None
-    """The broker's group-coordinator bounds (`observe.BOUNDS_KEYS`) as it reports them."""
+    """The broker's group-coordinator bounds (`observe.kafkareads.broker_bounds`) as it reports
+    them."""
     bounds_denied: str | None = None
     """Why the broker's bounds could not be read (the principal may not DescribeConfigs on the
     cluster); Kafka's default bounds stand in for them."""

@@ -13,10 +13,11 @@ from typing import Any
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.builders import instance_id, member_name, selector_string
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollout import GroupObservation, ObservedMember, RolloutState
+from staticfleet.decisions.rollstate import GroupObservation, ObservedMember, RolloutState
 from staticfleet.decisions.scaling import idle_members
-from staticfleet.decisions.timeouts import EffectiveTimeouts, Measurements
+from staticfleet.decisions.timeouts import Measurements
 
 RECENT_RESTARTS_KEPT = 10
 
@@ -81,7 +82,6 @@ def build_status(
     return status
 
 
-# Long: one short block per condition type (Ready, Progressing, Degraded, ...), in order.
 def derive_conditions(
     previous: Sequence[Mapping[str, Any]],
     *,
@@ -95,16 +95,29 @@ def derive_conditions(
     problems: Sequence[tuple[str, str]] = (),
     extra: Sequence[tuple[str, Cond]] = (),
 ) -> list[dict[str, Any]]:
-    """The conditions from this pass's observations (`extra`: the ones other modules derive:
-    UnassignedPartitions in `planned`, BrokerBoundsKnown in `tuning`, MembersStalled in
-    `stalls`); `refusal`: why the roller refused to
-    start restarting (restarts do not fit a session timeout), if it did; `problems`: (reason,
-    message) of what else this pass found wrong, the first of which is Degraded."""
-    gen = group.generation
+    """The conditions from this pass's observations, one function per type (`extra`: the ones
+    other modules derive: UnassignedPartitions in `planned`, BrokerBoundsKnown in `tuning`,
+    MembersStalled in `stalls`); `refusal`: why the roller refused to start restarting
+    (restarts do not fit a session timeout), if it did; `problems`: (reason, message) of what
+    else this pass found wrong, the first of which is Degraded."""
+    refused = refusal is not None or (
+        rollout.phase == "Pending" and timeouts is not None and not timeouts.restart_safe)
+    derived: tuple[tuple[str, Cond], ...] = (
+        (c.READY, _ready(group, observed, partitions)),
+        (c.PROGRESSING, _progressing(rollout, refused)),
+        (c.DEGRADED, _degraded(rollout, timeouts, refusal, problems)),
+        (c.ROLLOUT_AT_RISK, _at_risk(rollout, refused)),
+        (c.IDLE_MEMBERS, _idle(group.replicas, partitions)),
+        *extra,
+    )
     out: list[dict[str, Any]] = [dict(x) for x in previous]
+    for type_, cond in derived:
+        out = _put(out, type_, cond, now, group.generation)
+    return out
 
-    # Ready
-    ready: Cond
+
+def _ready(group: ConsumerGroupSpec, observed: GroupObservation, partitions: int | None) -> Cond:
+    """Ready: every wanted member serves in a Stable group."""
     wanted = group.replicas
     # A member beyond the partition count is in the group without an assignment (idle): it
     # serves when the broker lists it, up to the number of idle members there can be.
@@ -114,88 +127,80 @@ def derive_conditions(
                 if m.ordinal < wanted and m.ready and not m.in_group and not m.assignment
                 and m.member_id is not None and m.stopped_at is None][:idle_allowed]
     if wanted == 0:
-        ready = ("True", c.SCALED_TO_ZERO, "replicas is 0")
-    elif observed.group_state != "Stable":
-        ready = ("False", c.GROUP_NOT_STABLE, f"the group is {observed.group_state}")
-    elif len(serving) < wanted:
-        ready = (
+        return ("True", c.SCALED_TO_ZERO, "replicas is 0")
+    if observed.group_state != "Stable":
+        return ("False", c.GROUP_NOT_STABLE, f"the group is {observed.group_state}")
+    if len(serving) < wanted:
+        return (
             "False",
             c.MEMBERS_NOT_READY,
             f"{len(serving)}/{wanted} members ready in the group",
         )
-    else:
-        ready = ("True", c.ALL_MEMBERS_READY, f"{wanted}/{wanted} members ready in the group")
-    out = _put(out, c.READY, ready, now, gen)
+    return ("True", c.ALL_MEMBERS_READY, f"{wanted}/{wanted} members ready in the group")
 
-    # Progressing
-    refused = refusal is not None or (
-        rollout.phase == "Pending" and timeouts is not None and not timeouts.restart_safe)
-    phases: dict[str, tuple[c.Status, str]] = {
-        "Idle": ("False", c.ROLLOUT_IDLE),
-        "Pending": ("False", c.ROLLOUT_REFUSED) if refused else ("True", c.ROLLOUT_PENDING),
-        "Rolling": ("True", c.ROLLING),
-        "AtRisk": ("True", c.ROLLING),
-        "Paused": ("False", c.ROLLOUT_PAUSED),
-        "Stopped": ("False", c.ROLLOUT_STOPPED),
-        "Halted": ("False", c.ROLLOUT_HALTED),
-        "RolledBack": ("False", c.ROLLED_BACK),
-        "Complete": ("False", c.ROLLOUT_COMPLETE),
-    }
-    progressing = phases[rollout.phase]
-    out = c.set_condition(
-        out, c.PROGRESSING, *progressing, rollout.reason or rollout.phase, now, gen
-    )
 
-    # Degraded
-    degraded: Cond
+PHASE_PROGRESS: Mapping[str, tuple[c.Status, str]] = {
+    "Idle": ("False", c.ROLLOUT_IDLE),
+    "Pending": ("True", c.ROLLOUT_PENDING),
+    "Rolling": ("True", c.ROLLING),
+    "AtRisk": ("True", c.ROLLING),
+    "Paused": ("False", c.ROLLOUT_PAUSED),
+    "Stopped": ("False", c.ROLLOUT_STOPPED),
+    "Halted": ("False", c.ROLLOUT_HALTED),
+    "RolledBack": ("False", c.ROLLED_BACK),
+    "Complete": ("False", c.ROLLOUT_COMPLETE),
+}
+"""Progressing's status and reason in each rollout phase (a refused Pending is RolloutRefused)."""
+
+
+def _progressing(rollout: RolloutState, refused: bool) -> Cond:
+    """Progressing: the rollout's phase, with its reason as the message."""
+    status, reason = PHASE_PROGRESS[rollout.phase]
+    if rollout.phase == "Pending" and refused:
+        status, reason = "False", c.ROLLOUT_REFUSED
+    return status, reason, rollout.reason or rollout.phase
+
+
+def _degraded(rollout: RolloutState, timeouts: EffectiveTimeouts | None, refusal: str | None,
+              problems: Sequence[tuple[str, str]]) -> Cond:
+    """Degraded: the first problem of the pass, a rollout that ended badly, or restarts that
+    do not fit the session timeout."""
     if problems:
-        degraded = ("True", problems[0][0], problems[0][1])
-    elif rollout.phase in ("Stopped", "Halted", "RolledBack"):
-        degraded = ("True", phases[rollout.phase][1], rollout.reason)
-    elif refusal is not None:
-        degraded = ("True", c.RESTART_UNSAFE, refusal)
-    elif timeouts is not None and not timeouts.restart_safe:
-        degraded = (
+        return ("True", problems[0][0], problems[0][1])
+    if rollout.phase in ("Stopped", "Halted", "RolledBack"):
+        return ("True", PHASE_PROGRESS[rollout.phase][1], rollout.reason)
+    if refusal is not None:
+        return ("True", c.RESTART_UNSAFE, refusal)
+    if timeouts is not None and not timeouts.restart_safe:
+        return (
             "True",
             c.RESTART_UNSAFE,
             f"restarts need a session timeout of {timeouts.needed_session_timeout_ms} ms, "
             f"the effective one is {timeouts.session_timeout_ms} ms",
         )
-    else:
-        degraded = ("False", c.AS_EXPECTED, "")
-    out = _put(out, c.DEGRADED, degraded, now, gen)
+    return ("False", c.AS_EXPECTED, "")
 
-    # RolloutAtRisk
-    risk: Cond
+
+def _at_risk(rollout: RolloutState, refused: bool) -> Cond:
+    """RolloutAtRisk: a restart runs late, ran past the session timeout, or would not fit it."""
     if rollout.phase == "AtRisk":
-        risk = ("True", c.RESTART_RUNNING_LATE, rollout.reason)
-    elif rollout.phase == "Stopped":
-        risk = ("True", c.SESSION_TIMEOUT_EXCEEDED, rollout.reason)
-    elif refused:
-        risk = ("True", c.RESTART_UNSAFE, rollout.reason)
-    else:
-        risk = ("False", c.RESTARTS_ON_TIME, "restarts fit the session timeout")
-    out = _put(out, c.ROLLOUT_AT_RISK, risk, now, gen)
+        return ("True", c.RESTART_RUNNING_LATE, rollout.reason)
+    if rollout.phase == "Stopped":
+        return ("True", c.SESSION_TIMEOUT_EXCEEDED, rollout.reason)
+    if refused:
+        return ("True", c.RESTART_UNSAFE, rollout.reason)
+    return ("False", c.RESTARTS_ON_TIME, "restarts fit the session timeout")
 
-    # IdleMembers
-    idle: Cond
+
+def _idle(wanted: int, partitions: int | None) -> Cond:
+    """IdleMembers: more members than partitions."""
     if partitions is None:
-        idle = ("Unknown", c.PARTITIONS_UNKNOWN, "the partition count is not known yet")
-    else:
-        n = idle_members(wanted, partitions)
-        idle = (
-            (
-                "True",
-                c.MORE_MEMBERS_THAN_PARTITIONS,
-                f"{n} of {wanted} members have no partition ({partitions} partitions)",
-            )
-            if n
-            else ("False", c.NO_IDLE_MEMBERS, f"{partitions} partitions for {wanted} members")
-        )
-    out = _put(out, c.IDLE_MEMBERS, idle, now, gen)
-    for type_, cond in extra:
-        out = _put(out, type_, cond, now, gen)
-    return out
+        return ("Unknown", c.PARTITIONS_UNKNOWN, "the partition count is not known yet")
+    n = idle_members(wanted, partitions)
+    if n:
+        return ("True", c.MORE_MEMBERS_THAN_PARTITIONS,
+                f"{n} of {wanted} members have no partition ({partitions} partitions)")
+    return ("False", c.NO_IDLE_MEMBERS, f"{partitions} partitions for {wanted} members")
 
 
 def _put(

@@ -1,4 +1,7 @@
-"""The one place that chooses the three client timeouts (pure; time is an argument).
+"""The one place that chooses the three client timeouts (pure; time is an argument):
+`compute_timeouts`, from the spec, the measurements and the broker's bounds, one rule after the
+other (`_session`, `_heartbeat`, `_max_poll`); `riding` holds a new choice back until the next
+rollout. What it chooses, with its status and client forms, is `effectivetimeouts`.
 
 Static membership (KIP-345) keeps a stopped member, and its partitions, for `session.timeout.ms`.
 A restart therefore causes no rebalance exactly when the member is back before its session expires,
@@ -40,18 +43,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal
 
-from staticfleet.decisions.conditions import parse_rfc3339, rfc3339
+from staticfleet.decisions.conditions import rfc3339
+from staticfleet.decisions.effectivetimeouts import (
+    HEARTBEAT,
+    MAX_POLL,
+    SESSION,
+    EffectiveTimeouts,
+    Source,
+)
 from staticfleet.decisions.model import Protocol, TimeoutsSpec
-
-Source = Literal["explicit", "auto", "default"]
-
-SESSION = "sessionTimeoutMs"
-HEARTBEAT = "heartbeatIntervalMs"
-MAX_POLL = "maxPollIntervalMs"
 
 # librdkafka's own limits on these properties.
 CLIENT_MAX_SESSION_MS = 3600000
@@ -86,8 +89,8 @@ class BrokerBounds:
 
     @classmethod
     def from_broker_config(cls, protocol: Protocol, config: Mapping[str, int]) -> BrokerBounds:
-        """Bounds for `protocol` from broker config values (as `observe.broker_bounds` returns);
-        a missing key falls back to Kafka's default."""
+        """Bounds for `protocol` from broker config values (as `observe.kafkareads.broker_bounds`
+        returns); a missing key falls back to Kafka's default."""
         if protocol == "classic":
             d = cls.classic_defaults()
             return cls(
@@ -172,104 +175,6 @@ def step_up(need: int, floor: int, policy: TimeoutPolicy = DEFAULT_POLICY) -> in
 
 
 
-
-@dataclass(frozen=True)
-class EffectiveTimeouts:
-    """The timeouts the members run with, where each came from and why."""
-
-    session_timeout_ms: int
-    heartbeat_interval_ms: int
-    max_poll_interval_ms: int
-    sources: Mapping[str, Source]
-    reasons: tuple[str, ...] = ()
-    restart_safe: bool = True
-    needed_session_timeout_ms: int | None = None
-    lower_candidate_since: Mapping[str, datetime] = field(default_factory=dict)
-    pending: Mapping[str, int] = field(default_factory=dict)
-    """Values the measurements call for that wait for the next rollout (`riding`)."""
-
-    def value(self, name: str) -> int:
-        return {
-            SESSION: self.session_timeout_ms,
-            HEARTBEAT: self.heartbeat_interval_ms,
-            MAX_POLL: self.max_poll_interval_ms,
-        }[name]
-
-    def changed_fields(self, previous: EffectiveTimeouts | None) -> tuple[str, ...]:
-        """Names (SESSION, HEARTBEAT, MAX_POLL) whose value differs from `previous`."""
-        if previous is None:
-            return ()
-        return tuple(
-            n for n in (SESSION, HEARTBEAT, MAX_POLL) if self.value(n) != previous.value(n)
-        )
-
-    def client_properties(self, protocol: Protocol) -> dict[str, int]:
-        """librdkafka properties for config.json. With protocol consumer the broker owns the
-        session timeout and heartbeat interval (see `group_configs`), so only max.poll is sent."""
-        props = {"max.poll.interval.ms": self.max_poll_interval_ms}
-        if protocol == "classic":
-            props["session.timeout.ms"] = self.session_timeout_ms
-            props["heartbeat.interval.ms"] = self.heartbeat_interval_ms
-        return props
-
-    def group_configs(self, protocol: Protocol) -> dict[str, str]:
-        """Per-group broker configs (IncrementalAlterConfigs on the GROUP resource) for protocol
-        consumer; empty for classic."""
-        if protocol != "consumer":
-            return {}
-        return {
-            "consumer.session.timeout.ms": str(self.session_timeout_ms),
-            "consumer.heartbeat.interval.ms": str(self.heartbeat_interval_ms),
-        }
-
-    def to_status(self) -> dict[str, Any]:
-        """The `status.timeouts` object."""
-        status: dict[str, Any] = {
-            SESSION: self.session_timeout_ms,
-            HEARTBEAT: self.heartbeat_interval_ms,
-            MAX_POLL: self.max_poll_interval_ms,
-            "source": dict(self.sources),
-            "reasons": list(self.reasons),
-            "restartSafe": self.restart_safe,
-        }
-        if self.needed_session_timeout_ms is not None:
-            status["neededSessionTimeoutMs"] = self.needed_session_timeout_ms
-        if self.pending:
-            status["pending"] = dict(self.pending)
-        if self.lower_candidate_since:
-            status["lowerCandidateSince"] = {
-                k: rfc3339(v) for k, v in sorted(self.lower_candidate_since.items())
-            }
-        return status
-
-    @classmethod
-    def from_status(cls, status: Mapping[str, Any] | None) -> EffectiveTimeouts | None:
-        """Read back `status.timeouts` (the hysteresis state); None when absent or incomplete."""
-        if not status or not all(
-            isinstance(status.get(k), int) for k in (SESSION, HEARTBEAT, MAX_POLL)
-        ):
-            return None
-        raw_sources = status.get("source") or {}
-        sources: dict[str, Source] = {
-            k: raw_sources.get(k, "default")
-            for k in (SESSION, HEARTBEAT, MAX_POLL)
-            if raw_sources.get(k, "default") in ("explicit", "auto", "default")
-        }
-        return cls(
-            session_timeout_ms=status[SESSION],
-            heartbeat_interval_ms=status[HEARTBEAT],
-            max_poll_interval_ms=status[MAX_POLL],
-            sources=sources,
-            reasons=tuple(status.get("reasons") or ()),
-            restart_safe=bool(status.get("restartSafe", True)),
-            needed_session_timeout_ms=status.get("neededSessionTimeoutMs"),
-            lower_candidate_since={
-                k: parse_rfc3339(v) for k, v in (status.get("lowerCandidateSince") or {}).items()
-            },
-            pending=dict(status.get("pending") or {}),
-        )
-
-
 def riding(recommended: EffectiveTimeouts, in_force: EffectiveTimeouts,
            protocol: Protocol) -> EffectiveTimeouts:
     """The timeouts while `recommended` waits for the next rollout: a timeout change is never a
@@ -330,7 +235,6 @@ def needed_max_poll_interval_ms(batch_s: float, policy: TimeoutPolicy = DEFAULT_
     return math.ceil(batch_s * policy.batch_margin_percent * 10) + policy.batch_slack_ms
 
 
-# Long: rules S1-P2 in order over one set of bounds; each section reads the one before it.
 def compute_timeouts(
     *,
     protocol: Protocol,
@@ -351,6 +255,9 @@ def compute_timeouts(
     cap for classic, none beyond the broker's for consumer).
 
     `current` is the previous result (from `EffectiveTimeouts.from_status`), for hysteresis.
+
+    The rules run in order, each over the one before: the session timeout (S1, S2), then the
+    heartbeat inside it (H1), then max.poll.interval above it (P1, P2).
     """
     if bounds.min_session_ms > bounds.max_session_ms:
         raise TimeoutRuleError(
@@ -358,21 +265,67 @@ def compute_timeouts(
             f"broker session bounds are empty: min {bounds.min_session_ms} ms > "
             f"max {bounds.max_session_ms} ms",
         )
-    max_session = min(bounds.max_session_ms, CLIENT_MAX_SESSION_MS)
-    reasons: list[str] = []
-    sources: dict[str, Source] = {}
-    candidates: dict[str, datetime] = {}
-
-    restart_need = restart_need_ms(measurements, margin_percent, policy)
-    batch_need = (
-        needed_max_poll_interval_ms(measurements.slowest_batch_s, policy)
-        if measurements.slowest_batch_s is not None
-        else None
+    ask = _Ask(
+        protocol=protocol, explicit=explicit, measurements=measurements, bounds=bounds,
+        current=current, now=now, margin_percent=margin_percent, auto_tuning=auto_tuning,
+        policy=policy, max_auto_session_ms=max_auto_session_ms,
+        max_session=min(bounds.max_session_ms, CLIENT_MAX_SESSION_MS),
+        restart_need=restart_need_ms(measurements, margin_percent, policy),
+        batch_need=(needed_max_poll_interval_ms(measurements.slowest_batch_s, policy)
+                    if measurements.slowest_batch_s is not None else None),
     )
-    hb_explicit = explicit.heartbeat_interval_ms
-    mp_explicit = explicit.max_poll_interval_ms
+    session = _session(ask)
+    chosen = {SESSION: session, HEARTBEAT: _heartbeat(ask, session.value),
+              MAX_POLL: _max_poll(ask, session.value)}
+    return EffectiveTimeouts(
+        session_timeout_ms=session.value,
+        heartbeat_interval_ms=chosen[HEARTBEAT].value,
+        max_poll_interval_ms=chosen[MAX_POLL].value,
+        sources={name: c.source for name, c in chosen.items()},
+        reasons=tuple(reason for c in chosen.values() for reason in c.reasons),
+        restart_safe=ask.restart_need is None or ask.restart_need <= session.value,
+        needed_session_timeout_ms=ask.restart_need,
+        lower_candidate_since={name: c.lower_since for name, c in chosen.items()
+                               if c.lower_since is not None},
+    )
 
-    # --- session ---
+
+@dataclass(frozen=True)
+class _Ask:
+    """What the rules read: `compute_timeouts`' arguments, the highest session timeout the
+    broker and the client take, and what the measured restarts and batches need."""
+
+    protocol: Protocol
+    explicit: TimeoutsSpec
+    measurements: Measurements
+    bounds: BrokerBounds
+    current: EffectiveTimeouts | None
+    now: datetime
+    margin_percent: int
+    auto_tuning: bool
+    policy: TimeoutPolicy
+    max_auto_session_ms: int | None
+    max_session: int
+    restart_need: int | None
+    batch_need: int | None
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """One timeout as a rule chose it: its value, where it came from and why, and since when a
+    lower value has been called for (the hysteresis's candidate)."""
+
+    value: int
+    source: Source
+    reasons: tuple[str, ...]
+    lower_since: datetime | None = None
+
+
+def _session(ask: _Ask) -> _Chosen:
+    """S1, S2: the explicit session timeout inside the broker bounds, or the automatic one
+    (the default, raised in steps to what the slowest restart needs, up to the cap)."""
+    explicit, bounds, policy = ask.explicit, ask.bounds, ask.policy
+    max_session, restart_need = ask.max_session, ask.restart_need
     if explicit.session_timeout_ms is not None:
         session = explicit.session_timeout_ms
         if not bounds.min_session_ms <= session <= max_session:
@@ -381,72 +334,59 @@ def compute_timeouts(
                 f"sessionTimeoutMs {session} is outside the broker bounds "
                 f"[{bounds.min_session_ms}, {max_session}] ms",
             )
-        sources[SESSION] = "explicit"
-        reasons.append(f"{SESSION}={session} (explicit): set in spec.membership.timeouts")
-    else:
-        lower = _clamp(policy.default_session_ms, bounds.min_session_ms, max_session)
-        if hb_explicit is not None:
-            lower = max(lower, 3 * hb_explicit)
-        upper = max_session if mp_explicit is None else min(max_session, mp_explicit)
-        if lower > upper:
-            raise TimeoutRuleError(
-                "H1/P1",
-                f"no session timeout fits: it must be at least {lower} ms (3 x heartbeat "
-                f"{hb_explicit} ms, broker minimum {bounds.min_session_ms} ms) and at most "
-                f"{upper} ms (broker maximum {max_session} ms, maxPollIntervalMs {mp_explicit})",
-            )
-        cap = max_auto_session_ms
-        if cap is None and protocol == "classic":
-            cap = DEFAULT_CLASSIC_SESSION_CAP_MS
-        if cap is not None:
-            upper = max(lower, min(upper, cap))
-        target = lower
-        if auto_tuning and restart_need is not None and restart_need > lower:
-            target = min(step_up(restart_need, lower, policy), upper)
-        session, since, note = _hysteresis(SESSION, target, current, now, policy)
-        session = _clamp(session, lower, upper)
-        if since is not None:
-            candidates[SESSION] = since
-        sources[SESSION] = (
-            "default"
-            if session == lower
-            and lower == _clamp(policy.default_session_ms, bounds.min_session_ms, max_session)
-            else "auto"
-        )
-        reasons.append(
-            _session_reason(
-                session,
-                sources[SESSION],
-                measurements,
-                restart_need,
-                margin_percent,
-                policy,
-                auto_tuning,
-            )
-            + note
-        )
-        if restart_need is not None and restart_need > upper:
+        reasons = [f"{SESSION}={session} (explicit): set in spec.membership.timeouts"]
+        if restart_need is not None and restart_need > session:
             reasons.append(
-                f"{SESSION}: the slowest restart needs {restart_need} ms but at most {upper} ms is "
-                "allowed (spec.membership.autoTuning.maxSessionTimeoutMs, the broker group max "
-                "session timeout or maxPollIntervalMs): restarts cannot be made safe; a restart "
-                "that slow is a problem to look at, not a timeout to grow"
+                f"{SESSION}: restarts need {restart_need} ms (slowest restart "
+                f"{_seconds(ask.measurements.slowest_restart_s)}, slowest member start "
+                f"{_seconds(ask.measurements.cold_start_s)}); the explicit {session} ms is too "
+                "short for safe restarts"
             )
-    restart_safe = restart_need is None or restart_need <= session
-    if explicit.session_timeout_ms is not None and not restart_safe:
-        reasons.append(
-            f"{SESSION}: restarts need {restart_need} ms (slowest restart "
-            f"{_seconds(measurements.slowest_restart_s)}, slowest member start "
-            f"{_seconds(measurements.cold_start_s)}); the explicit {session} ms is too short "
-            "for safe restarts"
+        return _Chosen(session, "explicit", tuple(reasons))
+    hb_explicit = explicit.heartbeat_interval_ms
+    mp_explicit = explicit.max_poll_interval_ms
+    default = _clamp(policy.default_session_ms, bounds.min_session_ms, max_session)
+    lower = default if hb_explicit is None else max(default, 3 * hb_explicit)
+    upper = max_session if mp_explicit is None else min(max_session, mp_explicit)
+    if lower > upper:
+        raise TimeoutRuleError(
+            "H1/P1",
+            f"no session timeout fits: it must be at least {lower} ms (3 x heartbeat "
+            f"{hb_explicit} ms, broker minimum {bounds.min_session_ms} ms) and at most "
+            f"{upper} ms (broker maximum {max_session} ms, maxPollIntervalMs {mp_explicit})",
         )
+    cap = ask.max_auto_session_ms
+    if cap is None and ask.protocol == "classic":
+        cap = DEFAULT_CLASSIC_SESSION_CAP_MS
+    if cap is not None:
+        upper = max(lower, min(upper, cap))
+    target = lower
+    if ask.auto_tuning and restart_need is not None and restart_need > lower:
+        target = min(step_up(restart_need, lower, policy), upper)
+    session, since, note = _hysteresis(SESSION, target, ask.current, ask.now, policy)
+    session = _clamp(session, lower, upper)
+    source: Source = "default" if session == lower and lower == default else "auto"
+    reasons = [_session_reason(session, source, ask.measurements, restart_need,
+                               ask.margin_percent, policy, ask.auto_tuning) + note]
+    if restart_need is not None and restart_need > upper:
+        reasons.append(
+            f"{SESSION}: the slowest restart needs {restart_need} ms but at most {upper} ms is "
+            "allowed (spec.membership.autoTuning.maxSessionTimeoutMs, the broker group max "
+            "session timeout or maxPollIntervalMs): restarts cannot be made safe; a restart "
+            "that slow is a problem to look at, not a timeout to grow"
+        )
+    return _Chosen(session, source, tuple(reasons), since)
 
-    # --- heartbeat ---
-    hb_min, hb_max = bounds.min_heartbeat_ms, bounds.max_heartbeat_ms
-    if protocol == "classic":
+
+def _heartbeat(ask: _Ask, session: int) -> _Chosen:
+    """H1: the heartbeat at most a third of the session timeout (and, for protocol consumer,
+    inside the broker's bounds): the explicit one checked, or the default."""
+    policy = ask.policy
+    hb_min, hb_max = ask.bounds.min_heartbeat_ms, ask.bounds.max_heartbeat_ms
+    if ask.protocol == "classic":
         hb_min = hb_max = None
-    if hb_explicit is not None:
-        heartbeat = hb_explicit
+    if ask.explicit.heartbeat_interval_ms is not None:
+        heartbeat = ask.explicit.heartbeat_interval_ms
         if heartbeat * 3 > session:
             raise TimeoutRuleError(
                 "H1",
@@ -461,77 +401,65 @@ def compute_timeouts(
                 f"heartbeatIntervalMs {heartbeat} is outside the broker bounds "
                 f"[{hb_min}, {hb_max}] ms",
             )
-        sources[HEARTBEAT] = "explicit"
-        reasons.append(f"{HEARTBEAT}={heartbeat} (explicit): set in spec.membership.timeouts")
-    else:
-        heartbeat = min(policy.default_heartbeat_ms, session // 3)
-        if hb_max is not None:
-            heartbeat = min(heartbeat, hb_max)
-        if hb_min is not None:
-            heartbeat = max(heartbeat, hb_min)
-        if heartbeat * 3 > session or heartbeat < 1:
-            raise TimeoutRuleError(
-                "H1",
-                f"the broker's minimum heartbeat interval {hb_min} ms x 3 exceeds the session "
-                f"timeout {session} ms",
-            )
-        sources[HEARTBEAT] = "default" if heartbeat == policy.default_heartbeat_ms else "auto"
-        reasons.append(
-            f"{HEARTBEAT}={heartbeat} ({sources[HEARTBEAT]}): "
-            f"{policy.default_heartbeat_ms} ms (members hear of a rebalance at their next "
-            "heartbeat), at most a third of the session timeout"
-            + ("" if hb_min is None else f", inside the broker bounds [{hb_min}, {hb_max}] ms")
+        return _Chosen(heartbeat, "explicit", (
+            f"{HEARTBEAT}={heartbeat} (explicit): set in spec.membership.timeouts",))
+    heartbeat = min(policy.default_heartbeat_ms, session // 3)
+    if hb_max is not None:
+        heartbeat = min(heartbeat, hb_max)
+    if hb_min is not None:
+        heartbeat = max(heartbeat, hb_min)
+    if heartbeat * 3 > session or heartbeat < 1:
+        raise TimeoutRuleError(
+            "H1",
+            f"the broker's minimum heartbeat interval {hb_min} ms x 3 exceeds the session "
+            f"timeout {session} ms",
         )
+    source: Source = "default" if heartbeat == policy.default_heartbeat_ms else "auto"
+    return _Chosen(heartbeat, source, (
+        f"{HEARTBEAT}={heartbeat} ({source}): "
+        f"{policy.default_heartbeat_ms} ms (members hear of a rebalance at their next "
+        "heartbeat), at most a third of the session timeout"
+        + ("" if hb_min is None else f", inside the broker bounds [{hb_min}, {hb_max}] ms"),))
 
-    # --- max.poll.interval ---
-    if mp_explicit is not None:
-        max_poll = mp_explicit
+
+def _max_poll(ask: _Ask, session: int) -> _Chosen:
+    """P1, P2: max.poll.interval at least the session timeout: the explicit one checked (and
+    warned about when the slowest batch needs more), or the automatic one (the default,
+    raised in steps to what the slowest batch needs)."""
+    policy, batch_need, slowest = ask.policy, ask.batch_need, ask.measurements.slowest_batch_s
+    if ask.explicit.max_poll_interval_ms is not None:
+        max_poll = ask.explicit.max_poll_interval_ms
         if max_poll < session:
             raise TimeoutRuleError(
                 "P1", f"maxPollIntervalMs {max_poll} is below the session timeout {session} ms"
             )
-        sources[MAX_POLL] = "explicit"
-        reasons.append(f"{MAX_POLL}={max_poll} (explicit): set in spec.membership.timeouts")
+        reasons = [f"{MAX_POLL}={max_poll} (explicit): set in spec.membership.timeouts"]
         if batch_need is not None and batch_need > max_poll:
             reasons.append(
-                f"{MAX_POLL}: the slowest batch ({measurements.slowest_batch_s:.1f} s) would "
+                f"{MAX_POLL}: the slowest batch ({slowest:.1f} s) would "
                 f"need {batch_need} ms; members may be thrown out while processing"
             )
-    else:
-        lower = max(policy.default_max_poll_ms, session)
-        target = lower
-        if auto_tuning and batch_need is not None and batch_need > lower:
-            target = min(step_up(batch_need, lower, policy), CLIENT_MAX_POLL_MS)
-        max_poll, since, note = _hysteresis(MAX_POLL, target, current, now, policy)
-        max_poll = _clamp(max_poll, lower, CLIENT_MAX_POLL_MS)
-        if since is not None:
-            candidates[MAX_POLL] = since
-        sources[MAX_POLL] = "default" if max_poll == policy.default_max_poll_ms else "auto"
-        if batch_need is not None and auto_tuning:
-            why = (
-                f"the slowest batch {measurements.slowest_batch_s:.1f} s x "
-                f"{policy.batch_margin_percent}% + {policy.batch_slack_ms} ms needs {batch_need} ms"
-            )
-        else:
-            why = "no batch measured" if batch_need is None else "auto-tuning disabled"
-        reasons.append(
-            f"{MAX_POLL}={max_poll} ({sources[MAX_POLL]}): what must fit is the wait in "
-            "on_revoke, where a member finishes its batch in flight before it gives up its "
-            "partitions (the poll loop itself keeps polling, partitions paused, while a batch "
-            f"runs); {why}; at least {policy.default_max_poll_ms} ms and the session timeout, "
-            "raised in steps of x1.5" + note
+        return _Chosen(max_poll, "explicit", tuple(reasons))
+    lower = max(policy.default_max_poll_ms, session)
+    target = lower
+    if ask.auto_tuning and batch_need is not None and batch_need > lower:
+        target = min(step_up(batch_need, lower, policy), CLIENT_MAX_POLL_MS)
+    max_poll, since, note = _hysteresis(MAX_POLL, target, ask.current, ask.now, policy)
+    max_poll = _clamp(max_poll, lower, CLIENT_MAX_POLL_MS)
+    source: Source = "default" if max_poll == policy.default_max_poll_ms else "auto"
+    if batch_need is not None and ask.auto_tuning:
+        why = (
+            f"the slowest batch {slowest:.1f} s x "
+            f"{policy.batch_margin_percent}% + {policy.batch_slack_ms} ms needs {batch_need} ms"
         )
-
-    return EffectiveTimeouts(
-        session_timeout_ms=session,
-        heartbeat_interval_ms=heartbeat,
-        max_poll_interval_ms=max_poll,
-        sources=sources,
-        reasons=tuple(reasons),
-        restart_safe=restart_safe,
-        needed_session_timeout_ms=restart_need,
-        lower_candidate_since=candidates,
-    )
+    else:
+        why = "no batch measured" if batch_need is None else "auto-tuning disabled"
+    return _Chosen(max_poll, source, (
+        f"{MAX_POLL}={max_poll} ({source}): what must fit is the wait in "
+        "on_revoke, where a member finishes its batch in flight before it gives up its "
+        "partitions (the poll loop itself keeps polling, partitions paused, while a batch "
+        f"runs); {why}; at least {policy.default_max_poll_ms} ms and the session timeout, "
+        "raised in steps of x1.5" + note,), since)
 
 
 def _clamp(value: int, low: int, high: int) -> int:

@@ -13,27 +13,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from staticfleet.decisions import builders, timeouts
+from staticfleet.decisions import builders, rollstate, timeouts
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions import rollout as ro
 from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import Event
+from staticfleet.decisions.effectivetimeouts import HEARTBEAT, MAX_POLL, SESSION, EffectiveTimeouts
 from staticfleet.decisions.measurements import timeout_notes
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import pod_revision
 from staticfleet.decisions.snapshot import Problem, Snapshot
 
-METRIC_NAMES = {timeouts.SESSION: "session", timeouts.HEARTBEAT: "heartbeat",
-                timeouts.MAX_POLL: "max_poll"}
+METRIC_NAMES = {SESSION: "session", HEARTBEAT: "heartbeat", MAX_POLL: "max_poll"}
 
 
 @dataclass(frozen=True)
 class Tuned:
     """The timeouts in force after this pass, and what changed of them."""
 
-    effective: timeouts.EffectiveTimeouts
+    effective: EffectiveTimeouts
     changed: tuple[str, ...]
-    """The timeouts (`timeouts.SESSION`, ...) that differ from those in force before."""
+    """The timeouts (`SESSION`, ...) that differ from those in force before."""
     group_configs: dict[str, str]
     """Broker-side group configs to set (all of them on the first pass or a change)."""
     events: tuple[Event, ...]
@@ -43,7 +42,7 @@ def tune(snap: Snapshot, spec: ConsumerGroupSpec,
          measured: timeouts.Measurements) -> Tuned | Problem:
     """The timeouts in force after this pass; a Problem when the explicit ones break a rule."""
     previous = snap.previous
-    before = timeouts.EffectiveTimeouts.from_status(previous.get("timeouts"))
+    before = EffectiveTimeouts.from_status(previous.get("timeouts"))
     try:
         effective = timeouts.compute_timeouts(
             protocol=spec.membership.protocol, explicit=spec.membership.timeouts,
@@ -72,18 +71,18 @@ def tune(snap: Snapshot, spec: ConsumerGroupSpec,
 
 
 def rollout_requested(snap: Snapshot, spec: ConsumerGroupSpec,
-                      in_force: timeouts.EffectiveTimeouts) -> bool:
+                      in_force: EffectiveTimeouts) -> bool:
     """Whether this pass starts a rollout the user asked for (so new timeouts may ride with
     it): explicit timeouts changed, or the spec (with the timeouts in force) makes a revision
     that live members do not run and that no rollout is under way to yet."""
     explicit = spec.membership.timeouts
-    for name, value in ((timeouts.SESSION, explicit.session_timeout_ms),
-                        (timeouts.HEARTBEAT, explicit.heartbeat_interval_ms),
-                        (timeouts.MAX_POLL, explicit.max_poll_interval_ms)):
+    for name, value in ((SESSION, explicit.session_timeout_ms),
+                        (HEARTBEAT, explicit.heartbeat_interval_ms),
+                        (MAX_POLL, explicit.max_poll_interval_ms)):
         if value is not None and value != in_force.value(name):
             return True
     revision = builders.member_spec_view(spec, in_force).revision
-    if ro.RolloutState.from_status(snap.previous.get("rollout")).revision == revision:
+    if rollstate.RolloutState.from_status(snap.previous.get("rollout")).revision == revision:
         return False
     return any(pod_revision(p) != revision for p in snap.pods
                if not p["metadata"].get("deletionTimestamp"))

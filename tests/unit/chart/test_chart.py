@@ -165,8 +165,8 @@ def _member_pods() -> list[dict[str, Any]]:
     """Member pods as the operator builds them (a member and a warm-handoff standby), with
     podLabels of the user's own."""
     from staticfleet.decisions.builders import build_member_pod, member_spec_view
+    from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
     from staticfleet.decisions.model import ConsumerGroupSpec
-    from staticfleet.decisions.timeouts import EffectiveTimeouts
     from tests.unit.operator.support import body
 
     group = ConsumerGroupSpec.from_body(body(template={

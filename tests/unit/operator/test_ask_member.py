@@ -1,6 +1,6 @@
-"""The operator's side of member control: `observe.ask_member` sends the group's token, and the
-one before it to a member whose mounted Secret is not updated yet; `Deps.member_tokens` keeps
-those two. The member is the runtime's own HTTP server, in process on a loopback port."""
+"""The operator's side of member control: `observe.memberhttp.ask_member` sends the group's token,
+and the one before it to a member whose mounted Secret is not updated yet; `Deps.member_tokens`
+keeps those two. The member is the runtime's own HTTP server, in process on a loopback port."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 
 from consumer_runtime.http import serve
 from consumer_runtime.metrics import Telemetry
-from staticfleet import apply, observe, service
-from staticfleet.observe import Refused
+from staticfleet import apply, service
+from staticfleet.observe import memberhttp
+from staticfleet.observe.memberhttp import Refused
 
 pytestmark = pytest.mark.unit
 
@@ -66,7 +67,7 @@ def test_the_operator_sends_its_token_and_falls_back_to_the_one_before(
         live: LiveMember, holds: str | None, tokens: tuple[str, ...],
         answer: Refused | None) -> None:
     live.holds, live.taken = holds, []
-    got = observe.ask_member("127.0.0.1", live.port, "leave", tokens)
+    got = memberhttp.ask_member("127.0.0.1", live.port, "leave", tokens)
     if answer is None:
         assert got is None and live.taken == ["leave"]
     else:
@@ -76,14 +77,14 @@ def test_the_operator_sends_its_token_and_falls_back_to_the_one_before(
 
 def test_a_refusal_that_is_not_about_the_token_is_not_tried_again(live: LiveMember) -> None:
     live.holds, live.taken = "new", []
-    got = observe.ask_member("127.0.0.1", live.port, "rejoin", ("new", "old"))
+    got = memberhttp.ask_member("127.0.0.1", live.port, "rejoin", ("new", "old"))
     assert got is not None and got.status == 409 and "not in the group" in got.reason
 
 
 def test_no_answer_and_no_address(live: LiveMember) -> None:
-    assert observe.ask_member("", live.port, "leave", ("new",)) == Refused(
+    assert memberhttp.ask_member("", live.port, "leave", ("new",)) == Refused(
         0, "the pod has no IP yet")
-    gone = observe.ask_member("127.0.0.1", 1, "leave", ("new",), timeout=1.0)
+    gone = memberhttp.ask_member("127.0.0.1", 1, "leave", ("new",), timeout=1.0)
     assert gone is not None and gone.status == 0
 
 
@@ -104,20 +105,21 @@ def test_the_operator_keeps_the_current_token_and_the_one_before() -> None:
 
 def test_a_drain_answers_with_the_members_close_time_and_a_slow_one_is_refused(
         live: LiveMember) -> None:
-    """`observe.drain_member`: the hold and the wait go in the query; the answer's drainedAt
-    (the member's own clock) is the close; 202 (still draining after the wait) is no drain; a
-    rotated token is retried with the one before, as for every request."""
+    """`observe.memberhttp.drain_member`: the hold and the wait go in the query; the answer's
+    drainedAt (the member's own clock) is the close; 202 (still draining after the wait) is no
+    drain; a rotated token is retried with the one before, as for every request."""
     from datetime import UTC, datetime
 
     live.holds, live.drains, live.drained = "old", [], True
-    got = observe.drain_member("127.0.0.1", live.port, ("new", "old"), hold_ms=15_000, wait_s=2.5)
-    assert isinstance(got, observe.Drained), got
+    got = memberhttp.drain_member("127.0.0.1", live.port, ("new", "old"), hold_ms=15_000,
+                                  wait_s=2.5)
+    assert isinstance(got, memberhttp.Drained), got
     assert got.drained_at == datetime.fromtimestamp(1_700_000_000.125, UTC)
     assert live.drains == [(15.0, 2.5)]
     live.drained = False
-    slow = observe.drain_member("127.0.0.1", live.port, ("old",), hold_ms=15_000, wait_s=0.1)
+    slow = memberhttp.drain_member("127.0.0.1", live.port, ("old",), hold_ms=15_000, wait_s=0.1)
     assert isinstance(slow, Refused) and slow.status == 202, slow
-    assert observe.drain_member("", live.port, ("old",), 1000, 1.0) == Refused(
+    assert memberhttp.drain_member("", live.port, ("old",), 1000, 1.0) == Refused(
         0, "the pod has no IP yet")
 
 

@@ -21,8 +21,8 @@ from staticfleet.decisions.builders import (
     selector_labels,
     selector_string,
 )
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.timeouts import EffectiveTimeouts
 from tests.unit.operator.support import body, with_path
 
 TIMEOUTS = EffectiveTimeouts(

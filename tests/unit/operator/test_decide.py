@@ -865,7 +865,7 @@ def test_a_member_start_is_a_floor_for_a_restart(session_ms: int | None, start_s
 
 def fleet_for(cg: dict[str, Any], status: dict[str, Any]) -> list[dict[str, Any]]:
     """Running, ready pods of `cg` with the timeouts in force in `status` (a finished rollout)."""
-    from staticfleet.decisions.timeouts import EffectiveTimeouts
+    from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 
     spec = ConsumerGroupSpec.from_body(cg)
     in_force = EffectiveTimeouts.from_status(status["timeouts"])

@@ -15,22 +15,28 @@ from staticfleet.decisions import gates
 from staticfleet.decisions.conditions import TEMPLATE_CHANGED
 from staticfleet.decisions.reasons import RestartReason
 from staticfleet.decisions.rollout import (
+    next_step,
+)
+from staticfleet.decisions.rollrecord import (
+    record_step,
+)
+from staticfleet.decisions.rollstate import (
     ACTIVATION_GIVE_UP_S,
-    FallBackCold,
     GroupObservation,
-    HandoffFailed,
-    HandOver,
     InFlight,
-    MarkMemberDone,
-    MemberFailed,
     ObservedMember,
-    RecreateInstead,
-    RestartMembers,
     RolloutLimits,
     RolloutState,
+)
+from staticfleet.decisions.rollsteps import (
+    FallBackCold,
+    HandoffFailed,
+    HandOver,
+    MarkMemberDone,
+    MemberFailed,
+    RecreateInstead,
+    RestartMembers,
     Wait,
-    next_step,
-    record_step,
 )
 from tests.unit.operator.support import NOW
 
@@ -405,8 +411,8 @@ def test_an_absence_first_seen_past_the_session_timeout_is_a_rebalance_not_a_rej
 def test_every_step_type_has_one_row_in_each_table() -> None:
     """The roller's steps are dispatched from tables: a new step adds a row to each, and a
     step without one fails here, not in a pass."""
-    from staticfleet.decisions import rollactions, rollout
+    from staticfleet.decisions import rollactions, rollrecord, rollsteps
 
-    steps = set(typing.get_args(rollout.Step))
-    assert set(rollout.RECORDERS) == steps
+    steps = set(typing.get_args(rollsteps.Step))
+    assert set(rollrecord.RECORDERS) == steps
     assert set(rollactions.STEP_EFFECTS) == steps

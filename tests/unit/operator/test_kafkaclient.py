@@ -10,13 +10,13 @@ import pytest
 from confluent_kafka import KafkaError
 
 from consumer_runtime.config import SECRET_ENV, ConfigError, parse_config
-from staticfleet import observe
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import kafkaclient
 from staticfleet.decisions.builders import build_member_pod, config_json, member_spec_view
 from staticfleet.decisions.kafkaspec import SecretKeyRef
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.specfields import SpecError
+from staticfleet.observe import kafkaadmin
 from staticfleet.service import kafka_problem
 from tests.unit.operator.support import body, with_path
 from tests.unit.operator.test_builders import TIMEOUTS, env_of
@@ -129,7 +129,7 @@ def test_messages_name_the_mechanism_and_the_secrets(
 def test_an_auth_failure_is_degraded_naming_mechanism_and_secret_never_the_secret() -> None:
     g = group(SCRAM)
     conf = kafkaclient.admin_conf(g.kafka, lookup)
-    exc = observe.KafkaAuthFailed(
+    exc = kafkaadmin.KafkaAuthFailed(
         "describing the cluster at 127.0.0.1:9093: SASL authentication error: Authentication "
         "failed during authentication due to invalid credentials with SASL mechanism "
         "SCRAM-SHA-512 (user member, password pa55word-x)")
@@ -139,7 +139,7 @@ def test_an_auth_failure_is_degraded_naming_mechanism_and_secret_never_the_secre
     assert "Secret creds (keys username, password)" in problem.message
     assert "pa55word-x" not in problem.message and "password ***" in problem.message
     assert problem.retry_after_s is not None
-    plain = kafka_problem(g, observe.KafkaUnavailable("no answer within 10s"), conf)
+    plain = kafka_problem(g, kafkaadmin.KafkaUnavailable("no answer within 10s"), conf)
     assert plain.reason == c.KAFKA_UNREACHABLE
 
 
@@ -154,7 +154,7 @@ def test_an_auth_failure_is_degraded_naming_mechanism_and_secret_never_the_secre
 ], ids=["sasl", "oauth", "ssl", "alert", "refused", "down"])
 def test_auth_errors_are_told_from_an_unreachable_cluster(code: int, text: str,
                                                           auth: bool) -> None:
-    assert observe.is_auth_error(KafkaError(code, text)) is auth
+    assert kafkaadmin.is_auth_error(KafkaError(code, text)) is auth
 
 
 ADMIN = {"protocol": "SASL_SSL",
@@ -186,7 +186,7 @@ def test_the_operator_connects_with_adminsecurity_and_the_members_with_security(
 
 def test_a_refused_operator_principal_names_adminsecurity() -> None:
     g = with_admin(SCRAM, ADMIN)
-    problem = kafka_problem(g, observe.KafkaAuthFailed("SASL authentication error"), {})
+    problem = kafka_problem(g, kafkaadmin.KafkaAuthFailed("SASL authentication error"), {})
     assert "Secret ops (keys username, password)" in problem.message
     assert "spec.kafka.adminSecurity" in problem.message and "Secret creds" not in problem.message
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from staticfleet import lagreads, observe
+from staticfleet import lagreads
+from staticfleet.observe import kafkaadmin, kafkareads
 
 
 class Clock:
@@ -31,17 +32,17 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     def committed(admin: Any, group: str, tps: Any) -> dict[tuple[str, int], int]:
         log["committed"].append(group)
         if log["fail"]:
-            raise observe.KafkaUnavailable("no answer")
+            raise kafkaadmin.KafkaUnavailable("no answer")
         return {tp: log["offsets"][(group, tp)] for tp in tps if (group, tp) in log["offsets"]}
 
     def ends(admin: Any, tps: Any) -> dict[tuple[str, int], int]:
         log["ends"].append(sorted(tps))
         if log["fail"]:
-            raise observe.KafkaUnavailable("no answer")
+            raise kafkaadmin.KafkaUnavailable("no answer")
         return {tp: log["end"][tp] for tp in tps if tp in log["end"]}
 
-    monkeypatch.setattr(observe, "committed_offsets", committed)
-    monkeypatch.setattr(observe, "end_offsets", ends)
+    monkeypatch.setattr(kafkareads, "committed_offsets", committed)
+    monkeypatch.setattr(kafkareads, "end_offsets", ends)
     return log
 
 

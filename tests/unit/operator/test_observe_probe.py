@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from staticfleet import observe
+from staticfleet.observe import kafkaadmin, kafkareads
 
 pytestmark = pytest.mark.unit
 
@@ -32,21 +32,21 @@ def closed() -> str:
 
 
 def test_an_address_that_accepts_is_reachable(listening: str, closed: str) -> None:
-    assert observe.unreachable(listening) is None
-    assert observe.unreachable(f"{closed},{listening}") is None, "one accepting is enough"
+    assert kafkaadmin.unreachable(listening) is None
+    assert kafkaadmin.unreachable(f"{closed},{listening}") is None, "one accepting is enough"
 
 
 def test_no_address_accepting_names_each(closed: str) -> None:
-    why = observe.unreachable(closed)
+    why = kafkaadmin.unreachable(closed)
     assert why is not None and closed in why and "refused" in why.lower()
 
 
 def test_a_cluster_that_never_answered_fails_fast(closed: str) -> None:
-    pool = observe.AdminPool()
+    pool = kafkaadmin.AdminPool()
     admin = pool.get({"bootstrap.servers": closed})
     started = time.monotonic()
-    with pytest.raises(observe.KafkaUnavailable, match=closed):
-        observe.broker_bounds(admin)
+    with pytest.raises(kafkaadmin.KafkaUnavailable, match=closed):
+        kafkareads.broker_bounds(admin)
     assert time.monotonic() - started < 3, "not the admin client's 10 s timeout"
     pool.close()
 
@@ -54,7 +54,7 @@ def test_a_cluster_that_never_answered_fails_fast(closed: str) -> None:
 def test_a_client_no_pass_asked_for_is_closed(closed: str, listening: str) -> None:
     """A deleted group's cluster: its admin client goes once idle (librdkafka would reconnect
     to it forever); clients still asked for stay."""
-    pool = observe.AdminPool(idle_s=0.2)
+    pool = kafkaadmin.AdminPool(idle_s=0.2)
     gone, kept = pool.get({"bootstrap.servers": closed}), pool.get({"bootstrap.servers": listening})
     pool.record(gone.key, "refused")
     time.sleep(0.3)

@@ -11,22 +11,28 @@ import pytest
 from staticfleet.decisions.conditions import TEMPLATE_CHANGED
 from staticfleet.decisions.reasons import RestartReason
 from staticfleet.decisions.rollout import (
-    Complete,
+    next_step,
+    plan_rollout,
+)
+from staticfleet.decisions.rollrecord import (
+    record_step,
+)
+from staticfleet.decisions.rollstate import (
     GroupObservation,
     InFlight,
-    MarkMemberDone,
-    MemberRejoined,
     ObservedMember,
-    RefuseToStart,
-    RestartMembers,
     RolloutLimits,
     RolloutState,
+)
+from staticfleet.decisions.rollsteps import (
+    Complete,
+    MarkMemberDone,
+    MemberRejoined,
+    RefuseToStart,
+    RestartMembers,
     Step,
     StopAtRisk,
     Wait,
-    next_step,
-    plan_rollout,
-    record_step,
 )
 from tests.unit.operator.support import NOW
 

@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 
 from staticfleet.decisions import conditions as c
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollout import GroupObservation, ObservedMember, RolloutState
+from staticfleet.decisions.rollstate import GroupObservation, ObservedMember, RolloutState
 from staticfleet.decisions.status import (
     build_status,
     derive_conditions,
     measurements_from_status,
     record_restart,
 )
-from staticfleet.decisions.timeouts import EffectiveTimeouts
 from tests.unit.operator.support import NOW, body
 
 GROUP = ConsumerGroupSpec.from_body(body())

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import TimeoutsSpec
 from staticfleet.decisions.timeouts import (
     BrokerBounds,
-    EffectiveTimeouts,
     Measurements,
     TimeoutRuleError,
     compute_timeouts,

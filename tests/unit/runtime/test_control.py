@@ -17,8 +17,8 @@ from prometheus_client import generate_latest
 
 from consumer_runtime import control
 from consumer_runtime.http import serve
-from consumer_runtime.member import activation_refused
 from consumer_runtime.metrics import Telemetry
+from consumer_runtime.steering import activation_refused
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +28,7 @@ ROTATED = "the-token-written-after-it"
 
 class Standby:
     """What the member's `request` does with an activation, for a standby whose readiness the
-    test sets (`consumer_runtime.member.activation_refused`, the member's own rule)."""
+    test sets (`consumer_runtime.steering.activation_refused`, the member's own rule)."""
 
     def __init__(self) -> None:
         self.standby: str | None = "warming"

@@ -1,0 +1,271 @@
+"""The rollout state after a step (pure): `record_step`, one row per step type in
+`RECORDERS`. Call it after the apply layer acted on the step `rollout.next_step` decided; the
+state it returns is what `status.rollout` records (`rollstate.RolloutState`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from staticfleet.decisions.conditions import WAIT_PAUSED
+from staticfleet.decisions.rollout import members_in_flight, plan_rollout
+from staticfleet.decisions.rollstate import (
+    WARM_HANDOFF,
+    Blocker,
+    GroupObservation,
+    Handoff,
+    InFlight,
+    Phase,
+    RolloutState,
+)
+from staticfleet.decisions.rollsteps import (
+    Complete,
+    FallBackCold,
+    HandoffFailed,
+    HandOver,
+    MarkMemberDone,
+    MemberFailed,
+    MemberRejoined,
+    PrepareReplacements,
+    RecreateInstead,
+    RefuseToStart,
+    RestartMembers,
+    Step,
+    StopAtRisk,
+    Wait,
+)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What `record_step`'s rows see besides the state and the step."""
+
+    observed: GroupObservation
+    update_revision: str
+    now: datetime
+    plan: tuple[int, ...]
+
+
+def record_step(
+    state: RolloutState,
+    step: Step,
+    observed: GroupObservation,
+    update_revision: str,
+    now: datetime,
+) -> RolloutState:
+    """The rollout state after `step` was carried out (call after the apply layer acted)."""
+    if state.revision != update_revision:
+        state = RolloutState(revision=update_revision, phase="Pending")
+    state = replace(state, in_flight=members_in_flight(state, observed, update_revision, now),
+                    blocked_by=())
+    rec = Recording(observed, update_revision, now, plan_rollout(observed.members).ordinals)
+    return RECORDERS[type(step)](state, step, rec)
+
+
+def _record_start(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, RestartMembers | PrepareReplacements)
+    warm = isinstance(step, PrepareReplacements)
+    added = tuple(
+        InFlight(o, None, pod_uid=_uid(rec.observed, o), mode="warm",
+                 replacement=rec.observed.replacement_names.get(o), prepared_at=rec.now)
+        if warm else InFlight(o, rec.now, pod_uid=_uid(rec.observed, o))
+        for o in step.ordinals)
+    doing = ("starting the standby replacement(s) of member(s) " if warm
+             else "restarting member(s) ")
+    return replace(
+        state, phase="Rolling", reason=doing + ", ".join(map(str, step.ordinals)),
+        started_at=state.started_at or rec.now, finished_at=None, rebalances_during=None,
+        rebalances_at_start=(rec.observed.rebalances if state.rebalances_at_start is None
+                             else state.rebalances_at_start),
+        strategy=state.strategy or (WARM_HANDOFF if warm else "Recreate"),
+        in_flight=state.in_flight + added,
+        pending=tuple(o for o in rec.plan if o not in set(step.ordinals)))
+
+
+def _record_hand_over(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, HandOver)
+    return replace(
+        state,
+        reason=f"member {step.ordinal}: replacement standby-ready, stopping the old member",
+        in_flight=tuple(
+            replace(f, stopped_at=rec.now, standby_ready_at=step.standby_ready_at,
+                    pod_uid=step.delete_uid or f.pod_uid)
+            if f.ordinal == step.ordinal else f for f in state.in_flight),
+        pending=rec.plan)
+
+
+def _record_handoff_failed(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, HandoffFailed)
+    dropped = set(step.ordinals) | {step.ordinal}
+    return replace(
+        state, phase="Stopped", reason=step.message, finished_at=rec.now,
+        rebalances_during=_during(state, rec.observed),
+        in_flight=tuple(f for f in state.in_flight if f.ordinal not in dropped),
+        pending=rec.plan)
+
+
+def _record_recreate_instead(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, RecreateInstead)
+    return replace(
+        state, reason=step.message,
+        in_flight=tuple(replace(f, mode="cold", stopped_at=rec.now, replacement=None,
+                                pod_uid=step.delete_uid or f.pod_uid)
+                        if f.ordinal == step.ordinal else f for f in state.in_flight),
+        pending=rec.plan)
+
+
+def _record_fall_back(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, FallBackCold)
+    return replace(
+        state, reason=step.message,
+        in_flight=tuple(replace(f, mode="cold") if f.ordinal == step.ordinal else f
+                        for f in state.in_flight),
+        pending=rec.plan)
+
+
+def _record_rejoined(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, MemberRejoined)
+    return replace(
+        state,
+        # Back before the session timeout: a rollout at risk is no longer at risk.
+        phase="Rolling" if state.phase == "AtRisk" else state.phase,
+        reason=f"member {step.ordinal} back in the group after {step.absence_s:.1f} s",
+        in_flight=tuple(replace(f, rejoined_at=step.at or rec.now)
+                        if f.ordinal == step.ordinal else f for f in state.in_flight),
+        longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
+        pending=rec.plan)
+
+
+def _record_done(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, MarkMemberDone)
+    absence_ms = round(step.absence_s * 1000)
+    done = next((f for f in state.in_flight if f.ordinal == step.ordinal), None)
+    gap_ms = None if step.processing_gap_s is None else round(step.processing_gap_s * 1000)
+    handoff = Handoff(
+        step.ordinal, done.mode if done else "cold", absence_ms, gap_ms,
+        _ms_between(done.prepared_at, done.standby_ready_at) if done else None,
+        absent_from=done.away_since if done else None,
+        gap_from=done.old_last_batch_at if done else None)
+    after = replace(
+        state,
+        handoffs=(*state.handoffs, handoff),
+        longest_gap_ms=(state.longest_gap_ms if gap_ms is None
+                        else max(state.longest_gap_ms or 0, gap_ms)),
+        in_flight=tuple(f for f in state.in_flight if f.ordinal != step.ordinal),
+        longest_absence_ms=max(state.longest_absence_ms, absence_ms),
+        pending=rec.plan)
+    if done is not None and done.revision is not None:
+        # A rollback finished: the member processes on the revision it was handed back to.
+        return replace(after, phase="RolledBack", finished_at=rec.now,
+                       rebalances_during=_during(state, rec.observed),
+                       reason=(f"{state.failure or 'the rollout failed'}. Member "
+                               f"{step.ordinal} was handed back to "
+                               f"revision {done.revision} and processes again (it was away "
+                               f"{step.absence_s:.1f} s); fix the spec to roll again"))
+    if state.phase in ("Stopped", "Halted", "RolledBack"):
+        return after
+    return replace(after, phase="Rolling",
+                   members_restarted=(*state.members_restarted, step.ordinal),
+                   reason=f"member {step.ordinal} processing again (it was away "
+                          f"{step.absence_s:.1f} s)")
+
+
+def _record_failed(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, MemberFailed)
+    failed = next(f for f in state.in_flight if f.ordinal == step.ordinal)
+    if step.rollback and rec.observed.rollback_revision is not None:
+        back = rec.observed.rollback_revision
+        handback = InFlight(step.ordinal, None, pod_uid=_uid(rec.observed, step.ordinal),
+                            mode="warm", prepared_at=rec.now, revision=back,
+                            replacement=rec.observed.rollback_names.get(step.ordinal),
+                            old_last_batch_at=failed.old_last_batch_at)
+        return replace(
+            state, phase="Rolling", rolled_back_to=back, failure=step.message,
+            reason=(f"{step.message}; rolling member {step.ordinal} back to revision {back} "
+                    "(spec.rollout.onFailure: Rollback) by warm handoff"),
+            in_flight=(handback,), pending=rec.plan)
+    why = step.message + ("" if not step.rollback else (
+        "; no revision to roll back to is known (no rollout completed before), so it halts"))
+    return replace(
+        state, phase="Halted", finished_at=rec.now, failure=step.message,
+        rebalances_during=_during(state, rec.observed),
+        reason=(f"{why}. The rollout halted (spec.rollout.onFailure: Halt); the members on the "
+                "old revision keep serving. Fix the spec (or the transform) to roll again"
+                if not step.rollback else why + ". The members on the old revision keep "
+                "serving. Fix the spec (or the transform) to roll again"),
+        in_flight=(), pending=rec.plan)
+
+
+def _record_at_risk(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, StopAtRisk)
+    return replace(
+        state,
+        phase="Stopped" if step.expired else "AtRisk",
+        reason=step.message,
+        finished_at=rec.now if step.expired else None,
+        rebalances_during=_during(state, rec.observed) if step.expired else None,
+        longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
+        pending=rec.plan)
+
+
+def _record_complete(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    return replace(
+        state, phase="Complete", reason=f"every member runs revision {rec.update_revision}",
+        finished_at=rec.now, rebalances_during=_during(state, rec.observed),
+        in_flight=(), pending=())
+
+
+def _record_refusal(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, RefuseToStart)
+    return replace(state, phase="Pending", reason=step.message, pending=rec.plan,
+                   blocked_by=(Blocker("RestartFitsSessionTimeout", step.message),))
+
+
+def _record_wait(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+    assert isinstance(step, Wait)
+    phase: Phase = state.phase
+    if step.reason == WAIT_PAUSED:
+        phase = "Paused"
+    elif state.phase == "Paused":
+        phase = "Rolling" if state.started_at else "Pending"
+    return replace(state, phase=phase, reason=step.message, pending=rec.plan,
+                   blocked_by=step.blocked_by)
+
+
+RECORDERS: Mapping[type, Callable[[RolloutState, Step, Recording], RolloutState]] = {
+    Wait: _record_wait,
+    RestartMembers: _record_start,
+    PrepareReplacements: _record_start,
+    HandOver: _record_hand_over,
+    HandoffFailed: _record_handoff_failed,
+    RecreateInstead: _record_recreate_instead,
+    FallBackCold: _record_fall_back,
+    MemberRejoined: _record_rejoined,
+    MarkMemberDone: _record_done,
+    MemberFailed: _record_failed,
+    StopAtRisk: _record_at_risk,
+    Complete: _record_complete,
+    RefuseToStart: _record_refusal,
+}
+"""One row per step type: the rollout state after it."""
+
+
+def _uid(observed: GroupObservation, ordinal: int) -> str | None:
+    member = observed.member(ordinal)
+    return member.pod_uid if member else None
+
+
+def _ms_between(start: datetime | None, end: datetime | None) -> int | None:
+    if start is None or end is None:
+        return None
+    return max(0, round((end - start).total_seconds() * 1000))
+
+
+def _during(state: RolloutState, observed: GroupObservation) -> int | None:
+    """The rebalances of a rollout that finishes now."""
+    if state.rebalances_at_start is None:
+        return None
+    return max(0, observed.rebalances - state.rebalances_at_start)
+

@@ -1,0 +1,159 @@
+"""The roller's steps: what `rollout.next_step` may decide, one frozen dataclass per kind
+(`Step` is their union), and the reasons a `Wait` or a `MemberFailed` names.
+
+Each step type is consumed by one row in `rollrecord.RECORDERS` (the rollout state after it) and
+one in `rollactions.STEP_EFFECTS` (the pods and Events it means).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from staticfleet.decisions.conditions import WAIT_AVAILABILITY, WAIT_GROUP, WAIT_PAUSED
+from staticfleet.decisions.rollstate import Blocker
+
+WAIT_REASONS = {"NotPaused": WAIT_PAUSED, "GroupStable": WAIT_GROUP,
+                "EnoughAvailable": WAIT_AVAILABILITY}
+"""The Wait reason of a rollout held back by a predicate (others: WAIT_BLOCKED)."""
+WAIT_BLOCKED = "Blocked"
+WAIT_FAILED = "RolloutFailed"
+MEMBER_FAILING = "MemberFailing"
+NO_PROGRESS = "ProgressDeadlineExceeded"
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to do now. `recheck_after_s`: when to look again (None: on the next event/timer).
+    `blocked_by`: the predicates holding the next member back, when that is why."""
+
+    reason: str
+    message: str
+    recheck_after_s: float | None = None
+    blocked_by: tuple[Blocker, ...] = ()
+
+
+@dataclass(frozen=True)
+class RestartMembers:
+    """Delete these members' pods (the reconcile recreates them with the update revision)."""
+
+    ordinals: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PrepareReplacements:
+    """Warm handoff: start these members' replacements in standby beside them (nothing stops)."""
+
+    ordinals: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """The replacement is standby-ready and the predicates hold: switch over (drain the old
+    member, activate the replacement, delete the old pod: `actions.Switchover`), or stop the old
+    member and activate the replacement once the old process has closed (`delete_uid`: the old
+    pod, None when it is gone already)."""
+
+    ordinal: int
+    delete_uid: str | None
+    standby_ready_at: datetime | None
+
+
+@dataclass(frozen=True)
+class HandoffFailed:
+    """A replacement failed before it was standby-ready (or could not be made, with fallback
+    Stop): delete the replacements still preparing (`ordinals`), keep the old members, stop."""
+
+    ordinal: int
+    ordinals: tuple[int, ...]
+    message: str
+
+
+@dataclass(frozen=True)
+class RecreateInstead:
+    """A standby could not be created or started (quota, admission, timeout) and `fallback` is
+    Recreate: restart the old member the cold way (`delete_uid`), its replacement is created
+    once it is gone."""
+
+    ordinal: int
+    delete_uid: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class FallBackCold:
+    """The old process closed but its standby replacement did not take the activation in
+    time: delete the replacement; a cold one is started in its place."""
+
+    ordinal: int
+    message: str
+
+
+@dataclass(frozen=True)
+class MemberRejoined:
+    """The member's replacement is back in the group with its partitions: its absence ended
+    (`absence_s`, close to rejoin, `at`). It is not done before it has processed."""
+
+    ordinal: int
+    absence_s: float
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class MarkMemberDone:
+    """The member is back and processing; `absence_s` (stop to rejoin) is a restart
+    measurement."""
+
+    ordinal: int
+    absence_s: float
+    processing_gap_s: float | None = None
+
+
+@dataclass(frozen=True)
+class MemberFailed:
+    """A restarted member fails on the new revision (`reason`: MEMBER_FAILING or NO_PROGRESS)
+    and `message` says how, quoting its own error. `rollback`: hand it back to the revision the
+    other members run (onFailure Rollback); else the rollout halts."""
+
+    ordinal: int
+    reason: str
+    message: str
+    rollback: bool = False
+
+
+@dataclass(frozen=True)
+class StopAtRisk:
+    """A restart runs late (expired=False: past at_risk_fraction of the session timeout) or too
+    late (expired=True: past the session timeout, the broker rebalanced). Touch no further
+    member."""
+
+    ordinal: int
+    absence_s: float
+    needed_session_ms: int
+    message: str
+    expired: bool = False
+
+
+@dataclass(frozen=True)
+class Complete:
+    """Every member runs the update revision and is back."""
+
+
+@dataclass(frozen=True)
+class RefuseToStart:
+    """Restarts are predicted to outlast the session timeout: do not start."""
+
+    needed_session_ms: int
+    message: str
+
+
+Step = (Wait | RestartMembers | PrepareReplacements | HandOver | HandoffFailed | RecreateInstead
+        | FallBackCold | MemberRejoined | MarkMemberDone | MemberFailed | StopAtRisk | Complete
+        | RefuseToStart)
+
+
+def blocked_wait(blocked: tuple[Blocker, ...], recheck: float = 2.0) -> Wait:
+    """Wait, held back by the predicates `blocked` (all reported; the first names the reason)."""
+    first = blocked[0]
+    return Wait(WAIT_REASONS.get(first.name, WAIT_BLOCKED),
+                "; ".join(f"{b.name}: {b.message}" for b in blocked), recheck, blocked)

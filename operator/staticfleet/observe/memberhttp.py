@@ -1,0 +1,113 @@
+"""The members' own HTTP endpoints, as the operator reads and asks them: `read_member_status`
+(`/status`), `drain_member` (POST `/drain`) and `ask_member` (POST `/leave`, `/rejoin`,
+`/activate`), each request with the group's bearer token. An answer other than the one wanted
+is a `Refused`, with the member's HTTP status and its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+
+def read_member_status(host: str, port: int, timeout: float = 2.0) -> dict[str, Any] | None:
+    """A member's `/status` JSON, or None when it does not answer (yet)."""
+    if not host:
+        return None
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/status", timeout=timeout) as resp:
+            data = json.load(resp)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Why a member did not take a request: the HTTP status of its answer (0: none) and what
+    it said or what failed."""
+
+    status: int
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+@dataclass(frozen=True)
+class Drained:
+    """A member's answer to POST /drain once its consumer closed: when (`drained_at`) and when
+    it last finished a batch, both from its own clock."""
+
+    drained_at: datetime
+    last_batch_at: datetime | None
+
+
+def drain_member(host: str, port: int, tokens: Sequence[str], hold_ms: int,
+                 wait_s: float) -> Drained | Refused:
+    """POST the member's `/drain?holdMs=..&waitMs=..` with the group's token (newest first,
+    as `ask_member`); Drained once it answers drained, else why not (a 202: still draining
+    after `wait_s`)."""
+    if not host:
+        return Refused(0, "the pod has no IP yet")
+    refused = Refused(0, "no request sent")
+    path = f"/drain?holdMs={int(hold_ms)}&waitMs={int(wait_s * 1000)}"
+    for token in tokens or ("",):
+        request = urllib.request.Request(f"http://{host}:{port}{path}", data=b"", method="POST")
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=wait_s + 2.0) as resp:
+                answer = json.loads(resp.read() or b"{}")
+                if resp.status != 200 or not answer.get("drained"):
+                    return Refused(resp.status, f"HTTP {resp.status}: still draining after "
+                                                f"{wait_s:.0f} s")
+                return Drained(_unix(answer.get("drainedAt")) or datetime.now(UTC),
+                               _unix(answer.get("lastBatchAt")))
+        except urllib.error.HTTPError as exc:
+            refused = Refused(exc.code, f"HTTP {exc.code}: "
+                                        f"{exc.read()[:200].decode(errors='replace').strip()}")
+        except (OSError, ValueError) as exc:
+            return Refused(0, str(exc))
+        if refused.status != 403:
+            return refused
+    return refused
+
+
+def _unix(value: Any) -> datetime | None:
+    return (datetime.fromtimestamp(float(value), UTC)
+            if isinstance(value, int | float) else None)
+
+
+def ask_member(host: str, port: int, action: str, tokens: Sequence[str] = (),
+               timeout: float = 5.0) -> Refused | None:
+    """POST the member's `/leave`, `/rejoin` or `/activate` with the group's token as a bearer
+    token; None when it accepted. `tokens`: newest first; the next one is tried only when the
+    member refuses a token (403): the previous token, while the member's mounted Secret has
+    not been updated yet after a rotation (a kubelet takes up to about a minute)."""
+    if not host:
+        return Refused(0, "the pod has no IP yet")
+    refused = Refused(0, "no request sent")
+    for token in tokens or ("",):
+        request = urllib.request.Request(f"http://{host}:{port}/{action}", data=b"",
+                                         method="POST")
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                if resp.status == 202:
+                    return None
+                return Refused(resp.status, f"HTTP {resp.status}")
+        except urllib.error.HTTPError as exc:
+            refused = Refused(exc.code, f"HTTP {exc.code}: "
+                                        f"{exc.read()[:200].decode(errors='replace').strip()}")
+        except OSError as exc:
+            return Refused(0, str(exc))
+        if refused.status != 403:
+            return refused
+    return refused
