@@ -127,6 +127,11 @@ def main(env: Mapping[str, str] | None = None) -> int:
         log.info("its pod was activated before (STATICFLEET_ACTIVATED): this restart joins the "
                  "group directly, not in standby")
     code = member.run()
+    if member.requests.drained.is_set():
+        # Drained and now stopped: its partitions are the replacement's, which is processing
+        # its first batches right now, maybe beside it. Spark's stop (pyspark's atexit, the
+        # JVM's shutdown hook) costs about a second of CPU that would be taken from them.
+        _yield_cpu(spark)
     if code != 0 and member.failure is not None:
         # The log's end may be a JVM stack trace: the termination message names the error.
         write_termination_message(env, f"consumer_runtime: member stops: "
@@ -151,6 +156,21 @@ def _start_spark(future: cf.Future[SparkBatch], config: RuntimeConfig, transform
     except BaseException as exc:
         log.error("spark did not start: %s", exc)
         future.set_exception(exc)
+
+
+def _yield_cpu(spark: cf.Future[SparkBatch]) -> None:
+    """Lowest CPU priority (nice 19) for what is left of this process and its Spark JVM: it
+    serves nothing any more. Only weighs against processes of the same cgroup (the local
+    node's pods, containers of one pod); a kubelet's pods have a cgroup each."""
+    from consumer_runtime.spark import jvm_pid
+    try:
+        os.nice(19)  # this thread: the one that runs pyspark's atexit stop
+        if spark.done() and spark.exception(0) is None:
+            pid = jvm_pid(spark.result().session)
+            if pid is not None:  # the JVM has its own session: its group is every thread of it
+                os.setpriority(os.PRIO_PGRP, os.getpgid(pid), 19)
+    except OSError as exc:
+        log.debug("could not lower the priority: %s", exc)
 
 
 def _close(sink: Sink, dead_letters: DeadLetters | None, spark: cf.Future[SparkBatch],

@@ -97,6 +97,14 @@ def _local_session(settings: SparkSettings, app_name: str) -> SparkSession:
     return SparkSession(context)
 
 
+def jvm_pid(session: Any) -> int | None:
+    """The process id of a local session's JVM (None through Spark Connect)."""
+    if type(session).__module__.startswith("pyspark.sql.connect"):
+        return None
+    proc = getattr(session.sparkContext._gateway, "proc", None)
+    return int(proc.pid) if proc is not None else None
+
+
 class SparkBatch:
     """Runs records through Arrow, a DataFrame, the transform and into the sink."""
 
