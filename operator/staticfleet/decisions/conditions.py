@@ -123,6 +123,13 @@ WAIT_AVAILABILITY = "WaitingForAvailability"
 WAIT_PAUSED = "Paused"
 WAIT_STOPPED = "RolloutStopped"
 WAIT_UP_TO_DATE = "UpToDate"
+WAIT_BLOCKED = "Blocked"
+"""Held back by a predicate without a reason of its own above."""
+WAIT_FAILED = "RolloutFailed"
+
+# --- why a restarted member failed on the new revision (rollsteps.MemberFailed) ---
+# MEMBER_FAILING (a Degraded reason above), or:
+NO_PROGRESS = "ProgressDeadlineExceeded"
 
 # --- restart reasons (decisions.reasons; each restart's Event names its codes) ---
 IMAGE_CHANGED = "ImageChanged"

@@ -307,7 +307,7 @@ def _on_failed(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
     reason = c.ROLLOUT_HALTED if s.after.phase == "Halted" else c.ROLLING_BACK
     # A member that exits is announced by `problems.member_problems` (MemberFailing) already;
     # a member that made no progress is announced here.
-    said = (() if decided.reason == rollsteps.MEMBER_FAILING
+    said = (() if decided.reason == c.MEMBER_FAILING
             else (Event("Warning", decided.reason, decided.message),))
     return replace(roll, requeue_after_s=1.0,
                    finished=_finished(s) if s.after.phase == "Halted" else None,

@@ -57,6 +57,9 @@ from datetime import datetime
 
 from staticfleet.decisions import gates
 from staticfleet.decisions.conditions import (
+    MEMBER_FAILING,
+    NO_PROGRESS,
+    WAIT_FAILED,
     WAIT_MEMBER,
     WAIT_STOPPED,
     WAIT_UP_TO_DATE,
@@ -74,9 +77,6 @@ from staticfleet.decisions.rollstate import (
     RolloutState,
 )
 from staticfleet.decisions.rollsteps import (
-    MEMBER_FAILING,
-    NO_PROGRESS,
-    WAIT_FAILED,
     Complete,
     MarkMemberDone,
     MemberFailed,

@@ -10,16 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from staticfleet.decisions.conditions import WAIT_AVAILABILITY, WAIT_GROUP, WAIT_PAUSED
+from staticfleet.decisions.conditions import (
+    WAIT_AVAILABILITY,
+    WAIT_BLOCKED,
+    WAIT_GROUP,
+    WAIT_PAUSED,
+)
 from staticfleet.decisions.rollstate import Blocker
 
 WAIT_REASONS = {"NotPaused": WAIT_PAUSED, "GroupStable": WAIT_GROUP,
                 "EnoughAvailable": WAIT_AVAILABILITY}
 """The Wait reason of a rollout held back by a predicate (others: WAIT_BLOCKED)."""
-WAIT_BLOCKED = "Blocked"
-WAIT_FAILED = "RolloutFailed"
-MEMBER_FAILING = "MemberFailing"
-NO_PROGRESS = "ProgressDeadlineExceeded"
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,9 @@ class MarkMemberDone:
 
 @dataclass(frozen=True)
 class MemberFailed:
-    """A restarted member fails on the new revision (`reason`: MEMBER_FAILING or NO_PROGRESS)
-    and `message` says how, quoting its own error. `rollback`: hand it back to the revision the
-    other members run (onFailure Rollback); else the rollout halts."""
+    """A restarted member fails on the new revision (`reason`: MEMBER_FAILING or NO_PROGRESS,
+    both in `conditions`) and `message` says how, quoting its own error. `rollback`: hand it
+    back to the revision the other members run (onFailure Rollback); else the rollout halts."""
 
     ordinal: int
     reason: str
