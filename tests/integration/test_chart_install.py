@@ -361,6 +361,8 @@ def test_install_runs_the_operator_under_its_own_service_account(
             ("delete", "pods", "-n", namespace),
             ("patch", "pods", "-n", namespace),
             ("patch", "consumergroups.staticfleet.io", "--subresource=status", "-n", namespace),
+            # The autoscaler's write of spec.replicas (spec.autoscaling).
+            ("patch", "consumergroups.staticfleet.io", "--subresource=scale", "-n", namespace),
             ("update", "consumergroups.staticfleet.io", "--subresource=finalizers",
              "-n", namespace),
             ("create", "events", "-n", namespace),

@@ -84,6 +84,10 @@ no more. docs/security.md explains each; tests/unit/chart/test_chart.py holds th
 - apiGroups: ["staticfleet.io"]
   resources: ["consumergroups/status"]
   verbs: ["patch"]
+# The autoscaler (spec.autoscaling) sets spec.replicas through the scale subresource.
+- apiGroups: ["staticfleet.io"]
+  resources: ["consumergroups/scale"]
+  verbs: ["patch"]
 # Children name their ConsumerGroup as owner with blockOwnerDeletion; where the
 # OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift), setting that needs
 # `update` on the owner's finalizers. Nothing calls it otherwise.

@@ -298,6 +298,7 @@ def test_grafana_alert_rules_config_map(render: Callable[..., Rendered]) -> None
 NAMESPACED_RULES = {
     ("staticfleet.io", "consumergroups"): {"list", "watch", "patch"},
     ("staticfleet.io", "consumergroups/status"): {"patch"},
+    ("staticfleet.io", "consumergroups/scale"): {"patch"},
     ("staticfleet.io", "consumergroups/finalizers"): {"update"},
     ("", "pods"): {"list", "watch", "create", "patch", "delete"},
     ("", "configmaps"): {"create", "patch"},
