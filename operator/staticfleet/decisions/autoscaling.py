@@ -278,67 +278,83 @@ def decide_autoscaling(spec: AutoscalingSpec, situation: Situation, load: Load,
                        previous: Mapping[str, Any], now: datetime) -> Autoscale:
     """This pass's scale decision, its status (`status.autoscaling`) and its condition."""
     p = _Pass(spec, situation, load, now, valid_replicas(partitions, assignor, spec), previous)
-    changes = p.changes()
     lag_s = lag_seconds(load)
     arrival, sample, fresh = arrival_rate(load, previous, now)
-    arrivals = recent_arrivals(previous, arrival, fresh, now, spec.scale_down_window_s)
     capacity = load.capacity_per_member()
-    p.status = {
-        "lagRecords": load.lag_records,
+    p.status = _figures(p, lag_s, arrival, capacity, sample,
+                        recent_arrivals(previous, arrival, fresh, now, spec.scale_down_window_s))
+    to, reason, message = _decide(p, lag_s, arrival, capacity)
+    wanted = to if to is not None else p.replicas
+    condition = ("False" if reason in HOLD_REASONS else "True", reason, message)
+    if to == p.replicas:
+        to = None
+    if to is not None:
+        refusal = _over_budget(p, to, reason, message)
+        if refusal is None:
+            _spend(p, to, reason, message)
+        else:
+            condition, to = ("False", c.SCALING_BUDGET_SPENT, refusal), None
+    p.status["desiredReplicas"] = wanted
+    p.status["lastScale"] = p.status.get("lastScale") or previous.get("lastScale")
+    return Autoscale(status=p.status, condition=condition, scale_to=to, events=tuple(p.events),
+                     lag_seconds=lag_s, desired=wanted, budget_left=p.status["budgetLeft"])
+
+
+def _figures(p: _Pass, lag_s: float | None, arrival: float | None, capacity: float | None,
+             sample: dict[str, Any] | None, arrivals: list[list[Any]]) -> dict[str, Any]:
+    """`status.autoscaling` as measured this pass, with the memory carried from the last."""
+    changes = p.changes()
+    return {
+        "lagRecords": p.load.lag_records,
         "lagSeconds": None if lag_s is None or math.isinf(lag_s) else round(lag_s, 1),
-        "processingRecordsPerSecond": round(load.rate, 1),
+        "processingRecordsPerSecond": round(p.load.rate, 1),
         "arrivalRecordsPerSecond": None if arrival is None else round(arrival, 1),
         "memberCapacityRecordsPerSecond": None if capacity is None else round(capacity, 1),
-        "targetLagSeconds": spec.target_lag_seconds,
+        "targetLagSeconds": p.spec.target_lag_seconds,
         "validReplicas": list(p.valid),
         "changes": changes,
-        "budgetLeft": max(0, spec.max_membership_changes_per_hour - len(changes)),
+        "budgetLeft": max(0, p.spec.max_membership_changes_per_hour - len(changes)),
         "sample": sample,
-        "scaleUpsBlockedUntil": previous.get("scaleUpsBlockedUntil"),
-        "scaleUp": previous.get("scaleUp"),
-        "lowSince": previous.get("lowSince"),
+        "scaleUpsBlockedUntil": p.previous.get("scaleUpsBlockedUntil"),
+        "scaleUp": p.previous.get("scaleUp"),
+        "lowSince": p.previous.get("lowSince"),
         "arrivals": arrivals,
-        "peakArrivalRecordsPerSecond": max(
-            (float(r) for _, r in arrivals), default=arrival),
+        "peakArrivalRecordsPerSecond": max((float(r) for _, r in arrivals), default=arrival),
     }
-    to, reason, message = _decide(p, lag_s, arrival, capacity)
-    status, cond_reason, cond_message = "True", reason, message
-    if to is not None and to != p.replicas:
-        revert = reason == c.INEFFECTIVE_SCALE_UP
-        reserve = RESERVED_FOR_SCALE_UP if to < p.replicas else 0
-        if not revert and p.status["budgetLeft"] <= reserve:
-            status, cond_reason = "False", c.SCALING_BUDGET_SPENT
-            kept = (f"; a scale-down never spends the hour's last {RESERVED_FOR_SCALE_UP} "
-                    "change: it is kept for a scale-up" if reserve else "")
-            cond_message = (f"would scale {p.replicas} -> {to} ({message}), but "
-                            f"{len(changes)} membership changes in the last hour left "
-                            f"{p.status['budgetLeft']} of the budget of "
-                            f"{spec.max_membership_changes_per_hour}{kept}; the oldest leaves "
-                            f"the hour at {_budget_back(changes)}")
-            to = None
-        else:
-            p.status["changes"] = [*changes, c.rfc3339(now)]
-            p.status["budgetLeft"] = max(
-                0, spec.max_membership_changes_per_hour - len(p.status["changes"]))
-            p.status["lastScale"] = {"at": c.rfc3339(now), "from": p.replicas, "to": to,
-                                     "reason": reason, "message": message}
-            if to > p.replicas:
-                p.status["scaleUp"] = {"at": c.rfc3339(now), "from": p.replicas, "to": to,
-                                       "rateBefore": round(load.rate, 3)}
-            p.status["lowSince"] = None
-            p.events.append(Event("Warning" if revert else "Normal", reason,
-                                  f"scaling {p.replicas} -> {to}: {message}"))
-    else:
-        to = None
-        if reason in HOLD_REASONS:
-            status = "False"
-    desired = to if to is not None else p.replicas
-    p.status["desiredReplicas"] = desired
-    p.status["lastScale"] = p.status.get("lastScale") or previous.get("lastScale")
-    return Autoscale(status=p.status, condition=(status, cond_reason, cond_message),
-                     scale_to=to, events=tuple(p.events),
-                     lag_seconds=lag_s,
-                     desired=desired, budget_left=p.status["budgetLeft"])
+
+
+def _over_budget(p: _Pass, to: int, reason: str, message: str) -> str | None:
+    """Why the budget refuses the change (None: it may be made). A revert always may; a
+    scale-down may not spend the hour's last `RESERVED_FOR_SCALE_UP` changes."""
+    if reason == c.INEFFECTIVE_SCALE_UP:
+        return None
+    reserve = RESERVED_FOR_SCALE_UP if to < p.replicas else 0
+    left = p.status["budgetLeft"]
+    if left > reserve:
+        return None
+    changes = p.status["changes"]
+    kept = (f"; a scale-down never spends the hour's last {RESERVED_FOR_SCALE_UP} change: it is "
+            "kept for a scale-up" if reserve else "")
+    return (f"would scale {p.replicas} -> {to} ({message}), but {len(changes)} membership "
+            f"changes in the last hour left {left} of the budget of "
+            f"{p.spec.max_membership_changes_per_hour}{kept}; the oldest leaves the hour at "
+            f"{_budget_back(changes)}")
+
+
+def _spend(p: _Pass, to: int, reason: str, message: str) -> None:
+    """Record the change in the status memory and announce it."""
+    now = c.rfc3339(p.now)
+    p.status["changes"] = [*p.status["changes"], now]
+    p.status["budgetLeft"] = max(
+        0, p.spec.max_membership_changes_per_hour - len(p.status["changes"]))
+    p.status["lastScale"] = {"at": now, "from": p.replicas, "to": to, "reason": reason,
+                             "message": message}
+    if to > p.replicas:
+        p.status["scaleUp"] = {"at": now, "from": p.replicas, "to": to,
+                               "rateBefore": round(p.load.rate, 3)}
+    p.status["lowSince"] = None
+    p.events.append(Event("Warning" if reason == c.INEFFECTIVE_SCALE_UP else "Normal", reason,
+                          f"scaling {p.replicas} -> {to}: {message}"))
 
 
 HOLD_REASONS = (c.AUTOSCALING_HELD, c.REPLICAS_OWNED_ELSEWHERE, c.NO_EVEN_REPLICA_COUNT,

@@ -250,6 +250,7 @@ def test_a_spent_budget_says_what_it_would_have_done() -> None:
         in out.condition[2]
     assert out.status["changes"] == spent  # the change older than an hour is forgotten
     assert out.status["budgetLeft"] == 0
+    assert out.desired == out.status["desiredReplicas"] == 24  # what it wants, not what it did
     assert out.events == ()
 
 
