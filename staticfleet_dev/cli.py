@@ -116,7 +116,7 @@ def _env_build(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from staticfleet_dev.demo import run_demo
+    from staticfleet_dev.demo.main import run_demo
 
     return run_demo(args)
 

@@ -5,7 +5,8 @@ member's restart is shaded with the operator's own figures (`status.rollout.hand
 absence from the group (the old process's close -> the replacement's first assignment), orange,
 its processing gap (the old process's last batch end -> the replacement's first batch end),
 each labelled in milliseconds; the rollout as a whole is a grey band behind every panel. The
-series and spans come from `staticfleet_dev.demo`'s pure functions; this module only draws.
+series come from `staticfleet_dev.demo.samples`, the shades from `staticfleet_dev.demo.plots`
+(both pure); this module only draws.
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from staticfleet_dev import podenv
-from staticfleet_dev.localnode.api import ApiError, pod_path
+from staticfleet_dev.localnode.api import ApiError, Kube, pod_path
 from staticfleet_dev.localnode.ids import micro_time, rfc3339
 from staticfleet_dev.localnode.lifecycle import (
     BACKOFF_RESET_AFTER,
@@ -45,9 +45,6 @@ from staticfleet_dev.localnode.podstatus import (
 from staticfleet_dev.localnode.probes import ProbeTracker, parse_probe, run_probe
 from staticfleet_dev.procs import spawn
 
-if TYPE_CHECKING:
-    from staticfleet_dev.localnode.node import LocalNode
-
 log = logging.getLogger("staticfleet.localnode")
 
 CONFIG_RETRY = 2.0
@@ -58,10 +55,23 @@ FORCE_DELETE_GRACE = 2.0
 TICK = 0.2
 
 
+class Node(Protocol):
+    """What a worker uses of the node that runs it (`LocalNode` in node.py, which imports this
+    module: a protocol here, so that this module need not import node.py back)."""
+
+    kube: Kube
+    node_name: str
+    log_dir: Path
+    memory: str
+    shutdown_grace: float
+
+    def worker_done(self, worker: PodWorker) -> None: ...
+
+
 class PodWorker(threading.Thread):
     """Owns one pod (by UID) on this node: its process, probes, status and deletion."""
 
-    def __init__(self, node: LocalNode, pod: dict[str, Any], pod_ip: str) -> None:
+    def __init__(self, node: Node, pod: dict[str, Any], pod_ip: str) -> None:
         meta = pod["metadata"]
         super().__init__(name=f"pod-{meta['namespace']}/{meta['name']}", daemon=True)
         self.node = node

@@ -10,22 +10,18 @@ from typing import Any
 import pytest
 import yaml
 
-from staticfleet_dev.demo import (
-    DLQ_TOPIC,
-    NAMESPACE,
-    TOPIC,
+from staticfleet_dev.demo.group import DLQ_TOPIC, NAMESPACE, TOPIC, demo_group
+from staticfleet_dev.demo.progress import progress_line
+from staticfleet_dev.demo.report import build_report, format_report
+from staticfleet_dev.demo.samples import (
     MemberSample,
     RolloutView,
     Sample,
-    build_report,
     cumulative_processed,
-    demo_group,
-    format_report,
     member_samples,
     parse_time,
     processed_total,
     processing,
-    progress_line,
     restart_spans,
     rollout_view,
     throughput,
@@ -276,7 +272,7 @@ def test_throughput_png_is_written(tmp_path: Path) -> None:
 
 
 def test_a_legend_format_is_filled_with_the_series_labels() -> None:
-    from staticfleet_dev.demo import _legend
+    from staticfleet_dev.demo.plots import _legend
 
     assert _legend("{{member}}", {"member": "orders-1", "group": "orders"}) == "orders-1"
     assert _legend("{{ group }} {{topic}}-{{partition}}",
@@ -284,7 +280,7 @@ def test_a_legend_format_is_filled_with_the_series_labels() -> None:
 
 
 def test_handoff_notes_say_absence_and_processing_gap() -> None:
-    from staticfleet_dev.demo import handoff_notes
+    from staticfleet_dev.demo.plots import handoff_notes
 
     cg = {"status": {"rollout": {"handoffs": [
         {"ordinal": 2, "mode": "warm", "absenceMs": 640, "processingGapMs": 2900},
@@ -298,7 +294,7 @@ def test_handoff_notes_say_absence_and_processing_gap() -> None:
 def test_the_pngs_shades_are_the_operators_figures() -> None:
     """The PNG shades what status.rollout.handoffs says, from where each figure began; a
     figure without its start (a handoff recorded before the starts were) is not drawn."""
-    from staticfleet_dev.demo import handoff_shades
+    from staticfleet_dev.demo.plots import handoff_shades
 
     cg = {"status": {"rollout": {"handoffs": [
         {"ordinal": 2, "mode": "warm", "absenceMs": 14, "processingGapMs": 360,
@@ -324,8 +320,6 @@ def test_dashboard_panels_png(tmp_path: Path) -> None:
 
 
 def test_the_progress_line_says_a_member_is_back_once_it_rejoined() -> None:
-    from staticfleet_dev.demo import MemberSample, Sample, progress_line, rollout_view
-
     cg = {"status": {"timeouts": {"sessionTimeoutMs": 45000}, "rollout": {
         "phase": "Rolling", "current": 1, "membersRestarted": [2],
         "currentStoppedAt": "2026-01-01T12:00:00Z",
