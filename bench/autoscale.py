@@ -28,19 +28,38 @@ p99 over the phases where members can keep up, p99 and max over everything), sec
 stood still with a backlog (rebalance pauses), and seconds with more members than the sink can
 use in the sink-limited stretch (an ineffective scale-up held).
 
+`--real` runs both policies on the real system instead, compressed to fit this machine: the
+local environment (Kafka broker, Kubernetes control plane, local node), the operator, members
+processing through one Spark Connect server with a latency-bound transform (0.3 s per batch of
+at most 50 records, `staticfleet_dev.testkit.transforms`), 24 partitions, a 14-minute profile
+(base, a 4x step, base, a slow wave), one group per policy in turn: staticfleet's autoscaler
+(`spec.autoscaling`, maxReplicas 8, target 10 s, windows of 60 s, budget 4 an hour), and a
+KEDA-like scaler in this process writing the scale subresource as its own field manager (the
+ConsumerGroup without `spec.autoscaling`: staticfleet only makes each of its steps planned).
+Sampled every 5 s: lag (end minus committed offsets) in seconds at the records/s committed over
+the last 10 s, spec.replicas; at the end: rebalances and planned rebalances, and every produced
+record in the output topic.
+
 Run: python bench/autoscale.py [--hours-scale 1.0] [--pause 2] [--start 30]
+     python bench/autoscale.py --real
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
+import threading
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
+from staticfleet import apply
 from staticfleet.decisions.autoscaling import (
     AutoscalingSpec,
     Load,
@@ -48,6 +67,13 @@ from staticfleet.decisions.autoscaling import (
     Situation,
     decide_autoscaling,
 )
+from staticfleet_dev import environment
+from staticfleet_dev.kafka import KafkaSettings
+from staticfleet_dev.spark_connect import start_connect_server
+from staticfleet_dev.stream import SteadyProducer, committed_offsets, read_all
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.kube import create_namespace, install_crds, kubectl
+from staticfleet_dev.testkit.operator import OperatorProcess
 
 PARTITIONS = 24
 T0 = datetime(2026, 11, 25, tzinfo=UTC)
@@ -216,6 +242,164 @@ def p99(values: list[float]) -> float:
     return values[min(len(values) - 1, int(len(values) * 0.99))]
 
 
+# --- the real system, compressed --------------------------------------------------------------
+
+REAL_MAX = 8
+REAL_CAPACITY = 100.0
+"""records/s one latency-bound member processes, about (50 records per 0.3 s call and a job)"""
+REAL_BASE = 60.0
+REAL_TARGET_S = 10
+
+
+def real_profile() -> list[tuple[str, float, Callable[[float], float]]]:
+    """(name, seconds, records/s at t): base, a 4x step, base, a slow wave; 14 minutes."""
+    return [("base", 120, lambda t: REAL_BASE), ("4x step", 180, lambda t: 4 * REAL_BASE),
+            ("base again", 180, lambda t: REAL_BASE),
+            ("slow wave", 360, lambda t: REAL_BASE * (1.25 + 0.75 * math.sin(
+                2 * math.pi * t / 360)))]
+
+
+@dataclass
+class Sampled:
+    """What a run saw every 5 s: (seconds, lag records, lag seconds, spec.replicas)."""
+
+    rows: list[tuple[float, int, float, int]] = field(default_factory=list)
+
+
+class RealKeda:
+    """The KEDA-like rule (`Keda`) on the real group: lag from the broker, the decision every
+    15 s, written through the scale subresource as field manager `keda-like-bench`."""
+
+    def __init__(self, threshold: float) -> None:
+        self.rule = Keda(threshold)
+
+    def step(self, kube: apply.Kube, namespace: str, name: str, lag: int, replicas: int,
+             now: float) -> None:
+        seen = Group(capacity=0, pause_s=0, start_s=0, replicas=replicas)
+        seen.lag = lag
+        to = self.rule.decide(seen, now, 0.0)
+        if to is not None and to != replicas:
+            kube.custom.patch_namespaced_custom_object_scale(
+                "staticfleet.io", "v1alpha1", namespace, "consumergroups", name,
+                {"spec": {"replicas": min(REAL_MAX, to)}}, field_manager="keda-like-bench",
+                _content_type="application/merge-patch+json")
+
+
+def real_run(policy: str, env: environment.LocalEnv, connect_url: str,
+             kube: apply.Kube) -> dict[str, Any]:
+    """One group through the profile under `policy` (staticfleet or keda-like)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    tag = uuid.uuid4().hex[:6]
+    name, namespace = f"auto-{policy[:4]}-{tag}", f"bench-autoscale-{tag}"
+    topic, out = f"in-{tag}", f"out-{tag}"
+    admin = AdminClient({"bootstrap.servers": env.bootstrap})
+    for future in admin.create_topics([NewTopic(t, 24, 1) for t in (topic, out)]).values():
+        future.result(30)
+    create_namespace(env.kubeconfig, namespace)
+    spec = groups.consumer_group(name, env.bootstrap, topic, replicas=1, out_topic=out,
+                                 max_records=50, connect_url=connect_url)
+    spec["spec"]["processing"]["transform"] = "staticfleet_dev.testkit.transforms:latency_bound"
+    spec["spec"]["processing"]["batch"]["maxWaitMs"] = 200
+    if policy == "staticfleet":
+        spec["spec"]["autoscaling"] = {
+            "minReplicas": 1, "maxReplicas": REAL_MAX, "targetLagSeconds": REAL_TARGET_S,
+            "scaleDownWindowSeconds": 60, "scaleUpCheckSeconds": 60,
+            "maxMembershipChangesPerHour": 4}
+    first = groups.start(env.kubeconfig, namespace, spec)["status"]
+    keda = RealKeda(REAL_TARGET_S * REAL_CAPACITY) if policy == "keda-like" else None
+    producers: list[SteadyProducer] = []
+    sampled = Sampled()
+    stop = threading.Event()
+
+    def sample() -> None:
+        began, last = time.monotonic(), None
+        next_keda = 0.0
+        while not stop.wait(5.0):
+            now = time.monotonic() - began
+            committed, end = committed_offsets(env.bootstrap, name, topic)
+            rate = (committed - last[1]) / (now - last[0]) if last else 0.0
+            last = (now, committed)
+            lag = end - committed
+            replicas = int(groups.get(env.kubeconfig, namespace, name)["spec"]["replicas"])
+            lag_s = lag / rate if rate > 0 else (0.0 if lag == 0 else math.inf)
+            sampled.rows.append((now, lag, lag_s, replicas))
+            if keda is not None and now >= next_keda:
+                keda.step(kube, namespace, name, lag, replicas, now)
+                next_keda = now + keda.rule.every_s
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        for phase, seconds, rate_at in real_profile():
+            print(f"  {policy}: {phase} ({seconds:.0f} s)", flush=True)
+            began = time.monotonic()
+            while time.monotonic() - began < seconds:
+                rate = rate_at(time.monotonic() - began)
+                producer = SteadyProducer(env.bootstrap, topic, rate=rate).start()
+                producers.append(producer)
+                time.sleep(min(15.0, seconds - (time.monotonic() - began)))
+                producer.stop()
+    finally:
+        for producer in producers:
+            producer.stop()
+        stop.set()
+        sampler.join(10)
+    groups.wait_caught_up(env.bootstrap, name, [topic], timeout=300)
+    produced = [v for p in producers for v in p.produced]
+    missing = set(produced) - set(read_all(env.bootstrap, out))
+    final = groups.get(env.kubeconfig, namespace, name)["status"]
+    counts = [r[3] for r in sampled.rows]
+    changes = sum(1 for a, b in pairwise(counts) if a != b)
+    finite = sorted(r[2] for r in sampled.rows if math.isfinite(r[2]))
+    kubectl(env.kubeconfig, "delete", "namespace", namespace, "--wait=false")
+    return {"policy": policy, "changes": changes,
+            "rebalances": final["rebalances"] - first.get("rebalances", 0),
+            "plannedRebalances": (final.get("plannedRebalances", 0)
+                                  - first.get("plannedRebalances", 0)),
+            "unevenShare": sum(1 for c in counts if 24 % c) / max(1, len(counts)),
+            "lagP50S": statistics.median(finite) if finite else None,
+            "lagP99S": p99(finite) if finite else None, "lagMaxS": finite[-1] if finite else None,
+            "replicasSeen": sorted(set(counts)), "produced": len(produced),
+            "lost": len(missing), "autoscaling": final.get("autoscaling", {}).get("changes")}
+
+
+def real_system() -> int:
+    name = "bench-autoscale"
+    environment.down(name)
+    env = environment.up(name, kafka_settings=KafkaSettings.for_tests())
+    connect = start_connect_server(env.root)
+    install_crds(env.kubeconfig)
+    op = OperatorProcess(kubeconfig=env.kubeconfig, log=env.root / "operator.log",
+                         env=env).start()
+    kube = apply.Kube(apply.load_client(str(env.kubeconfig)))
+    results = []
+    try:
+        for policy in ("staticfleet", "keda-like"):
+            results.append(real_run(policy, env, connect.url, kube))
+            print(json.dumps(results[-1]), flush=True)
+    finally:
+        op.stop()
+        connect.stop()
+        environment.down(name)
+    print(f"\nthe real system, {sum(s for _, s, _ in real_profile()) / 60:.0f} minutes per "
+          f"policy (base {REAL_BASE:.0f} records/s, a 4x step, a slow wave), 24 partitions, "
+          f"at most {REAL_MAX} members of about {REAL_CAPACITY:.0f} records/s; staticfleet "
+          f"target {REAL_TARGET_S} s; keda-like lagThreshold "
+          f"{REAL_TARGET_S * REAL_CAPACITY:.0f}")
+    keys = ("changes", "rebalances", "plannedRebalances", "unevenShare", "lagP50S", "lagP99S",
+            "lagMaxS", "produced", "lost")
+    print(f"{'':>20} {'staticfleet':>12} {'keda-like':>12}")
+    for key in keys:
+        a, b = results[0][key], results[1][key]
+        print(f"{key:>20} {_shown(a):>12} {_shown(b):>12}")
+    return 0 if all(r["lost"] == 0 for r in results) else 1
+
+
+def _shown(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=float, default=500.0,
@@ -233,7 +417,11 @@ def main() -> int:
     parser.add_argument("--hours-scale", type=float, default=1.0,
                         help="scale every phase's length")
     parser.add_argument("--step", type=float, default=1.0, help="simulated seconds per step")
+    parser.add_argument("--real", action="store_true",
+                        help="run both policies on the real system (about 35 minutes)")
     args = parser.parse_args()
+    if args.real:
+        return real_system()
     phases = profile(args.base, args.hours_scale, args.sink_cap)
     spec = AutoscalingSpec(min_replicas=1, max_replicas=PARTITIONS,
                            target_lag_seconds=args.target)

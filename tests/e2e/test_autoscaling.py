@@ -29,7 +29,6 @@ from tests.conftest import unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
-REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
 TARGET_S = 10
 WINDOW_S = 20
@@ -63,9 +62,8 @@ def test_a_load_step_scales_up_and_back_down_with_planned_rebalances_only_and_ke
     topic, out = make_topic("auto-in", PARTITIONS), make_topic("auto-out", PARTITIONS)
     spec = groups.consumer_group(
         name, kafka.bootstrap, topic, replicas=1, out_topic=out, max_records=50,
-        env=[{"name": "PYTHONPATH", "value": str(REPO)}], connect_url=spark_connect.url)
-    spec["spec"]["processing"]["transform"] = (
-        "tests.integration.spark_test_transforms:latency_bound")
+        connect_url=spark_connect.url)
+    spec["spec"]["processing"]["transform"] = "staticfleet_dev.testkit.transforms:latency_bound"
     spec["spec"]["processing"]["batch"]["maxWaitMs"] = 200
     spec["spec"]["autoscaling"] = {
         "minReplicas": 1, "maxReplicas": 8, "targetLagSeconds": TARGET_S,

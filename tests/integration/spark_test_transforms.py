@@ -33,15 +33,9 @@ WARM_UP_TOPIC = "staticfleet-warm-up"
 
 
 def fail_on_real_records(df: DataFrame, context: Any) -> DataFrame:
-    """Passes the runtime's warm-up (its one made-up record) and fails the Spark job on every
+    """Passes the runtime's warm-up (its made-up records) and fails the Spark job on every
     real record: a revision that starts, gets standby-ready, and cannot process."""
     check = F.when(F.col("topic") != F.lit(WARM_UP_TOPIC),
                    F.raise_error(F.lit("cannot parse a real record")))
     return df.filter(check.otherwise(F.lit(True)))
 
-
-def latency_bound(df: DataFrame, context: Any) -> DataFrame:
-    """The batch unchanged, after 0.3 s whatever its size: a member bound by a slow external
-    call per batch (not by CPU), whose throughput grows with the member count."""
-    time.sleep(0.3)
-    return df
