@@ -26,6 +26,7 @@ starts fall in that window too), and the rollouts' total time.
 
 Run: python bench/rollout.py [--rate 400] [--settle 20] [--members 4] [--partitions 12]
      [--rollouts 1] [--protocol classic] [--scenarios warm,warm-stop,recreate,dynamic]
+     [--spark local|connect]
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from staticfleet.decisions.model import STOP_HANDOFF_ANNOTATION
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaBroker, KafkaSettings
+from staticfleet_dev.spark_connect import start_connect_server
 from staticfleet_dev.stream import SteadyProducer, committed_lag
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import create_namespace, install_crds, kubectl
@@ -174,7 +176,7 @@ def percentiles(values: list[int]) -> str:
 
 def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, admin: AdminClient,
                  rate: float, settle: float, rollouts: int = 1,
-                 protocol: str = "classic") -> Result:
+                 protocol: str = "classic", connect_url: str | None = None) -> Result:
     kc = env.kubeconfig
     namespace = f"bench-{scenario}-{int(time.time()) % 100000}"
     create_namespace(kc, namespace)
@@ -185,7 +187,8 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
     session = 3000 if scenario == "short" else None
     obj = groups.consumer_group(name, env.bootstrap, topic, replicas=MEMBERS, session_ms=session,
                          dynamic=scenario == "dynamic", max_records=5000, protocol=protocol,
-                         strategy="WarmHandoff" if scenario.startswith("warm") else "Recreate")
+                         strategy="WarmHandoff" if scenario.startswith("warm") else "Recreate",
+                         connect_url=connect_url)
     if scenario == "warm-stop":
         obj["metadata"]["annotations"][STOP_HANDOFF_ANNOTATION] = "true"
     groups.start(kc, namespace, obj, timeout=300)
@@ -293,6 +296,9 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
     parser.add_argument("--rollouts", type=int, default=1, help="consecutive rollouts per group")
     parser.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
+    parser.add_argument("--spark", choices=("local", "connect"), default="local",
+                        help="members' Spark: each its own local JVM, or one Spark Connect "
+                        "server for all (what fits more members on a small machine)")
     args = parser.parse_args()
     MEMBERS, PARTITIONS = args.members, args.partitions
 
@@ -305,6 +311,7 @@ def main() -> int:
                          record=env.record("kafka"))  # type: ignore[arg-type]
     admin = AdminClient({"bootstrap.servers": env.bootstrap})
     install_crds(env.kubeconfig)
+    connect = start_connect_server(env.root) if args.spark == "connect" else None
     op = OperatorProcess(kubeconfig=env.kubeconfig, log=env.root / "operator.log",
                          env=env).start()
     results = []
@@ -312,14 +319,18 @@ def main() -> int:
         for scenario in args.scenarios.split(","):
             print(f"--- {scenario}", flush=True)
             results.append(run_scenario(scenario, env, broker, admin, args.rate, args.settle,
-                                        args.rollouts, args.protocol))
+                                        args.rollouts, args.protocol,
+                                        connect.url if connect else None))
             print(results[-1], flush=True)
     finally:
         op.stop()
+        if connect is not None:
+            connect.stop()
         environment.down(name)
 
     print(f"\n{MEMBERS} members, {PARTITIONS} partitions, {args.rate:.0f} records/s produced, "
-          f"{args.rollouts} rollout(s) per scenario, protocol {args.protocol}\n")
+          f"{args.rollouts} rollout(s) per scenario, protocol {args.protocol}, Spark "
+          f"{args.spark}\n")
     head = ("scenario", "rebalances", "longest absence ms", "session ms", "gap seen s",
             "gap operator ms", "others' throughput", "rollout s")
     print("  ".join(f"{h:>18}" for h in head))
