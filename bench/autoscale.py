@@ -31,7 +31,7 @@ use in the sink-limited stretch (an ineffective scale-up held).
 `--real` runs both policies on the real system instead, compressed to fit this machine: the
 local environment (Kafka broker, Kubernetes control plane, local node), the operator, members
 processing through one Spark Connect server with a latency-bound transform (0.3 s per batch of
-at most 50 records, `staticfleet_dev.testkit.transforms`), 24 partitions, a 14-minute profile
+at most 50 records, `staticfleet_dev.testkit.transforms`), 24 partitions, an 11.5-minute profile
 (base, a 4x step, base, a slow wave), one group per policy in turn: staticfleet's autoscaler
 (`spec.autoscaling`, maxReplicas 8, target 10 s, windows of 60 s, budget 4 an hour), and a
 KEDA-like scaler in this process writing the scale subresource as its own field manager (the
@@ -252,11 +252,11 @@ REAL_TARGET_S = 10
 
 
 def real_profile() -> list[tuple[str, float, Callable[[float], float]]]:
-    """(name, seconds, records/s at t): base, a 4x step, base, a slow wave; 14 minutes."""
-    return [("base", 120, lambda t: REAL_BASE), ("4x step", 180, lambda t: 4 * REAL_BASE),
-            ("base again", 180, lambda t: REAL_BASE),
-            ("slow wave", 360, lambda t: REAL_BASE * (1.25 + 0.75 * math.sin(
-                2 * math.pi * t / 360)))]
+    """(name, seconds, records/s at t): base, a 4x step, base, a slow wave; 11.5 minutes."""
+    return [("base", 90, lambda t: REAL_BASE), ("4x step", 180, lambda t: 4 * REAL_BASE),
+            ("base again", 120, lambda t: REAL_BASE),
+            ("slow wave", 300, lambda t: REAL_BASE * (1.25 + 0.75 * math.sin(
+                2 * math.pi * t / 300)))]
 
 
 @dataclass
@@ -418,7 +418,7 @@ def main() -> int:
                         help="scale every phase's length")
     parser.add_argument("--step", type=float, default=1.0, help="simulated seconds per step")
     parser.add_argument("--real", action="store_true",
-                        help="run both policies on the real system (about 35 minutes)")
+                        help="run both policies on the real system (about 30 minutes)")
     args = parser.parse_args()
     if args.real:
         return real_system()

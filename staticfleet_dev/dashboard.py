@@ -49,6 +49,8 @@ class Graph:
     width: int
     queries: tuple[tuple[str, str], ...]  # (PromQL, legend)
     height: int = 8
+    only_with: str | None = None
+    """The ConsumerGroup field without which the panel has no series (spec.autoscaling)."""
 
 
 def q(template: str) -> str:
@@ -149,7 +151,7 @@ PANELS: tuple[Row | Graph, ...] = (
               (q("max by (namespace, group) (staticfleet_consumergroup_lag_seconds{SEL})"),
                "lag {{group}}"),
               (q("max by (namespace, group) (staticfleet_autoscaler_target_lag_seconds{SEL})"),
-               "target {{group}}"))),
+               "target {{group}}")), only_with="spec.autoscaling"),
     Graph("timeseries", "Replicas: autoscaler vs spec, budget left",
           "The member count the autoscaler wants, spec.replicas, and the scale changes it may "
           "still make this hour (spec.autoscaling.maxMembershipChangesPerHour).", "short", 12, (
