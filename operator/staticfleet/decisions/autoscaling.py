@@ -127,6 +127,9 @@ class Load:
     lag_records: int | None
     lag_age_s: float | None
     members: tuple[MemberLoad, ...] = ()
+    end_offsets: tuple[float, int] | None = None
+    """(seconds since the brokers were asked, the sum of the subscribed partitions' end
+    offsets): what arrived, read once a minute for the whole cluster."""
 
     @property
     def rate(self) -> float:
@@ -223,19 +226,33 @@ def lag_seconds(load: Load) -> float | None:
 
 def arrival_rate(load: Load, previous: Mapping[str, Any], now: datetime
                  ) -> tuple[float | None, dict[str, Any] | None, bool]:
-    """Records/s arriving: the processing rate plus the lag's growth since the last sample (at
-    least `SAMPLE_S` apart); the sample to keep; whether the rate is a new measurement."""
+    """Records/s arriving, the sample to keep, and whether the rate is a new measurement: the
+    growth of the partitions' end offsets between two reads at least `SAMPLE_S` apart (the
+    brokers' own count of what was produced). Without end offsets: the processing rate plus the
+    lag's growth since the last sample, which overstates arrival for up to a minute after a
+    load drops (the members' rate is a minute's average)."""
     kept = previous.get("arrivalRecordsPerSecond")
-    if load.lag_records is None:
-        return kept, previous.get("sample"), False
     sample = previous.get("sample") or {}
+    if load.end_offsets is not None:
+        age, total = load.end_offsets
+        read = now - timedelta(seconds=age)
+        mark = {"at": c.rfc3339(read), "endOffsets": total}
+        at = _parse_time(sample.get("at"))
+        if at is None or sample.get("endOffsets") is None:
+            return kept, mark, False
+        elapsed = (read - at).total_seconds()
+        if elapsed < SAMPLE_S:
+            return kept, dict(sample), False
+        return max(0.0, (total - int(sample["endOffsets"])) / elapsed), mark, True
+    if load.lag_records is None:
+        return kept, sample or None, False
     at = _parse_time(sample.get("at"))
-    if at is None:
-        return None, {"at": c.rfc3339(now), "lagRecords": load.lag_records}, False
+    if at is None or sample.get("lagRecords") is None:
+        return kept, {"at": c.rfc3339(now), "lagRecords": load.lag_records}, False
     elapsed = (now - at).total_seconds()
     if elapsed < SAMPLE_S:
         return kept, dict(sample), False
-    growth = (load.lag_records - int(sample.get("lagRecords") or 0)) / elapsed
+    growth = (load.lag_records - int(sample["lagRecords"])) / elapsed
     return (max(0.0, load.rate + growth),
             {"at": c.rfc3339(now), "lagRecords": load.lag_records}, True)
 
@@ -479,7 +496,8 @@ def _scale_up(p: _Pass, lag_s: float, arrival: float | None, capacity: float | N
     return to, c.SCALING_UP, (
         f"lag {shown} over the target {target:.0f} s ({lag} records, "
         f"{p.load.rate:.1f} records/s processed, {arriving}); {capacity or 0:.1f} records/s "
-        f"per member: {_members(need)} bring it under the target")
+        f"per member: {_members(need)} {'brings' if need == 1 else 'bring'} it under the "
+        "target")
 
 
 def _scale_down(p: _Pass, lag_s: float, arrival: float | None, capacity: float | None

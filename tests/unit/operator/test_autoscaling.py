@@ -341,6 +341,29 @@ def test_the_arrival_rate_needs_two_samples_far_enough_apart() -> None:
     assert shrinking.status["arrivalRecordsPerSecond"] == 0.0
 
 
+def test_the_arrival_rate_is_the_growth_of_the_end_offsets_the_brokers_report() -> None:
+    # what the brokers' end offsets say wins over the members' minute-long rate: right after a
+    # load dropped, members still average the load, the end offsets do not
+    def load(ends: tuple[float, int]) -> Load:
+        return Load(lag_records=1_000, lag_age_s=5, members=members(4, 100, 0.5),
+                    end_offsets=ends)
+    first = decide(load((10, 50_000)))
+    assert first.status["arrivalRecordsPerSecond"] is None
+    assert first.status["sample"] == {"at": ago(10), "endOffsets": 50_000}
+    # the same read again (the brokers are asked once a minute): nothing new
+    same = decide(load((40, 50_000)), {"sample": {"at": ago(10), "endOffsets": 50_000},
+                                       "arrivalRecordsPerSecond": 33.0})
+    assert same.status["arrivalRecordsPerSecond"] == 33.0
+    assert same.status["sample"] == {"at": ago(10), "endOffsets": 50_000}
+    later = decide(load((5, 51_200)), {"sample": {"at": ago(65), "endOffsets": 50_000}})
+    assert later.status["arrivalRecordsPerSecond"] == 20.0  # 1,200 records in 60 s
+    assert later.status["arrivals"] == [[c.rfc3339(NOW), 20.0]]
+    # a previous sample of the lag-based kind is replaced, not mixed in
+    switched = decide(load((5, 51_200)), sampled(400, seconds_ago=30))
+    assert switched.status["sample"] == {"at": ago(5), "endOffsets": 51_200}
+    assert switched.status["arrivalRecordsPerSecond"] is None
+
+
 def test_lag_seconds_is_the_backlog_at_the_measured_rate() -> None:
     out = decide(Load(lag_records=1_200, lag_age_s=5, members=members(4, 100, 0.5)))
     assert out.lag_seconds == 3.0 and out.status["lagSeconds"] == 3.0
