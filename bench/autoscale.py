@@ -122,6 +122,9 @@ class Group:
     lag: float = 0.0
     changes: list[float] = field(default_factory=list)
     saturated_until: float = -1.0
+    produced: float = 0.0
+    ends: tuple[float, int] = (-60.0, 0)
+    """(when last read, the end offsets' sum then), as the operator reads them"""
 
     def __post_init__(self) -> None:
         self.ready_at = [0.0] * self.replicas
@@ -143,6 +146,9 @@ class Group:
     def step(self, now: float, dt: float, arrival: float, sink_cap: float | None) -> float:
         """Advance by dt; records processed per second in this step."""
         self.lag += arrival * dt
+        self.produced += arrival * dt
+        if now - self.ends[0] >= 60:  # the operator reads the end offsets once a minute
+            self.ends = (now, int(self.produced))
         if now < self.paused_until:
             return 0.0
         can = self.ready(now) * self.capacity
@@ -170,7 +176,8 @@ class Staticfleet:
         busy = min(1.0, per / g.capacity) if g.capacity else 0.0
         known = g.capacity if now < g.saturated_until else None
         load = Load(lag_records=int(g.lag), lag_age_s=5.0, members=tuple(
-            MemberLoad(per, busy, known) for _ in range(ready)))
+            MemberLoad(per, busy, known) for _ in range(ready)),
+            end_offsets=(now - g.ends[0], g.ends[1]))
         situation = Situation(replicas=g.replicas, ready=ready,
                               group_state="Stable" if now >= g.paused_until else
                               "PreparingRebalance", rollout_in_progress=False)
