@@ -130,6 +130,7 @@ def forget(namespace: str, group: str) -> None:
             CONSUMERGROUP_LAG_SUM.remove(*labels)
         with contextlib.suppress(KeyError):
             CONSUMERGROUP_LAG_AGE.remove(*labels)
+    for labels in _labels_of(CONSUMERGROUP_LAG_SECONDS, namespace, group):
         with contextlib.suppress(KeyError):
             CONSUMERGROUP_LAG_SECONDS.remove(*labels)
     for counter in (REBALANCES, PLANNED_REBALANCES):
@@ -141,8 +142,12 @@ def forget(namespace: str, group: str) -> None:
 
 
 def _sum_labels(namespace: str, group: str) -> list[tuple[str, ...]]:
-    return [tuple(s.labels.values()) for family in CONSUMERGROUP_LAG_SUM.collect()
-            for s in family.samples
+    return _labels_of(CONSUMERGROUP_LAG_SUM, namespace, group)
+
+
+def _labels_of(metric: Gauge, namespace: str, group: str) -> list[tuple[str, ...]]:
+    """The label values of `metric`'s series of one ConsumerGroup."""
+    return [tuple(s.labels.values()) for family in metric.collect() for s in family.samples
             if s.labels.get("namespace") == namespace and s.labels.get("group") == group]
 
 
@@ -215,7 +220,7 @@ def _export_autoscaling(labels: tuple[str, str], values: MetricValues) -> None:
             for metric in AUTOSCALER_METRICS:
                 with contextlib.suppress(KeyError):
                     metric.remove(*labels)
-            for series in _sum_labels(*labels):
+            for series in _labels_of(CONSUMERGROUP_LAG_SECONDS, *labels):
                 with contextlib.suppress(KeyError):
                     CONSUMERGROUP_LAG_SECONDS.remove(*series)
         return

@@ -39,3 +39,30 @@ def test_counters_show_zero_from_the_first_pass() -> None:
     assert value("staticfleet_timeout_changes_total", **ids, timeout="session") == 0
     metrics.forget("ns", "quiet")
     assert value("staticfleet_rebalances_total", **ids) is None
+
+
+def test_the_autoscaler_series_exist_while_spec_autoscaling_does() -> None:
+    import math
+
+    from staticfleet.decisions.actions import AutoscalingFigures
+
+    ids = {"namespace": "ns", "group": "auto"}
+    figures = AutoscalingFigures(lag_seconds=12.5, target_lag_seconds=30,
+                                 desired_replicas=6, budget_left=3)
+    metrics.export("ns", "auto", MetricValues(group_id="orders", autoscaling=figures), 0.1)
+    assert value("staticfleet_consumergroup_lag_seconds", **ids, consumergroup="orders") == 12.5
+    assert value("staticfleet_autoscaler_target_lag_seconds", **ids) == 30
+    assert value("staticfleet_autoscaler_desired_replicas", **ids) == 6
+    assert value("staticfleet_autoscaler_budget_left", **ids) == 3
+    never = AutoscalingFigures(lag_seconds=math.inf, target_lag_seconds=30, desired_replicas=6,
+                               budget_left=3)
+    metrics.export("ns", "auto", MetricValues(group_id="orders", autoscaling=never), 0.1)
+    assert value("staticfleet_consumergroup_lag_seconds", **ids, consumergroup="orders") == \
+        math.inf
+    # a pass that failed keeps them; spec.autoscaling removed drops them
+    metrics.export("ns", "auto", MetricValues(error="KafkaUnreachable"), 0.1)
+    assert value("staticfleet_autoscaler_budget_left", **ids) == 3
+    metrics.export("ns", "auto", MetricValues(group_id="orders"), 0.1)
+    assert value("staticfleet_autoscaler_budget_left", **ids) is None
+    assert value("staticfleet_consumergroup_lag_seconds", **ids, consumergroup="orders") is None
+    metrics.forget("ns", "auto")
