@@ -371,7 +371,7 @@ def real_run(policy: str, env: environment.LocalEnv, connect_url: str,
             "lost": len(missing), "autoscaling": final.get("autoscaling", {}).get("changes")}
 
 
-def real_system() -> int:
+def real_system(policies: tuple[str, ...] = ("staticfleet", "keda-like")) -> int:
     name = "bench-autoscale"
     environment.down(name)
     env = environment.up(name, kafka_settings=KafkaSettings.for_tests())
@@ -382,7 +382,7 @@ def real_system() -> int:
     kube = apply.Kube(apply.load_client(str(env.kubeconfig)))
     results = []
     try:
-        for policy in ("staticfleet", "keda-like"):
+        for policy in policies:
             results.append(real_run(policy, env, connect.url, kube))
             print(json.dumps(results[-1]), flush=True)
     finally:
@@ -396,10 +396,9 @@ def real_system() -> int:
           f"{REAL_TARGET_S * REAL_CAPACITY:.0f}")
     keys = ("changes", "rebalances", "plannedRebalances", "unevenShare", "lagP50S", "lagP99S",
             "lagMaxS", "produced", "lost")
-    print(f"{'':>20} {'staticfleet':>12} {'keda-like':>12}")
+    print(f"{'':>20} " + " ".join(f"{r['policy']:>12}" for r in results))
     for key in keys:
-        a, b = results[0][key], results[1][key]
-        print(f"{key:>20} {_shown(a):>12} {_shown(b):>12}")
+        print(f"{key:>20} " + " ".join(f"{_shown(r[key]):>12}" for r in results))
     return 0 if all(r["lost"] == 0 for r in results) else 1
 
 
@@ -425,10 +424,12 @@ def main() -> int:
                         help="scale every phase's length")
     parser.add_argument("--step", type=float, default=1.0, help="simulated seconds per step")
     parser.add_argument("--real", action="store_true",
-                        help="run both policies on the real system (about 30 minutes)")
+                        help="run the policies on the real system (about 15 minutes each)")
+    parser.add_argument("--policies", default="staticfleet,keda-like",
+                        help="with --real: which, in this order")
     args = parser.parse_args()
     if args.real:
-        return real_system()
+        return real_system(tuple(args.policies.split(",")))
     phases = profile(args.base, args.hours_scale, args.sink_cap)
     spec = AutoscalingSpec(min_replicas=1, max_replicas=PARTITIONS,
                            target_lag_seconds=args.target)
