@@ -299,6 +299,16 @@ def test_no_change_while_something_holds_the_group(kw: dict[str, Any], load: Loa
     assert out.status["lowSince"] == ago(50)  # a hold keeps the low window's start
 
 
+def test_no_decision_while_the_figures_settle_after_a_change() -> None:
+    last = {"at": ago(10), "from": 2, "to": 1, "reason": c.SCALING_DOWN, "message": "..."}
+    out = decide(HIGH, sampled(21_000, lastScale=last))
+    assert out.scale_to is None
+    assert out.condition[:2] == ("False", c.AUTOSCALING_HELD)
+    assert "settling after the change at" in out.condition[2]
+    later = decide(HIGH, sampled(21_000, lastScale={**last, "at": ago(31)}))
+    assert later.scale_to == 24
+
+
 def test_it_stands_aside_while_another_controller_owns_replicas() -> None:
     out = decide(HIGH, sampled(21_000), replicas_owner="keda-operator")
     assert out.scale_to is None
