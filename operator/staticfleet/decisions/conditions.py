@@ -113,6 +113,7 @@ TIMEOUTS_CHANGED = "TimeoutsChanged"
 SCALED_DOWN = "ScaledDown"
 SCALED_UP = "ScaledUp"
 MEMBER_LEAVING = "MemberLeaving"
+SCALE_DOWN_TAKEN_BACK = "ScaleDownTakenBack"
 PLANNED_REBALANCE = "PlannedRebalance"
 RECREATING_FAILED_POD = "RecreatingFailedPod"
 

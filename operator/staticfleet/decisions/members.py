@@ -366,7 +366,8 @@ class _Seen:
             answers=bool(st),
             crash=(f"exit code {crash.exit_code}: {refusal_line(crash.message) or '(no message)'}"
                    if (crash := member_crash(pod)) is not None and not pod_ended(pod) else None),
-            pod_failed=ended_reason(pod) if pod_ended(pod) else None)
+            pod_failed=ended_reason(pod) if pod_ended(pod) else None,
+            left=bool(st.get("leaving")) or st.get("state") == "left")
 
 
 def _age_order(pod: Mapping[str, Any]) -> tuple[str, str]:

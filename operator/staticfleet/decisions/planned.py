@@ -58,6 +58,8 @@ CREATE = "Create"
 UNASSIGNED = "UnassignedPartitions"
 SHOWN_PARTITIONS = 8
 WHY_SCALE_DOWN = "scale down"
+WHY_TAKEN_BACK = ("a scale-down taken back: the member left the group when asked and never joins "
+                  "again; its pod is made again and joins")
 
 @dataclass(frozen=True)
 class PlannedRebalance:
@@ -169,6 +171,28 @@ def scale_down(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable,
     return ScaleDown(deletes=tuple(deletes), calls=tuple(calls), waiting=tuple(waiting),
                      planned=planned, events=tuple(events),
                      requeue_after_s=1.0 if calls or waiting else None)
+
+
+def leaves_taken_back(spec: ConsumerGroupSpec, table: MemberTable,
+                      deleting: set[str]) -> tuple[tuple[PodDelete, Event], ...]:
+    """Members within `replicas` whose process was asked to leave by a scale-down that
+    `spec.replicas` took back before their pods went (a scaler that changed its mind, the
+    manifest applied again). A member asked to leave never joins again, so it would hold its
+    ordinal out of the group for good: its pod is deleted, the next pass makes it again (same
+    instance id) and its join is a planned scale-up."""
+    out = []
+    for m in table.members:
+        pod = table.live.get(m.ordinal)
+        if (pod is None or m.ordinal >= spec.replicas or not m.left
+                or pod["metadata"]["name"] != m.pod_name or pod["metadata"]["uid"] in deleting):
+            continue
+        out.append((PodDelete(m.ordinal, pod["metadata"]["name"], pod["metadata"]["uid"],
+                              WHY_TAKEN_BACK),
+                    Event("Normal", c.SCALE_DOWN_TAKEN_BACK,
+                          f"member {m.ordinal} left the group for a scale-down that "
+                          f"spec.replicas ({spec.replicas}) took back: deleting pod "
+                          f"{pod['metadata']['name']}; it is made again and joins")))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,9 @@ def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     """Each desired member without a pod (none of its pods is still terminating)."""
     restarting = {f.ordinal for f in state.in_flight}
     known = {m.get("ordinal") for m in snap.previous.get("members") or ()}
+    # Members deleted for a scale-down taken back (`planned.leaves_taken_back`) join as new.
+    last = pl.PlannedRebalance.from_status(snap.previous.get("plannedRebalance"))
+    returning = set(last.members) if last is not None and last.reason == pl.SCALE_UP else set()
     ended = {m.get("ordinal"): m.get("phase") for m in snap.previous.get("members") or ()
              if m.get("phase") in TERMINAL_PHASES}
     out = []
@@ -75,7 +78,7 @@ def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             why = f"{WHY_ENDED_REPLACEMENT} (phase {ended[ordinal]}; revision {view.revision})"
         elif ordinal in restarting:
             why = f"{WHY_REPLACEMENT} (revision {view.revision})"
-        elif ordinal not in known:
+        elif ordinal not in known or ordinal in returning:
             why = WHY_NEW
         else:
             why = WHY_MISSING
@@ -240,6 +243,11 @@ def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                                                      {d.uid for d in roll.deletes})
     gone = ended(spec, table, {d.uid for d in delete})
     delete += tuple(d for d, _ in gone)
+    taken_back = pl.leaves_taken_back(spec, table, {d.uid for d in delete})
+    delete += tuple(d for d, _ in taken_back)
+    if taken_back and down.planned is None:
+        down = replace(down, planned=pl.PlannedRebalance(
+            pl.SCALE_UP, tuple(d.ordinal for d, _ in taken_back), snap.now))
     stalls = stalled_members(table, snap.statuses, snap.end_offsets, snap.lag,
                              spec.processing.batch.max_wait_ms, snap.now,
                              restarting=tuple(f.ordinal for f in roll.state.in_flight))
@@ -260,6 +268,6 @@ def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     removed = sorted(d.ordinal for d in delete if d.why.startswith(pl.WHY_SCALE_DOWN))
     if removed:
         events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
-    events += down.events + roll.events + tuple(e for _, e in gone)
+    events += down.events + roll.events + tuple(e for _, e in gone + taken_back)
     return PodChanges(create, delete, down, stalls, restart, tuple(events),
                       soonest(down.requeue_after_s, ENDED_RECHECK_S if gone else None))

@@ -84,6 +84,9 @@ class ObservedMember:
     """Its member container's last failed exit, even when it runs again (a crash loop)."""
     pod_failed: str | None = None
     """Its pod ended for good (phase Failed: evicted, node shutdown): why, from its status."""
+    left: bool = False
+    """Its process was asked to leave the group (`/status` `leaving`): it leaves, or left, and
+    never joins again; it waits for its pod to be deleted."""
 
 
 @dataclass(frozen=True)

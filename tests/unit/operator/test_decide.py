@@ -23,7 +23,7 @@ from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.plan import decide, without_nulls
-from staticfleet.decisions.planned import WHY_SCALE_DOWN
+from staticfleet.decisions.planned import WHY_SCALE_DOWN, WHY_TAKEN_BACK
 from staticfleet.decisions.pods import (
     WHY_ENDED,
     WHY_ENDED_REPLACEMENT,
@@ -264,6 +264,36 @@ def test_a_member_asked_to_leave_is_deleted_once_out_of_the_group(
     if why:
         assert why in later.delete[0].why
         assert "ScaledDown" in reasons(later)
+
+
+def test_a_scale_down_taken_back_remakes_the_members_that_left_as_planned_joins() -> None:
+    """3 -> 1 asks members 2 and 1 to leave; member 2 left (its pod went), member 1 is still
+    leaving when a scaler sets 2 again. A member asked to leave never joins again: its pod is
+    deleted and made again, and its join is planned (CI saw it held out of the group for good,
+    the group never Ready)."""
+    pods, status = settled(CG)
+    ask = decide(snapshot(with_path(CG, "spec.replicas", 1), pods, previous=status))
+    assert sorted(m.ordinal for m in ask.calls) == [1, 2]
+    kept = [p for p in pods if _ordinal(p) < 2]
+    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 0,
+                                       "leaving": _ordinal(p) == 1} for p in kept}
+    back = decide(snapshot(with_path(CG, "spec.replicas", 2), kept,
+                           previous=without_nulls(dict(ask.status)), statuses=statuses,
+                           now_offset_s=2))
+    assert [(d.ordinal, d.why) for d in back.delete] == [(1, WHY_TAKEN_BACK)]
+    assert back.create == () and back.calls == ()
+    assert "ScaleDownTakenBack" in reasons(back) and "ScaledDown" not in reasons(back)
+    assert back.status["plannedRebalance"]["reason"] == "ScaleUp"
+    assert back.status["plannedRebalance"]["members"] == [1]
+    again = decide(snapshot(with_path(CG, "spec.replicas", 2), kept[:1],
+                            previous=without_nulls(dict(back.status)), now_offset_s=4))
+    assert [(p.ordinal, p.why) for p in again.create] == [(1, WHY_NEW)]
+    assert "ScaledUp" in reasons(again)
+    assert again.status["plannedRebalance"]["members"] == [1]
+    # A member within replicas that was never asked to leave stays.
+    serving = decide(snapshot(with_path(CG, "spec.replicas", 2), kept,
+                              previous=without_nulls(dict(ask.status)), now_offset_s=2))
+    assert serving.delete == ()
 
 
 def test_a_member_not_in_the_group_is_deleted_at_once() -> None:
