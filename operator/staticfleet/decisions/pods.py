@@ -67,9 +67,11 @@ def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     """Each desired member without a pod (none of its pods is still terminating)."""
     restarting = {f.ordinal for f in state.in_flight}
     known = {m.get("ordinal") for m in snap.previous.get("members") or ()}
-    # Members deleted for a scale-down taken back (`planned.leaves_taken_back`) join as new.
+    # Members the last scale-down removed (their stopping pods kept them in the status) and
+    # the ones deleted for a scale-down taken back (`planned.leaves_taken_back`) join as new.
     last = pl.PlannedRebalance.from_status(snap.previous.get("plannedRebalance"))
-    returning = set(last.members) if last is not None and last.reason == pl.SCALE_UP else set()
+    returning = (set(last.members) if last is not None
+                 and last.reason in (pl.SCALE_UP, pl.SCALE_DOWN) else set())
     ended = {m.get("ordinal"): m.get("phase") for m in snap.previous.get("members") or ()
              if m.get("phase") in TERMINAL_PHASES}
     out = []

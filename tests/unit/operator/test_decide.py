@@ -296,6 +296,29 @@ def test_a_scale_down_taken_back_remakes_the_members_that_left_as_planned_joins(
     assert serving.delete == ()
 
 
+def test_scaling_up_right_after_a_scale_down_plans_the_returning_members_joins() -> None:
+    """3 -> 1 removed members 1 and 2; a scaler sets 2 while pod 1 still stops (the status
+    lists member 1 again): member 1 is new again, its join planned, not a missing pod (the
+    autoscaling e2e saw it made as "its pod is missing")."""
+    pods, status = settled(CG)
+    cg = with_path(CG, "spec.replicas", 1)
+    ask = decide(snapshot(cg, pods, previous=status))
+    gone = decide(snapshot(cg, pods, previous=without_nulls(dict(ask.status)), in_group=(0,),
+                           now_offset_s=2))
+    assert sorted(d.ordinal for d in gone.delete) == [1, 2]
+    two = with_path(CG, "spec.replicas", 2)
+    stopping = decide(snapshot(two, [pods[0], deleting(pods[1])],
+                               previous=without_nulls(dict(gone.status)), in_group=(0,),
+                               now_offset_s=3))
+    assert stopping.create == ()
+    assert 1 in [m["ordinal"] for m in stopping.status["members"]]
+    up = decide(snapshot(two, pods[:1], previous=without_nulls(dict(stopping.status)),
+                         now_offset_s=4))
+    assert [(p.ordinal, p.why) for p in up.create] == [(1, WHY_NEW)]
+    assert "ScaledUp" in reasons(up)
+    assert up.status["plannedRebalance"]["reason"] == "ScaleUp"
+
+
 def test_a_member_not_in_the_group_is_deleted_at_once() -> None:
     pods, status = settled(CG)
     plan = decide(snapshot(with_path(CG, "spec.replicas", 2), pods, previous=status,
