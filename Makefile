@@ -21,5 +21,10 @@ lint:
 unit: setup
 	pytest -m unit -q
 
+# Unit and integration tests in two pytest-xdist workers (each starts its own broker and API
+# server; the integration tests mostly wait on them), then the e2e tier alone: its cases share
+# one environment, operator and Spark Connect server, and assert sub-second figures that a
+# second stream of work beside them would blur.
 test: setup lint
-	pytest -q -p no:cacheprovider --durations=25
+	pytest -q -p no:cacheprovider -m "not e2e" -n 2 --dist worksteal --durations=25
+	pytest -q -p no:cacheprovider -m e2e --durations=25

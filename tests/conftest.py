@@ -218,26 +218,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(getattr(pytest.mark, tier))
 
 
-TIER_SECONDS: dict[str, list[float]] = {}
-"""Per tier (unit, integration, e2e): the seconds of each test, setup + call + teardown."""
+TIER_SECONDS: dict[str, dict[str, float]] = {}
+"""Per tier (unit, integration, e2e): the seconds of each test, setup + call + teardown, by
+test id (with pytest-xdist the workers' reports arrive interleaved)."""
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     tier = next((t for t in ("unit", "integration", "e2e") if t in report.keywords), "other")
-    seconds = TIER_SECONDS.setdefault(tier, [])
-    if report.when == "setup":
-        seconds.append(0.0)
-    if seconds:
-        seconds[-1] += report.duration
+    seconds = TIER_SECONDS.setdefault(tier, {})
+    seconds[report.nodeid] = seconds.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """What each tier cost in this run (the README's CI table is read from this line)."""
+    """What each tier cost in this run (the README's CI table is read from this line): the
+    tests' own seconds summed, which with pytest-xdist is more than the wall time."""
     if not TIER_SECONDS:
         return
-    parts = [f"{tier} {sum(s) / 60:.1f} min ({len(s)} tests, slowest {max(s):.0f} s)"
-             for tier, s in sorted(TIER_SECONDS.items(), key=lambda kv: -sum(kv[1])) if s]
-    terminalreporter.write_sep("=", "time per tier: " + "; ".join(parts))
+    parts = [f"{tier} {sum(s.values()) / 60:.1f} min ({len(s)} tests, slowest "
+             f"{max(s.values()):.0f} s)"
+             for tier, s in sorted(TIER_SECONDS.items(), key=lambda kv: -sum(kv[1].values()))
+             if s]
+    workers = getattr(terminalreporter.config.option, "numprocesses", None)
+    over = f" (summed over {workers} workers)" if workers else ""
+    terminalreporter.write_sep("=", f"time per tier{over}: " + "; ".join(parts))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -98,7 +98,15 @@ def set_path(cfg: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     return cfg
 
 
-DELETE = object()
+class _Delete:
+    """The key is removed from the config (a sentinel with a stable repr: test ids must be the
+    same in every pytest-xdist worker)."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+DELETE = _Delete()
 
 REFUSED = [
     ("groupId", "", r"^groupId: must be a non-empty string, got a string; set it$"),
