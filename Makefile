@@ -25,6 +25,10 @@ unit: setup
 # server; the integration tests mostly wait on them), then the e2e tier alone: its cases share
 # one environment, operator and Spark Connect server, and assert sub-second figures that a
 # second stream of work beside them would blur.
+# Both runs go to the end; the target fails if either failed.
 test: setup lint
-	pytest -q -p no:cacheprovider -m "not e2e" -n 2 --dist worksteal --durations=25
-	pytest -q -p no:cacheprovider -m e2e --durations=25
+	pytest -q -p no:cacheprovider -m "not e2e" -n 2 --dist loadfile --durations=25; \
+	first=$$?; \
+	pytest -q -p no:cacheprovider -m e2e --durations=25; \
+	second=$$?; \
+	test $$first -eq 0 && test $$second -eq 0
