@@ -78,6 +78,11 @@ class LagReads:
     asked: dict[str, dict[TP, float]] = field(default_factory=dict)
     """cluster key -> partition -> when a group last needed it (one no group needed for
     three intervals is dropped: its group is gone or its members report it)."""
+    reported_before: dict[tuple[str, str], frozenset[TP]] = field(default_factory=dict)
+    """(cluster key, group id) -> the partitions its members reported at the last read. One no
+    member reports now has just moved (a scale-down, a handoff) and its new owner has not
+    reported it yet: the group's cached committed offsets may predate the commits made there
+    since, so they are read again (a scale-down showed a lag spike of a minute's records)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def lag(self, admin: kafkaadmin.Admin, group_id: str, partitions: Mapping[str, int],
@@ -97,8 +102,14 @@ class LagReads:
         max_age = (self.interval_s if fresh_within_s is None
                    else min(self.interval_s, fresh_within_s))
         unknown = [tp for tp in wanted if tp not in reported and tp not in committed]
+        with self.lock:
+            before = self.reported_before.get((admin.key, group_id), frozenset())
+            self.reported_before[(admin.key, group_id)] = frozenset(reported) | frozenset(
+                committed)
+        moved = any(tp in before for tp in unknown)
         if unknown and known:
-            read, read_at = self._committed(admin, group_id, wanted, now, max_age)
+            read, read_at = self._committed(admin, group_id, wanted, now,
+                                            0.0 if moved else max_age)
             committed = {**{tp: read[tp] for tp in unknown if tp in read}, **committed}
             age = max(age, now - read_at)
         ends = self._ends(admin, [tp for tp in wanted if tp in committed], now, max_age)
@@ -158,3 +169,4 @@ class LagReads:
     def forget(self, admin_key: str, group_id: str) -> None:
         with self.lock:
             self.committed.pop((admin_key, group_id), None)
+            self.reported_before.pop((admin_key, group_id), None)

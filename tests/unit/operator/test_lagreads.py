@@ -134,3 +134,30 @@ def test_a_group_in_a_rollout_gets_figures_no_older_than_asked(reads: dict[str, 
     assert reads["committed"] == ["g1", "g2", "g1"] and reads["ends"][-1] == [("a", 0)]
     assert book.lag(admin, "g2", {"b": 1}).age_s == 3.0, "the other group's figures stay"
     assert reads["committed"] == ["g1", "g2", "g1"]
+
+
+def test_a_partition_that_just_moved_gets_the_groups_committed_offsets_read_again(
+        reads: dict[str, Any]) -> None:
+    """A group starts on a backlog of 100 records a partition; its members process it and
+    report their commits. A scale-down then moves member 1's partition to member 0, whose
+    statistics (every 5 s) do not show it yet: the committed offset cached at the start (0)
+    would put the whole processed backlog back on it; the group's are read again, once."""
+    clock = Clock()
+    book = lagreads.LagReads(clock=clock)
+    admin: Any = Admin()
+    reads["offsets"] = {("g", ("t", 0)): 0, ("g", ("t", 1)): 0}
+    reads["end"] = {("t", 0): 100, ("t", 1): 100}
+    assert book.lag(admin, "g", {"t": 2}).by_partition == {("t", 0): 100, ("t", 1): 100}
+    assert reads["committed"] == ["g"]
+    clock.t += 10
+    both = [{"lag": [["t", 0, 0]], "committed": [["t", 0, 100]]},
+            {"lag": [["t", 1, 0]], "committed": [["t", 1, 100]]}]
+    assert book.lag(admin, "g", {"t": 2}, both).by_partition == {("t", 0): 0, ("t", 1): 0}
+    clock.t += 10
+    reads["offsets"][("g", ("t", 1))] = 100
+    moved = book.lag(admin, "g", {"t": 2}, both[:1])
+    assert moved.by_partition == {("t", 0): 0, ("t", 1): 0}, "the cached 0 predates the commits"
+    assert reads["committed"] == ["g", "g"]
+    clock.t += 1
+    book.lag(admin, "g", {"t": 2}, both[:1])
+    assert reads["committed"] == ["g", "g"], "read again once, not every pass"
