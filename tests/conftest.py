@@ -68,9 +68,10 @@ def local_node(local_env: environment.LocalEnv) -> Iterator[ProcessRecord]:
     stop(rec, grace=30)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
-    """A second broker for the session, with four secured listeners (SSL, mutual TLS,
+    """A second broker for the module that asks (one per tier: it stops once that module's
+    tests are done instead of loading the machine until the session ends), with four secured listeners (SSL, mutual TLS,
     SASL_SSL/SCRAM-SHA-512, SASL_SSL/OAUTHBEARER; `KafkaSettings.with_secured_listeners`) and
     the token endpoint of the OAUTHBEARER one.
 
@@ -87,10 +88,11 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredK
         pytest.fail(f"the secured broker did not start: {exc}", pytrace=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """A three-broker cluster for the session (everything replicated 3, min.insync.replicas
-    2), beside the session's single broker. Tests may stop, kill and restart its brokers;
+    """A three-broker cluster for the module that asks (one per tier; its three JVMs stop once
+    that module is done, where a session scope kept them beside the demo's e2e and every case
+    after), everything replicated 3, min.insync.replicas 2, beside the session's single broker. Tests may stop, kill and restart its brokers;
     each leaves all three running (`KafkaCluster.start` is a no-op on a running one)."""
     root = tmp_path_factory.mktemp("kafka-cluster")
     try:
