@@ -71,9 +71,9 @@ def local_node(local_env: environment.LocalEnv) -> Iterator[ProcessRecord]:
 @pytest.fixture(scope="module")
 def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
     """A second broker for the module that asks (one per tier: it stops once that module's
-    tests are done instead of loading the machine until the session ends), with four secured listeners (SSL, mutual TLS,
-    SASL_SSL/SCRAM-SHA-512, SASL_SSL/OAUTHBEARER; `KafkaSettings.with_secured_listeners`) and
-    the token endpoint of the OAUTHBEARER one.
+    tests are done instead of loading the machine until the session ends), with four secured
+    listeners (SSL, mutual TLS, SASL_SSL/SCRAM-SHA-512, SASL_SSL/OAUTHBEARER;
+    `KafkaSettings.with_secured_listeners`) and the token endpoint of the OAUTHBEARER one.
 
     Sharing it is honest: a listener authenticates each connection by itself, and a client
     given one listener's address is only ever told that listener's address back (each listener
@@ -92,8 +92,9 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredK
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """A three-broker cluster for the module that asks (one per tier; its three JVMs stop once
     that module is done, where a session scope kept them beside the demo's e2e and every case
-    after), everything replicated 3, min.insync.replicas 2, beside the session's single broker. Tests may stop, kill and restart its brokers;
-    each leaves all three running (`KafkaCluster.start` is a no-op on a running one)."""
+    after), everything replicated 3, min.insync.replicas 2, beside the session's single
+    broker. Tests may stop, kill and restart its brokers; each leaves all three running
+    (`KafkaCluster.start` is a no-op on a running one)."""
     root = tmp_path_factory.mktemp("kafka-cluster")
     try:
         cluster = start_kafka_cluster(root)
