@@ -8,9 +8,11 @@ after the Python process that started them has crashed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import ssl
 import sys
 import tempfile
@@ -217,10 +219,50 @@ def down(name: str = "default") -> bool:
         return False
     for rec in reversed(env.records):
         stop(rec, grace=15.0)
+    stop_pod_processes(env.pod_log_dir)
     if env.root.exists() and env.root.name.startswith("staticfleet-"):
         shutil.rmtree(env.root, ignore_errors=True)
     _registry_file(name).unlink(missing_ok=True)
     return True
+
+
+def pod_processes(pod_dir: Path) -> list[int]:
+    """The processes working in the environment's pod directories (`pod_dir`)."""
+    inside = str(pod_dir.resolve()) + os.sep
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd.startswith(inside):
+            found.append(int(proc.name))
+    return found
+
+
+def stop_pod_processes(pod_dir: Path, grace: float = 5.0) -> list[int]:
+    """Stop what still runs in the pod directories once the local node is gone: a member whose
+    pod was made while the node shut down outlived it (reparented to init; a CI run left five
+    members of its last case running). SIGTERM to each process group, SIGKILL after `grace`."""
+    pids = pod_processes(pod_dir)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                group = os.getpgid(pid)
+                if group != os.getpgrp():  # never the caller's own group
+                    os.killpg(group, sig)
+        deadline = time.monotonic() + grace
+        while sig == signal.SIGTERM and time.monotonic() < deadline:
+            pids = [pid for pid in pids if _pid_alive(pid)]
+            if not pids:
+                break
+            time.sleep(0.1)
+        pids = [pid for pid in pids if _pid_alive(pid)]
+        if not pids:
+            break
+    return pod_processes(pod_dir)
 
 
 def status(name: str = "default") -> dict[str, Any]:

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -89,6 +90,34 @@ def test_down_cleans_up_after_the_starter_crashed(env_name: str) -> None:
 
     assert cli("env", "down", "--name", env_name).returncode == 0
     assert_gone(state.to_dict(), state.root)
+
+
+def test_down_stops_a_member_process_its_local_node_left_behind(tmp_path: Path) -> None:
+    """A pod made while the local node shut down outlived it (a CI run left five member
+    processes of its last case running, reparented to init): `down` stops what still works in
+    the environment's pod directories, and only that."""
+    name = f"test-strays-{os.getpid()}"
+    root = Path(tempfile.mkdtemp(prefix="staticfleet-strays-"))
+    env = environment.LocalEnv(name=name, root=root, bootstrap="", kubeconfig=root / "none",
+                               server="", owner_pid=os.getpid())
+    work = env.pod_log_dir / "work" / "ns_member-0_uid"
+    work.mkdir(parents=True)
+    elsewhere = tmp_path / "not-a-pod"
+    elsewhere.mkdir()
+    stray, other = (subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
+                                     cwd=cwd, start_new_session=True)
+                    for cwd in (work, elsewhere))
+    try:
+        environment.save(env)
+        assert environment.pod_processes(env.pod_log_dir) == [stray.pid]
+        assert environment.down(name)
+        assert stray.wait(timeout=10) == -signal.SIGTERM
+        assert other.poll() is None, "a process outside the pod directories is left alone"
+        assert not root.exists()
+    finally:
+        for proc in (stray, other):
+            proc.kill()
+            proc.wait()
 
 
 def test_missing_java_is_one_clear_line(tmp_path: Path, env_name: str) -> None:
