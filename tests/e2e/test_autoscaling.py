@@ -10,6 +10,7 @@ staticfleet still makes the scaler's step planned.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -35,6 +36,8 @@ PARTITIONS = 4
 TARGET_S = 10
 WINDOW_S = 20
 CHECK_S = 30
+BUDGET = 6
+"""Membership changes an hour: room for a second step down (see step 2)."""
 
 
 def events(kubeconfig: Path, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -70,7 +73,7 @@ def test_a_load_step_scales_up_and_back_down_with_planned_rebalances_only_and_ke
     spec["spec"]["autoscaling"] = {
         "minReplicas": 1, "maxReplicas": 8, "targetLagSeconds": TARGET_S,
         "scaleDownWindowSeconds": WINDOW_S, "scaleUpCheckSeconds": CHECK_S,
-        "maxMembershipChangesPerHour": 4}
+        "maxMembershipChangesPerHour": BUDGET}
     base = SteadyProducer(kafka.bootstrap, topic, rate=20).start()
     producers = [base]
     try:
@@ -105,21 +108,30 @@ def test_a_load_step_scales_up_and_back_down_with_planned_rebalances_only_and_ke
         print(f"keeping up at {peak} members {time.monotonic() - began:.1f} s after the step")
         step.stop()
 
-        # 2. Low load again: after the scale-up was judged and the window passed, one step down.
+        # 2. Low load again: after the scale-up was judged and the window passed, down in one
+        #    step to what the window's peak arrival needs. A window that still holds the end of
+        #    the load step (the arrival is measured between two reads of the end offsets, 15 s
+        #    apart) needs more than one member (CI saw 4 -> 2 on a peak of 117 records/s), then
+        #    the next window brings it to 1.
         down = groups.wait_status(kubeconfig, namespace, name, scaled_to(1),
-                                  CHECK_S + WINDOW_S + 180, "scaled back down to 1")
+                                  CHECK_S + 2 * WINDOW_S + 240, "scaled back down to 1")
         auto = down["status"]["autoscaling"]
         print(f"back to 1 {time.monotonic() - began:.1f} s after the load step: "
               f"{auto.get('lastScale')}")
         changes = [(int(a), int(b)) for e in events(kubeconfig, namespace, name)
                    if e["reason"] in ("ScalingUp", "ScalingDown")
                    for a, b in re.findall(r"scaling (\d+) -> (\d+)", e["message"])]
-        ups, downs = changes[:-1], changes[-1:]
-        assert ups and all(b > a for a, b in ups) and ups[0][0] == 1, changes
-        assert downs == [(ups[-1][1], 1)], f"one step down, not one member at a time: {changes}"
+        ups = [c for c in changes if c[1] > c[0]]
+        downs = [c for c in changes if c[1] < c[0]]
+        assert changes == ups + downs, f"every step up before every step down: {changes}"
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(changes)), changes
+        assert ups and ups[0][0] == 1, changes
+        assert downs and downs[-1][1] == 1 and len(downs) <= 2, (
+            f"down in one step to what the window's peak needs, not a member at a time: "
+            f"{changes}")
         assert all(PARTITIONS % b == 0 for _, b in changes), changes
-        assert len(auto["changes"]) == len(changes) <= 4, (auto, changes)
-        assert auto["budgetLeft"] == 4 - len(changes), auto
+        assert len(auto["changes"]) == len(changes) <= BUDGET, (auto, changes)
+        assert auto["budgetLeft"] == BUDGET - len(changes), auto
         status = down["status"]
         assert status["rebalances"] - formed["rebalances"] == (
             status["plannedRebalances"] - formed.get("plannedRebalances", 0)) > 0, (
@@ -131,7 +143,7 @@ def test_a_load_step_scales_up_and_back_down_with_planned_rebalances_only_and_ke
                        "staticfleet_autoscaler_target_lag_seconds"):
             assert re.search(rf'^{series}{{[^}}]*group="{name}"', metrics, re.M), series
         assert re.search(rf'^staticfleet_autoscaler_budget_left{{[^}}]*group="{name}"[^}}]*}} '
-                         rf'{4 - len(changes)}\.0$', metrics, re.M)
+                         rf'{BUDGET - len(changes)}\.0$', metrics, re.M)
         # The dashboard's autoscaling panels, asked of the Prometheus that scraped it.
         answers = dashboard_answers(prometheus, namespace, name)
         for graph in dashboard.graphs():
