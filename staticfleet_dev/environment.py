@@ -245,24 +245,25 @@ def pod_processes(pod_dir: Path) -> list[int]:
 def stop_pod_processes(pod_dir: Path, grace: float = 5.0) -> list[int]:
     """Stop what still runs in the pod directories once the local node is gone: a member whose
     pod was made while the node shut down outlived it (reparented to init; a CI run left five
-    members of its last case running). SIGTERM to each process group, SIGKILL after `grace`."""
+    members of its last case running). SIGTERM to each process group, SIGKILL after `grace`;
+    returns what is left."""
     pids = pod_processes(pod_dir)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                group = os.getpgid(pid)
-                if group != os.getpgrp():  # never the caller's own group
-                    os.killpg(group, sig)
-        deadline = time.monotonic() + grace
-        while sig == signal.SIGTERM and time.monotonic() < deadline:
-            pids = [pid for pid in pids if _pid_alive(pid)]
-            if not pids:
-                break
-            time.sleep(0.1)
+    _signal_groups(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.1)
         pids = [pid for pid in pids if _pid_alive(pid)]
-        if not pids:
-            break
+    _signal_groups(pids, signal.SIGKILL)
     return pod_processes(pod_dir)
+
+
+def _signal_groups(pids: list[int], sig: signal.Signals) -> None:
+    """Signal each process's group, never the caller's own."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            group = os.getpgid(pid)
+            if group != os.getpgrp():
+                os.killpg(group, sig)
 
 
 def status(name: str = "default") -> dict[str, Any]:
