@@ -63,13 +63,14 @@ WHY_ACTIVATED = ("it is activated now: a restart of its container joins the grou
 
 def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             effective: EffectiveTimeouts, table: MemberTable,
-            state: rollstate.RolloutState) -> tuple[PodCreate, ...]:
-    """Each desired member without a pod (none of its pods is still terminating)."""
+            state: rollstate.RolloutState,
+            last: pl.PlannedRebalance | None) -> tuple[PodCreate, ...]:
+    """Each desired member without a pod (none of its pods is still terminating); `last`: the
+    planned rebalance the previous passes recorded."""
     restarting = {f.ordinal for f in state.in_flight}
     known = {m.get("ordinal") for m in snap.previous.get("members") or ()}
     # Members the last scale-down removed (their stopping pods kept them in the status) and
     # the ones deleted for a scale-down taken back (`planned.leaves_taken_back`) join as new.
-    last = pl.PlannedRebalance.from_status(snap.previous.get("plannedRebalance"))
     returning = (set(last.members) if last is not None
                  and last.reason in (pl.SCALE_UP, pl.SCALE_DOWN) else set())
     ended = {m.get("ordinal"): m.get("phase") for m in snap.previous.get("members") or ()
@@ -239,7 +240,7 @@ def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     standbys, pods that ended, and a stalled member (`stalls.stalled_restart`, only while
     nothing else goes)."""
     previous = snap.previous
-    create = creates(snap, spec, view, effective, table, roll.state)
+    create = creates(snap, spec, view, effective, table, roll.state, last)
     down = pl.scale_down(snap, spec, table, last)
     delete = down.deletes + roll.deletes + abandoned(table, roll.state, spec.replicas,
                                                      {d.uid for d in roll.deletes})
