@@ -461,8 +461,10 @@ def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
     """Each warm handoff's switch (`actions.Switchover`): drain the old member; the moment it
     answers, mark the standby activated and activate it; then delete the old pod (whether the
     drain answered or not: a SIGTERM drains it too, and the standby is then activated once its
-    close is seen). The drain's answer is the old process's close, as the pod watch would have
-    seen it, for the roller's next pass."""
+    close is seen). After an activation the deletion waits, up to `first_batch_wait_s`, for the
+    replacement's first processed batch, so the old process's shutdown does not take CPU from
+    that batch. The drain's answer is the old process's close, as the pod watch would have seen
+    it, for the roller's next pass."""
     if not plan.switchovers:
         return
     kube = deps.kube
@@ -486,6 +488,14 @@ def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
                      "answered", prefix, switch.ordinal, answered - began, switch.standby,
                      "activated" if refused is None else f"refused the activation ({refused})",
                      time.monotonic() - answered)
+            if refused is None and switch.first_batch_wait_s > 0:
+                first = memberhttp.wait_first_batch(ips.get(switch.standby) or "", MEMBER_PORT,
+                                                    switch.first_batch_wait_s)
+                log.info("%s: deleting the old pod %s %s", prefix, old.name,
+                         f"{first:.3f} s after the activation: the replacement processed its "
+                         "first batch" if first is not None else
+                         f"{switch.first_batch_wait_s:.1f} s after the activation: the "
+                         "replacement has not processed a batch yet")
         else:
             log.warning("%s: member %d (pod %s) did not drain: %s; deleting it (it drains on "
                         "SIGTERM) and activating the standby once its process closed", prefix,

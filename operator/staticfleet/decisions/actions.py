@@ -60,7 +60,9 @@ class Switchover:
     """A warm handoff's switch, carried out in one go (`service.execute`): drain the old member
     (`old`: its pod; it finishes and commits its batch and closes its consumer the static way,
     and answers), then, the moment it answers, mark the standby activated, activate it and
-    delete the old pod. The old member's shutdown is off the critical path. A drain refused or
+    delete the old pod once the replacement finished its first batch or `first_batch_wait_s`
+    passed: the old member's shutdown (Spark, the JVM, the exit: about a second of CPU) is off
+    the critical path and does not run beside the replacement's first batch. A drain refused or
     not answered within `wait_s` (`DRAIN_WAIT_MAX_S`) deletes the old pod all the same (its
     SIGTERM drains it) and the standby is activated once its close is seen, as before drains
     existed; a drained process that is not replaced within `hold_ms` subscribes again by
@@ -72,6 +74,7 @@ class Switchover:
     standby_uid: str
     hold_ms: int
     wait_s: float
+    first_batch_wait_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """The members' own HTTP endpoints, as the operator reads and asks them: `read_member_status`
-(`/status`), `drain_member` (POST `/drain`) and `ask_member` (POST `/leave`, `/rejoin`,
-`/activate`), each request with the group's bearer token. An answer other than the one wanted
-is a `Refused`, with the member's HTTP status and its reason.
+(`/status`; `wait_first_batch` reads it until a batch was processed), `drain_member` (POST
+`/drain`) and `ask_member` (POST `/leave`, `/rejoin`, `/activate`), each request with the
+group's bearer token. An answer other than the one wanted is a `Refused`, with the member's HTTP
+status and its reason.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -25,6 +27,25 @@ def read_member_status(host: str, port: int, timeout: float = 2.0) -> dict[str, 
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+FIRST_BATCH_POLL_S = 0.05
+"""How often `wait_first_batch` reads the replacement's `/status`."""
+
+
+def wait_first_batch(host: str, port: int, wait_s: float) -> float | None:
+    """Read a just activated member's `/status` until it says its process finished its first
+    batch (`startupSeconds.firstBatch`); the seconds that took, or None when it did not within
+    `wait_s` (no records waiting, a slow first batch, a process that does not answer)."""
+    began = time.monotonic()
+    while True:
+        status = read_member_status(host, port, timeout=max(0.2, min(1.0, wait_s)))
+        if status and (status.get("startupSeconds") or {}).get("firstBatch") is not None:
+            return time.monotonic() - began
+        left = began + wait_s - time.monotonic()
+        if left <= 0:
+            return None
+        time.sleep(min(FIRST_BATCH_POLL_S, left))
 
 
 @dataclass(frozen=True)

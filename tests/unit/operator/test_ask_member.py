@@ -4,6 +4,8 @@ keeps those two. The member is the runtime's own HTTP server, in process on a lo
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import cast
 
@@ -142,10 +144,11 @@ def test_a_drains_close_is_not_moved_later_by_the_pod_watch() -> None:
 
 
 class RecordingKube:
-    """The two API calls a switchover makes, recorded in order."""
+    """The two API calls a switchover makes, recorded in order, with when they were made."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.at: dict[str, float] = {}
 
     def annotate_pod(self, namespace: str, name: str, uid: str,
                      annotations: dict[str, str]) -> bool:
@@ -154,20 +157,26 @@ class RecordingKube:
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append(("delete", name))
+        self.at["delete"] = time.monotonic()
 
 
 class Switching:
     """An old member and its standby, each the runtime's own HTTP server on the member port of
-    a loopback address of its own (the switchover calls the pods' IPs on that port)."""
+    a loopback address of its own (the switchover calls the pods' IPs on that port). Activated,
+    the standby reports its first batch `first_batch_after_s` later (None: never)."""
 
-    def __init__(self, drained: bool) -> None:
+    def __init__(self, drained: bool, first_batch_after_s: float | None = 0.0) -> None:
         self.order: list[str] = []
         self.drained = drained
+        self.first_batch_after_s = first_batch_after_s
+        self.first_batch_at: float | None = None
         self.servers = []
+        self.telemetry = []
         for ip, drain in (("127.0.9.2", self.drain), ("127.0.9.3", None)):
             tel = Telemetry(namespace="ns", group="g", member="g-0", instance_id="g-0",
                             session_timeout_s=30.0, max_poll_interval_s=60.0,
                             process_start=0.0, started_at=0.0)
+            self.telemetry.append(tel)
             self.servers.append(serve(tel, ip, service.MEMBER_PORT, self.request,
                                       lambda: "token", drain))
 
@@ -177,7 +186,13 @@ class Switching:
 
     def request(self, action: str) -> str | None:
         self.order.append(action)
+        if action == "activate" and self.first_batch_after_s is not None:
+            threading.Timer(self.first_batch_after_s, self._first_batch).start()
         return None
+
+    def _first_batch(self) -> None:
+        self.first_batch_at = time.monotonic()
+        self.telemetry[1].batch_done(10, 0.1, time.monotonic())
 
     def close(self) -> None:
         for server in self.servers:
@@ -185,18 +200,15 @@ class Switching:
             server.server_close()
 
 
-@pytest.mark.parametrize("drained", [True, False])
-def test_a_switchover_activates_the_standby_the_moment_the_drain_answers(
-        drained: bool) -> None:
-    """Drained: the close is noted, the standby marked and activated, then the old pod
-    deleted. Not drained in time (202): the old pod is deleted all the same and the standby is
-    not activated (it is once its close is seen: test_decide)."""
+def _switch(members: Switching, first_batch_wait_s: float = 0.0) -> tuple[
+        RecordingKube, service.Deps, float]:
+    """Run one switchover of member 0 (pod g-0 -> standby g-0-abcde) against `members`; the
+    kube calls, the deps and when it began."""
     from datetime import UTC, datetime
 
     from staticfleet.decisions.actions import Plan, PodDelete, Switchover
     from staticfleet.decisions.snapshot import Snapshot
 
-    members = Switching(drained)
     kube = RecordingKube()
     deps = service.Deps(kube=cast(apply.Kube, kube))
     pods = tuple({"metadata": {"name": name, "uid": uid}, "status": {"podIP": ip}}
@@ -205,11 +217,23 @@ def test_a_switchover_activates_the_standby_the_moment_the_drain_answers(
     snap = Snapshot(body={"metadata": {"name": "g", "namespace": "ns", "uid": "cg"}},
                     now=datetime.now(UTC), pods=pods, member_token="token")
     switch = Switchover(0, PodDelete(0, "g-0", "u-old", "restart"), "g-0-abcde", "u-new",
-                        hold_ms=22_500, wait_s=0.2)
+                        hold_ms=22_500, wait_s=0.2, first_batch_wait_s=first_batch_wait_s)
+    began = time.monotonic()
     try:
         service._switch_over(snap, Plan(status={}, switchovers=(switch,)), deps)
     finally:
         members.close()
+    return kube, deps, began
+
+
+@pytest.mark.parametrize("drained", [True, False])
+def test_a_switchover_activates_the_standby_the_moment_the_drain_answers(
+        drained: bool) -> None:
+    """Drained: the close is noted, the standby marked and activated, then the old pod
+    deleted. Not drained in time (202): the old pod is deleted all the same and the standby is
+    not activated (it is once its close is seen: test_decide)."""
+    members = Switching(drained)
+    kube, deps, _ = _switch(members)
     if drained:
         assert members.order == ["drain hold=22.5", "activate"]
         assert kube.calls == [("annotate", "g-0-abcde"), ("delete", "g-0")]
@@ -218,3 +242,22 @@ def test_a_switchover_activates_the_standby_the_moment_the_drain_answers(
         assert members.order == ["drain hold=22.5"]
         assert kube.calls == [("delete", "g-0")]
         assert "u-old" not in deps.closures
+
+
+def test_the_old_pod_is_deleted_once_the_replacement_processed_its_first_batch() -> None:
+    """The old process's shutdown must not run beside the replacement's first batch: the
+    deletion waits for that batch (read from the replacement's /status), not for the bound."""
+    members = Switching(drained=True, first_batch_after_s=0.4)
+    kube, _, began = _switch(members, first_batch_wait_s=5.0)
+    assert kube.calls == [("annotate", "g-0-abcde"), ("delete", "g-0")]
+    assert members.first_batch_at is not None
+    assert kube.at["delete"] >= members.first_batch_at, "deleted before the first batch"
+    assert kube.at["delete"] - members.first_batch_at < 1.0, "waited on after the first batch"
+    assert kube.at["delete"] - began < 3.0
+
+
+def test_a_replacement_without_a_batch_gets_the_old_pod_deleted_after_the_bound() -> None:
+    members = Switching(drained=True, first_batch_after_s=None)
+    kube, _, began = _switch(members, first_batch_wait_s=0.5)
+    assert kube.calls == [("annotate", "g-0-abcde"), ("delete", "g-0")]
+    assert 0.5 <= kube.at["delete"] - began < 2.0

@@ -1342,6 +1342,10 @@ def test_a_warm_handoff_stops_the_old_member_only_once_the_replacement_is_standb
     # It waits for the old member's batch an eighth of the session timeout (2-15 s), then
     # stops it instead, leaving the rest of the session timeout for the replacement.
     assert switch.wait_s == min(15.0, max(2.0, session_ms / 8000))
+    # The old pod's deletion waits for the replacement's first batch a quarter of the session
+    # timeout (at most 5 s): before the drained process's hold ends.
+    assert switch.first_batch_wait_s == min(5.0, session_ms / 4000)
+    assert 0 < switch.first_batch_wait_s < switch.hold_ms / 1000
     assert roll.flight()["phase"] == "Stopping"
     assert ready.delete == (), "the old pod is deleted by the switch, after the activation"
     assert ready.calls == (), "activated by the switch, once the drain answered"
