@@ -21,14 +21,9 @@ lint:
 unit: setup
 	pytest -m unit -q
 
-# Unit and integration tests in two pytest-xdist workers (each starts its own broker and API
-# server; the integration tests mostly wait on them), then the e2e tier alone: its cases share
-# one environment, operator and Spark Connect server, and assert sub-second figures that a
-# second stream of work beside them would blur.
-# Both runs go to the end; the target fails if either failed.
+# Every tier in one pytest run of two pytest-xdist workers (`--dist loadgroup`, groups set in
+# tests/conftest.py): one worker runs the e2e tier in order (its cases share one environment,
+# operator and Spark Connect server), the other the unit and integration modules beside it (each
+# worker starts its own broker and API server; the integration tests mostly wait on them).
 test: setup lint
-	pytest -q -p no:cacheprovider -m "not e2e" -n 2 --dist loadfile --durations=25; \
-	first=$$?; \
-	pytest -q -p no:cacheprovider -m e2e --durations=25; \
-	second=$$?; \
-	test $$first -eq 0 && test $$second -eq 0
+	pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=25

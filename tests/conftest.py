@@ -213,12 +213,23 @@ def dump_broker_log_on_failure(
         print(f"--- broker log tail ({Path(kafka.record.log)}) ---\n{broker_log_tail(kafka)}")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test carries the marker of its tier (its directory): unit, integration or e2e."""
+    """Every test carries the marker of its tier (its directory): unit, integration or e2e.
+
+    And its pytest-xdist group (used by `--dist loadgroup`, `make test`): the whole e2e tier is
+    one group, so one worker runs it in order with its session's one environment, operator and
+    Spark Connect server, while the other worker takes the other tiers; every other test's group
+    is its module, so a module's fixtures (the three-broker cluster, say) are made once. Runs
+    first: xdist reads the groups in its own hook of the same name."""
+    tests = Path(__file__).parent
     for item in items:
-        tier = Path(str(item.path)).relative_to(Path(__file__).parent).parts[0]
+        tier = Path(str(item.path)).relative_to(tests).parts[0]
         if tier in ("unit", "integration", "e2e") and not item.get_closest_marker(tier):
             item.add_marker(getattr(pytest.mark, tier))
+        if not item.get_closest_marker("xdist_group"):
+            group = "e2e" if tier == "e2e" else str(Path(str(item.path)).relative_to(tests))
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 TIER_SECONDS: dict[str, dict[str, float]] = {}
