@@ -9,6 +9,8 @@ system, from /proc), and the ratios of the second variant to the first.
 
     python bench/spark_jvm.py                     # default JVM vs -XX:TieredStopAtLevel=1
     python bench/spark_jvm.py --warm-up 1,500     # warm-up on 1 made-up record vs 500
+    python bench/spark_jvm.py --conf spark.sql.shuffle.partitions=1   # the runtime's Spark
+                                                  # settings vs the same with this one changed
     python bench/spark_jvm.py --rounds 3 --batches 60
 """
 
@@ -29,15 +31,15 @@ from consumer_runtime.spark import WARM_UP_RECORDS
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 
 
-def one(java_options: str, records: int, batches: int, warm_up: int) -> dict[str, float]:
-    """In this process: start, warm up, run the batches; return the figures."""
+def one(conf: dict[str, str], records: int, batches: int, warm_up: int) -> dict[str, float]:
+    """In this process: start (the runtime's local Spark settings, `conf` over them), warm up,
+    run the batches; return the figures."""
     from consumer_runtime.config import SparkSettings
     from consumer_runtime.records import Batch
     from consumer_runtime.sinks import ParquetSink
     from consumer_runtime.spark import SparkBatch, start_session
     from consumer_runtime.transforms import count_by_key
 
-    conf = {"spark.driver.extraJavaOptions": java_options} if java_options else {}
     began = time.monotonic()
     session = start_session(SparkSettings("local", None, "local[2]", conf), "bench-jvm")
     started = time.monotonic() - began
@@ -97,6 +99,9 @@ def main() -> int:
     parser.add_argument("--options", default=C1_ONLY, help="the second variant's JVM options")
     parser.add_argument("--warm-up", help="A,B: compare warm-ups on A and B made-up records "
                         "(both with the runtime's JVM options) instead of JVM options")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="compare the runtime's Spark settings with the same and these "
+                        "(repeatable) instead of JVM options")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--records", type=int, default=70)
@@ -105,18 +110,25 @@ def main() -> int:
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(one(args.one, args.records, args.batches, args.one_warm_up)))
+        print(json.dumps(one(json.loads(args.one), args.records, args.batches,
+                             args.one_warm_up)))
         return 0
-    variants: dict[str, tuple[str, int]] = {"default": ("", WARM_UP_RECORDS),
-                                            args.options: (args.options, WARM_UP_RECORDS)}
+    jvm = "spark.driver.extraJavaOptions"
+    variants: dict[str, tuple[dict[str, str], int]] = {
+        "default JVM": ({jvm: ""}, WARM_UP_RECORDS),
+        args.options: ({jvm: args.options}, WARM_UP_RECORDS)}
     if args.warm_up:
         sizes = [int(n) for n in args.warm_up.split(",")]
-        variants = {f"warm-up on {n} records": (C1_ONLY, n) for n in sizes}
+        variants = {f"warm-up on {n} records": ({}, n) for n in sizes}
+    if args.conf:
+        changed = dict(kv.split("=", 1) for kv in args.conf)
+        variants = {"runtime's settings": ({}, WARM_UP_RECORDS),
+                    " ".join(args.conf): (changed, WARM_UP_RECORDS)}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     for _ in range(args.rounds):
-        for name, (options, warm_up) in variants.items():
+        for name, (conf, warm_up) in variants.items():
             proc = subprocess.run(
-                [sys.executable, str(Path(__file__).resolve()), f"--one={options}",
+                [sys.executable, str(Path(__file__).resolve()), f"--one={json.dumps(conf)}",
                  f"--one-warm-up={warm_up}",
                  "--batches", str(args.batches), "--records", str(args.records)],
                 capture_output=True, text=True, check=False)
