@@ -21,9 +21,10 @@ lint:
 unit: setup
 	pytest -m unit -q
 
-# Every tier in one pytest run of two pytest-xdist workers (`--dist loadgroup`, groups set in
-# tests/conftest.py): one worker runs the e2e tier in order (its cases share one environment,
-# operator and Spark Connect server), the other the unit and integration modules beside it (each
-# worker starts its own broker and API server; the integration tests mostly wait on them).
+# Every tier in one pytest run of two pytest-xdist workers: `--dist loadfile` with the whole e2e
+# tier as one unit (tests/conftest.py, `pytest_xdist_make_scheduler`), in collection order (e2e
+# first): one worker runs the e2e tier in order (its cases share one environment, operator and
+# Spark Connect server), the other the unit and integration modules beside it (each worker starts
+# its own broker and API server; the integration tests mostly wait on them).
 test: setup lint
-	pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=25
+	pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder --durations=25

@@ -213,23 +213,38 @@ def dump_broker_log_on_failure(
         print(f"--- broker log tail ({Path(kafka.record.log)}) ---\n{broker_log_tail(kafka)}")
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test carries the marker of its tier (its directory): unit, integration or e2e.
-
-    And its pytest-xdist group (used by `--dist loadgroup`, `make test`): the whole e2e tier is
-    one group, so one worker runs it in order with its session's one environment, operator and
-    Spark Connect server, while the other worker takes the other tiers; every other test's group
-    is its module, so a module's fixtures (the three-broker cluster, say) are made once. Runs
-    first: xdist reads the groups in its own hook of the same name."""
-    tests = Path(__file__).parent
+    The e2e tier comes first: under pytest-xdist its one worker starts it at once (it is the
+    longest stretch of the run), and a run in one process fails fast on it too."""
     for item in items:
-        tier = Path(str(item.path)).relative_to(tests).parts[0]
+        tier = _tier(item.nodeid)
         if tier in ("unit", "integration", "e2e") and not item.get_closest_marker(tier):
             item.add_marker(getattr(pytest.mark, tier))
-        if not item.get_closest_marker("xdist_group"):
-            group = "e2e" if tier == "e2e" else str(Path(str(item.path)).relative_to(tests))
-            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: _tier(item.nodeid) != "e2e")
+
+
+def _tier(nodeid: str) -> str:
+    """The tier of a test id (`tests/<tier>/...`)."""
+    parts = nodeid.split("/", 2)
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile`, except that the whole e2e tier is one unit (`make test`): one worker
+    runs it in order with its session's one environment, operator and Spark Connect server,
+    while the other takes the unit and integration modules, each whole (a module's fixtures,
+    the three-broker cluster say, made once). pytest-xdist's own `loadgroup` cannot do it here:
+    it renames test ids, which pytest 9 derives and no longer lets a plugin set."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/e2e" if _tier(nodeid) == "e2e" else nodeid.split("::", 1)[0]
+
+    return TierScheduling(config, log)
 
 
 TIER_SECONDS: dict[str, dict[str, float]] = {}
