@@ -135,6 +135,29 @@ def wait_status(kubeconfig: Path, namespace: str, name: str,
                                                                    indent=1)[:4000]))
 
 
+def counters_settled(kubeconfig: Path, namespace: str, name: str,
+                     timeout: float = 60) -> dict[str, int]:
+    """`status.memberRebalanceCounters` once it holds a counter for every member pod there is:
+    the rebalances each member process saw so far (the group's formation, say)."""
+    def settled(obj: Mapping[str, Any]) -> bool:
+        uids = {p["metadata"]["uid"] for p in pods(kubeconfig, namespace, name)}
+        return bool(uids) and uids <= set((obj.get("status") or {}).get(
+            "memberRebalanceCounters") or {})
+
+    obj = wait_status(kubeconfig, namespace, name, settled, timeout,
+                      "a rebalance counter for every member pod")
+    return {uid: int(n) for uid, n in obj["status"]["memberRebalanceCounters"].items()}
+
+
+def rebalances_seen(before: Mapping[str, int], after: Mapping[str, Any]) -> dict[str, int]:
+    """The member pods (uid) whose own rebalance counter rose from `before`
+    (`counters_settled`) to the status `after`, by how much; a pod made since counts from 0.
+    An old pod still terminating at `after` keeps what it saw before, which is not counted."""
+    now = after.get("memberRebalanceCounters") or {}
+    return {uid: int(n) - before.get(uid, 0) for uid, n in now.items()
+            if int(n) != before.get(uid, 0)}
+
+
 def start(kubeconfig: Path, namespace: str, obj: dict[str, Any],
           timeout: float = 240) -> dict[str, Any]:
     """Apply a ConsumerGroup and wait until it is Ready with no rollout pending."""

@@ -66,6 +66,8 @@ def roll(secured_kafka: SecuredKafka, kubeconfig: Path, namespace: str,
         for g in groups_:
             groups.start(kubeconfig, namespace, g.cg)
         time.sleep(3)
+        counters = {g.name: groups.counters_settled(kubeconfig, namespace, g.name)
+                    for g in groups_}
         generations = {g.name: secured_kafka.broker.generations(g.name) for g in groups_}
         assert all(generations.values()), f"a group never stabilized: {generations}"
         for g in groups_:
@@ -84,8 +86,7 @@ def roll(secured_kafka: SecuredKafka, kubeconfig: Path, namespace: str,
         assert rollout["rebalancesDuringRollout"] == 0, g.name
         assert secured_kafka.broker.generations(g.name) == generations[g.name], (
             secured_kafka.broker.rebalance_lines(g.name))
-        assert all(v == 0 for v in obj["status"]["memberRebalanceCounters"].values()), (
-            obj["status"])
+        assert not groups.rebalances_seen(counters[g.name], obj["status"]), obj["status"]
         assert not producer.failed, producer.failed
         groups.wait_caught_up(plaintext, g.name, [g.topic])
         missing = set(producer.produced) - set(read_all(plaintext, g.out))

@@ -80,3 +80,14 @@ def test_a_missing_file_names_the_path_and_what_to_do() -> None:
     with pytest.raises(FileNotFoundError, match=r"nosuch not found: the test kit \(and the demo\) "
                                                 r"run from a source checkout"):
         kube.repo_file("nosuch")
+
+
+def test_rebalances_seen_counts_a_rise_and_a_new_pods_counter_not_an_old_pods_past() -> None:
+    from staticfleet_dev.testkit.groups import rebalances_seen
+
+    before = {"old-0": 1, "old-1": 0}  # old-0 saw the group's formation
+    quiet = {"memberRebalanceCounters": {"old-0": 1, "new-1": 0, "new-2": 0}}
+    assert rebalances_seen(before, quiet) == {}
+    assert rebalances_seen(before, {"memberRebalanceCounters": {"old-0": 2, "new-1": 1}}) == {
+        "old-0": 1, "new-1": 1}
+    assert rebalances_seen(before, {}) == {}
