@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import statistics
 import threading
 import time
@@ -299,6 +300,9 @@ def main() -> int:
     parser.add_argument("--spark", choices=("local", "connect"), default="local",
                         help="members' Spark: each its own local JVM, or one Spark Connect "
                         "server for all (what fits more members on a small machine)")
+    parser.add_argument("--keep-logs", type=Path, metavar="DIR",
+                        help="copy the operator's and the members' logs to DIR before the "
+                        "environment is torn down (to read where a handoff's time went)")
     args = parser.parse_args()
     MEMBERS, PARTITIONS = args.members, args.partitions
 
@@ -326,6 +330,8 @@ def main() -> int:
         op.stop()
         if connect is not None:
             connect.stop()
+        if args.keep_logs is not None:
+            keep_logs(env, args.keep_logs)
         environment.down(name)
 
     print(f"\n{MEMBERS} members, {PARTITIONS} partitions, {args.rate:.0f} records/s produced, "
@@ -359,6 +365,15 @@ def main() -> int:
         if r.note:
             print(f"{r.scenario}: {r.note}")
     return 0
+
+
+def keep_logs(env: environment.LocalEnv, into: Path) -> None:
+    """The operator's log and every pod's log directory, copied under `into`."""
+    into.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(env.root / "operator.log", into / "operator.log")
+    if env.pod_log_dir.exists():
+        shutil.copytree(env.pod_log_dir, into / "pods", dirs_exist_ok=True)
+    print(f"logs kept in {into}", flush=True)
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ async def member_pod_changed(namespace: str | None, labels: Mapping[str, str],
                              body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A member pod changed (ready, deleted, ...): its ConsumerGroup's pass is due. When its
     process closed is kept, because the pod may be gone before that pass."""
-    memo.runner.deps.note_closure(_plain(body))
+    memo.runner.deps.note_closed(_plain(body))
     memo.runner.wake((namespace or "", labels[GROUP_LABEL]))
 
 

@@ -41,7 +41,7 @@ from staticfleet.observe import kafkaadmin, kafkareads, memberhttp
 from staticfleet.statuspatch import merge_patch
 
 BOUNDS_TTL_S = 300.0
-CLOSURES_KEPT = 10000
+CLOSED_KEPT = 10000
 WRITTEN_POD_TTL_S = 30.0
 """How long a pod this process created or deleted is taken as the API server answered, while
 the watch has not shown that change yet."""
@@ -79,34 +79,34 @@ class Deps:
     """The status this process last wrote, by ConsumerGroup uid (the watch may lag it)."""
     pods: dict[str, tuple[float, Mapping[str, Any]]] = field(default_factory=dict)
     """Member pods as this process last created or deleted them, by pod uid."""
-    closures: dict[str, datetime] = field(default_factory=dict)
+    closed_by_pod: dict[str, datetime] = field(default_factory=dict)
     """When the process of a member pod being deleted closed, by pod uid, as the pod watch saw
     it (the pod itself may be gone by the next pass), or as its drain answered."""
     drained_batches: dict[str, datetime] = field(default_factory=dict)
     """When a drained process last finished a batch, by pod uid (its drain's answer)."""
 
-    def note_closure(self, pod: Mapping[str, Any]) -> None:
+    def note_closed(self, pod: Mapping[str, Any]) -> None:
         closed = member_closed_at(pod)
         if closed is None:
             return
         with self.lock:
-            known = self.closures.get(pod["metadata"]["uid"])
+            known = self.closed_by_pod.get(pod["metadata"]["uid"])
             if known is not None and known <= closed:
                 return  # a drain's answer saw the close first, to the millisecond
-            self.closures[pod["metadata"]["uid"]] = closed
-            if len(self.closures) > CLOSURES_KEPT:
-                for uid in sorted(self.closures, key=self.closures.__getitem__)[
-                        :len(self.closures) - CLOSURES_KEPT]:
-                    del self.closures[uid]
+            self.closed_by_pod[pod["metadata"]["uid"]] = closed
+            if len(self.closed_by_pod) > CLOSED_KEPT:
+                for uid in sorted(self.closed_by_pod, key=self.closed_by_pod.__getitem__)[
+                        :len(self.closed_by_pod) - CLOSED_KEPT]:
+                    del self.closed_by_pod[uid]
     def note_drained(self, uid: str, at: datetime, last_batch_at: datetime | None = None) -> None:
         """The process of member pod `uid` answered a drain: its consumer closed `at`, after
         its last batch ended `last_batch_at` (both from its own clock)."""
         with self.lock:
-            self.closures[uid] = at
+            self.closed_by_pod[uid] = at
             if last_batch_at is not None:
                 self.drained_batches[uid] = last_batch_at
                 for old in sorted(self.drained_batches, key=self.drained_batches.__getitem__)[
-                        :max(0, len(self.drained_batches) - CLOSURES_KEPT)]:
+                        :max(0, len(self.drained_batches) - CLOSED_KEPT)]:
                     del self.drained_batches[old]
 
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -134,9 +134,9 @@ class Deps:
         with self.lock:
             for uid in uids:
                 self.answers[uid] = now
-            if len(self.answers) > CLOSURES_KEPT:
+            if len(self.answers) > CLOSED_KEPT:
                 for uid in sorted(self.answers, key=self.answers.__getitem__)[
-                        :len(self.answers) - CLOSURES_KEPT]:
+                        :len(self.answers) - CLOSED_KEPT]:
                     del self.answers[uid]
             return {p["metadata"]["uid"]: self.answers[p["metadata"]["uid"]] for p in pods
                     if p["metadata"]["uid"] in self.answers}
@@ -234,13 +234,13 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     # A pod that ended runs no process; its address may already be another pod's.
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp") and not pod_ended(p)]
     for pod in pods:
-        deps.note_closure(pod)
+        deps.note_closed(pod)
     with deps.lock:
-        closures = dict(deps.closures)
+        closed_by_pod = dict(deps.closed_by_pod)
         drained_batches = dict(deps.drained_batches)
     # Members being stopped are read too while their process runs: a warm handoff's processing
     # gap starts at the old process's last batch.
-    running = live + [p for p in pods if still_running(p, closures)]
+    running = live + [p for p in pods if still_running(p, closed_by_pod)]
     statuses = _member_statuses(running, deps)
     lag = None
     if group is not None:
@@ -251,7 +251,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
                                  known=group.state != "Dead", fresh_within_s=fresh)
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=statuses, group=group, partitions=partitions,
-                    closures=closures, drained_batches=drained_batches,
+                    closed_by_pod=closed_by_pod, drained_batches=drained_batches,
                     claimants=claimants, broker_config=broker_config,
                     bounds_denied=bounds_denied,
                     lag=lag.by_partition if lag is not None else None,

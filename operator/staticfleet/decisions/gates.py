@@ -119,7 +119,7 @@ def none_stuck_terminating(ctx: GateContext, ordinal: int) -> str | None:
     limit = ctx.limits.termination_grace_s + STUCK_MARGIN_S
     stuck = []
     for m in ctx.observed.members:
-        if m.stopped_at is None or m.pod_uid in ctx.observed.closures:
+        if m.stopped_at is None or m.pod_uid in ctx.observed.closed_by_pod:
             continue
         if (ctx.now - m.stopped_at).total_seconds() > limit:
             stuck.append(f"{m.ordinal} (pod {m.pod_name})")

@@ -142,11 +142,11 @@ def refusal_line(message: str) -> str:
     return said[-1][:600] if said else ""
 
 
-def still_running(pod: Mapping[str, Any], closures: Mapping[str, datetime]) -> bool:
+def still_running(pod: Mapping[str, Any], closed_by_pod: Mapping[str, datetime]) -> bool:
     """A pod being deleted whose member process has not been seen to close (neither by its
     status nor by the watch, which may have seen it before the pod was gone)."""
     return (bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-            and pod["metadata"]["uid"] not in closures and member_closed_at(pod) is None)
+            and pod["metadata"]["uid"] not in closed_by_pod and member_closed_at(pod) is None)
 
 
 def restart_count(pod: Mapping[str, Any]) -> int:

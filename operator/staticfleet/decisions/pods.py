@@ -171,7 +171,7 @@ def activations(snap: Snapshot, table: MemberTable,
         if not (pod.get("status") or {}).get("podIP"):
             continue
         older = [p for p in snap.pods
-                 if ordinal_of(p) == m.ordinal and still_running(p, snap.closures)]
+                 if ordinal_of(p) == m.ordinal and still_running(p, snap.closed_by_pod)]
         if older:
             continue
         out.append(MemberCall(m.ordinal, str(m.pod_name), "activate",

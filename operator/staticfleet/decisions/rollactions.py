@@ -92,7 +92,7 @@ def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     back = rollback_source(snap)
     obs = rollstate.GroupObservation(
         members=tuple(m for m in table.members if m.ordinal < spec.replicas),
-        group_state=group_state, rebalances=rebalances, closures=snap.closures,
+        group_state=group_state, rebalances=rebalances, closed_by_pod=snap.closed_by_pod,
         replicas=spec.replicas,
         last_batches={**{uid: at for uid, st_ in snap.statuses.items()
                          if (at := last_batch_at(st_)) is not None}, **snap.drained_batches},

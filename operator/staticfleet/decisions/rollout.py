@@ -381,7 +381,7 @@ def members_in_flight(state: RolloutState, observed: GroupObservation, update_re
             known[m.ordinal] = InFlight(m.ordinal, m.stopped_at, pod_uid=m.pod_uid)
     for ordinal, f in known.items():
         uid = f.pod_uid or ""
-        closed = observed.closures.get(uid)
+        closed = observed.closed_by_pod.get(uid)
         last = observed.last_batches.get(uid)
         known[ordinal] = replace(
             f,

@@ -97,7 +97,7 @@ class GroupObservation:
     group_state: str
     rebalances: int = 0
     """The operator's running count of rebalances of this group (status.rebalances)."""
-    closures: Mapping[str, datetime] = field(default_factory=dict)
+    closed_by_pod: Mapping[str, datetime] = field(default_factory=dict)
     """When each stopped member pod's process closed, by pod uid (as far as seen)."""
     last_batches: Mapping[str, datetime] = field(default_factory=dict)
     """When each member pod's process last finished a batch, by pod uid (as last read)."""

@@ -88,7 +88,7 @@ class Snapshot:
     group: GroupView | None = None
     partitions: Mapping[str, int] | None = None
     """Partition count of each subscribed topic."""
-    closures: Mapping[str, datetime] = field(default_factory=dict)
+    closed_by_pod: Mapping[str, datetime] = field(default_factory=dict)
     """When the process of each member pod that was stopped closed, by pod uid: from the pods
     still terminating and from what the pod watch saw of pods already gone."""
     drained_batches: Mapping[str, datetime] = field(default_factory=dict)

@@ -135,12 +135,12 @@ def test_a_drains_close_is_not_moved_later_by_the_pod_watch() -> None:
     deps.note_drained("uid-1", drained)
     finished = (drained + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
     for uid in ("uid-1", "uid-2"):
-        deps.note_closure({"metadata": {"uid": uid, "deletionTimestamp": finished},
+        deps.note_closed({"metadata": {"uid": uid, "deletionTimestamp": finished},
                            "status": {"containerStatuses": [{
                                "name": "member", "state": {"terminated": {
                                    "exitCode": 0, "finishedAt": finished}}}]}})
-    assert deps.closures["uid-1"] == drained
-    assert deps.closures["uid-2"] == drained.replace(microsecond=0) + timedelta(seconds=3)
+    assert deps.closed_by_pod["uid-1"] == drained
+    assert deps.closed_by_pod["uid-2"] == drained.replace(microsecond=0) + timedelta(seconds=3)
 
 
 class RecordingKube:
@@ -237,11 +237,11 @@ def test_a_switchover_activates_the_standby_the_moment_the_drain_answers(
     if drained:
         assert members.order == ["drain hold=22.5", "activate"]
         assert kube.calls == [("annotate", "g-0-abcde"), ("delete", "g-0")]
-        assert "u-old" in deps.closures
+        assert "u-old" in deps.closed_by_pod
     else:
         assert members.order == ["drain hold=22.5"]
         assert kube.calls == [("delete", "g-0")]
-        assert "u-old" not in deps.closures
+        assert "u-old" not in deps.closed_by_pod
 
 
 def test_the_old_pod_is_deleted_once_the_replacement_processed_its_first_batch() -> None:

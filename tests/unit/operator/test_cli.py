@@ -28,11 +28,11 @@ def commands(p: argparse.ArgumentParser) -> list[str]:
 
 
 @pytest.fixture
-def plugin_module(tmp_path: Path) -> Iterator[Path]:
-    """A directory on sys.path for made-up plugin packages; they are forgotten afterwards."""
-    sys.path.insert(0, str(tmp_path))
+def plugin_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A directory on the import path for made-up plugin packages (pytest takes it off again);
+    the packages imported from it are forgotten afterwards."""
+    monkeypatch.syspath_prepend(tmp_path)
     yield tmp_path
-    sys.path.remove(str(tmp_path))
     for name in [m for m in sys.modules if m == PLUGIN or m.startswith(f"{PLUGIN}.")]:
         del sys.modules[name]
 

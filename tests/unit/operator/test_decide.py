@@ -806,18 +806,19 @@ def roll_member_2(*, closed_after_s: float | None, replacement: dict[str, Any] |
     pods, status = rolling_fleet()
     old = [p for p in pods if _ordinal(p) != 2]
     uid2 = next(p for p in pods if _ordinal(p) == 2)["metadata"]["uid"]
-    closures = {} if closed_after_s is None else {uid2: NOW + timedelta(seconds=closed_after_s)}
+    closed_by_pod = ({} if closed_after_s is None
+                     else {uid2: NOW + timedelta(seconds=closed_after_s)})
     first = decide(replace(snapshot(NEW_IMAGE, old, previous=status, now_offset_s=1),
-                           closures=closures))
+                           closed_by_pod=closed_by_pod))
     new = running(first, ready=False, tag="b")
     if replacement is not None:
         new = [replacement(new[0])]
     back = decide(replace(snapshot(NEW_IMAGE, old + new, previous=without_nulls(
-        dict(first.status)), in_group=(0, 1, 2), now_offset_s=8), closures=closures))
+        dict(first.status)), in_group=(0, 1, 2), now_offset_s=8), closed_by_pod=closed_by_pod))
     for pod in new:
         pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     return decide(replace(snapshot(NEW_IMAGE, old + new, previous=without_nulls(
-        dict(back.status)), in_group=(0, 1, 2), now_offset_s=9), closures=closures))
+        dict(back.status)), in_group=(0, 1, 2), now_offset_s=9), closed_by_pod=closed_by_pod))
 
 
 @pytest.mark.parametrize(("closed_after_s", "absence_s"), [(None, 8.0), (3.0, 5.0)],
@@ -1270,7 +1271,7 @@ class WarmRoll:
     def __init__(self) -> None:
         self.pods, self.status = settled(WARM)
         self.old2 = next(p for p in self.pods if _ordinal(p) == 2)
-        self.closures: dict[str, Any] = {}
+        self.closed_by_pod: dict[str, Any] = {}
         self.standby: dict[str, Any] | None = None
         self.t = 0.0
 
@@ -1289,7 +1290,7 @@ class WarmRoll:
         pods = self.pods + ([self.standby] if self.standby is not None else [])
         plan = decide(replace(snapshot(
             WARM_NEW, pods, previous=self.status, in_group=(0, 1, 2), now_offset_s=self.t,
-            statuses=self.statuses(**replacement), lag=lag), closures=self.closures))
+            statuses=self.statuses(**replacement), lag=lag), closed_by_pod=self.closed_by_pod))
         self.status = without_nulls(dict(plan.status))
         return plan
 
@@ -1301,7 +1302,7 @@ class WarmRoll:
         self.standby = running(self.step(1), ready=False, tag="b")[0]
         self.step(5, standby="ready", standby_ready_at=self.at(5))
         self.pods = [p for p in self.pods if p is not self.old2]
-        self.closures[self.old2["metadata"]["uid"]] = NOW + timedelta(seconds=self.t)
+        self.closed_by_pod[self.old2["metadata"]["uid"]] = NOW + timedelta(seconds=self.t)
 
     def flight(self) -> dict[str, Any]:
         return self.status["rollout"]["inFlight"][0]
@@ -1392,10 +1393,10 @@ def test_after_a_switchover_the_drain_is_the_close_and_a_refused_activation_is_s
     (switch,) = roll.step(5, standby="ready", standby_ready_at=roll.at(5)).switchovers
     redone = decide(replace(snapshot(
         WARM_NEW, [*roll.pods, roll.standby], previous=before, in_group=(0, 1, 2),
-        now_offset_s=roll.t + 1, statuses=roll.statuses(standby="ready")), closures={}))
+        now_offset_s=roll.t + 1, statuses=roll.statuses(standby="ready")), closed_by_pod={}))
     assert [w.old.uid for w in redone.switchovers] == [switch.old.uid], "restart: switch again"
     roll.pods = [deleting(p, 0) if p is roll.old2 else p for p in roll.pods]
-    roll.closures[switch.old.uid] = NOW + timedelta(seconds=roll.t + 0.1)
+    roll.closed_by_pod[switch.old.uid] = NOW + timedelta(seconds=roll.t + 0.1)
     taken = roll.step(0.3, standby=None, member_id="")
     assert taken.calls == () and taken.switchovers == () and taken.delete == ()
     assert roll.flight()["phase"] == "Activating"
@@ -1412,7 +1413,7 @@ def test_a_warm_handoff_activates_the_replacement_once_the_old_process_closed() 
     draining = roll.step(0.5, standby="ready")
     assert draining.calls == () and roll.flight()["phase"] == "Stopping"
     # The kubelet reports the exit to the second (finishedAt): 7 s.
-    roll.closures[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t + 0.5)
+    roll.closed_by_pod[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t + 0.5)
     closed = roll.step(0.5, standby="ready")
     (call,) = closed.calls
     assert (call.action, call.pod) == ("activate", roll.standby["metadata"]["name"])
@@ -1445,7 +1446,7 @@ def test_a_switchovers_figures_come_from_the_members_clocks_to_the_millisecond()
     uid = switch.old.uid
     last_batch, closed = roll.at(roll.t + 0.05), roll.at(roll.t + 0.1)
     roll.pods = [p for p in roll.pods if p is not roll.old2]  # gone by the next pass
-    roll.closures[uid] = datetime.fromtimestamp(closed, UTC)
+    roll.closed_by_pod[uid] = datetime.fromtimestamp(closed, UTC)
     drained = {uid: datetime.fromtimestamp(last_batch, UTC)}
     roll.standby["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     assigned, first_batch = closed + 0.014, closed + 0.31
@@ -1454,7 +1455,8 @@ def test_a_switchovers_figures_come_from_the_members_clocks_to_the_millisecond()
         WARM_NEW, [*roll.pods, roll.standby], previous=roll.status, in_group=(0, 1, 2),
         now_offset_s=roll.t, statuses=roll.statuses(
             standby=None, member_id="m-2", first_assignment_at=assigned,
-            first_batch_at=first_batch)), closures=roll.closures, drained_batches=drained))
+            first_batch_at=first_batch)), closed_by_pod=roll.closed_by_pod,
+        drained_batches=drained))
     roll.status = without_nulls(dict(plan.status))
     (handoff,) = roll.status["rollout"]["handoffs"]
     assert handoff["absenceMs"] == 14, handoff
@@ -1476,7 +1478,7 @@ def test_a_handoff_in_stopping_gets_its_activation_while_the_coordinator_moves()
     snap = replace(snapshot(WARM_NEW, pods, previous=roll.status, in_group=(0, 1),
                             now_offset_s=roll.t + 0.5,
                             statuses=roll.statuses(standby="ready")),
-                   closures=roll.closures, problem=moving)
+                   closed_by_pod=roll.closed_by_pod, problem=moving)
     plan = decide(snap)
     (call,) = plan.calls
     (mark,) = plan.annotate
@@ -1487,7 +1489,7 @@ def test_a_handoff_in_stopping_gets_its_activation_while_the_coordinator_moves()
     degraded_cond = c.get_condition(plan.status["conditions"], c.DEGRADED)
     assert degraded_cond["reason"] == c.COORDINATOR_MOVING
     # The old process still running: nothing is activated (two processes would fence).
-    still = decide(replace(snap, closures={}, pods=(*pods, roll.old2)))
+    still = decide(replace(snap, closed_by_pod={}, pods=(*pods, roll.old2)))
     assert still.calls == () and still.annotate == ()
     # Any other Kafka failure steers nothing.
     other = decide(replace(snap, problem=Problem(c.KAFKA_UNREACHABLE, "no broker")))
@@ -1506,7 +1508,7 @@ def test_a_standby_is_marked_activated_before_it_is_asked_to_activate() -> None:
     ready = roll.step(5, standby="ready", standby_ready_at=roll.at(5))
     assert ready.annotate == () and ready.calls == (), "the old member still runs"
     roll.pods = [p for p in roll.pods if p is not roll.old2]
-    roll.closures[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t)
+    roll.closed_by_pod[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t)
     asked = roll.step(0.5, standby="ready")
     (call,) = asked.calls
     (mark,) = asked.annotate
@@ -1605,7 +1607,7 @@ def old_member_closed_while_the_standby_warms() -> WarmRoll:
     roll = WarmRoll()
     roll.standby = running(roll.step(1), ready=False, tag="b")[0]
     roll.pods = [p for p in roll.pods if p is not roll.old2]
-    roll.closures[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=2)
+    roll.closed_by_pod[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=2)
     roll.step(1)
     return roll
 
@@ -1634,8 +1636,8 @@ def test_a_standby_not_ready_within_its_timeout_after_the_old_member_closed_fall
 
 
 def test_an_operator_restarted_mid_handoff_resumes_from_the_status_alone() -> None:
-    """The pass after a restart knows no closure (they are kept in memory): the old pod gone
-    is enough to activate, and the handoff is followed to its end from status.rollout."""
+    """The pass after a restart knows no old process's close (they are kept in memory): the old
+    pod gone is enough to activate, and the handoff is followed to its end from status.rollout."""
     roll = WarmRoll()
     roll.standby = running(roll.step(1), ready=False, tag="b")[0]
     roll.step(5, standby="ready", standby_ready_at=roll.at(5))
@@ -1658,7 +1660,7 @@ def test_a_spec_changed_while_a_replacement_prepares_drops_that_replacement() ->
     pods = [*roll.pods, roll.standby]
     statuses = roll.statuses()
     plan = decide(replace(snapshot(newer, pods, previous=roll.status, in_group=(0, 1, 2),
-                                   now_offset_s=3, statuses=statuses), closures={}))
+                                   now_offset_s=3, statuses=statuses), closed_by_pod={}))
     gone = [d for d in plan.delete if d.name == roll.standby["metadata"]["name"]]
     assert len(gone) == 1 and "no handoff waits for" in gone[0].why
     assert all(d.name != "orders-2" for d in plan.delete), "the member keeps running"

@@ -144,7 +144,7 @@ def test_a_pod_terminating_within_its_grace_is_not_stuck() -> None:
                   replace(WARM, max_unavailable=2))
     assert gates.blockers(context, 2) == ()
     closed = ctx(rolling(preparing(2)), group(member(0, stopped_at=ago(90)), READY2,
-                                              closures={"uid-0": ago(80)}))
+                                              closed_by_pod={"uid-0": ago(80)}))
     assert gates.none_stuck_terminating(closed, 2) is None
 
 
