@@ -15,18 +15,20 @@ N members (4) on P partitions (12) under a steady produce rate, the scenarios si
 
 Each scenario's group is rolled `--rollouts` times in a row (`--protocol`: classic or consumer,
 KIP-848). For each: rebalances during the rollouts (new generations in the broker's log; the
-operator's count for KIP-848), per member and rollout the absence (the old consumer's close ->
-the replacement's first assignment) and the processing gap (the old process's last batch end ->
-the replacement's first batch end), both the operator's figures from the members' own clocks
-(status.rollout.handoffs), as p50 / p99 / max; the longest processing gap seen by this bench
-(the longest time one ordinal's serving process went without processing a record, sampled once a
-second, so up to 1 s coarse); the throughput of the members that are not restarting during the
-rollout as a ratio of their steady-state throughput (with warm handoff the replacements' Spark
-starts fall in that window too), and the rollouts' total time.
+operator's count for KIP-848), per member and rollout the absence (the old consumer's close -> the
+replacement's first assignment) and the processing gap (the old process's last batch end -> the
+replacement's first batch end), both the operator's figures from the members' own clocks
+(status.rollout.handoffs), as p50 / p99 / max, and where each gap went (the old member's drain tail:
+its last batch end -> its consumer's close; out of the group: the close -> the replacement's
+assignment; first batch: the assignment -> the replacement's first batch end); the longest
+processing gap seen by this bench (the longest time one ordinal's serving process went without
+processing a record, sampled once a second, so up to 1 s coarse); the throughput of the members that
+are not restarting during the rollout as a ratio of their steady-state throughput (with warm handoff
+the replacements' Spark starts fall in that window too), and the rollouts' total time.
 
 Run: python bench/rollout.py [--rate 400] [--settle 20] [--members 4] [--partitions 12]
      [--rollouts 1] [--protocol classic] [--scenarios warm,warm-stop,recreate,dynamic]
-     [--spark local|connect]
+     [--spark local|connect] [--keep-logs DIR]
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -160,6 +163,30 @@ class Result:
     """Every member's absence in every rollout (the operator's handoffs)."""
     gaps_ms: list[int] = field(default_factory=list)
     """Every member's processing gap in every rollout (the operator's handoffs)."""
+    parts_ms: dict[str, list[int]] = field(default_factory=dict)
+    """Where each processing gap went (`gap_parts`), part by part."""
+
+
+GAP_PARTS = ("drain tail", "out of the group", "first batch")
+
+
+def gap_parts(handoff: dict[str, Any]) -> dict[str, int] | None:
+    """A handoff's processing gap in its three parts, from its own figures: the old member's
+    last batch end -> its consumer's close (`processingGapFrom` -> `absentFrom`), the close ->
+    the replacement's assignment (`absenceMs`), the assignment -> the replacement's first batch
+    end (the rest). None without those figures (a cold restart, a frozen old member)."""
+    gap, closed, began = (handoff.get("processingGapMs"), handoff.get("absentFrom"),
+                          handoff.get("processingGapFrom"))
+    if gap is None or not closed or not began:
+        return None
+    tail = round((parse_ms(closed) - parse_ms(began)) * 1000)
+    absence = int(handoff["absenceMs"])
+    return dict(zip(GAP_PARTS, (tail, absence, int(gap) - tail - absence), strict=True))
+
+
+def parse_ms(stamp: str) -> float:
+    """An RFC 3339 time with milliseconds, as seconds since the epoch."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def rank(values: list[int], q: float) -> int:
@@ -210,6 +237,7 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
     absences: dict[int, tuple[float, float]] = {}
     absences_ms: list[int] = []
     gaps_ms: list[int] = []
+    parts_ms: dict[str, list[int]] = {}
     operator_rebalances = 0
     if scenario == "short":
         longest = naive_roll(kc, namespace, name, absences, broker, admin)
@@ -229,6 +257,8 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
                 absences_ms.append(int(h["absenceMs"]))
                 if h.get("processingGapMs") is not None:
                     gaps_ms.append(int(h["processingGapMs"]))
+                for part, ms in (gap_parts(h) or {}).items():
+                    parts_ms.setdefault(part, []).append(ms)
             operator_rebalances += int(ro.get("rebalancesDuringRollout") or 0)
             figures = [(h["ordinal"], h["absenceMs"], h.get("processingGapMs"))
                        for h in ro.get("handoffs") or ()]
@@ -247,7 +277,7 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
     kubectl(kc, "delete", "namespace", namespace, "--wait=false", check=False)
     gap_seen = sampler.longest_gap(started, finished)
     return Result(scenario, rebalances, longest, session_ms, ratio, finished - started,
-                  gap_seen, gap_operator, note, absences_ms, gaps_ms)
+                  gap_seen, gap_operator, note, absences_ms, gaps_ms, parts_ms)
 
 
 def naive_roll(kc: Path, namespace: str, name: str, absences: dict[int, tuple[float, float]],
@@ -349,6 +379,9 @@ def main() -> int:
     for r in results:
         print(f"  {r.scenario:>10}: absence {percentiles(r.absences_ms)}; processing gap "
               f"{percentiles(r.gaps_ms)} ({len(r.gaps_ms)} handoffs)")
+        if r.parts_ms:
+            print(" " * 14 + "where the gap went: " + "; ".join(
+                f"{part} {percentiles(r.parts_ms.get(part, []))}" for part in GAP_PARTS))
     warm = next((r for r in results if r.scenario == "warm" and r.gaps_ms), None)
     for r in results:
         if warm is not None and r is not warm and r.gaps_ms:
