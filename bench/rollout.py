@@ -25,6 +25,8 @@ processing gap seen by this bench (the longest time one ordinal's serving proces
 processing a record, sampled once a second, so up to 1 s coarse); the throughput of the members that
 are not restarting during the rollout as a ratio of their steady-state throughput (with warm handoff
 the replacements' Spark starts fall in that window too), and the rollouts' total time.
+The members write every record to an output topic: once the group committed everything, the
+values produced that the output lacks are counted lost (must be 0), and those written twice.
 
 Run: python bench/rollout.py [--rate 400] [--settle 20] [--members 4] [--partitions 12]
      [--rollouts 1] [--protocol classic] [--scenarios warm,warm-stop,recreate,dynamic]
@@ -54,7 +56,7 @@ from staticfleet.decisions.model import STOP_HANDOFF_ANNOTATION
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaBroker, KafkaSettings
 from staticfleet_dev.spark_connect import start_connect_server
-from staticfleet_dev.stream import SteadyProducer, committed_lag
+from staticfleet_dev.stream import SteadyProducer, committed_lag, read_all
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import create_namespace, install_crds, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
@@ -165,6 +167,11 @@ class Result:
     """Every member's processing gap in every rollout (the operator's handoffs)."""
     parts_ms: dict[str, list[int]] = field(default_factory=dict)
     """Where each processing gap went (`gap_parts`), part by part."""
+    produced: int = 0
+    lost: int = 0
+    """Values produced that never reached the output topic."""
+    duplicates: int = 0
+    """Values the output topic holds more than once (processed again after a restart)."""
 
 
 GAP_PARTS = ("drain tail", "out of the group", "first batch")
@@ -209,14 +216,14 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
     namespace = f"bench-{scenario}-{int(time.time()) % 100000}"
     create_namespace(kc, namespace)
     name = f"bench-{scenario}"
-    topic = f"{namespace}-in"
-    for fut in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
+    topic, out = f"{namespace}-in", f"{namespace}-out"
+    for fut in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (topic, out)]).values():
         fut.result(30)
     session = 3000 if scenario == "short" else None
     obj = groups.consumer_group(name, env.bootstrap, topic, replicas=MEMBERS, session_ms=session,
                          dynamic=scenario == "dynamic", max_records=5000, protocol=protocol,
                          strategy="WarmHandoff" if scenario.startswith("warm") else "Recreate",
-                         connect_url=connect_url)
+                         connect_url=connect_url, out_topic=out)
     if scenario == "warm-stop":
         obj["metadata"]["annotations"][STOP_HANDOFF_ANNOTATION] = "true"
     groups.start(kc, namespace, obj, timeout=300)
@@ -273,11 +280,17 @@ def run_scenario(scenario: str, env: environment.LocalEnv, broker: KafkaBroker, 
     ratio = others_ratio(sampler, steady_from, steady_to, started, finished)
     if sampler.errors or len(sampler.samples) < 5:
         print(f"  sampler: {len(sampler.samples)} samples, errors {sampler.errors[:3]}")
-    producer.stop()
+    produced = producer.stop()
+    # Nothing lost: every value produced is in the output topic once the group committed all.
+    groups.wait_caught_up(env.bootstrap, name, [topic], timeout=300)
+    written = read_all(env.bootstrap, out, timeout=180)
+    lost = len(set(producer.produced) - set(written))
+    duplicates = len(written) - len(set(written))
     kubectl(kc, "delete", "namespace", namespace, "--wait=false", check=False)
     gap_seen = sampler.longest_gap(started, finished)
     return Result(scenario, rebalances, longest, session_ms, ratio, finished - started,
-                  gap_seen, gap_operator, note, absences_ms, gaps_ms, parts_ms)
+                  gap_seen, gap_operator, note, absences_ms, gaps_ms, parts_ms,
+                  produced, lost, duplicates)
 
 
 def naive_roll(kc: Path, namespace: str, name: str, absences: dict[int, tuple[float, float]],
@@ -382,6 +395,9 @@ def main() -> int:
         if r.parts_ms:
             print(" " * 14 + "where the gap went: " + "; ".join(
                 f"{part} {percentiles(r.parts_ms.get(part, []))}" for part in GAP_PARTS))
+    print("\nrecords: " + "; ".join(
+        f"{r.scenario} {r.produced:,} produced, {r.lost} lost, {r.duplicates:,} written twice"
+        for r in results))
     warm = next((r for r in results if r.scenario == "warm" and r.gaps_ms), None)
     for r in results:
         if warm is not None and r is not warm and r.gaps_ms:
