@@ -23,7 +23,7 @@ from consumer_runtime.member import Member
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import BatchProcessor
 from consumer_runtime.sinks import DeadLetters, Sink, build_dead_letters, build_sink
-from consumer_runtime.termination import error_line, write_termination_message
+from consumer_runtime.termination import close_report, error_line, write_termination_message
 from consumer_runtime.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -136,6 +136,9 @@ def main(env: Mapping[str, str] | None = None) -> int:
         # The log's end may be a JVM stack trace: the termination message names the error.
         write_termination_message(env, f"consumer_runtime: member stops: "
                                        f"{error_line(member.failure)}")
+    elif code == 0 and member.closed_at is not None:
+        write_termination_message(env, close_report(member.closed_at,
+                                                    telemetry.last_batch_at()))
     _close(sink, dead_letters, spark, config)
     server.shutdown()
     log.info("exit %d", code)

@@ -118,6 +118,8 @@ class Member:
         """Subscribed again after a drain, not yet assigned: that assignment is the static
         member's return, not a rebalance."""
         self.left = False
+        self.closed_at: float | None = None
+        """When the consumer last closed (unix seconds): the drain, the leave or the stop."""
         self.join_refused_at: float | None = None
         """When the broker first refused this process's instance id (UNRELEASED_INSTANCE_ID)."""
         self.join_attempts = 0
@@ -377,6 +379,8 @@ class Member:
             consumer.close()
         except KafkaException as exc:  # a consumer that raised a fatal error may refuse
             log.info("closing the consumer: %s", exc)
+            return
+        self.closed_at = time.time()
 
     # -- a join the broker refuses for now (UNRELEASED_INSTANCE_ID) ------------------------------
 

@@ -429,8 +429,7 @@ class Telemetry:
                                    "consumerMade": self.consumer_made_s,
                                    "standbyReady": self.standby_ready_s,
                                    "activated": self.activated_s},
-                "lastBatchAt": (None if self.last_batch_s is None
-                                else round(self.process_start + self.last_batch_s, 3)),
+                "lastBatchAt": self.last_batch_at(),
                 "standby": self.standby,
                 "processStart": self.process_start,
                 "batchSecondsMax": self.batch_seconds_max,
@@ -449,6 +448,12 @@ class Telemetry:
                 "drainHoldSeconds": self.drain_hold_s,
                 "drainResubscribes": self.drain_resubscribes,
             }
+
+    def last_batch_at(self) -> float | None:
+        """When the last batch ended, unix seconds to the millisecond; None before the first."""
+        if self.last_batch_s is None:
+            return None
+        return round(self.process_start + self.last_batch_s, 3)
 
     def _since_start(self, now: float) -> float:
         return round(now - self.started_at + self.age_at_start, 3)

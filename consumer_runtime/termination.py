@@ -12,6 +12,7 @@ own there; docs/contracts.md).
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Mapping
@@ -80,6 +81,16 @@ def _java_message(exc: BaseException) -> str | None:
         return _first_line(str(exc.java_exception.toString())) or None
     except Exception:  # the gateway is gone
         return None
+
+
+def close_report(closed_at: float, last_batch_at: float | None) -> str:
+    """A clean exit's termination message: when the consumer closed and when the last batch
+    ended, unix seconds of this process's clock to the millisecond
+    (`{"closedAt": ..., "lastBatchAt": ...}`). The operator takes a restart's absence and
+    processing gap from it where a kubelet's `finishedAt` has whole seconds, and where the
+    process exited before a pass read its /status."""
+    return json.dumps({"closedAt": round(closed_at, 3),
+                       "lastBatchAt": None if last_batch_at is None else round(last_batch_at, 3)})
 
 
 def termination_path(env: Mapping[str, str]) -> Path | None:

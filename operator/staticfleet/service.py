@@ -32,7 +32,12 @@ from staticfleet.decisions import autoscaling, builders, kafkaclient
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
 from staticfleet.decisions.kafkaspec import SecretKeyRef
-from staticfleet.decisions.members import member_closed_at, pod_ended, still_running
+from staticfleet.decisions.members import (
+    member_closed_at,
+    member_last_batch_at,
+    pod_ended,
+    still_running,
+)
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.plan import decide, degraded, without_nulls
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
@@ -64,6 +69,12 @@ MEMBER_PORT = builders.HTTP_PORT
 log = logging.getLogger("staticfleet")
 
 
+
+def _keep_latest(moments: dict[str, datetime]) -> None:
+    """Forget all but the CLOSED_KEPT latest of `moments` (by pod uid)."""
+    for uid in sorted(moments, key=moments.__getitem__)[:max(0, len(moments) - CLOSED_KEPT)]:
+        del moments[uid]
+
 @dataclass
 class Deps:
     """Clients shared by all passes (made at operator startup, closed at cleanup)."""
@@ -80,34 +91,38 @@ class Deps:
     pods: dict[str, tuple[float, Mapping[str, Any]]] = field(default_factory=dict)
     """Member pods as this process last created or deleted them, by pod uid."""
     closed_by_pod: dict[str, datetime] = field(default_factory=dict)
-    """When the process of a member pod being deleted closed, by pod uid, as the pod watch saw
-    it (the pod itself may be gone by the next pass), or as its drain answered."""
-    drained_batches: dict[str, datetime] = field(default_factory=dict)
-    """When a drained process last finished a batch, by pod uid (its drain's answer)."""
+    """When the process of a member pod being deleted closed, by pod uid: its drain's answer,
+    or its exit as the pod watch saw it (the pod itself may be gone by the next pass)."""
+    final_batches: dict[str, datetime] = field(default_factory=dict)
+    """When a stopped process last finished a batch, by pod uid (its drain's answer or its
+    clean exit's report)."""
 
     def note_closed(self, pod: Mapping[str, Any]) -> None:
+        """A pod being deleted whose member process exited: when it closed and ended its last
+        batch (`member_closed_at`, `member_last_batch_at`)."""
         closed = member_closed_at(pod)
         if closed is None:
             return
+        uid = pod["metadata"]["uid"]
+        last = member_last_batch_at(pod)
         with self.lock:
-            known = self.closed_by_pod.get(pod["metadata"]["uid"])
-            if known is not None and known <= closed:
-                return  # a drain's answer saw the close first, to the millisecond
-            self.closed_by_pod[pod["metadata"]["uid"]] = closed
-            if len(self.closed_by_pod) > CLOSED_KEPT:
-                for uid in sorted(self.closed_by_pod, key=self.closed_by_pod.__getitem__)[
-                        :len(self.closed_by_pod) - CLOSED_KEPT]:
-                    del self.closed_by_pod[uid]
+            known = self.closed_by_pod.get(uid)
+            if known is None or closed < known:  # a drain's answer may have seen it first
+                self.closed_by_pod[uid] = closed
+                _keep_latest(self.closed_by_pod)
+            if last is not None and uid not in self.final_batches:
+                self.final_batches[uid] = last
+                _keep_latest(self.final_batches)
+
     def note_drained(self, uid: str, at: datetime, last_batch_at: datetime | None = None) -> None:
         """The process of member pod `uid` answered a drain: its consumer closed `at`, after
         its last batch ended `last_batch_at` (both from its own clock)."""
         with self.lock:
             self.closed_by_pod[uid] = at
+            _keep_latest(self.closed_by_pod)
             if last_batch_at is not None:
-                self.drained_batches[uid] = last_batch_at
-                for old in sorted(self.drained_batches, key=self.drained_batches.__getitem__)[
-                        :max(0, len(self.drained_batches) - CLOSED_KEPT)]:
-                    del self.drained_batches[old]
+                self.final_batches[uid] = last_batch_at
+                _keep_latest(self.final_batches)
 
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -237,7 +252,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         deps.note_closed(pod)
     with deps.lock:
         closed_by_pod = dict(deps.closed_by_pod)
-        drained_batches = dict(deps.drained_batches)
+        final_batches = dict(deps.final_batches)
     # Members being stopped are read too while their process runs: a warm handoff's processing
     # gap starts at the old process's last batch.
     running = live + [p for p in pods if still_running(p, closed_by_pod)]
@@ -251,7 +266,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
                                  known=group.state != "Dead", fresh_within_s=fresh)
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=statuses, group=group, partitions=partitions,
-                    closed_by_pod=closed_by_pod, drained_batches=drained_batches,
+                    closed_by_pod=closed_by_pod, final_batches=final_batches,
                     claimants=claimants, broker_config=broker_config,
                     bounds_denied=bounds_denied,
                     lag=lag.by_partition if lag is not None else None,

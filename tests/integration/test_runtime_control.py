@@ -274,7 +274,9 @@ def test_a_drain_processes_the_records_already_fetched_before_it_closes(
                             max_records=10000, max_wait_ms=60000,
                             spark=through(spark_connect))
     first, rest = records(topic, 0, 100, 2), records(topic, 100, 200, 2)
-    with running(config, tmp_path / "member.log", f"{group}-0") as member:
+    exit_report = tmp_path / "member.exit"
+    with running(config, tmp_path / "member.log", f"{group}-0",
+                 {"STATICFLEET_TERMINATION_MESSAGE_PATH": str(exit_report)}) as member:
         member.wait_status(lambda s: len(s["assignment"]) == 2 and s["processingReady"], 300,
                            "in the group, Spark ready")
         # Right after the assignment the first batch does not wait (catching up): it takes
@@ -305,6 +307,11 @@ def test_a_drain_processes_the_records_already_fetched_before_it_closes(
     assert offsets == high_watermarks(kafka.bootstrap, topic, 2), "not committed before the close"
     written = {m.value() for m in read_all(kafka.bootstrap, out, 2)}
     assert written == {v for _, v, _ in first + rest}
+    # Stopped after the drain, its clean exit reports the drain's close and last batch again
+    # (for an operator that restarted and missed the drain's answer).
+    report = json.loads(exit_report.read_text())
+    assert report["lastBatchAt"] == answer["lastBatchAt"], (report, answer)
+    assert abs(report["closedAt"] - answer["drainedAt"]) < 0.01, (report, answer)
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])

@@ -1,8 +1,10 @@
 """Static membership: a member stopped with SIGTERM and restarted within the session timeout
-gets its partitions back and the broker starts no new generation."""
+gets its partitions back and the broker starts no new generation; the stopped process's
+termination message says when its consumer closed and its last batch ended."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
@@ -26,7 +28,8 @@ def test_sigterm_then_restart_within_session_timeout_keeps_generation_and_partit
     config = runtime_config(kafka.bootstrap, group, topic, sink={"type": "null"},
                             session_ms=SESSION_MS)
     with running(config, tmp_path / "a.log", f"{group}-0") as a, \
-            running(config, tmp_path / "b1.log", f"{group}-1") as b:
+            running(config, tmp_path / "b1.log", f"{group}-1",
+                    {"STATICFLEET_TERMINATION_MESSAGE_PATH": str(tmp_path / "b1.exit")}) as b:
         def split(s: dict[str, object]) -> bool:
             return len(s["assignment"]) == 2  # type: ignore[arg-type]
         before_a = a.wait_status(split, 400, "holding half the partitions")
@@ -35,8 +38,10 @@ def test_sigterm_then_restart_within_session_timeout_keeps_generation_and_partit
         generations = kafka.generations(group)
         assert generations, "the group never stabilized"
 
-        stop_began = time.monotonic()
+        last_batch_at = (b.status() or {})["lastBatchAt"]
+        stop_began, stop_wall = time.monotonic(), time.time()
         assert b.terminate(timeout=SESSION_MS / 1000) == 0, b.tail()
+        stopped_wall = time.time()
         stop_seconds = time.monotonic() - stop_began
         shutdown = re.search(r"shutdown took ([\d.]+) s", b.text())
         assert shutdown is not None, b.tail()
@@ -54,3 +59,8 @@ def test_sigterm_then_restart_within_session_timeout_keeps_generation_and_partit
     assert after_a["revokes"] == before_a["revokes"] and after_a["lost"] == 0
     assert rejoin_seconds < SESSION_MS / 1000
     assert float(shutdown.group(1)) < 5 and stop_seconds < 8
+    # The clean exit's report (what the operator takes a Recreate's absence and processing gap
+    # from, to the millisecond): its consumer closed during the stop, after its last batch.
+    report = json.loads((tmp_path / "b1.exit").read_text())
+    assert report["lastBatchAt"] == last_batch_at, report
+    assert stop_wall <= report["closedAt"] <= stopped_wall, (stop_wall, report, stopped_wall)

@@ -4,6 +4,7 @@ sees them (pure): one `ObservedMember` per ordinal, with its restart reasons com
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -68,14 +69,53 @@ def stop_requested_at(pod: Mapping[str, Any]) -> datetime | None:
 
 
 def member_closed_at(pod: Mapping[str, Any]) -> datetime | None:
-    """When the member container of a pod being deleted exited (its process closed), as the
-    kubelet reports it; None while it runs."""
+    """When the member process of a pod being deleted closed its consumer: what its clean
+    exit reported (`member_exit_report`, to the millisecond), else when the container exited
+    as the kubelet reports it (to the second); None while it runs."""
+    terminated = _terminated(pod)
+    if terminated is None:
+        return None
+    report = member_exit_report(terminated)
+    if report.get("closedAt") is not None:
+        return report["closedAt"]
+    finished = terminated.get("finishedAt")
+    return parse_rfc3339(finished) if finished else None
+
+
+def member_last_batch_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When the member process of a pod being deleted ended its last batch, as its clean exit
+    reported it; None while it runs, or without that report."""
+    terminated = _terminated(pod)
+    return None if terminated is None else member_exit_report(terminated).get("lastBatchAt")
+
+
+def member_exit_report(terminated: Mapping[str, Any]) -> dict[str, datetime | None]:
+    """A clean exit's termination message (consumer_runtime.termination.close_report:
+    `{"closedAt": s, "lastBatchAt": s}`, unix seconds of the member's clock) as times; empty
+    for an exit that failed or wrote something else."""
+    if terminated.get("exitCode") != 0:
+        return {}
+    try:
+        raw = json.loads(terminated.get("message") or "")
+    except ValueError:
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, datetime | None] = {}
+    for key in ("closedAt", "lastBatchAt"):
+        value = raw.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = datetime.fromtimestamp(value, UTC)
+    return out
+
+
+def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The member container's `state.terminated` of a pod being deleted."""
     if not (pod.get("metadata") or {}).get("deletionTimestamp"):
         return None
     for cs in (pod.get("status") or {}).get("containerStatuses") or ():
         if cs.get("name") == builders.MEMBER_CONTAINER:
-            finished = ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt")
-            return parse_rfc3339(finished) if finished else None
+            return (cs.get("state") or {}).get("terminated")
     return None
 
 

@@ -95,7 +95,7 @@ def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
         group_state=group_state, rebalances=rebalances, closed_by_pod=snap.closed_by_pod,
         replicas=spec.replicas,
         last_batches={**{uid: at for uid, st_ in snap.statuses.items()
-                         if (at := last_batch_at(st_)) is not None}, **snap.drained_batches},
+                         if (at := last_batch_at(st_)) is not None}, **snap.final_batches},
         replacement_names={o: builders.replacement_name(spec, o, view.revision)
                            for o in range(spec.replicas)},
         lag=snap.lag, lag_age_s=snap.lag_age_s, last_seen=snap.last_answers,

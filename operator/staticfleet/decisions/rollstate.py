@@ -210,8 +210,9 @@ class Handoff:
     processing_gap_ms: int | None = None
     standby_ready_ms: int | None = None
     absent_from: datetime | None = None
-    """When the absence began: the old process's close (its drain's answer, or the kubelet's
-    exit to the second), or its last /status answer when it was frozen."""
+    """When the absence began: the old process's close (its drain's answer or its clean exit's
+    report, else the kubelet's exit to the second), or its last /status answer when it was
+    frozen."""
     gap_from: datetime | None = None
     """When the processing gap began: the old process's last batch end."""
 

@@ -91,7 +91,7 @@ class Snapshot:
     closed_by_pod: Mapping[str, datetime] = field(default_factory=dict)
     """When the process of each member pod that was stopped closed, by pod uid: from the pods
     still terminating and from what the pod watch saw of pods already gone."""
-    drained_batches: Mapping[str, datetime] = field(default_factory=dict)
+    final_batches: Mapping[str, datetime] = field(default_factory=dict)
     """When the process of each member pod that answered a drain last finished a batch (its
     answer, from its own clock), by pod uid: a drained process's /status is not read again."""
     claimants: tuple[Claimant, ...] = ()

@@ -143,6 +143,49 @@ def test_a_drains_close_is_not_moved_later_by_the_pod_watch() -> None:
     assert deps.closed_by_pod["uid-2"] == drained.replace(microsecond=0) + timedelta(seconds=3)
 
 
+def exited(uid: str, message: str, exit_code: int = 0,
+           finished: str = "2026-11-24T12:00:04Z") -> dict[str, object]:
+    """A member pod being deleted whose container exited with `message` as its termination
+    message."""
+    return {"metadata": {"uid": uid, "deletionTimestamp": finished},
+            "status": {"containerStatuses": [{"name": "member", "state": {"terminated": {
+                "exitCode": exit_code, "finishedAt": finished, "message": message}}}]}}
+
+
+def test_a_clean_exits_report_gives_the_close_and_last_batch_to_the_millisecond() -> None:
+    """What the runtime writes at a clean exit (`close_report`) is what the operator reads: a
+    Recreate's absence and processing gap come from the member's clock, even when the process
+    exited before a pass read its /status; a failed exit's message or anything else is not a
+    report, and the kubelet's finishedAt (whole seconds) stands in for the close."""
+    from datetime import UTC, datetime
+
+    from consumer_runtime.termination import close_report
+    from staticfleet.decisions.members import member_closed_at, member_last_batch_at
+
+    closed, last = 1795867201.437, 1795867200.912
+    deps = service.Deps(kube=cast(apply.Kube, object()))
+    deps.note_closed(exited("uid-1", close_report(closed, last)))
+    assert deps.closed_by_pod["uid-1"] == datetime.fromtimestamp(closed, UTC)
+    assert deps.final_batches["uid-1"] == datetime.fromtimestamp(last, UTC)
+    assert deps.closed_by_pod["uid-1"].microsecond // 1000 == 437
+
+    never_batched = exited("uid-2", close_report(closed, None))
+    assert member_closed_at(never_batched) == datetime.fromtimestamp(closed, UTC)
+    assert member_last_batch_at(never_batched) is None
+    for message, code in ((close_report(closed, last), 1), ("consumer_runtime: member stops: "
+                                                            "boom", 1), ("not json", 0),
+                          ("[1, 2]", 0), ('{"closedAt": true}', 0)):
+        pod = exited("uid-3", message, code)
+        assert member_closed_at(pod) == datetime(2026, 11, 24, 12, 0, 4, tzinfo=UTC), message
+        assert member_last_batch_at(pod) is None, message
+    # A drain's answer came first: the exit's report neither moves its close nor its batch.
+    deps.note_drained("uid-4", datetime.fromtimestamp(closed - 5, UTC),
+                      datetime.fromtimestamp(last - 5, UTC))
+    deps.note_closed(exited("uid-4", close_report(closed, last)))
+    assert deps.closed_by_pod["uid-4"] == datetime.fromtimestamp(closed - 5, UTC)
+    assert deps.final_batches["uid-4"] == datetime.fromtimestamp(last - 5, UTC)
+
+
 class RecordingKube:
     """The two API calls a switchover makes, recorded in order, with when they were made."""
 

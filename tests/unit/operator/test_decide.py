@@ -1456,7 +1456,7 @@ def test_a_switchovers_figures_come_from_the_members_clocks_to_the_millisecond()
         now_offset_s=roll.t, statuses=roll.statuses(
             standby=None, member_id="m-2", first_assignment_at=assigned,
             first_batch_at=first_batch)), closed_by_pod=roll.closed_by_pod,
-        drained_batches=drained))
+        final_batches=drained))
     roll.status = without_nulls(dict(plan.status))
     (handoff,) = roll.status["rollout"]["handoffs"]
     assert handoff["absenceMs"] == 14, handoff

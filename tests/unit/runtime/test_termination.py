@@ -3,6 +3,7 @@ where that line is written (the container's termination message)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from consumer_runtime.termination import (
     DEFAULT_TERMINATION_PATH,
     MESSAGE_BYTES,
     TERMINATION_PATH_ENV,
+    close_report,
     error_line,
     termination_path,
     write_termination_message,
@@ -103,3 +105,11 @@ def test_an_unwritable_path_is_only_logged(tmp_path: Path,
     env = {TERMINATION_PATH_ENV: str(tmp_path / "missing" / "termination-log")}
     write_termination_message(env, "consumer_runtime: member stops: x")
     assert "cannot write the termination message" in caplog.text
+
+
+def test_a_clean_exits_report_is_one_json_object_to_the_millisecond() -> None:
+    assert json.loads(close_report(1795867201.43712, 1795867200.9)) == {
+        "closedAt": 1795867201.437, "lastBatchAt": 1795867200.9}
+    assert json.loads(close_report(1795867201.0, None)) == {
+        "closedAt": 1795867201.0, "lastBatchAt": None}
+    assert len(close_report(1795867201.43712, 1795867200.9)) < MESSAGE_BYTES
