@@ -80,7 +80,9 @@ Supported
 - restartPolicy: Always restarts after any exit, OnFailure after a non-zero exit, Never leaves the
   pod Succeeded/Failed. Restart back-off is 1 s, 2 s, 4 s ... capped at 30 s (the kubelet's 10 s
   base and 5 min cap are too slow for tests), reset after a container ran for 60 s.
-- Status (pods/status, strategic merge patch, sent only when it changes): phase,
+- Status (pods/status, strategic merge patch with the pod's UID as a precondition as the kubelet
+  sends it, so a deleted pod's status never lands on a new pod of its name; sent only when it
+  changes): phase,
   containerStatuses (ready, started, restartCount, state/lastState with reasons), conditions
   PodReadyToStartContainers, Initialized, ContainersReady, Ready (readinessGates honoured),
   PodScheduled, startTime, and a message listing what this node ignores in the pod.

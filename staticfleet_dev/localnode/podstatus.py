@@ -174,8 +174,11 @@ def desired_status(pod: Mapping[str, Any], view: ContainerView, *, pod_ip: str,
     return status
 
 
-def status_patch(desired: Mapping[str, Any]) -> dict[str, Any]:
-    """A strategic merge patch that makes the status `desired`: states we left are nulled."""
+def status_patch(desired: Mapping[str, Any], uid: str) -> dict[str, Any]:
+    """A strategic merge patch that makes the status `desired`: states we left are nulled.
+    The pod's `uid` goes in as a precondition, as the kubelet's status manager sends it: a
+    status meant for a deleted pod never lands on a new pod made under its name (the API
+    server refuses it: 422, the UID being immutable)."""
     status = dict(desired)
     status.setdefault("message", None)
     statuses = []
@@ -188,7 +191,7 @@ def status_patch(desired: Mapping[str, Any]) -> dict[str, Any]:
     status["containerStatuses"] = statuses
     status["conditions"] = [{"reason": None, "message": None, **c}
                             for c in desired.get("conditions") or []]
-    return {"status": status}
+    return {"metadata": {"uid": uid}, "status": status}
 
 
 TERMINATION_MESSAGE_FILE_BYTES = 4096

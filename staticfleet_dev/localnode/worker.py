@@ -563,9 +563,10 @@ class PodWorker(threading.Thread):
             return
         try:
             self.node.kube.patch(pod_path(self.ns, self.pod_name, "status"),
-                                 status_patch(desired))
+                                 status_patch(desired, self.uid))
         except ApiError as exc:
-            if exc.status == 404:
+            if exc.status == 404 or (exc.status in (409, 422) and self._replaced()):
+                # Gone, or the name is now a new pod's: the UID precondition refused it.
                 self._gone = True
                 return
             log.warning("pod %s/%s: status update: %s", self.ns, self.pod_name, exc)
@@ -573,6 +574,15 @@ class PodWorker(threading.Thread):
             return
         self.last_sent = desired
         self.last_conditions = desired["conditions"]
+
+
+    def _replaced(self) -> bool:
+        """This pod's name is no longer this pod: deleted, or a new pod's (another UID)."""
+        try:
+            current = self.node.kube.request("GET", pod_path(self.ns, self.pod_name))
+        except ApiError as exc:
+            return exc.status == 404
+        return bool(((current or {}).get("metadata") or {}).get("uid") != self.uid)
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -20,6 +20,8 @@ import pytest
 from staticfleet import apply as kube_apply
 from staticfleet.decisions.builders import ACTIVATED_ANNOTATION
 from staticfleet_dev import environment
+from staticfleet_dev.localnode.api import ApiError, Kube, pod_path
+from staticfleet_dev.localnode.podstatus import status_patch
 from staticfleet_dev.procs import ProcessRecord
 from staticfleet_dev.testkit import poll
 from staticfleet_dev.testkit.kube import create_namespace, get_json, kubectl, to_yaml
@@ -357,6 +359,28 @@ def test_a_phase_set_failed_by_another_stops_the_process_and_stays(
     assert after is not None and after["status"]["phase"] == "Failed"
     assert container_status(after)["restartCount"] == 0
     assert pidfile.read_text() == str(pid), "the container was started again"
+
+
+def test_a_status_meant_for_a_deleted_pod_never_lands_on_a_new_pod_of_its_name(
+        kubeconfig: Path, ns: str) -> None:
+    """The node sends each pod's status with the pod's UID as a precondition, as the kubelet's
+    status manager does: when the operator deletes an ended pod (a terminal pod goes at once)
+    and makes a new one of its name while the node still reports on the old one, the API
+    server refuses the old pod's status (422: the UID is immutable) instead of writing it over
+    the new pod. Without
+    it the new pod read Failed (CI at a707b4a, test_operator's eviction case)."""
+    apply(kubeconfig, ns, python_pod("reborn", "import time; time.sleep(3600)"))
+    wait_for("Ready", lambda: is_ready(get_pod(kubeconfig, ns, "reborn")))
+    stale = {"phase": "Failed", "message": "the deleted pod's last status", "conditions": [],
+             "containerStatuses": []}
+    with pytest.raises(ApiError) as refused:
+        Kube(kubeconfig).patch(pod_path(ns, "reborn", "status"),
+                               status_patch(stale, "00000000-0000-4000-8000-000000000000"))
+    assert refused.value.status == 422 and "metadata.uid" in str(refused.value), refused.value
+    time.sleep(1)
+    pod = get_pod(kubeconfig, ns, "reborn")
+    assert pod is not None and pod["status"]["phase"] == "Running", pod
+    assert is_ready(pod)
 
 
 def test_missing_configmap_waits_then_runs(kubeconfig: Path, ns: str) -> None:

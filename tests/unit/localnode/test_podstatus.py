@@ -122,13 +122,15 @@ def test_a_phase_another_made_terminal_is_kept_with_its_reason_and_message() -> 
         "Failed", "Evicted", "The node was low on resource: memory."), "not Succeeded (exit 0)"
     assert _conds(status)["Ready"] == ("False", "PodCompleted")
     assert status["containerStatuses"][0]["state"] == {"terminated": T_OK.to_dict()}
-    assert status_patch(status)["status"]["message"] == evicted["message"]
+    assert status_patch(status, "u-1")["status"]["message"] == evicted["message"]
 
 
 def test_status_patch_nulls_left_states() -> None:
     status = desired_status({}, RUNNING, pod_ip="127.0.1.2", start_time="s",
                                previous_conditions=[], now=NOW)
-    patch = status_patch(status)["status"]
+    whole = status_patch(status, "u-1")
+    assert whole["metadata"] == {"uid": "u-1"}, "the pod's UID is the patch's precondition"
+    patch = whole["status"]
     cs = patch["containerStatuses"][0]
     assert cs["state"] == {"waiting": None, "running": {"startedAt": "2024-01-01T00:00:00Z"},
                            "terminated": None}
