@@ -45,13 +45,13 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from staticfleet.decisions.conditions import parse_rfc3339
 from staticfleet.decisions.model import STOP_HANDOFF_ANNOTATION
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaBroker, KafkaSettings
@@ -186,14 +186,9 @@ def gap_parts(handoff: dict[str, Any]) -> dict[str, int] | None:
                           handoff.get("processingGapFrom"))
     if gap is None or not closed or not began:
         return None
-    tail = round((parse_ms(closed) - parse_ms(began)) * 1000)
+    tail = round((parse_rfc3339(closed) - parse_rfc3339(began)).total_seconds() * 1000)
     absence = int(handoff["absenceMs"])
     return dict(zip(GAP_PARTS, (tail, absence, int(gap) - tail - absence), strict=True))
-
-
-def parse_ms(stamp: str) -> float:
-    """An RFC 3339 time with milliseconds, as seconds since the epoch."""
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def rank(values: list[int], q: float) -> int:

@@ -69,11 +69,14 @@ MEMBER_PORT = builders.HTTP_PORT
 log = logging.getLogger("staticfleet")
 
 
-
 def _keep_latest(moments: dict[str, datetime]) -> None:
-    """Forget all but the CLOSED_KEPT latest of `moments` (by pod uid)."""
-    for uid in sorted(moments, key=moments.__getitem__)[:max(0, len(moments) - CLOSED_KEPT)]:
+    """Forget all but the CLOSED_KEPT latest of `moments` (by pod uid); sorts only when over
+    (the pod watch calls this on every pod event)."""
+    if len(moments) <= CLOSED_KEPT:
+        return
+    for uid in sorted(moments, key=moments.__getitem__)[:len(moments) - CLOSED_KEPT]:
         del moments[uid]
+
 
 @dataclass
 class Deps:

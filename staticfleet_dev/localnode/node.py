@@ -252,7 +252,7 @@ class LocalNode:
                     self.schedule(pod)
                 except ApiError as exc:
                     log.warning("pod %s: scheduling: %s", pod_key(pod), exc)
-                    if exc.status != 404:
+                    if exc.status not in (404, 409, 422):  # gone, or its name a new pod's
                         with self._lock:
                             self._to_schedule.setdefault(pod["metadata"]["uid"], pod)
 
@@ -263,9 +263,10 @@ class LocalNode:
         if problem:
             if needs_unschedulable_patch(pod, problem):
                 log.info("pod %s/%s: unschedulable: %s", ns, name, problem)
-                self.kube.patch(pod_path(ns, name, "status"), {"status": {
-                    "phase": "Pending",
-                    "conditions": [unschedulable_condition(problem, time.time())]}})
+                self.kube.patch(pod_path(ns, name, "status"), {
+                    "metadata": {"uid": meta["uid"]},  # not a new pod of its name
+                    "status": {"phase": "Pending",
+                               "conditions": [unschedulable_condition(problem, time.time())]}})
             return
         try:
             self.kube.request("POST", pod_path(ns, name, "binding"), {

@@ -92,8 +92,9 @@ class Snapshot:
     """When the process of each member pod that was stopped closed, by pod uid: from the pods
     still terminating and from what the pod watch saw of pods already gone."""
     final_batches: Mapping[str, datetime] = field(default_factory=dict)
-    """When the process of each member pod that answered a drain last finished a batch (its
-    answer, from its own clock), by pod uid: a drained process's /status is not read again."""
+    """When the process of each stopped member pod last finished a batch, from its own clock,
+    by pod uid: its drain's answer (a drained process's /status is not read again) or its
+    clean exit's report."""
     claimants: tuple[Claimant, ...] = ()
     """Every ConsumerGroup the operator watches that uses this group's Kafka group id on the
     same cluster, this one included."""
