@@ -3,7 +3,9 @@
 /activate and /drain, taken only with the group's bearer token (`consumer_runtime.control`).
 
 POST /drain?holdMs=H&waitMs=W answers once the member has drained (200, with `drainedAt` and
-`lastBatchAt`, unix seconds from the member's clock), or after W ms (default 30,000) with 202
+`lastBatchAt`, unix seconds from the member's clock, and for a KIP-848 static member
+`staticLeave`, the coordinator's answer to its leave: `consumer_runtime.staticleave`), or after
+W ms (default 30,000) with 202
 while it still finishes its batch; H: how long the drained process waits to be replaced before it
 subscribes again (consumer_runtime/steering.py)."""
 
@@ -136,7 +138,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         st = self.served.telemetry.status(time.monotonic())
         body = {"accepted": "drain", "drained": drained, "drainedAt": st["drainedAt"],
-                "lastBatchAt": st["lastBatchAt"], "instanceId": st["instanceId"]}
+                "lastBatchAt": st["lastBatchAt"], "instanceId": st["instanceId"],
+                "staticLeave": st["staticLeave"] if drained else None}
         log.info("http: drain %s", "done" if drained else "accepted, still draining")
         self._send(200 if drained else 202, json.dumps(body).encode(), "application/json")
 

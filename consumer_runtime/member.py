@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from consumer_runtime.config import RuntimeConfig
 from consumer_runtime.membership import (
     UNRELEASED,
     GroupView,
+    connection_settings,
     consumer_settings,
     is_fatal,
     is_unreleased_instance_id,
@@ -39,6 +41,13 @@ from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import Outcome
 from consumer_runtime.records import Batch, next_offsets
 from consumer_runtime.records import TopicPartition as TP
+from consumer_runtime.staticleave import (
+    LEFT,
+    UNCONFIRMED,
+    LeaveResult,
+    StaticLeave,
+    StaticLeaveError,
+)
 from consumer_runtime.steering import DRAIN, LEAVE, REJOIN, STOP, Requests
 from consumer_runtime.timeline import POLL, Timeline
 
@@ -58,12 +67,30 @@ LEAVE_CONFIRM_S = 15.0
 """How long a leave waits for the broker to show the member without partitions before it closes
 anyway (the partitions then move when the registration's session times out)."""
 LEAVE_CHECK_S = 0.2
+STATIC_LEAVE_CONFIRM_S = 20.0
+"""How long a KIP-848 static member, its consumer closed, asks the coordinator to confirm its
+static leave (`staticleave`): a killed broker's coordinators move within its broker session
+timeout (broker.session.timeout.ms, 9 s by default), well within the pods' 30 s grace."""
 DRAIN_CHECK_S = 0.5
 """Between two looks at the group, once a drained process's hold is over."""
 
 
 def _log_error(err: KafkaError) -> None:
     log.warning("kafka: %s", err)
+
+
+def _log_leave(result: LeaveResult, instance_id: str) -> None:
+    if result.outcome == LEFT:
+        log.info("static leave confirmed by the coordinator in %.3f s (%d %s): instance id %s "
+                 "waits for its replacement", result.seconds, result.tries,
+                 "try" if result.tries == 1 else "tries", instance_id)
+    elif result.outcome == UNCONFIRMED:
+        log.warning("static leave not confirmed after %.1f s and %d tries (%s): a replacement "
+                    "is refused until the broker's session for this member times out",
+                    result.seconds, result.tries, result.detail or "no answer")
+    else:
+        log.info("static leave: instance id %s is %s (%s)", instance_id, result.outcome,
+                 result.detail)
 
 
 def _tps(partitions: Sequence[TopicPartition]) -> set[TP]:
@@ -118,6 +145,13 @@ class Member:
         """Subscribed again after a drain, not yet assigned: that assignment is the static
         member's return, not a rebalance."""
         self.left = False
+        self.entered_member_id = ""
+        """The member id the consumer had when it was last assigned: a close of that consumer
+        is a member's leave the coordinator must see."""
+        self.leave_client: StaticLeave | None = None
+        self.leave_warming: threading.Thread | None = None
+        self.leave_refused = False
+        """The connection settings are ones the leave's client cannot take (said once)."""
         self.closed_at: float | None = None
         """When the consumer last closed (unix seconds): the drain, the leave or the stop."""
         self.join_refused_at: float | None = None
@@ -176,6 +210,7 @@ class Member:
                 if action in (STOP, LEAVE, DRAIN) and action != draining_for:
                     drain_began, draining_for = drain_began or now, action
                     self.telemetry.draining()
+                    self._warm_static_leave()
                     log.info("%s requested: finishing the batch in flight", action)
                 if action is None:
                     if self.inflight is None and self.buffer.due(now) and self.ready():
@@ -372,15 +407,63 @@ class Member:
         self._close_consumer()
 
     def _close_consumer(self) -> None:
+        """Close the consumer; a KIP-848 static member then confirms its static leave."""
         consumer, self.consumer = self.consumer, None
         if consumer is None:
             return
+        member_id = consumer.memberid() or ""
         try:
             consumer.close()
         except KafkaException as exc:  # a consumer that raised a fatal error may refuse
             log.info("closing the consumer: %s", exc)
             return
         self.closed_at = time.time()
+        if member_id and member_id == self.entered_member_id:
+            self._confirm_static_leave(member_id)
+
+    # -- a KIP-848 static member's leave, confirmed (consumer_runtime/staticleave.py) -------------
+
+    def _static_leave(self) -> StaticLeave | None:
+        """The client that confirms static leaves; None for the classic protocol (a static
+        member's close sends no leave there), without an instance id, or when the connection
+        settings are ones it cannot take (said once; the leave then rests on librdkafka's)."""
+        config = self.config
+        if config.protocol != "consumer" or not config.group_instance_id or self.leave_refused:
+            return None
+        if self.leave_client is None:
+            try:
+                self.leave_client = StaticLeave(connection_settings(config), config.group_id,
+                                                f"{config.member}-leave")
+            except StaticLeaveError as exc:
+                log.warning("static leaves go unconfirmed (a leave lost as the coordinator "
+                            "moves keeps the instance id until its session times out): %s", exc)
+                self.leave_refused = True
+                return None
+        return self.leave_client
+
+    def _warm_static_leave(self) -> None:
+        """Connect the leave's client and find the coordinator while the batch in flight
+        finishes, so the confirmation after the close is one round trip."""
+        client = self._static_leave()
+        if client is None or self.leave_warming is not None or not self.entered_member_id:
+            return
+        self.leave_warming = threading.Thread(target=client.warm, name="leave-warm",
+                                              daemon=True)
+        self.leave_warming.start()
+
+    def _confirm_static_leave(self, member_id: str) -> None:
+        client = self._static_leave()
+        if client is None:
+            return
+        deadline = time.monotonic() + STATIC_LEAVE_CONFIRM_S
+        warming, self.leave_warming = self.leave_warming, None
+        if warming is not None:
+            warming.join(max(0.0, deadline - time.monotonic()))
+        result = client.confirm(member_id, self.config.group_instance_id or "", deadline)
+        self.entered_member_id = ""
+        client.close()  # the next drain or stop warms a new one
+        self.telemetry.static_leave_confirmed(result.as_status())
+        _log_leave(result, self.config.group_instance_id or "")
 
     # -- a join the broker refuses for now (UNRELEASED_INSTANCE_ID) ------------------------------
 
@@ -535,6 +618,7 @@ class Member:
         self.assignment |= tps
         self.paused -= tps
         self.joined = True
+        self.entered_member_id = consumer.memberid() or ""
         self.assigned_at = time.monotonic()
         self.buffer.catch_up(self.assigned_at)
         first = self.telemetry.assigned(tps, time.monotonic(), consumer.memberid() or "",

@@ -35,6 +35,8 @@ CONTROL_ACTIONS = ("leave", "rejoin", "activate", "drain")
 CONTROL_REFUSALS = ("missing", "wrong", "unconfigured")
 """`reason` of a refused control request (`consumer_runtime.control`): no bearer token, another
 token than the group's, no token on the member to compare with."""
+LEAVE_OUTCOMES = ("left", "taken", "gone", "unconfirmed")
+"""`outcome` of a static leave the member confirmed (`consumer_runtime.staticleave`)."""
 
 
 class Telemetry:
@@ -98,6 +100,8 @@ class Telemetry:
         self.drain_hold_s: float | None = None
         self.drain_resubscribes = 0
         """Drains not followed by a replacement within their hold: subscribed again."""
+        self.static_leave: dict[str, Any] | None = None
+        """The last static leave this process confirmed itself (KIP-848; `staticleave`)."""
         self._lag_series: set[TopicPartition] = set()
         self.last_fetch_s: float | None = None
         """Seconds from process start to the last poll that returned records."""
@@ -150,6 +154,12 @@ class Telemetry:
         self.m_refused = metric(Counter, "staticfleet_member_control_refused",
                                 "Control requests (POST) refused for want of the operator's "
                                 "token", ("action", "reason"))
+        self.m_leaves = metric(Counter, "staticfleet_member_static_leaves",
+                               "Static leaves (KIP-848) the member confirmed with the "
+                               "coordinator after closing, by where they left the instance id "
+                               "(consumer_runtime/staticleave.py)", ("outcome",))
+        for outcome in LEAVE_OUTCOMES:
+            self.m_leaves.labels(**self.ids, outcome=outcome)
         for action in (*CONTROL_ACTIONS, "other"):
             for reason in CONTROL_REFUSALS:
                 self.m_refused.labels(**self.ids, action=action, reason=reason)
@@ -246,6 +256,12 @@ class Telemetry:
             self.lag.clear()
             self.holds_assignment = False
             self.m_assigned.labels(**self.ids).set(0)
+
+    def static_leave_confirmed(self, result: dict[str, Any]) -> None:
+        """The member's own static leave after a close (`staticleave.LeaveResult.as_status`)."""
+        self.m_leaves.labels(**self.ids, outcome=result["outcome"]).inc()
+        with self._lock:
+            self.static_leave = dict(result)
 
     def undrained(self) -> None:
         """A drained process not replaced within its hold subscribes again."""
@@ -447,6 +463,7 @@ class Telemetry:
                 "drainedAt": self.drained_at,
                 "drainHoldSeconds": self.drain_hold_s,
                 "drainResubscribes": self.drain_resubscribes,
+                "staticLeave": self.static_leave,
             }
 
     def last_batch_at(self) -> float | None:

@@ -98,7 +98,8 @@ class RuntimeProcess:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
 
-    def post(self, path: str, token: str | None = "") -> tuple[int, dict[str, Any]]:
+    def post(self, path: str, token: str | None = "",
+             timeout: float = 5.0) -> tuple[int, dict[str, Any]]:
         """POST a control request with the member's token (`token` None: without one; a
         string: that one instead); the status and the JSON answer."""
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=b"",
@@ -106,7 +107,7 @@ class RuntimeProcess:
         if token is not None:
             request.add_header("Authorization", f"Bearer {token or self.token}")
         try:
-            with urllib.request.urlopen(request, timeout=5) as resp:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
                 return resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read())

@@ -11,17 +11,32 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
 
 from staticfleet.decisions.snapshot import GroupView
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import KafkaCluster
+from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit.poll import wait_for
 from tests.conftest import unique
+from tests.integration.runtime_spark_helpers import (
+    produce,
+    read_all,
+    running,
+    runtime_config,
+    wait_committed_to_end,
+)
+from tests.integration.test_runtime_control import records as control_records
+from tests.integration.test_runtime_control import through
+from tests.integration.test_runtime_kip848 import kip848, set_group_timeouts
 
 pytestmark = pytest.mark.integration
+DRAIN_SESSION_MS = 40000
+"""The KIP-848 drain test's session: long, so a replacement that waits it out cannot pass."""
 
 
 class StaticMember:
@@ -112,3 +127,74 @@ def test_group_reads_ride_out_a_coordinator_kill_and_an_election(
     finally:
         member.close()
         kafka_cluster.start(coordinator)
+
+
+def test_a_drain_as_its_coordinator_dies_confirms_its_leave_and_the_replacement_takes_over_at_once(
+        kafka_cluster: KafkaCluster, tmp_path: Path, spark_connect: ConnectServer) -> None:
+    """Issue 23's drain in a KIP-848 group when the coordinator's broker dies just before it
+    (CI at c51aa49: librdkafka's close sent the static leave to a refused connection and
+    returned; the broker kept the instance id for the closed member, the replacement was
+    refused for 46 s, then the old member was fenced and the group rebalanced). The drain now
+    answers only once a coordinator confirmed the leave (`consumer_runtime.staticleave`): after
+    the killed broker is fenced and its coordinators moved. The replacement then joins at once,
+    no member is fenced, and nothing is lost."""
+    topic, out = kafka_cluster.make_topic(unique("dr-in"), 4), kafka_cluster.make_topic(
+        unique("dr-out"), 4)
+    group = unique("dr-g")
+    bootstrap = kafka_cluster.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = kip848(runtime_config(bootstrap, group, topic, sink={"type": "kafka", "topic": out},
+                                   max_records=100, session_ms=DRAIN_SESSION_MS,
+                                   spark=through(spark_connect)))
+    set_group_timeouts(admin, group, DRAIN_SESSION_MS)
+    instance = f"{group}-0"
+    produced = control_records(topic, 0, 400, 4)
+    produce(bootstrap, topic, produced)
+    coordinator = kafka_cluster.node_ids[0]
+    try:
+        with running(config, tmp_path / "old.log", instance) as old, \
+                running(config, tmp_path / "new.log", instance,
+                        {"STATICFLEET_STANDBY": "true"}) as new:
+            old.wait_status(lambda s: len(s["assignment"]) == 4 and s["recordsProcessed"] >= 400,
+                            400, "processing")
+            new.wait_status(lambda s: s["standby"] == "ready", 400, "standby-ready")
+            found = kafka_cluster.coordinator(group)
+            assert found is not None
+            coordinator = found
+
+            kafka_cluster.kill(coordinator)
+            killed = time.monotonic()
+            drained = old.post(f"/drain?holdMs=120000&waitMs={DRAIN_SESSION_MS}",
+                               timeout=DRAIN_SESSION_MS / 1000 + 5)
+            answered_s = time.monotonic() - killed
+            activated = new.post("/activate")
+            serving = new.wait_status(lambda s: len(s["assignment"]) == 4, DRAIN_SESSION_MS / 1000,
+                                      "the replacement owns every partition")
+            took_over_s = time.monotonic() - killed
+            more = control_records(topic, 400, 200, 4)
+            produce(bootstrap, topic, more)
+            produced += more
+            wait_committed_to_end(bootstrap, group, topic, 4, new, timeout=200)
+            after = new.status() or {}
+            old_log, new_log = old.text(), new.text()
+            assert new.terminate(timeout=30) == 0, new.tail()
+        moved = kafka_cluster.coordinator(group)
+    finally:
+        kafka_cluster.start(coordinator)
+    print(f"\ncoordinator {coordinator} killed; drain answered {answered_s:.2f} s later with "
+          f"{drained[1].get('staticLeave')}; the replacement owned every partition "
+          f"{took_over_s:.2f} s after the kill (coordinator now {moved})")
+    assert drained[0] == 200 and drained[1]["drained"] is True, drained
+    leave = drained[1]["staticLeave"]
+    assert leave is not None and leave["outcome"] == "left", (leave, old_log[-3000:])
+    assert activated == (202, {"accepted": "activate"}), activated
+    assert moved is not None and moved != coordinator
+    # Joined at once: never refused, so never waiting for the old registration's session.
+    assert "UNRELEASED_INSTANCE_ID" not in new_log and serving["waiting"] is None, new_log[-3000:]
+    assert took_over_s < DRAIN_SESSION_MS / 1000 / 2, new_log[-3000:]
+    assert after["rebalances"] == 0 and len(after["assignment"]) == 4, after
+    fenced = [ln for ln in kafka_cluster.log_tails(50000).splitlines()
+              if group in ln and "fenced from the group" in ln]
+    assert not fenced, fenced
+    written = [m.value() for m in read_all(bootstrap, out, 4)]
+    assert set(written) == {v for _, v, _ in produced}

@@ -1,0 +1,397 @@
+"""A KIP-848 static member's leave, confirmed by the group's coordinator.
+
+A static member of a group.protocol consumer group leaves for a while with a heartbeat at member
+epoch -2: the coordinator keeps its instance id's assignment for the session timeout, and a new
+process with the same group.instance.id takes it over at once, with no new group epoch (Kafka
+4.1, GroupMetadataManager: consumerGroupStaticMemberGroupLeave, then replaceMember). Only
+after that leave does the coordinator let the new process in; while the old registration is
+active it refuses it with UNRELEASED_INSTANCE_ID until the session expires, and the expiry
+fences the old member with a new group epoch: a rebalance.
+
+librdkafka's close() sends that leave once and does not know whether it landed: a refused
+connection or a coordinator that is moving ends the request with a local error, written only to
+its debug log, and close() returns no error (rdkafka_cgrp.c, the ConsumerGroupHeartbeat leave
+handler; no retry, no new coordinator lookup). A drain as the coordinator's broker stops loses
+the leave, and its replacement waits out the session (CI at c51aa49: 46.4 s, then two
+rebalances).
+
+So after close() the member sends the same leave itself, for the closed consumer's member id
+(librdkafka makes it, KIP-1082, and it is in the coordinator's records), and asks again, a new
+coordinator lookup each time, until the coordinator answers. Sending it twice is harmless: a
+second leave of a member at epoch -2 writes the same record. The coordinator checks only that the
+instance id is known and held by that member id (and the group's READ right), so the answer says
+where the instance id stands (`outcome`). kafka-python carries the request (its client connects,
+authenticates and negotiates versions); the two message layouts below are Kafka's
+ConsumerGroupHeartbeat v1.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import ssl
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kafka import KafkaClient
+from kafka.errors import KafkaError as KafkaPythonError
+from kafka.protocol.api import Request, Response
+from kafka.protocol.find_coordinator import FindCoordinatorRequest
+from kafka.protocol.types import (
+    AbstractType,
+    CompactArray,
+    CompactString,
+    Int8,
+    Int16,
+    Int32,
+    Schema,
+    TaggedFields,
+)
+
+log = logging.getLogger(__name__)
+
+LEAVE_STATIC_EPOCH = -2
+"""The member epoch of a static member's temporary leave (KIP-848)."""
+
+LEFT = "left"
+"""The coordinator holds the instance id for its return (member epoch -2)."""
+TAKEN = "taken"
+"""Another process holds the instance id (FENCED_INSTANCE_ID): the replacement is in."""
+GONE = "gone"
+"""The group does not know the instance id (its session expired, or the group is gone)."""
+UNCONFIRMED = "unconfirmed"
+"""No answer that says where the instance id stands, within the time given."""
+
+_NONE, _COORDINATOR_LOADING, _COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR = 0, 14, 15, 16
+_UNKNOWN_MEMBER_ID, _FENCED_INSTANCE_ID, _GROUP_ID_NOT_FOUND = 25, 82, 69
+_RETRIABLE = {_COORDINATOR_LOADING, _COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR}
+RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+"""Pauses between tries: a coordinator moves within a second or two after a broker stops, and
+within the broker session timeout after one dies."""
+
+
+def outcome(error_code: int, member_epoch: int) -> str | None:
+    """Where the coordinator's answer to a static leave leaves the instance id; None: ask again
+    (the coordinator is moving or loading)."""
+    if error_code == _NONE:
+        return LEFT if member_epoch == LEAVE_STATIC_EPOCH else UNCONFIRMED
+    if error_code == _FENCED_INSTANCE_ID:
+        return TAKEN
+    if error_code in (_UNKNOWN_MEMBER_ID, _GROUP_ID_NOT_FOUND):
+        return GONE
+    if error_code in _RETRIABLE:
+        return None
+    return UNCONFIRMED
+
+
+def retry_pause(tries: int) -> float:
+    """Seconds to wait after the `tries`-th unanswered try."""
+    return RETRY_S[min(tries, len(RETRY_S)) - 1]
+
+
+@dataclass(frozen=True)
+class LeaveResult:
+    """What confirming a static leave came to: `outcome` (LEFT, TAKEN, GONE, UNCONFIRMED), the
+    tries, the seconds it took and the last error seen (empty when none)."""
+
+    outcome: str
+    tries: int
+    seconds: float
+    detail: str = ""
+
+    def as_status(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "tries": self.tries,
+                "ms": round(self.seconds * 1000.0, 1), "detail": self.detail or None}
+
+
+class StaticLeaveError(ValueError):
+    """Connection settings the leave's client cannot take: `<key>: <what>; <what to do>`."""
+
+
+# -- ConsumerGroupHeartbeat v1 (Kafka's message spec: API key 68, flexible) -----------------------
+
+class _NullableStruct(AbstractType):
+    """A flexible version's nullable struct: an int8 marker (-1 null, 1 present), then the
+    fields."""
+
+    def __init__(self, *fields: tuple[str, Any]) -> None:
+        self.schema = Schema(*fields)
+
+    def encode(self, value: Any) -> bytes:
+        if value is None:
+            return Int8.encode(-1)
+        return Int8.encode(1) + self.schema.encode(value)
+
+    def decode(self, data: Any) -> Any:
+        return None if Int8.decode(data) < 0 else self.schema.decode(data)
+
+
+class _Uuid(AbstractType):
+    @classmethod
+    def encode(cls, value: bytes) -> bytes:
+        return bytes(value)
+
+    @classmethod
+    def decode(cls, data: Any) -> bytes:
+        value = data.read(16)
+        if len(value) != 16:
+            raise ValueError("buffer underrun decoding a UUID")
+        return bytes(value)
+
+
+_TOPIC_PARTITIONS = CompactArray(
+    ("topic_id", _Uuid),
+    ("partitions", CompactArray(Int32)),
+    ("_tagged_fields", TaggedFields))
+
+
+class ConsumerGroupHeartbeatResponse_v1(Response):
+    API_KEY = 68
+    API_VERSION = 1
+    FLEXIBLE_VERSION = True
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        ("error_message", CompactString("utf-8")),
+        ("member_id", CompactString("utf-8")),
+        ("member_epoch", Int32),
+        ("heartbeat_interval_ms", Int32),
+        ("assignment", _NullableStruct(
+            ("topic_partitions", _TOPIC_PARTITIONS),
+            ("_tagged_fields", TaggedFields))),
+        ("_tagged_fields", TaggedFields),
+    )
+
+
+class ConsumerGroupHeartbeatRequest_v1(Request):
+    API_KEY = 68
+    API_VERSION = 1
+    RESPONSE_TYPE = ConsumerGroupHeartbeatResponse_v1
+    FLEXIBLE_VERSION = True
+    SCHEMA = Schema(
+        ("group_id", CompactString("utf-8")),
+        ("member_id", CompactString("utf-8")),
+        ("member_epoch", Int32),
+        ("instance_id", CompactString("utf-8")),
+        ("rack_id", CompactString("utf-8")),
+        ("rebalance_timeout_ms", Int32),
+        ("subscribed_topic_names", CompactArray(CompactString("utf-8"))),
+        ("subscribed_topic_regex", CompactString("utf-8")),
+        ("server_assignor", CompactString("utf-8")),
+        ("topic_partitions", _TOPIC_PARTITIONS),
+        ("_tagged_fields", TaggedFields),
+    )
+
+
+def static_leave_request(group_id: str, member_id: str,
+                         instance_id: str) -> ConsumerGroupHeartbeatRequest_v1:
+    """The heartbeat of a static member's temporary leave; the fields a leave does not change
+    are null (-1 for the rebalance timeout), as librdkafka sends them."""
+    return ConsumerGroupHeartbeatRequest_v1(
+        group_id, member_id, LEAVE_STATIC_EPOCH, instance_id, None, -1, None, None, None, None,
+        {})
+
+
+# -- the client's settings, from the consumer's librdkafka properties ------------------------------
+
+_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def client_config(props: Mapping[str, str], client_id: str) -> dict[str, Any]:
+    """kafka-python's client settings for the consumer's connection properties (librdkafka
+    names: bootstrap.servers, security.protocol, sasl.*, ssl.*); StaticLeaveError for what it
+    cannot take."""
+    protocol = str(props.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol not in _PROTOCOLS:
+        raise StaticLeaveError(f"security.protocol: {protocol!r} is not one of "
+                               f"{', '.join(_PROTOCOLS)}; use one of them")
+    conf: dict[str, Any] = {
+        "bootstrap_servers": str(props["bootstrap.servers"]).split(","),
+        "client_id": client_id,
+        "security_protocol": protocol,
+        "request_timeout_ms": 5000,
+        "api_version_auto_timeout_ms": 5000,
+        "reconnect_backoff_ms": 50,
+        "reconnect_backoff_max_ms": 1000,
+    }
+    if protocol.startswith("SASL_"):
+        mech = str(props.get("sasl.mechanism", props.get("sasl.mechanisms", "GSSAPI"))).upper()
+        if mech not in _SASL_MECHANISMS:
+            raise StaticLeaveError(f"sasl.mechanism: {mech!r} is not one of "
+                                   f"{', '.join(_SASL_MECHANISMS)}; use one of them")
+        conf["sasl_mechanism"] = mech
+        if mech == "OAUTHBEARER":
+            conf["sasl_oauth_token_provider"] = OidcToken.from_props(props)
+        else:
+            conf["sasl_plain_username"] = props.get("sasl.username", "")
+            conf["sasl_plain_password"] = props.get("sasl.password", "")
+    if protocol.endswith("SSL"):
+        conf["ssl_context"] = tls_context(props)
+    return conf
+
+
+def tls_context(props: Mapping[str, str]) -> ssl.SSLContext:
+    """The TLS context of librdkafka's ssl.* properties (PEM text or file locations)."""
+    cafile = props.get("ssl.ca.location")
+    ctx = ssl.create_default_context(cafile=cafile or None, cadata=props.get("ssl.ca.pem") or None)
+    if str(props.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+        ctx.check_hostname = False
+    cert, key = props.get("ssl.certificate.location"), props.get("ssl.key.location")
+    cert_pem, key_pem = props.get("ssl.certificate.pem"), props.get("ssl.key.pem")
+    password = props.get("ssl.key.password") or None
+    if cert and key:
+        ctx.load_cert_chain(cert, key, password)
+    elif cert_pem and key_pem:
+        # load_cert_chain reads files only: the PEM text goes through a private file that is
+        # gone once it is read.
+        with tempfile.TemporaryDirectory(prefix="staticleave-") as tmp:
+            os.chmod(tmp, 0o700)
+            paths = []
+            for name, text in (("cert.pem", cert_pem), ("key.pem", key_pem)):
+                path = os.path.join(tmp, name)
+                with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                    f.write(text)
+                paths.append(path)
+            ctx.load_cert_chain(paths[0], paths[1], password)
+    elif cert or key or cert_pem or key_pem:
+        raise StaticLeaveError("ssl.certificate.*/ssl.key.*: a client certificate needs both "
+                               "the certificate and its key; give both or neither")
+    return ctx
+
+
+@dataclass
+class OidcToken:
+    """An OAUTHBEARER token from the OIDC token endpoint by client credentials, as librdkafka's
+    sasl.oauthbearer.method=oidc gets it (HTTP Basic with the client's id and secret)."""
+
+    url: str
+    client_id: str
+    client_secret: str
+    scope: str = ""
+    extension_pairs: str = ""
+    ca: ssl.SSLContext | None = None
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str]) -> OidcToken:
+        if str(props.get("sasl.oauthbearer.method", "")).lower() != "oidc":
+            raise StaticLeaveError("sasl.oauthbearer.method: only oidc is supported for "
+                                   "OAUTHBEARER; set it to oidc with a token endpoint")
+        cafile = props.get("https.ca.location") or None
+        ca_pem = props.get("https.ca.pem") or None
+        return cls(url=str(props["sasl.oauthbearer.token.endpoint.url"]),
+                   client_id=props.get("sasl.oauthbearer.client.id", ""),
+                   client_secret=props.get("sasl.oauthbearer.client.secret", ""),
+                   scope=props.get("sasl.oauthbearer.scope", ""),
+                   extension_pairs=props.get("sasl.oauthbearer.extensions", ""),
+                   ca=ssl.create_default_context(cafile=cafile, cadata=ca_pem)
+                   if (cafile or ca_pem) else None)
+
+    def token(self) -> str:
+        form = {"grant_type": "client_credentials"}
+        if self.scope:
+            form["scope"] = self.scope
+        basic = base64.b64encode(f"{self.client_id}:{self.client_secret}".encode()).decode()
+        req = urllib.request.Request(
+            self.url, data=urllib.parse.urlencode(form).encode(), method="POST",
+            headers={"Authorization": f"Basic {basic}",
+                     "Content-Type": "application/x-www-form-urlencoded"})
+        with urllib.request.urlopen(req, timeout=5, context=self.ca) as resp:
+            return str(json.load(resp)["access_token"])
+
+    def extensions(self) -> dict[str, str]:
+        pairs = (p.split("=", 1) for p in self.extension_pairs.split(",") if "=" in p)
+        return {k: v for k, v in pairs}
+
+
+# -- the leave -------------------------------------------------------------------------------------
+
+class StaticLeave:
+    """One client for confirming a static member's leaves: `warm` connects and finds the
+    coordinator ahead of the close (so the confirmation after it is one round trip), `confirm`
+    sends the leave until the coordinator answers."""
+
+    def __init__(self, props: Mapping[str, str], group_id: str, client_id: str,
+                 make_client: Callable[..., Any] = KafkaClient) -> None:
+        self.group_id = group_id
+        self.config = client_config(props, client_id)
+        self.make_client = make_client
+        self.client: Any = None
+        self.coordinator: int | None = None
+
+    def warm(self, timeout_s: float = 5.0) -> None:
+        """Connect and find the coordinator now; errors are left for `confirm` to meet."""
+        try:
+            self._coordinator(time.monotonic() + timeout_s)
+        except (KafkaPythonError, OSError, ValueError) as exc:
+            log.debug("static leave: warming up: %s", exc)
+
+    def confirm(self, member_id: str, instance_id: str, deadline: float,
+                sleep: Callable[[float], None] = time.sleep) -> LeaveResult:
+        """Send the static leave of `member_id` until the coordinator says where `instance_id`
+        stands, or `deadline` (time.monotonic()) passes."""
+        began = time.monotonic()
+        tries, detail = 0, ""
+        while True:
+            tries += 1
+            try:
+                node = self._coordinator(deadline)
+                answer = self._send(node, static_leave_request(self.group_id, member_id,
+                                                               instance_id), deadline)
+                found = outcome(answer.error_code, answer.member_epoch)
+                detail = "" if answer.error_code == _NONE else (
+                    f"error {answer.error_code}: {answer.error_message or ''}".strip())
+                if found is None:
+                    self.coordinator = None
+            except (KafkaPythonError, OSError, ValueError) as exc:
+                found, detail = None, f"{type(exc).__name__}: {exc}"
+                self.coordinator = None
+                self._reset()
+            now = time.monotonic()
+            if found is not None:
+                return LeaveResult(found, tries, now - began, detail)
+            if now + retry_pause(tries) >= deadline:
+                return LeaveResult(UNCONFIRMED, tries, now - began, detail)
+            sleep(retry_pause(tries))
+
+    def close(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            with contextlib.suppress(KafkaPythonError, OSError):  # a broken client: nothing kept
+                client.close()
+
+    def _coordinator(self, deadline: float) -> int:
+        if self.client is None:
+            self.client = self.make_client(**self.config)
+        if self.coordinator is None:
+            node = self.client.least_loaded_node()
+            if node is None:
+                raise OSError("no broker reachable")
+            answer = self._send(node, FindCoordinatorRequest[1](self.group_id, 0), deadline)
+            if answer.error_code != _NONE:
+                raise OSError(f"FindCoordinator: error {answer.error_code}")
+            self.coordinator = int(answer.coordinator_id)
+        return self.coordinator
+
+    def _send(self, node: int, request: Any, deadline: float) -> Any:
+        timeout_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        if not self.client.await_ready(node, timeout_ms=timeout_ms):
+            raise OSError(f"broker {node} not ready within {timeout_ms} ms")
+        future = self.client.send(node, request)
+        self.client.poll(timeout_ms=timeout_ms, future=future)
+        if not future.is_done:
+            raise OSError(f"no answer from broker {node} within {timeout_ms} ms")
+        if future.failed():
+            raise future.exception
+        return future.value
