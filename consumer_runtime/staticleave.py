@@ -55,6 +55,7 @@ from kafka.protocol.types import (
     Schema,
     TaggedFields,
 )
+from kafka.sasl.oauth import AbstractTokenProvider
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +270,7 @@ def tls_context(props: Mapping[str, str]) -> ssl.SSLContext:
 
 
 @dataclass
-class OidcToken:
+class OidcToken(AbstractTokenProvider):
     """An OAUTHBEARER token from the OIDC token endpoint by client credentials, as librdkafka's
     sasl.oauthbearer.method=oidc gets it (HTTP Basic with the client's id and secret)."""
 
@@ -331,7 +332,7 @@ class StaticLeave:
         """Connect and find the coordinator now; errors are left for `confirm` to meet."""
         try:
             self._coordinator(time.monotonic() + timeout_s)
-        except (KafkaPythonError, OSError, ValueError) as exc:
+        except Exception as exc:  # whatever it is, `confirm` meets it again and says it
             log.debug("static leave: warming up: %s", exc)
 
     def confirm(self, member_id: str, instance_id: str, deadline: float,
@@ -351,7 +352,7 @@ class StaticLeave:
                     f"error {answer.error_code}: {answer.error_message or ''}".strip())
                 if found is None:
                     self.coordinator = None
-            except (KafkaPythonError, OSError, ValueError) as exc:
+            except Exception as exc:  # kafka-python's too: a close must not fail on its leave
                 found, detail = None, f"{type(exc).__name__}: {exc}"
                 self.coordinator = None
                 self._reset()

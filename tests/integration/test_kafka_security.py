@@ -23,6 +23,9 @@ from typing import Any
 
 import pytest
 
+from consumer_runtime.config import parse_config
+from consumer_runtime.membership import connection_settings
+from consumer_runtime.staticleave import StaticLeave
 from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
@@ -111,8 +114,21 @@ def test_a_member_processes_and_the_operator_reads_over_each_listener(
                 admin, group_id, {topic: PARTITIONS}) == {(topic, 0): 0, (topic, 1): 0},
                 timeout=30)
             assert lag
-        if listener == "OAUTH":  # the member and the operator each fetched their own token
-            assert secured_kafka.tokens.issued["member"] >= tokens_before + 2
+            # A KIP-848 member's own static leave (consumer_runtime/staticleave.py, kafka-python's
+            # client) goes over the same listener with the member's settings and credentials.
+            # The coordinator answers a leave of an instance id this (classic) group never had
+            # with GROUP_ID_NOT_FOUND: "gone". So the client authenticated, was authorised on
+            # the group (else GROUP_AUTHORIZATION_FAILED: "unconfirmed") and was understood.
+            runtime = parse_config(config, member_secret_env(spec, creds))
+            leave = StaticLeave(connection_settings(runtime), group_id, "secured-leave")
+            try:
+                answer = leave.confirm("no-such-member", "no-such-instance",
+                                       time.monotonic() + 20)
+            finally:
+                leave.close()
+            assert answer.outcome == "gone" and answer.tries == 1, answer
+        if listener == "OAUTH":  # the member, its leave's client and the operator: own tokens
+            assert secured_kafka.tokens.issued["member"] >= tokens_before + 3
         if creds.principal is not None:
             # The topic is granted to `member` alone: `other`, authenticated by the same
             # listener, is refused it, so the broker took the principal from these credentials.

@@ -381,6 +381,13 @@ def test_a_drain_frees_the_instance_id_at_once_and_a_drained_member_left_alone_c
     assert second[0] == 200 and second[1]["drained"] is True, second
     assert second[1]["drainedAt"] is not None and second[1]["lastBatchAt"] is not None
     assert second[1]["lastBatchAt"] <= second[1]["drainedAt"] <= answered, second
+    # The KIP-848 drain confirmed its static leave itself (consumer_runtime/staticleave.py): the
+    # coordinator answered at the first try. A classic static member sends no leave.
+    leave = second[1]["staticLeave"]
+    if protocol == "consumer":
+        assert leave["outcome"] == "left" and leave["tries"] == 1, leave
+    else:
+        assert leave is None, leave
     assert activated == (202, {"accepted": "activate"}), activated
     # Past its hold the drained process saw the replacement hold its instance id: it stayed out.
     assert held_out["state"] == "drained" and held_out["drainResubscribes"] == 1, held_out
