@@ -101,7 +101,7 @@ def retry_pause(tries: int) -> float:
 @dataclass(frozen=True)
 class LeaveResult:
     """What confirming a static leave came to: `outcome` (LEFT, TAKEN, GONE, UNCONFIRMED), the
-    tries, the seconds it took and the last error seen (empty when none)."""
+    tries, the seconds it took and the last try's error (empty when it had none)."""
 
     outcome: str
     tries: int

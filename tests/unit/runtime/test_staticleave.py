@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kafka.errors import KafkaConnectionError, KafkaError
 from kafka.protocol.api import RequestHeaderV2
-from kafka.sasl.oauth import SaslMechanismOAuth
+from kafka.sasl.oauth import AbstractTokenProvider, SaslMechanismOAuth
 
 from consumer_runtime import staticleave
 from consumer_runtime.staticleave import (
@@ -330,13 +330,14 @@ def test_the_extensions_are_comma_separated_pairs(pairs: str, expected: dict[str
         expected)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug in staticleave.py: OidcToken does not subclass kafka.sasl.oauth.AbstractTokenProvider, "
-    "and kafka-python's SaslMechanismOAuth asserts it when a BrokerConnection is made, so every "
-    "OAUTHBEARER leave raises AssertionError out of StaticLeave.confirm and warm"))
 def test_the_oidc_token_provider_is_one_kafka_python_accepts() -> None:
+    """kafka-python's OAUTHBEARER mechanism asserts that its provider is an
+    AbstractTokenProvider when a BrokerConnection is made: anything else fails every
+    connection."""
     conf = client_config(OIDC, "c")
-    SaslMechanismOAuth(host="b", **conf)  # what kafka-python's BrokerConnection makes of it
+    assert isinstance(conf["sasl_oauth_token_provider"], AbstractTokenProvider)
+    mechanism = SaslMechanismOAuth(host="b", **conf)  # what BrokerConnection makes of it
+    assert mechanism.token_provider is conf["sasl_oauth_token_provider"]
 
 
 def test_the_oidc_token_comes_by_client_credentials_with_http_basic(
@@ -429,6 +430,11 @@ NEVER_ANSWERED = object()
 """A script step: the request's future is never done."""
 
 
+class ScriptExhausted(BaseException):
+    """More requests than the script has answers for: not an Exception, so that the leave's own
+    `except Exception` cannot take it for a failed try and ask again forever."""
+
+
 @dataclass
 class Future:
     """What kafka-python's KafkaClient.send returns, already settled (or never)."""
@@ -500,6 +506,8 @@ class FakeClient:
         self.cluster.sent.append((node, request))
         script = (self.cluster.beats if isinstance(request, ConsumerGroupHeartbeatRequest_v1)
                   else self.cluster.finds)
+        if not script:
+            raise ScriptExhausted(f"no answer scripted for {type(request).__name__}")
         step = script.pop(0)
         if step is NEVER_ANSWERED:
             return Future(is_done=False)
@@ -591,9 +599,12 @@ def test_not_coordinator_asks_a_new_coordinator_and_then_it_left(clock: Clock) -
     ({"beats": [NEVER_ANSWERED]}, ["find", "leave", "find", "leave"]),
     ({"finds": [NEVER_ANSWERED]}, ["find", "find", "leave"]),
     ({"finds": [coordinator(-1, error_code=15)]}, ["find", "find", "leave"]),
+    ({"ready": [AssertionError("sasl_oauth_token_provider must implement ...")]},
+     ["find", "leave"]),
+    ({"beats": [RuntimeError("unexpected")]}, ["find", "leave", "find", "leave"]),
 ], ids=["no connection", "no connection to the coordinator", "not ready in time",
         "disconnected", "no answer to the leave", "no answer to the lookup",
-        "lookup: COORDINATOR_NOT_AVAILABLE"])
+        "lookup: COORDINATOR_NOT_AVAILABLE", "kafka-python's assertion", "any other error"])
 def test_a_failed_try_drops_the_client_and_the_next_one_confirms(
         script: dict[str, list[Any]], kinds: list[str], clock: Clock) -> None:
     cluster = Cluster(finds=[*script.get("finds", []), coordinator(3), coordinator(3)],
@@ -617,8 +628,9 @@ def test_a_failed_try_drops_the_client_and_the_next_one_confirms(
     ({"beats": [heartbeat(14)] * 9}, "error 14:"),
     ({"ready": [OSError("Connection refused")] * 9}, "OSError: Connection refused"),
     ({"finds": [coordinator(-1, error_code=15)] * 9}, "OSError: FindCoordinator: error 15"),
+    ({"ready": [AssertionError("bad provider")] * 9}, "AssertionError: bad provider"),
 ], ids=["COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS", "no connection",
-        "no coordinator"])
+        "no coordinator", "an error of any kind"])
 def test_it_asks_again_until_the_deadline_then_is_unconfirmed_naming_the_last_error(
         script: dict[str, list[Any]], detail: str, clock: Clock) -> None:
     cluster = Cluster(finds=script.get("finds", [coordinator(3)] * 9),
@@ -691,9 +703,11 @@ def test_a_warmed_up_client_sends_only_the_leave_after_the_close(clock: Clock) -
     assert cluster.kinds() == ["find", "leave"] and len(cluster.clients) == 1
 
 
-def test_warming_up_keeps_its_errors_for_the_confirmation(clock: Clock) -> None:
-    cluster = Cluster(finds=[coordinator(3)], beats=[heartbeat()],
-                      ready=[OSError("Connection refused")])
+@pytest.mark.parametrize("error", [OSError("Connection refused"), AssertionError("bad")],
+                         ids=["OSError", "any other error"])
+def test_warming_up_keeps_its_errors_for_the_confirmation(error: Exception,
+                                                          clock: Clock) -> None:
+    cluster = Cluster(finds=[coordinator(3)], beats=[heartbeat()], ready=[error])
     leave = leave_for(cluster)
     leave.warm(timeout_s=1.0)
     assert leave.coordinator is None and cluster.sent == []
