@@ -11,7 +11,7 @@ CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances"
                  "lastPollAgeSeconds", "state", "processingReady", "waiting", "leaving",
                  "rejoins", "standby", "lastBatchAt", "lag",
                  "committed", "lastFetchAt", "drainedAt", "drainHoldSeconds",
-                 "drainResubscribes", "throughput"}
+                 "drainResubscribes", "staticLeave", "throughput"}
 
 
 def telemetry(standby: bool = False) -> Telemetry:
@@ -220,3 +220,17 @@ def test_a_standby_warms_then_is_ready_then_activated_and_is_never_ready_before(
     assert status["rebalances"] == 0 and t.ready(now=110.5)
     t.became_standby_ready(now=111.0)
     assert t.status(now=111.0)["standby"] is None, "ready after activation changes nothing"
+
+
+def test_a_confirmed_static_leave_shows_in_status_and_counts_by_outcome() -> None:
+    t = telemetry()
+    assert t.status(now=101.0)["staticLeave"] is None
+    assert sample(t, "staticfleet_member_static_leaves_total", outcome="unconfirmed") == 0
+    t.static_leave_confirmed({"outcome": "left", "tries": 1, "ms": 8.5, "detail": None})
+    t.static_leave_confirmed({"outcome": "unconfirmed", "tries": 12, "ms": 20000.0,
+                              "detail": "error 15: "})
+    assert t.status(now=102.0)["staticLeave"] == {"outcome": "unconfirmed", "tries": 12,
+                                                  "ms": 20000.0, "detail": "error 15: "}
+    assert sample(t, "staticfleet_member_static_leaves_total", outcome="left") == 1
+    assert sample(t, "staticfleet_member_static_leaves_total", outcome="unconfirmed") == 1
+    assert sample(t, "staticfleet_member_static_leaves_total", outcome="taken") == 0
