@@ -36,6 +36,7 @@ from staticfleet.decisions.members import (
     member_closed_at,
     member_last_batch_at,
     pod_ended,
+    static_leave_event,
     still_running,
 )
 from staticfleet.decisions.model import ConsumerGroupSpec
@@ -498,6 +499,7 @@ def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
         if isinstance(drained, memberhttp.Drained):
             answered = time.monotonic()
             deps.note_drained(old.uid, drained.drained_at, drained.last_batch_at)
+            _post_leave_warning(snap, switch.ordinal, old.name, drained.static_leave, deps)
             kube.annotate_pod(snap.namespace, switch.standby, switch.standby_uid,
                               {builders.ACTIVATED_ANNOTATION: "true"})
             refused = memberhttp.ask_member(ips.get(switch.standby) or "", MEMBER_PORT,
@@ -519,6 +521,22 @@ def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
                         "SIGTERM) and activating the standby once its process closed", prefix,
                         switch.ordinal, old.name, drained)
         _remember(deps, kube.delete_pod(snap.namespace, old.name, old.uid))
+
+
+def _post_leave_warning(snap: Snapshot, ordinal: int, pod: str,
+                        leave: Mapping[str, Any] | None, deps: Deps) -> None:
+    """A Warning when a drained member's static leave did not leave its instance id waiting
+    for the replacement (`members.static_leave_event`)."""
+    warning = static_leave_event(ordinal, pod, leave)
+    if warning is None:
+        return
+    reason, message = warning
+    log.warning("%s/%s: %s", snap.namespace, snap.name, message)
+    try:
+        deps.kube.post_event(snap.body, "Warning", reason, message)
+    except apply.ApplyError as exc:
+        log.warning("%s/%s: could not post the Event %s: %s", snap.namespace, snap.name,
+                    reason, exc)
 
 
 def _unscaled(snap: Snapshot, plan: Plan) -> Plan:

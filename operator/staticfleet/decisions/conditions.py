@@ -128,6 +128,10 @@ WAIT_BLOCKED = "Blocked"
 """Held back by a predicate without a reason of its own above."""
 WAIT_FAILED = "RolloutFailed"
 
+# --- a drained KIP-848 member's static leave (decisions.members.static_leave_event) ---
+STATIC_LEAVE_UNCONFIRMED = "StaticLeaveUnconfirmed"
+STATIC_LEAVE_EXPIRED = "StaticLeaveExpired"
+
 # --- why a restarted member failed on the new revision (rollsteps.MemberFailed) ---
 # MEMBER_FAILING (a Degraded reason above), or:
 NO_PROGRESS = "ProgressDeadlineExceeded"

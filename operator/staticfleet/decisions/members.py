@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from staticfleet.decisions import builders, reasons
+from staticfleet.decisions import conditions as c
 from staticfleet.decisions.conditions import parse_rfc3339
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.rollstate import ObservedMember
@@ -33,6 +34,32 @@ TERMINAL_PHASES = ("Failed", "Succeeded")
 Always) gets there when the kubelet evicts it (node pressure: `Failed`, reason `Evicted`), at a
 graceful node shutdown, or when something else marks it so (the pod GC on a node out of
 service)."""
+
+
+def static_leave_event(ordinal: int, pod: str,
+                       leave: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """A Warning's (reason, message) when a drained KIP-848 member's static leave (its drain
+    answer's `staticLeave`, consumer_runtime/staticleave.py) does not leave the instance id
+    waiting for the replacement: no coordinator confirmed it, or the group no longer knew the
+    instance id. None when it did (`left`), when another process holds it already (`taken`),
+    and for the classic protocol (no leave: None)."""
+    if not leave:
+        return None
+    outcome, detail = leave.get("outcome"), leave.get("detail") or "no error given"
+    tries, ms = leave.get("tries"), leave.get("ms")
+    if outcome == "unconfirmed":
+        return (c.STATIC_LEAVE_UNCONFIRMED,
+                f"member {ordinal} (pod {pod}) drained, but no coordinator confirmed its static "
+                f"leave in {tries} tries over {ms} ms (last: {detail}): the broker may refuse "
+                "its replacement (UNRELEASED_INSTANCE_ID) until the old member's session "
+                "times out, then fence it (a rebalance). Check the group's coordinator broker; "
+                "the rollout goes on and its status shows the replacement's wait")
+    if outcome == "gone":
+        return (c.STATIC_LEAVE_EXPIRED,
+                f"member {ordinal} (pod {pod}) drained after the group had forgotten its "
+                f"instance id (its session had run out: {detail}): the replacement joins as a "
+                "new member, which moves partitions (a rebalance)")
+    return None
 
 
 def pod_ended(pod: Mapping[str, Any]) -> bool:

@@ -11,7 +11,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -67,6 +67,8 @@ class Drained:
 
     drained_at: datetime
     last_batch_at: datetime | None
+    static_leave: Mapping[str, Any] | None = None
+    """A KIP-848 member's static leave as the coordinator confirmed it (None: classic)."""
 
 
 def drain_member(host: str, port: int, tokens: Sequence[str], hold_ms: int,
@@ -88,8 +90,10 @@ def drain_member(host: str, port: int, tokens: Sequence[str], hold_ms: int,
                 if resp.status != 200 or not answer.get("drained"):
                     return Refused(resp.status, f"HTTP {resp.status}: still draining after "
                                                 f"{wait_s:.0f} s")
+                leave = answer.get("staticLeave")
                 return Drained(_unix(answer.get("drainedAt")) or datetime.now(UTC),
-                               _unix(answer.get("lastBatchAt")))
+                               _unix(answer.get("lastBatchAt")),
+                               leave if isinstance(leave, dict) else None)
         except urllib.error.HTTPError as exc:
             refused = Refused(exc.code, f"HTTP {exc.code}: "
                                         f"{exc.read()[:200].decode(errors='replace').strip()}")

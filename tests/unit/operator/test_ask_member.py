@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -202,15 +202,20 @@ class RecordingKube:
         self.calls.append(("delete", name))
         self.at["delete"] = time.monotonic()
 
+    def post_event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        self.calls.append(("event", f"{type_} {reason}"))
+
 
 class Switching:
     """An old member and its standby, each the runtime's own HTTP server on the member port of
     a loopback address of its own (the switchover calls the pods' IPs on that port). Activated,
     the standby reports its first batch `first_batch_after_s` later (None: never)."""
 
-    def __init__(self, drained: bool, first_batch_after_s: float | None = 0.0) -> None:
+    def __init__(self, drained: bool, first_batch_after_s: float | None = 0.0,
+                 leave: dict[str, Any] | None = None) -> None:
         self.order: list[str] = []
         self.drained = drained
+        self.leave = leave
         self.first_batch_after_s = first_batch_after_s
         self.first_batch_at: float | None = None
         self.servers = []
@@ -225,6 +230,8 @@ class Switching:
 
     def drain(self, hold_s: float | None, wait_s: float) -> tuple[str | None, bool]:
         self.order.append(f"drain hold={hold_s}")
+        if self.drained and self.leave is not None:
+            self.telemetry[0].static_leave_confirmed(self.leave)
         return None, self.drained
 
     def request(self, action: str) -> str | None:
@@ -304,3 +311,34 @@ def test_a_replacement_without_a_batch_gets_the_old_pod_deleted_after_the_bound(
     kube, _, began = _switch(members, first_batch_wait_s=0.5)
     assert kube.calls == [("annotate", "g-0-abcde"), ("delete", "g-0")]
     assert 0.5 <= kube.at["delete"] - began < 2.0
+
+
+@pytest.mark.parametrize(("outcome", "event"), [
+    ("left", None),
+    ("unconfirmed", "Warning StaticLeaveUnconfirmed"),
+    ("gone", "Warning StaticLeaveExpired"),
+])
+def test_a_drained_members_static_leave_comes_with_its_answer_and_a_lost_one_is_a_warning(
+        outcome: str, event: str | None) -> None:
+    """A KIP-848 member's drain answer carries its confirmed static leave
+    (consumer_runtime/staticleave.py); one no coordinator confirmed, or one the group had
+    already forgotten, is a Warning Event: the replacement may wait, or join as a new member.
+    The activation goes ahead either way (nothing better can be done for the group)."""
+    leave = {"outcome": outcome, "tries": 3, "ms": 20000.0, "detail": "error 15: loading"}
+    members = Switching(drained=True, leave=leave)
+    kube, _, _ = _switch(members)
+    assert members.order == ["drain hold=22.5", "activate"]
+    expected = [("annotate", "g-0-abcde"), ("delete", "g-0")]
+    if event is not None:
+        expected.insert(0, ("event", event))
+    assert kube.calls == expected
+
+
+def test_a_drain_answer_carries_the_static_leave_as_the_member_reported_it(
+        live: LiveMember) -> None:
+    live.holds, live.drains, live.drained = "new", [], True
+    live.telemetry.static_leave_confirmed({"outcome": "left", "tries": 1, "ms": 8.7,
+                                           "detail": None})
+    got = memberhttp.drain_member("127.0.0.1", live.port, ("new",), hold_ms=1000, wait_s=1.0)
+    assert isinstance(got, memberhttp.Drained), got
+    assert got.static_leave == {"outcome": "left", "tries": 1, "ms": 8.7, "detail": None}

@@ -201,3 +201,24 @@ def test_why_a_pod_ended_is_quoted_from_its_status() -> None:
     assert members.ended_reason(shutdown).startswith("Failed (Terminated: Pod was terminated")
     assert members.ended_reason({"status": {"phase": "Succeeded"}}) == "Succeeded"
     assert not members.pod_ended(pod(1)) and members.pod_ended(evicted(pod(1)))
+
+
+@pytest.mark.parametrize(("leave", "reason", "says"), [
+    (None, None, None),
+    ({"outcome": "left", "tries": 1, "ms": 8.5, "detail": None}, None, None),
+    ({"outcome": "taken", "tries": 1, "ms": 3.0, "detail": "error 82: fenced"}, None, None),
+    ({"outcome": "unconfirmed", "tries": 14, "ms": 20011.0, "detail": "error 15: not available"},
+     "StaticLeaveUnconfirmed", "no coordinator confirmed its static leave in 14 tries"),
+    ({"outcome": "unconfirmed", "tries": 1, "ms": 5.0, "detail": None},
+     "StaticLeaveUnconfirmed", "(last: no error given)"),
+    ({"outcome": "gone", "tries": 1, "ms": 2.0, "detail": "error 25: unknown"},
+     "StaticLeaveExpired", "joins as a new member"),
+])
+def test_a_drained_members_static_leave_is_a_warning_only_when_it_keeps_no_place(
+        leave: dict[str, Any] | None, reason: str | None, says: str | None) -> None:
+    got = members.static_leave_event(2, "g-2", leave)
+    if reason is None:
+        assert got is None
+    else:
+        assert got is not None and got[0] == reason, got
+        assert says is not None and says in got[1] and "member 2 (pod g-2)" in got[1], got
