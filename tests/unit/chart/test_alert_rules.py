@@ -42,6 +42,7 @@ def test_the_alerts_the_project_asks_for() -> None:
         "StaticfleetLagTargetMissed",
         "StaticfleetMemberStalled",
         "StaticfleetDeadLetteredRecords",
+        "StaticfleetStaticLeaveUnconfirmed",
     ]
 
 
