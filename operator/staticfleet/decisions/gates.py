@@ -130,6 +130,8 @@ def none_stuck_terminating(ctx: GateContext, ordinal: int) -> str | None:
 
 
 def previous_progressed(ctx: GateContext, ordinal: int) -> str | None:
+    if ctx.state.rolled_back_to is not None:
+        return None  # a rollback is the remedy for members failing on the new revision
     failing = []
     for o in ctx.state.members_restarted:
         m = ctx.member(o)

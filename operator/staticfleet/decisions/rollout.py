@@ -30,8 +30,9 @@ Rules:
   its partitions. A restarted member whose container fails (batches failing for good, a crash
   loop, an evicted pod) or that makes no progress within `progressDeadlineSeconds` fails the
   rollout before the next member is touched: `onFailure: Halt` leaves it (phase Halted);
-  `Rollback` hands it back, by warm handoff, to the revision the others still run (phase
-  RolledBack once it processes there). A new revision starts a new rollout.
+  `Rollback` hands it back, by warm handoff, to the revision the others still run, then every
+  member this rollout restarted, newest first, one at a time (`rollrecord`; phase RolledBack
+  once the last processes there). A new revision starts a new rollout.
 * Running late: a member away longer than `at_risk_fraction` of the session timeout -> AtRisk
   (no further member is touched); past the session timeout the broker has rebalanced -> Stopped.
 * A warm handoff (its own steps in `rollwarm`): the replacement starts in standby beside the old

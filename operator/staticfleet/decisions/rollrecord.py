@@ -157,13 +157,29 @@ def _record_done(state: RolloutState, step: Step, rec: Recording) -> RolloutStat
         longest_absence_ms=max(state.longest_absence_ms, absence_ms),
         pending=rec.plan)
     if done is not None and done.revision is not None:
-        # A rollback finished: the member processes on the revision it was handed back to.
-        return replace(after, phase="RolledBack", finished_at=rec.now,
+        # A member of a rollback processes on the revision it was handed back to: hand back
+        # the next one, or the rollback is finished.
+        after = replace(after,
+                        members_restarted=tuple(o for o in state.members_restarted
+                                                if o != step.ordinal),
+                        members_rolled_back=(*state.members_rolled_back, step.ordinal))
+        handback, rest = _next_handback(state.rollback_pending, rec, done.revision)
+        if handback is not None:
+            return replace(after, phase="Rolling", in_flight=(*after.in_flight, handback),
+                           rollback_pending=rest,
+                           reason=(f"{state.failure or 'the rollout failed'}. Member "
+                                   f"{step.ordinal} was handed back to revision "
+                                   f"{done.revision} (it was away {step.absence_s:.1f} s); "
+                                   f"rolling member {handback.ordinal} back next"))
+        back = after.members_rolled_back
+        who = (f"Member {back[0]} was" if len(back) == 1
+               else f"Members {', '.join(map(str, back))} were")
+        return replace(after, phase="RolledBack", finished_at=rec.now, rollback_pending=(),
                        rebalances_during=_during(state, rec.observed),
-                       reason=(f"{state.failure or 'the rollout failed'}. Member "
-                               f"{step.ordinal} was handed back to "
-                               f"revision {done.revision} and processes again (it was away "
-                               f"{step.absence_s:.1f} s); fix the spec to roll again"))
+                       reason=(f"{state.failure or 'the rollout failed'}. {who} handed back "
+                               f"to revision {done.revision} and process again (the last "
+                               f"was away {step.absence_s:.1f} s); fix the spec to roll "
+                               "again"))
     if state.phase in ("Stopped", "Halted", "RolledBack"):
         return after
     return replace(after, phase="Rolling",
@@ -177,17 +193,31 @@ def _record_failed(state: RolloutState, step: Step, rec: Recording) -> RolloutSt
     failed = next(f for f in state.in_flight if f.ordinal == step.ordinal)
     if step.rollback and rec.observed.rollback_revision is not None:
         back = rec.observed.rollback_revision
+        # Every member this rollout put on the failing revision goes back, newest first: the
+        # failed one, the others stopped beside it, then the ones done, last done first.
+        stopped = sorted((f for f in state.in_flight if f.ordinal != step.ordinal
+                          and f.stopped_at is not None and f.revision is None),
+                         key=lambda f: f.order, reverse=True)
+        queue = tuple(dict.fromkeys((*(f.ordinal for f in stopped),
+                                     *reversed(state.members_restarted))))
         handback = InFlight(step.ordinal, None, pod_uid=_uid(rec.observed, step.ordinal),
                             mode="warm", prepared_at=rec.now, revision=back,
                             replacement=rec.observed.rollback_names.get(step.ordinal),
                             old_last_batch_at=failed.old_last_batch_at)
+        queue = tuple(o for o in queue if o != step.ordinal)
         return replace(
             state, phase="Rolling", rolled_back_to=back, failure=step.message,
-            reason=(f"{step.message}; rolling member {step.ordinal} back to revision {back} "
-                    "(spec.rollout.onFailure: Rollback) by warm handoff"),
-            in_flight=(handback,), pending=rec.plan)
+            reason=(f"{step.message}; rolling member(s) "
+                    f"{', '.join(map(str, (step.ordinal, *queue)))} back to revision {back} "
+                    "(spec.rollout.onFailure: Rollback) by warm handoff, one at a time"),
+            in_flight=(handback,), rollback_pending=queue, members_rolled_back=(),
+            pending=rec.plan)
     why = step.message + ("" if not step.rollback else (
         "; no revision to roll back to is known (no rollout completed before), so it halts"))
+    if state.rollback_pending or state.members_restarted:
+        on_it = sorted({*state.rollback_pending, *state.members_restarted})
+        why += (f" (member(s) {', '.join(map(str, on_it))} still run revision "
+                f"{rec.update_revision})")
     return replace(
         state, phase="Halted", finished_at=rec.now, failure=step.message,
         rebalances_during=_during(state, rec.observed),
@@ -195,7 +225,24 @@ def _record_failed(state: RolloutState, step: Step, rec: Recording) -> RolloutSt
                 "old revision keep serving. Fix the spec (or the transform) to roll again"
                 if not step.rollback else why + ". The members on the old revision keep "
                 "serving. Fix the spec (or the transform) to roll again"),
-        in_flight=(), pending=rec.plan)
+        in_flight=(), rollback_pending=(), pending=rec.plan)
+
+
+def _next_handback(queue: tuple[int, ...], rec: Recording,
+                   back: str) -> tuple[InFlight | None, tuple[int, ...]]:
+    """The next member of a rollback's `queue` to hand back to revision `back` (a warm
+    handoff: its standby of `back` is created by `pods.creates`), and the rest; members gone
+    (scaled away) or already on `back` are skipped."""
+    for i, ordinal in enumerate(queue):
+        member = rec.observed.member(ordinal)
+        if member is None or not member.pod_exists or member.revision == back:
+            continue
+        return (InFlight(ordinal, None, pod_uid=member.pod_uid, mode="warm",
+                         prepared_at=rec.now, revision=back,
+                         replacement=rec.observed.rollback_names.get(ordinal),
+                         old_last_batch_at=rec.observed.last_batches.get(member.pod_uid or "")),
+                queue[i + 1:])
+    return None, ()
 
 
 def _record_at_risk(state: RolloutState, step: Step, rec: Recording) -> RolloutState:

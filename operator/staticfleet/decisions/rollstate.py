@@ -261,6 +261,11 @@ class RolloutState:
     """Every safety check that holds the next member back this pass (`gates`)."""
     rolled_back_to: str | None = None
     """The revision a failed member was handed back to (`onFailure: Rollback`)."""
+    rollback_pending: tuple[int, ...] = ()
+    """A rollback's members still to hand back, in order (newest restart first), after the
+    one in flight."""
+    members_rolled_back: tuple[int, ...] = ()
+    """The members a rollback handed back so far, in order."""
     failure: str | None = None
     """Why this rollout failed (the member's own error), once it did."""
 
@@ -299,6 +304,8 @@ class RolloutState:
                              for b in status.get("blockedBy") or ()),
             rolled_back_to=status.get("rolledBackTo"),
             failure=status.get("failure"),
+            rollback_pending=tuple(status.get("rollbackPending") or ()),
+            members_rolled_back=tuple(status.get("membersRolledBack") or ()),
         )
 
     def to_status(self, rebalances_now: int) -> dict[str, Any]:
@@ -320,6 +327,8 @@ class RolloutState:
             "handoffs": [h.to_status() for h in self.handoffs],
             "blockedBy": [b.to_status() for b in self.blocked_by],
             "rolledBackTo": self.rolled_back_to,
+            "rollbackPending": list(self.rollback_pending),
+            "membersRolledBack": list(self.members_rolled_back),
             "failure": self.failure,
         }
         if self.started_at is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import typing
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollstate import Phase
+from staticfleet.decisions.rollstate import InFlight, Phase, RolloutState
 from staticfleet.decisions.specfields import SpecError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -68,6 +69,17 @@ def test_status_has_a_schema_not_a_blank_cheque(schema: dict[str, Any]) -> None:
     # The CRD's phases are the roller's, in the same order.
     assert phases == list(typing.get_args(Phase))
     assert "Halted" in phases and "RolledBack" in phases
+
+
+def test_every_rollout_status_key_the_roller_writes_is_in_the_schema(
+        schema: dict[str, Any]) -> None:
+    """The API server prunes a status field the schema lacks: the roller's memory (a
+    rollback's queue, say) would be lost on the next pass."""
+    full = RolloutState(revision="r", started_at=datetime(2026, 1, 1, tzinfo=UTC),
+                        finished_at=datetime(2026, 1, 1, tzinfo=UTC), rebalances_at_start=0,
+                        in_flight=(InFlight(1, None),))
+    written = set(full.to_status(0))
+    assert written - set(at(schema, "status.rollout")["properties"]) == set()
 
 
 def test_names_subresources_and_columns(crd: dict[str, Any]) -> None:

@@ -290,6 +290,74 @@ def test_rollback_hands_the_failed_member_back_by_warm_handoff_and_ends_rolled_b
     assert isinstance(next_step(state, serving, NEW, WARM, NOW), Wait), "never rolled on"
 
 
+def hand_back(state: RolloutState, o: int, others: tuple[ObservedMember, ...],
+              failing: ObservedMember, at: float) -> RolloutState:
+    """Member `o`'s handback to GOOD, from its standby being ready to its first batch there."""
+    base = group(*others, rollback_revision=GOOD,
+                  rollback_names={0: "orders-0-good", 1: "orders-1-good", 2: "orders-2-good"},
+                  lag={})
+    now = NOW + timedelta(seconds=at)
+    ready = replace(base, members=tuple(sorted(
+        (*others, replace(failing, standby=standby(o, rev=GOOD, pod_name=f"orders-{o}-good"))),
+        key=lambda m: m.ordinal)))
+    step = next_step(state, ready, NEW, WARM, now)
+    assert step == HandOver(o, f"uid-{o}", now), step
+    state = record_step(state, step, ready, NEW, now)
+    serving = replace(base, members=tuple(sorted(
+        (*others, member(o, GOOD, pod_name=f"orders-{o}-good", first_batch_at=now)),
+        key=lambda m: m.ordinal)))
+    later = now + timedelta(seconds=3)
+    step = next_step(state, serving, NEW, WARM, later)
+    assert isinstance(step, MarkMemberDone) and step.ordinal == o, step
+    return record_step(state, step, serving, NEW, later)
+
+
+def test_rollback_hands_back_every_restarted_member_newest_first() -> None:
+    """Issue 34 item 4: member 2 completed on the new revision, then member 1 failed. Rollback
+    hands back member 1, then member 2, each by warm handoff; only then is it RolledBack."""
+    failing = member(1, NEW, ready=False, crash="exit code 1: ValueError: bad record")
+    done2 = member(2, NEW)
+    observed = group(member(0, GOOD), failing, done2, rollback_revision=GOOD,
+                     rollback_names={1: "orders-1-good", 2: "orders-2-good"}, lag={})
+    state = rolling(stopped(1, 10), done=(2,))
+    step = next_step(state, observed, NEW, WARM, NOW)
+    assert isinstance(step, MemberFailed) and step.ordinal == 1 and step.rollback
+    state = record_step(state, step, observed, NEW, NOW)
+    assert [(f.ordinal, f.revision, f.replacement) for f in state.in_flight] == [
+        (1, GOOD, "orders-1-good")]
+    said = state.reason
+    # Member 1 processes on the good revision: member 2 is handed back next (not RolledBack).
+    state = hand_back(state, 1, (member(0, GOOD), done2), failing, at=1)
+    assert state.phase == "Rolling", state.reason
+    assert [(f.ordinal, f.revision, f.replacement, f.mode, f.stopped_at) for f in
+            state.in_flight] == [(2, GOOD, "orders-2-good", "warm", None)]
+    # Member 2 processes on the good revision: the rollout ends RolledBack, naming both.
+    back1 = member(1, GOOD, pod_name="orders-1-good")
+    state = hand_back(state, 2, (member(0, GOOD), back1), done2, at=10)
+    assert state.phase == "RolledBack" and state.in_flight == ()
+    assert "Members 1, 2 were handed back to revision good" in state.reason, state.reason
+    assert [h.ordinal for h in state.handoffs] == [1, 2] and state.members_restarted == ()
+    serving = group(member(0, GOOD), back1, member(2, GOOD, pod_name="orders-2-good"))
+    assert isinstance(next_step(state, serving, NEW, WARM, NOW), Wait), "never rolled on"
+    assert "rolling member(s) 1, 2 back to revision good" in said, said
+
+
+def test_a_rollback_in_progress_survives_a_status_round_trip() -> None:
+    state = RolloutState(revision=NEW, phase="Rolling", rolled_back_to=GOOD,
+                         rollback_pending=(2, 0))
+    assert RolloutState.from_status(state.to_status(0)).rollback_pending == (2, 0)
+
+
+def test_a_failing_member_on_the_failed_revision_does_not_hold_a_rollback_back() -> None:
+    """PreviousMemberProgressed guards a rollout going forward; a rollback is the remedy for a
+    failing revision, so members failing there do not hold its handovers back."""
+    state = replace(rolling(preparing(1, rev=GOOD), done=(2,)), rolled_back_to=GOOD,
+                    rollback_pending=(2,))
+    observed = group(member(0, GOOD), replace(member(1, NEW), standby=standby(
+        1, rev=GOOD, pod_name="orders-1-good")), member(2, NEW, failure="exit code 1: boom"))
+    assert gates.previous_progressed(ctx(state, observed), 1) is None
+
+
 def test_without_a_revision_to_go_back_to_rollback_halts() -> None:
     observed = group(member(0), member(1), member(2, NEW, failure="exit code 1: boom"))
     state = rolling(stopped(2, 10))
