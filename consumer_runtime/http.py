@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -35,22 +36,45 @@ Drain = Callable[[float | None, float], tuple[str | None, bool]]
 """Take a drain (hold seconds or None, seconds to wait): (why not, drained within the wait)."""
 MAX_BODY = 64 * 1024
 """The requests have no body to speak of; a longer one is refused unread (413)."""
+CLIENT_TIMEOUT_S = 5.0
+"""How long the server waits on a client's socket (each read of its request, each write of the
+answer) before it closes the connection: a client that connects and sends nothing, or stops
+halfway, holds a thread no longer than this. The operator's requests take milliseconds to send;
+a drain's wait for its answer is the member's, not the socket's."""
 
 
 def serve(telemetry: Telemetry, host: str, port: int,
           request: Callable[[str], str | None] = lambda action: "not started yet",
           token: Callable[[], str | None] = lambda: None,
-          drain: Drain | None = None) -> ThreadingHTTPServer:
+          drain: Drain | None = None,
+          client_timeout_s: float = CLIENT_TIMEOUT_S) -> ThreadingHTTPServer:
     """Start serving in a daemon thread; return the server (its port is the bound one).
     `request(action)` takes a POSTed request ("leave", "rejoin" or "activate"): None when
     accepted (202), else why not (409). Every POST needs `Authorization: Bearer <token()>`
     first (401 without one, 403 with another; `token()` None refuses them all); refusals are
-    counted and their callers logged at a rate limit."""
-    served = _Served(telemetry, request, token, drain)
-    server = ThreadingHTTPServer((host, port), partial(_Handler, served))
-    server.daemon_threads = True
+    counted and their callers logged at a rate limit. A connection whose client is silent for
+    `client_timeout_s` is closed (`CLIENT_TIMEOUT_S`)."""
+    served = _Served(telemetry, request, token, drain, client_timeout_s)
+    server = _Server((host, port), partial(_Handler, served))
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server
+
+
+class _Server(ThreadingHTTPServer):
+    """One thread per connection; a client that timed out or went away is one debug line, not
+    a traceback on stderr."""
+
+    daemon_threads = True
+    request_queue_size = 64
+    """The listen backlog (socketserver's default is 5: a sixth connection in a burst waited
+    for the kernel's 1 s SYN retry)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (TimeoutError, ConnectionError)):
+            log.debug("http: connection from %s closed: %s", client_address[0], exc)
+        else:
+            log.exception("http: a request from %s failed", client_address[0])
 
 
 @dataclass(frozen=True)
@@ -62,6 +86,7 @@ class _Served:
     request: Callable[[str], str | None]
     token: Callable[[], str | None]
     drain: Drain | None
+    client_timeout_s: float = CLIENT_TIMEOUT_S
     refusals: control.RefusalLog = field(default_factory=control.RefusalLog)
     refusals_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -72,6 +97,10 @@ class _Handler(BaseHTTPRequestHandler):
     def __init__(self, served: _Served, *args: Any) -> None:
         self.served = served
         super().__init__(*args)
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.served.client_timeout_s)
 
     def do_GET(self) -> None:
         now = time.monotonic()
