@@ -30,7 +30,7 @@ def server() -> Iterator[ThreadingHTTPServer]:
 
 
 def connect(server: ThreadingHTTPServer) -> socket.socket:
-    return socket.create_connection(server.server_address[:2], timeout=10)
+    return socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=10)
 
 
 def closed_after(sock: socket.socket) -> float:
