@@ -22,7 +22,13 @@ second leave of a member at epoch -2 writes the same record. The coordinator che
 instance id is known and held by that member id (and the group's READ right), so the answer says
 where the instance id stands (`outcome`). kafka-python carries the request (its client connects,
 authenticates and negotiates versions); the two message layouts below are Kafka's
-ConsumerGroupHeartbeat v1.
+ConsumerGroupHeartbeat v1. The same client (`GroupCoordinator`) asks the coordinator who is in
+the group for `membership.GroupView`: the member makes no librdkafka admin request.
+
+Nothing the leave meets escapes it: settings kafka-python cannot take are refused as the client
+is made (StaticLeaveError), and any other failure, of the settings or of a try, is an
+UNCONFIRMED result that names it. Key material given as PEM text is read from memory, never
+written to a file.
 """
 
 from __future__ import annotations
@@ -33,16 +39,14 @@ import json
 import logging
 import os
 import ssl
-import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kafka import KafkaClient
-from kafka.errors import KafkaError as KafkaPythonError
 from kafka.protocol.api import Request, Response
 from kafka.protocol.find_coordinator import FindCoordinatorRequest
 from kafka.protocol.types import (
@@ -72,8 +76,11 @@ UNCONFIRMED = "unconfirmed"
 """No answer that says where the instance id stands, within the time given."""
 
 _NONE, _COORDINATOR_LOADING, _COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR = 0, 14, 15, 16
-_UNKNOWN_MEMBER_ID, _FENCED_INSTANCE_ID, _GROUP_ID_NOT_FOUND = 25, 82, 69
-_RETRIABLE = {_COORDINATOR_LOADING, _COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR}
+_UNKNOWN_MEMBER_ID, _FENCED_INSTANCE_ID, GROUP_ID_NOT_FOUND = 25, 82, 69
+COORDINATOR_MOVING = frozenset({_COORDINATOR_LOADING, _COORDINATOR_NOT_AVAILABLE,
+                                _NOT_COORDINATOR})
+"""Error codes that say the group's coordinator moved or is loading the group: ask again,
+after a new coordinator lookup."""
 RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 """Pauses between tries: a coordinator moves within a second or two after a broker stops, and
 within the broker session timeout after one dies."""
@@ -86,9 +93,9 @@ def outcome(error_code: int, member_epoch: int) -> str | None:
         return LEFT if member_epoch == LEAVE_STATIC_EPOCH else UNCONFIRMED
     if error_code == _FENCED_INSTANCE_ID:
         return TAKEN
-    if error_code in (_UNKNOWN_MEMBER_ID, _GROUP_ID_NOT_FOUND):
+    if error_code in (_UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND):
         return GONE
-    if error_code in _RETRIABLE:
+    if error_code in COORDINATOR_MOVING:
         return None
     return UNCONFIRMED
 
@@ -135,7 +142,9 @@ class _NullableStruct(AbstractType):
         return None if Int8.decode(data) < 0 else self.schema.decode(data)
 
 
-class _Uuid(AbstractType):
+class Uuid(AbstractType):
+    """A UUID field (16 bytes), as in Kafka's topic ids."""
+
     @classmethod
     def encode(cls, value: bytes) -> bytes:
         return bytes(value)
@@ -149,7 +158,7 @@ class _Uuid(AbstractType):
 
 
 _TOPIC_PARTITIONS = CompactArray(
-    ("topic_id", _Uuid),
+    ("topic_id", Uuid),
     ("partitions", CompactArray(Int32)),
     ("_tagged_fields", TaggedFields))
 
@@ -241,7 +250,9 @@ def client_config(props: Mapping[str, str], client_id: str) -> dict[str, Any]:
 
 
 def tls_context(props: Mapping[str, str]) -> ssl.SSLContext:
-    """The TLS context of librdkafka's ssl.* properties (PEM text or file locations)."""
+    """The TLS context of librdkafka's ssl.* properties (PEM text or file locations). PEM text is
+    never written to a file: a client certificate and key given as text are read from memory
+    (`_in_memory`)."""
     cafile = props.get("ssl.ca.location")
     ctx = ssl.create_default_context(cafile=cafile or None, cadata=props.get("ssl.ca.pem") or None)
     if str(props.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
@@ -252,21 +263,30 @@ def tls_context(props: Mapping[str, str]) -> ssl.SSLContext:
     if cert and key:
         ctx.load_cert_chain(cert, key, password)
     elif cert_pem and key_pem:
-        # load_cert_chain reads files only: the PEM text goes through a private file that is
-        # gone once it is read.
-        with tempfile.TemporaryDirectory(prefix="staticleave-") as tmp:
-            os.chmod(tmp, 0o700)
-            paths = []
-            for name, text in (("cert.pem", cert_pem), ("key.pem", key_pem)):
-                path = os.path.join(tmp, name)
-                with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-                    f.write(text)
-                paths.append(path)
-            ctx.load_cert_chain(paths[0], paths[1], password)
+        with _in_memory(cert_pem) as cert_path, _in_memory(key_pem) as key_path:
+            ctx.load_cert_chain(cert_path, key_path, password)
     elif cert or key or cert_pem or key_pem:
         raise StaticLeaveError("ssl.certificate.*/ssl.key.*: a client certificate needs both "
                                "the certificate and its key; give both or neither")
     return ctx
+
+
+@contextlib.contextmanager
+def _in_memory(text: str) -> Iterator[str]:
+    """A path that reads `text` and names no file on any disk: an anonymous memory file
+    (memfd_create) through /proc/self/fd, closed on exit. `load_cert_chain` takes paths only,
+    and the CRD promises that key material is never written."""
+    if not hasattr(os, "memfd_create"):
+        raise StaticLeaveError("ssl.key.pem: this platform cannot read a key from memory "
+                               "(no memfd_create); run the member on Linux")
+    fd = os.memfd_create("staticleave-pem", os.MFD_CLOEXEC)
+    try:
+        data = memoryview(text.encode())
+        while data:
+            data = data[os.write(fd, data):]
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -286,9 +306,13 @@ class OidcToken(AbstractTokenProvider):
         if str(props.get("sasl.oauthbearer.method", "")).lower() != "oidc":
             raise StaticLeaveError("sasl.oauthbearer.method: only oidc is supported for "
                                    "OAUTHBEARER; set it to oidc with a token endpoint")
+        url = props.get("sasl.oauthbearer.token.endpoint.url")
+        if not url:
+            raise StaticLeaveError("sasl.oauthbearer.token.endpoint.url: not set; OIDC needs "
+                                   "the token endpoint")
         cafile = props.get("https.ca.location") or None
         ca_pem = props.get("https.ca.pem") or None
-        return cls(url=str(props["sasl.oauthbearer.token.endpoint.url"]),
+        return cls(url=str(url),
                    client_id=props.get("sasl.oauthbearer.client.id", ""),
                    client_secret=props.get("sasl.oauthbearer.client.secret", ""),
                    scope=props.get("sasl.oauthbearer.scope", ""),
@@ -313,80 +337,67 @@ class OidcToken(AbstractTokenProvider):
         return {k: v for k, v in pairs}
 
 
-# -- the leave -------------------------------------------------------------------------------------
+# -- a client of the group's coordinator ---------------------------------------------------------
 
-class StaticLeave:
-    """One client for confirming a static member's leaves: `warm` connects and finds the
-    coordinator ahead of the close (so the confirmation after it is one round trip), `confirm`
-    sends the leave until the coordinator answers."""
+class GroupCoordinator:
+    """A kafka-python client for requests to one group's coordinator, which `membership.GroupView`
+    shares with the leave: `find` asks a broker where the coordinator is (kept until `moved`),
+    `send` sends one request to a broker within a deadline, `reset` drops the connections after
+    a failure so that the next request starts afresh.
+
+    The constructor raises StaticLeaveError for settings the client cannot take (a SASL
+    mechanism it lacks); any other failure of the settings (a key that does not load, a file
+    that is missing) is kept in `unusable` and raised by `find`, so that no caller meets it
+    where it does not expect an error."""
 
     def __init__(self, props: Mapping[str, str], group_id: str, client_id: str,
                  make_client: Callable[..., Any] = KafkaClient) -> None:
         self.group_id = group_id
-        self.config = client_config(props, client_id)
         self.make_client = make_client
         self.client: Any = None
         self.coordinator: int | None = None
-
-    def warm(self, timeout_s: float = 5.0) -> None:
-        """Connect and find the coordinator now; errors are left for `confirm` to meet."""
+        self.config: dict[str, Any] = {}
+        self.unusable = ""
+        """Why the client's settings failed to load ("<error type>: <message>"); empty when
+        they loaded."""
         try:
-            self._coordinator(time.monotonic() + timeout_s)
-        except Exception as exc:  # whatever it is, `confirm` meets it again and says it
-            log.debug("static leave: warming up: %s", exc)
+            self.config = client_config(props, client_id)
+        except StaticLeaveError:
+            raise
+        except Exception as exc:
+            self.unusable = f"{type(exc).__name__}: {exc}"
 
-    def confirm(self, member_id: str, instance_id: str, deadline: float,
-                sleep: Callable[[float], None] = time.sleep) -> LeaveResult:
-        """Send the static leave of `member_id` until the coordinator says where `instance_id`
-        stands, or `deadline` (time.monotonic()) passes."""
-        began = time.monotonic()
-        tries, detail = 0, ""
-        while True:
-            tries += 1
-            try:
-                node = self._coordinator(deadline)
-                answer = self._send(node, static_leave_request(self.group_id, member_id,
-                                                               instance_id), deadline)
-                found = outcome(answer.error_code, answer.member_epoch)
-                detail = "" if answer.error_code == _NONE else (
-                    f"error {answer.error_code}: {answer.error_message or ''}".strip())
-                if found is None:
-                    self.coordinator = None
-            except Exception as exc:  # kafka-python's too: a close must not fail on its leave
-                found, detail = None, f"{type(exc).__name__}: {exc}"
-                self.coordinator = None
-                self._reset()
-            now = time.monotonic()
-            if found is not None:
-                return LeaveResult(found, tries, now - began, detail)
-            if now + retry_pause(tries) >= deadline:
-                return LeaveResult(UNCONFIRMED, tries, now - began, detail)
-            sleep(retry_pause(tries))
-
-    def close(self) -> None:
-        self._reset()
-
-    def _reset(self) -> None:
-        client, self.client = self.client, None
-        if client is not None:
-            with contextlib.suppress(KafkaPythonError, OSError):  # a broken client: nothing kept
-                client.close()
-
-    def _coordinator(self, deadline: float) -> int:
+    def find(self, deadline: float) -> int:
+        """The coordinator's node id: the one found last, else a FindCoordinator to the least
+        loaded broker."""
+        if self.unusable:
+            raise StaticLeaveError(f"the client's settings: {self.unusable}")
         if self.client is None:
-            self.client = self.make_client(**self.config)
+            # kafka-python's client connects and asks a broker's API versions as it is made
+            # (api_version_auto_timeout_ms): no longer than the deadline allows.
+            wait_ms = min(self.config.get("api_version_auto_timeout_ms", 5000),
+                          _ms_left(deadline))
+            self.client = self.make_client(**{**self.config,
+                                              "api_version_auto_timeout_ms": wait_ms})
         if self.coordinator is None:
             node = self.client.least_loaded_node()
             if node is None:
                 raise OSError("no broker reachable")
-            answer = self._send(node, FindCoordinatorRequest[1](self.group_id, 0), deadline)
+            answer = self.send(node, FindCoordinatorRequest[1](self.group_id, 0), deadline)
             if answer.error_code != _NONE:
                 raise OSError(f"FindCoordinator: error {answer.error_code}")
             self.coordinator = int(answer.coordinator_id)
         return self.coordinator
 
-    def _send(self, node: int, request: Any, deadline: float) -> Any:
-        timeout_ms = max(1, int((deadline - time.monotonic()) * 1000))
+    def api_versions(self) -> Mapping[int, tuple[int, int]]:
+        """The versions of each API the bootstrap broker takes (empty before `find`)."""
+        versions = self.client.get_api_versions() if self.client is not None else None
+        return versions or {}
+
+    def send(self, node: int, request: Any, deadline: float) -> Any:
+        """Send `request` to broker `node` and return its answer; OSError when none came by
+        the deadline."""
+        timeout_ms = _ms_left(deadline)
         if not self.client.await_ready(node, timeout_ms=timeout_ms):
             raise OSError(f"broker {node} not ready within {timeout_ms} ms")
         future = self.client.send(node, request)
@@ -396,3 +407,80 @@ class StaticLeave:
         if future.failed():
             raise future.exception
         return future.value
+
+    def moved(self) -> None:
+        """The coordinator moved (or is loading): look it up again before the next request."""
+        self.coordinator = None
+
+    def reset(self) -> None:
+        """Drop the client and the coordinator; never raises (a broken client: nothing kept)."""
+        self.coordinator = None
+        client, self.client = self.client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def close(self) -> None:
+        self.reset()
+
+
+def _ms_left(deadline: float) -> int:
+    """Milliseconds until `deadline` (time.monotonic()), at least 1."""
+    return max(1, int((deadline - time.monotonic()) * 1000))
+
+
+# -- the leave -------------------------------------------------------------------------------------
+
+class StaticLeave(GroupCoordinator):
+    """One client for confirming a static member's leaves: `warm` connects and finds the
+    coordinator ahead of the close (so the confirmation after it is one round trip), `confirm`
+    sends the leave until the coordinator answers. Neither raises: whatever fails, `confirm`
+    says so as an UNCONFIRMED result with the error as its detail; the constructor raises only
+    StaticLeaveError (see `GroupCoordinator`)."""
+
+    def warm(self, timeout_s: float = 5.0) -> None:
+        """Connect and find the coordinator now; errors are left for `confirm` to meet."""
+        try:
+            self.find(time.monotonic() + timeout_s)
+        except Exception as exc:  # whatever it is, `confirm` meets it again and says it
+            log.debug("static leave: warming up: %s", exc)
+
+    def confirm(self, member_id: str, instance_id: str, deadline: float,
+                sleep: Callable[[float], None] = time.sleep) -> LeaveResult:
+        """Send the static leave of `member_id` until the coordinator says where `instance_id`
+        stands, or `deadline` (time.monotonic()) passes. Never raises: a failure of any kind
+        is an UNCONFIRMED result that names it; settings that failed to load are one at once
+        (no try can succeed)."""
+        began = time.monotonic()
+        if self.unusable:
+            return LeaveResult(UNCONFIRMED, 0, 0.0, f"the client's settings: {self.unusable}")
+        try:
+            return self._confirm(member_id, instance_id, deadline, sleep, began)
+        except Exception as exc:  # a close must not fail on its leave
+            self.reset()
+            return LeaveResult(UNCONFIRMED, 0, time.monotonic() - began,
+                               f"{type(exc).__name__}: {exc}")
+
+    def _confirm(self, member_id: str, instance_id: str, deadline: float,
+                 sleep: Callable[[float], None], began: float) -> LeaveResult:
+        tries, detail = 0, ""
+        while True:
+            tries += 1
+            try:
+                node = self.find(deadline)
+                answer = self.send(node, static_leave_request(self.group_id, member_id,
+                                                              instance_id), deadline)
+                found = outcome(answer.error_code, answer.member_epoch)
+                detail = "" if answer.error_code == _NONE else (
+                    f"error {answer.error_code}: {answer.error_message or ''}".strip())
+                if found is None:
+                    self.moved()
+            except Exception as exc:  # kafka-python's too: a close must not fail on its leave
+                found, detail = None, f"{type(exc).__name__}: {exc}"
+                self.reset()
+            now = time.monotonic()
+            if found is not None:
+                return LeaveResult(found, tries, now - began, detail)
+            if now + retry_pause(tries) >= deadline:
+                return LeaveResult(UNCONFIRMED, tries, now - began, detail)
+            sleep(retry_pause(tries))

@@ -8,9 +8,12 @@ from __future__ import annotations
 import base64
 import datetime
 import io
+import os
 import ssl
+import sys
 import tempfile
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -376,20 +379,105 @@ def test_the_ca_comes_from_a_file_too(ca: Pem, tmp_path: Path) -> None:
     assert ca_subjects(tls_context({"ssl.ca.location": str(path)})) == [CA_SUBJECT]
 
 
-def test_a_client_certificate_in_pem_text_loads_and_leaves_no_file_behind(
-        ca: Pem, client_pem: Pem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+class FileWrites:
+    """What Python code opens for writing or creates on disk while it is on (`sys.audit`'s
+    open, tempfile and os.mkdir events); an audit hook cannot be removed, so one is added once
+    and switched on by `watching`."""
+
+    active: list[tuple[str, Any]] | None = None
+    hooked = False
+
+    @classmethod
+    def watching(cls) -> list[tuple[str, Any]]:
+        if not cls.hooked:
+            sys.addaudithook(cls._hook)
+            cls.hooked = True
+        cls.active = []
+        return cls.active
+
+    @classmethod
+    def stop(cls) -> None:
+        cls.active = None
+
+    @classmethod
+    def _hook(cls, event: str, args: tuple[Any, ...]) -> None:
+        seen = cls.active
+        if seen is None:
+            return
+        if event == "open":
+            path, mode, flags = args
+            writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+            if (mode and any(c in str(mode) for c in "wax+")) or (flags or 0) & writes:
+                seen.append((event, path))
+        elif event in ("tempfile.mkstemp", "tempfile.mkdtemp", "os.mkdir", "os.link",
+                       "os.symlink", "os.rename"):
+            seen.append((event, args))
+
+
+@pytest.fixture
+def file_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """Every file write or creation by Python code during the test (and the temp directory
+    pointed at an empty one, to see that nothing lands there either)."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    tls_context({"ssl.ca.pem": ca.cert, "ssl.certificate.pem": client_pem.cert,
-                 "ssl.key.pem": client_pem.key})
+    seen = FileWrites.watching()
+    try:
+        yield seen
+    finally:
+        FileWrites.stop()
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_client_key_that_does_not_match_is_refused_and_leaves_no_file_behind(
-        ca: Pem, client_pem: Pem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_client_certificate_in_pem_text_loads_from_memory_and_writes_no_file(
+        ca: Pem, client_pem: Pem, file_writes: list[Any]) -> None:
+    fds = open_fds()
+    ctx = tls_context({"ssl.ca.pem": ca.cert, "ssl.certificate.pem": client_pem.cert,
+                       "ssl.key.pem": client_pem.key})
+    assert isinstance(ctx, ssl.SSLContext)
+    assert file_writes == [], "the key material went through a file"
+    assert open_fds() <= fds, "the in-memory files are closed once read"
+
+
+def test_the_file_watch_sees_a_file_written_the_old_way(tmp_path: Path,
+                                                        file_writes: list[Any]) -> None:
+    """The watch above is not blind: a private file of the kind the leave wrote before is
+    seen."""
+    path = tmp_path / "key.pem"
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write("x")
+    path.unlink()
+    assert ("open", str(path)) in [(event, str(target)) for event, target in file_writes]
+    file_writes.clear()
+
+
+def test_a_client_key_that_does_not_match_is_refused_and_writes_no_file(
+        ca: Pem, client_pem: Pem, file_writes: list[Any]) -> None:
+    fds = open_fds()
     with pytest.raises(ssl.SSLError):
         tls_context({"ssl.certificate.pem": client_pem.cert, "ssl.key.pem": ca.key})
-    assert list(tmp_path.iterdir()) == []
+    assert file_writes == [] and open_fds() <= fds
+
+
+def test_an_encrypted_client_key_in_pem_text_takes_its_password_from_memory(
+        file_writes: list[Any]) -> None:
+    locked = self_signed("staticleave-test-locked-pem", password=b"pw")
+    tls_context({"ssl.certificate.pem": locked.cert, "ssl.key.pem": locked.key,
+                 "ssl.key.password": "pw"})
+    with pytest.raises(ssl.SSLError):
+        tls_context({"ssl.certificate.pem": locked.cert, "ssl.key.pem": locked.key,
+                     "ssl.key.password": "wrong"})
+    assert file_writes == []
+
+
+def test_without_memory_files_a_key_in_pem_text_is_refused_not_written(
+        client_pem: Pem, monkeypatch: pytest.MonkeyPatch, file_writes: list[Any]) -> None:
+    monkeypatch.delattr(os, "memfd_create")
+    with pytest.raises(StaticLeaveError, match=r"^ssl\.key\.pem: .*memfd_create"):
+        tls_context({"ssl.certificate.pem": client_pem.cert, "ssl.key.pem": client_pem.key})
+    assert file_writes == []
 
 
 def test_an_encrypted_client_key_takes_its_password(tmp_path: Path) -> None:
@@ -724,3 +812,89 @@ def test_close_drops_the_client_even_one_that_fails_to_close(clock: Clock) -> No
     leave.close()
     assert cluster.clients[0].closed and leave.client is None
     leave.close()  # nothing left to close
+
+
+# -- nothing the leave meets escapes it (a member's stop must not fail on its leave) ---------------
+
+
+@pytest.mark.parametrize(("props", "detail"), [
+    ({"bootstrap.servers": "b:9093", "security.protocol": "SSL", "ssl.ca.pem": "not a PEM"},
+     "SSLError: "),
+    ({"bootstrap.servers": "b:9093", "security.protocol": "SSL",
+      "ssl.ca.location": "/nonexistent/ca.pem"}, "FileNotFoundError: "),
+    ({"security.protocol": "PLAINTEXT"}, "KeyError: 'bootstrap.servers'"),
+], ids=["ssl.SSLError", "OSError", "KeyError"])
+def test_settings_that_fail_to_load_make_every_leave_unconfirmed_at_once(
+        props: dict[str, str], detail: str, clock: Clock) -> None:
+    cluster = Cluster(finds=[coordinator(3)], beats=[heartbeat()])
+    leave = StaticLeave(props, "g", "orders-0-leave", make_client=cluster.make_client)
+    leave.warm()
+    result = leave.confirm("m-1", "orders-0", clock.now + 20, sleep=clock.sleep)
+    assert (result.outcome, result.tries, result.seconds) == (UNCONFIRMED, 0, 0.0)
+    assert result.detail.startswith("the client's settings: " + detail), result.detail
+    assert result.as_status()["detail"] == result.detail
+    assert cluster.clients == [] and clock.sleeps == []  # no try can succeed: none is made
+    leave.close()
+
+
+def test_any_error_of_the_settings_is_kept_for_the_result(
+        monkeypatch: pytest.MonkeyPatch, clock: Clock) -> None:
+    def broken(props: Any, client_id: str) -> dict[str, Any]:
+        raise RuntimeError("something unforeseen")
+
+    monkeypatch.setattr(staticleave, "client_config", broken)
+    result = leave_for(Cluster()).confirm("m-1", "orders-0", clock.now + 20, sleep=clock.sleep)
+    assert (result.outcome, result.detail) == (
+        UNCONFIRMED, "the client's settings: RuntimeError: something unforeseen")
+
+
+def test_settings_the_client_cannot_take_are_still_refused_when_it_is_made() -> None:
+    """The one error the constructor raises: the member catches it, says it once and leaves
+    the leave to librdkafka's (member.py, `_static_leave`)."""
+    with pytest.raises(StaticLeaveError, match=r"^sasl\.mechanism: "):
+        StaticLeave({"bootstrap.servers": "b:9092", "security.protocol": "SASL_SSL",
+                     "sasl.mechanism": "GSSAPI"}, "g", "c")
+
+
+def test_oidc_without_a_token_endpoint_is_refused_naming_it() -> None:
+    props = {k: v for k, v in OIDC.items() if k != "sasl.oauthbearer.token.endpoint.url"}
+    with pytest.raises(StaticLeaveError, match=r"^sasl\.oauthbearer\.token\.endpoint\.url: "):
+        client_config(props, "c")
+
+
+def test_an_error_between_the_tries_is_an_unconfirmed_result(clock: Clock) -> None:
+    cluster = Cluster(finds=[coordinator(3)] * 2, beats=[heartbeat(15)] * 2)
+    leave = leave_for(cluster)
+
+    def sleep(seconds: float) -> None:
+        raise RuntimeError("interrupted")
+
+    result = leave.confirm("m-1", "orders-0", clock.now + 20, sleep=sleep)
+    assert (result.outcome, result.detail) == (UNCONFIRMED, "RuntimeError: interrupted")
+    assert leave.client is None and cluster.clients[0].closed  # nothing kept
+
+
+@pytest.mark.parametrize("error", [KafkaError("broken"), RuntimeError("unforeseen"),
+                                   ssl.SSLError("bad record")],
+                         ids=["kafka-python's", "any other", "ssl.SSLError"])
+def test_a_client_that_fails_to_close_fails_neither_a_try_nor_close(
+        error: Exception, clock: Clock) -> None:
+    cluster = Cluster(finds=[coordinator(3)] * 2,
+                      beats=[KafkaConnectionError("socket disconnected"), heartbeat()])
+    leave = leave_for(cluster)
+    leave.warm()
+    cluster.clients[0].close_error = error
+    result = leave.confirm("m-1", "orders-0", clock.now + 20, sleep=clock.sleep)
+    assert (result.outcome, result.tries) == (LEFT, 2)  # the failed try dropped the client
+    cluster.clients[1].close_error = error
+    leave.close()
+    assert leave.client is None and all(client.closed for client in cluster.clients)
+
+
+def test_the_client_is_made_within_the_time_left(clock: Clock) -> None:
+    """kafka-python's client connects and asks the API versions as it is made: it waits no
+    longer than the deadline allows (api_version_auto_timeout_ms)."""
+    cluster = Cluster(finds=[coordinator(3)] * 2, beats=[heartbeat()] * 2)
+    leave_for(cluster).confirm("m-1", "orders-0", clock.now + 1.5, sleep=clock.sleep)
+    leave_for(cluster).confirm("m-1", "orders-0", clock.now + 60, sleep=clock.sleep)
+    assert [c.config["api_version_auto_timeout_ms"] for c in cluster.clients] == [1500, 5000]
