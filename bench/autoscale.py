@@ -176,7 +176,8 @@ class Staticfleet:
         known = g.capacity if now < g.saturated_until else None
         load = Load(lag_records=int(g.lag), lag_age_s=5.0, members=tuple(
             MemberLoad(per, busy, known) for _ in range(ready)),
-            end_offsets=(now - g.ends[0], g.ends[1]))
+            # the model produces to the topic as a whole: its sum stands as one partition's
+            end_offsets={("t", 0): (now - g.ends[0], g.ends[1])})
         situation = Situation(replicas=g.replicas, ready=ready,
                               group_state="Stable" if now >= g.paused_until else
                               "PreparingRebalance", rollout_in_progress=False)

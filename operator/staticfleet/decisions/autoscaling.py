@@ -65,6 +65,7 @@ bench/autoscale.py --real a scale-down's next pass read 20,875 records of lag (3
 group's real lag never passed 14 s, and scaled 1 -> 8."""
 SAMPLE_S = 15.0
 """The arrival rate is estimated from lag samples at least this far apart."""
+TP = tuple[str, int]
 HOUR = timedelta(hours=1)
 
 
@@ -132,9 +133,10 @@ class Load:
     lag_records: int | None
     lag_age_s: float | None
     members: tuple[MemberLoad, ...] = ()
-    end_offsets: tuple[float, int] | None = None
-    """(seconds since the brokers were asked, the sum of the subscribed partitions' end
-    offsets): what arrived, read once a minute for the whole cluster."""
+    end_offsets: Mapping[TP, tuple[float, int]] | None = None
+    """Each subscribed partition's (seconds since the brokers were asked, end offset): what
+    arrived, read once a minute for the whole cluster. A partition whose read failed, or that
+    has no committed offset yet, is absent: no figure, never a zero."""
 
     @property
     def rate(self) -> float:
@@ -233,22 +235,20 @@ def arrival_rate(load: Load, previous: Mapping[str, Any], now: datetime
                  ) -> tuple[float | None, dict[str, Any] | None, bool]:
     """Records/s arriving, the sample to keep, and whether the rate is a new measurement: the
     growth of the partitions' end offsets between two reads at least `SAMPLE_S` apart (the
-    brokers' own count of what was produced). Without end offsets: the processing rate plus the
-    lag's growth since the last sample, which overstates arrival for up to a minute after a
-    load drops (the members' rate is a minute's average)."""
+    brokers' own count of what was produced), partition by partition (`end_offset_growth`).
+    Without end offsets: the processing rate plus the lag's growth since the last sample,
+    which overstates arrival for up to a minute after a load drops (the members' rate is a
+    minute's average)."""
     kept = previous.get("arrivalRecordsPerSecond")
     sample = previous.get("sample") or {}
-    if load.end_offsets is not None:
-        age, total = load.end_offsets
-        read = now - timedelta(seconds=age)
-        mark = {"at": c.rfc3339(read), "endOffsets": total}
-        at = _parse_time(sample.get("at"))
-        if at is None or sample.get("endOffsets") is None:
-            return kept, mark, False
-        elapsed = (read - at).total_seconds()
-        if elapsed < SAMPLE_S:
-            return kept, dict(sample), False
-        return max(0.0, (total - int(sample["endOffsets"])) / elapsed), mark, True
+    before = parse_end_sample(sample)
+    if load.end_offsets:
+        now_read = {tp: (now - timedelta(seconds=age), end)
+                    for tp, (age, end) in load.end_offsets.items()}
+        rate, keep = end_offset_growth(before or {}, now_read)
+        return (kept if rate is None else rate), end_sample(keep), rate is not None
+    if before is not None:
+        return kept, dict(sample), False  # no end offset read this pass: no sample
     if load.lag_records is None:
         return kept, sample or None, False
     at = _parse_time(sample.get("at"))
@@ -260,6 +260,64 @@ def arrival_rate(load: Load, previous: Mapping[str, Any], now: datetime
     growth = (load.lag_records - int(sample["lagRecords"])) / elapsed
     return (max(0.0, load.rate + growth),
             {"at": c.rfc3339(now), "lagRecords": load.lag_records}, True)
+
+
+def end_offset_growth(before: Mapping[TP, tuple[datetime, int]],
+                      now: Mapping[TP, tuple[datetime, int]]
+                      ) -> tuple[float | None, dict[TP, tuple[datetime, int]]]:
+    """Records/s arriving from two per-partition samples (partition -> when read, end offset),
+    and the sample to keep. Only a partition present in both, read again at least `SAMPLE_S`
+    after its figure in `before`, counts, with its own interval: one missing from either
+    (a failed read, a partition with no commit yet) is left out, never counted as zero, so a
+    changing set of partitions is no arrival. A partition whose end went back (a topic made
+    again) starts over. None: no partition gives a measurement yet. The sample kept has, per
+    partition read now, the figure measured from, or its older one still waiting for
+    `SAMPLE_S`."""
+    rate, measured = 0.0, False
+    keep: dict[TP, tuple[datetime, int]] = {}
+    for tp, (at, end) in now.items():
+        old = before.get(tp)
+        if old is None or end < old[1]:
+            keep[tp] = (at, end)
+            continue
+        elapsed = (at - old[0]).total_seconds()
+        if elapsed < SAMPLE_S:
+            keep[tp] = old
+            continue
+        rate += (end - old[1]) / elapsed
+        measured = True
+        keep[tp] = (at, end)
+    return (rate if measured else None), keep
+
+
+def end_sample(ends: Mapping[TP, tuple[datetime, int]]) -> dict[str, Any]:
+    """`status.autoscaling.sample` of per-partition end offsets, grouped by when they were
+    read: {"endOffsets": [{"at": ..., "offsets": [[topic, partition, end], ...]}, ...]}."""
+    by_time: dict[str, list[list[Any]]] = {}
+    for (topic, partition), (at, end) in sorted(ends.items()):
+        by_time.setdefault(c.rfc3339_ms(at), []).append([topic, partition, end])
+    return {"endOffsets": [{"at": at, "offsets": offsets}
+                           for at, offsets in sorted(by_time.items())]}
+
+
+def parse_end_sample(sample: Mapping[str, Any]) -> dict[TP, tuple[datetime, int]] | None:
+    """The per-partition end offsets of a kept sample (`end_sample`); None when it is not of
+    that kind (a lag sample, or a total of an older operator's, which no partition can be
+    compared with)."""
+    groups = sample.get("endOffsets")
+    if not isinstance(groups, list):
+        return None
+    out: dict[TP, tuple[datetime, int]] = {}
+    for group in groups:
+        at = _parse_time(group.get("at")) if isinstance(group, Mapping) else None
+        if at is None:
+            continue
+        for entry in group.get("offsets") or ():
+            try:
+                out[(str(entry[0]), int(entry[1]))] = (at, int(entry[2]))
+            except (TypeError, ValueError, IndexError):
+                continue
+    return out
 
 
 def recent_arrivals(previous: Mapping[str, Any], arrival: float | None, fresh: bool,

@@ -122,11 +122,9 @@ def _autoscale(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable, roll
                                 t.get("capacityRecordsPerSecond"))
                   for s in snap.statuses.values()
                   if s.get("assignment") and isinstance(t := s.get("throughput"), Mapping))
-    ends = snap.end_offsets
     load = au.Load(lag_records=sum(snap.lag.values()) if snap.lag is not None else None,
                    lag_age_s=snap.lag_age_s, members=loads,
-                   end_offsets=(max(age for age, _ in ends.values()),
-                                sum(end for _, end in ends.values())) if ends else None)
+                   end_offsets=snap.end_offsets or None)
     situation = au.Situation(
         replicas=spec.replicas, ready=table.ready_count(spec.replicas),
         group_state=snap.group.state,

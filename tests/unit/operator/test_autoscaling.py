@@ -351,27 +351,84 @@ def test_the_arrival_rate_needs_two_samples_far_enough_apart() -> None:
     assert shrinking.status["arrivalRecordsPerSecond"] == 0.0
 
 
+def ends(age: float, *offsets: int, topic: str = "orders") -> dict[tuple[str, int], Any]:
+    """End offsets of partitions 0.. of `topic`, all read `age` seconds ago."""
+    return {(topic, p): (age, end) for p, end in enumerate(offsets)}
+
+
+def end_sampled(seconds_ago: float, *offsets: int, **more: Any) -> dict[str, Any]:
+    """A previous status with a per-partition end-offset sample `seconds_ago`."""
+    return {"sample": {"endOffsets": [{"at": c.rfc3339_ms(NOW - timedelta(seconds=seconds_ago)),
+                                       "offsets": [["orders", p, end]
+                                                   for p, end in enumerate(offsets)]}]},
+            **more}
+
+
 def test_the_arrival_rate_is_the_growth_of_the_end_offsets_the_brokers_report() -> None:
     # what the brokers' end offsets say wins over the members' minute-long rate: right after a
     # load dropped, members still average the load, the end offsets do not
-    def load(ends: tuple[float, int]) -> Load:
-        return Load(lag_records=1_000, lag_age_s=5, members=members(4, 100, 0.5),
-                    end_offsets=ends)
-    first = decide(load((10, 50_000)))
+    def load(e: dict[tuple[str, int], Any]) -> Load:
+        return Load(lag_records=1_000, lag_age_s=5, members=members(4, 100, 0.5), end_offsets=e)
+    first = decide(load(ends(10, 20_000, 30_000)))
     assert first.status["arrivalRecordsPerSecond"] is None
-    assert first.status["sample"] == {"at": ago(10), "endOffsets": 50_000}
+    assert first.status["sample"] == end_sampled(10, 20_000, 30_000)["sample"]
     # the same read again (the brokers are asked once a minute): nothing new
-    same = decide(load((40, 50_000)), {"sample": {"at": ago(10), "endOffsets": 50_000},
-                                       "arrivalRecordsPerSecond": 33.0})
+    same = decide(load(ends(40, 20_000, 30_000)),
+                  end_sampled(40, 20_000, 30_000, arrivalRecordsPerSecond=33.0))
     assert same.status["arrivalRecordsPerSecond"] == 33.0
-    assert same.status["sample"] == {"at": ago(10), "endOffsets": 50_000}
-    later = decide(load((5, 51_200)), {"sample": {"at": ago(65), "endOffsets": 50_000}})
+    assert same.status["sample"] == end_sampled(40, 20_000, 30_000)["sample"]
+    later = decide(load(ends(5, 20_500, 30_700)), end_sampled(65, 20_000, 30_000))
     assert later.status["arrivalRecordsPerSecond"] == 20.0  # 1,200 records in 60 s
     assert later.status["arrivals"] == [[c.rfc3339(NOW), 20.0]]
-    # a previous sample of the lag-based kind is replaced, not mixed in
-    switched = decide(load((5, 51_200)), sampled(400, seconds_ago=30))
-    assert switched.status["sample"] == {"at": ago(5), "endOffsets": 51_200}
-    assert switched.status["arrivalRecordsPerSecond"] is None
+    assert later.status["sample"] == end_sampled(5, 20_500, 30_700)["sample"]
+    # a previous sample of the lag-based kind, or an older operator's total, is replaced
+    for kind in (sampled(400, seconds_ago=30), {"sample": {"at": ago(30), "endOffsets": 9}}):
+        switched = decide(load(ends(5, 20_500, 30_700)), kind)
+        assert switched.status["sample"] == end_sampled(5, 20_500, 30_700)["sample"]
+        assert switched.status["arrivalRecordsPerSecond"] is None
+
+
+ARRIVALS: list[tuple[str, dict[str, Any], dict[tuple[str, int], Any] | None, float | None]] = [
+    # issue 34 item 5: 2 partitions at t=0, 4 at t=20 s on an idle topic was 100,000/s
+    ("more partitions now: only the ones in both count", end_sampled(20, 100_000, 100_000),
+     ends(0, 100_000, 100_000, 100_000, 100_000), 0.0),
+    ("fewer partitions now (a failed read): no zero for the missing one",
+     end_sampled(20, 100_000, 100_000, 100_000), ends(0, 100_200, 100_200), 20.0),
+    ("no end offset read at all: no sample, the last rate kept",
+     end_sampled(20, 100_000, arrivalRecordsPerSecond=7.0), None, 7.0),
+    ("a partition whose end went back starts over, the others count",
+     end_sampled(20, 100_000, 100_000), ends(0, 5, 100_400), 20.0),
+    ("a partition read again too soon waits, the others count",
+     {"sample": {"endOffsets": [
+         {"at": c.rfc3339_ms(NOW - timedelta(seconds=20)), "offsets": [["orders", 0, 100]]},
+         {"at": c.rfc3339_ms(NOW - timedelta(seconds=5)), "offsets": [["orders", 1, 100]]}]}},
+     ends(0, 300, 900_000), 10.0),
+    ("each partition over its own interval",
+     {"sample": {"endOffsets": [
+         {"at": c.rfc3339_ms(NOW - timedelta(seconds=20)), "offsets": [["orders", 0, 100]]},
+         {"at": c.rfc3339_ms(NOW - timedelta(seconds=40)), "offsets": [["orders", 1, 100]]}]}},
+     ends(0, 300, 500), 20.0),
+]
+
+
+@pytest.mark.parametrize(("what", "previous", "now", "expected"), ARRIVALS,
+                         ids=[a[0] for a in ARRIVALS])
+def test_the_arrival_rate_compares_each_partition_with_itself(
+        what: str, previous: dict[str, Any], now: dict[tuple[str, int], Any] | None,
+        expected: float | None) -> None:
+    out = decide(Load(lag_records=0, lag_age_s=5, members=members(4, 100, 0.5),
+                      end_offsets=now), previous)
+    assert out.status["arrivalRecordsPerSecond"] == expected
+
+
+def test_a_partition_read_again_too_soon_keeps_its_older_figure_in_the_sample() -> None:
+    previous = {"sample": {"endOffsets": [
+        {"at": c.rfc3339_ms(NOW - timedelta(seconds=20)), "offsets": [["orders", 0, 100]]},
+        {"at": c.rfc3339_ms(NOW - timedelta(seconds=5)), "offsets": [["orders", 1, 100]]}]}}
+    out = decide(Load(lag_records=0, lag_age_s=5, end_offsets=ends(0, 300, 900)), previous)
+    assert out.status["sample"] == {"endOffsets": [
+        {"at": c.rfc3339_ms(NOW - timedelta(seconds=5)), "offsets": [["orders", 1, 100]]},
+        {"at": c.rfc3339_ms(NOW), "offsets": [["orders", 0, 300]]}]}
 
 
 def test_lag_seconds_is_the_backlog_at_the_measured_rate() -> None:

@@ -186,6 +186,25 @@ def test_nothing_to_scale() -> None:
     assert not [e for e in reasons(plan) if e.startswith("Scaled")]
 
 
+def test_the_arrival_rate_compares_only_partitions_read_in_both_samples() -> None:
+    """Issue 34 item 5: 2 partitions' end offsets at t=0 and 4 at t=20 s (two more got their
+    first commit, or a read had failed) is no arrival on an idle topic."""
+    cg = body(replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 6,
+                                       "targetLagSeconds": 10})
+    pods, status = settled(cg)
+    lag = {("orders", p): 0 for p in range(6)}
+    ends = {("orders", p): 50_000 for p in range(6)}
+    first = replace(snapshot(cg, pods, previous=status, lag=lag),
+                    end_offsets={tp: (0.0, ends[tp]) for tp in list(ends)[:2]})
+    plan = decide(first)
+    assert plan.status["autoscaling"].get("arrivalRecordsPerSecond") is None
+    later = replace(snapshot(cg, pods, previous=without_nulls(dict(plan.status)), lag=lag,
+                             now_offset_s=20),
+                    end_offsets={tp: (0.0, ends[tp]) for tp in list(ends)[:4]})
+    auto = decide(later).status["autoscaling"]
+    assert auto["arrivalRecordsPerSecond"] == 0.0, auto
+
+
 def test_the_autoscaler_sets_replicas_from_the_lag_and_steps_aside_when_removed() -> None:
     cg = body(replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 6,
                                        "targetLagSeconds": 10})
