@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from staticfleet import apply, lagreads, metrics
@@ -120,9 +120,11 @@ class Deps:
 
     def note_drained(self, uid: str, at: datetime, last_batch_at: datetime | None = None) -> None:
         """The process of member pod `uid` answered a drain: its consumer closed `at`, after
-        its last batch ended `last_batch_at` (both from its own clock)."""
+        its last batch ended `last_batch_at` (both from its own clock). The answer is an
+        answer: a process that drains for long is not silent (`InFlight.away_since`)."""
         with self.lock:
             self.closed_by_pod[uid] = at
+            self.answers[uid] = max(at, self.answers.get(uid, at))
             _keep_latest(self.closed_by_pod)
             if last_batch_at is not None:
                 self.final_batches[uid] = last_batch_at
@@ -149,16 +151,18 @@ class Deps:
 
     def note_answers(self, uids: Sequence[str], pods: Sequence[Mapping[str, Any]],
                      now: datetime) -> dict[str, datetime]:
-        """Record this pass's answers; return the last answer of each of `pods`."""
+        """Record this pass's answers (each at its own read time, `_member_statuses`, else
+        `now`); return the last answer of each of `pods` and of each process whose close is
+        known (its pod may be gone, its last answer still dates its silence)."""
         with self.lock:
             for uid in uids:
-                self.answers[uid] = now
+                self.answers[uid] = max(now, self.answers.get(uid, now))
             if len(self.answers) > CLOSED_KEPT:
                 for uid in sorted(self.answers, key=self.answers.__getitem__)[
                         :len(self.answers) - CLOSED_KEPT]:
                     del self.answers[uid]
-            return {p["metadata"]["uid"]: self.answers[p["metadata"]["uid"]] for p in pods
-                    if p["metadata"]["uid"] in self.answers}
+            wanted = {p["metadata"]["uid"] for p in pods} | set(self.closed_by_pod)
+            return {uid: at for uid, at in self.answers.items() if uid in wanted}
 
     def note_refusal(self, owner_uid: str, pod_name: str, message: str) -> None:
         with self.lock:
@@ -387,17 +391,23 @@ def _member_statuses(pods: Sequence[Mapping[str, Any]],
                      deps: Deps) -> dict[str, Mapping[str, Any]]:
     """Each running pod's `/status`, by pod uid (absent when it does not answer)."""
     try:
-        futures = {p["metadata"]["uid"]: deps.http_pool.submit(
-            memberhttp.read_member_status, ip, MEMBER_PORT)
-            for p in pods if (ip := (p.get("status") or {}).get("podIP"))}
+        futures = {p["metadata"]["uid"]: deps.http_pool.submit(_read_status, ip)
+                   for p in pods if (ip := (p.get("status") or {}).get("podIP"))}
     except RuntimeError:  # the operator is shutting down: the pool is closed
         return {}
     out: dict[str, Mapping[str, Any]] = {}
     for uid, fut in futures.items():
-        answer = fut.result()
+        answer, read_at = fut.result()
         if answer is not None:
             out[uid] = answer
+            with deps.lock:  # stamped with its own read time, not the pass's start
+                deps.answers[uid] = max(read_at, deps.answers.get(uid, read_at))
     return out
+
+
+def _read_status(ip: str) -> tuple[Mapping[str, Any] | None, datetime]:
+    """A member's `/status` and when its answer came."""
+    return memberhttp.read_member_status(ip, MEMBER_PORT), datetime.now(UTC)
 
 
 # --- execute --------------------------------------------------------------------------------

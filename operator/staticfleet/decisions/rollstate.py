@@ -30,9 +30,11 @@ ACTIVATION_GIVE_UP_S = 5.0
 """How long after the activation was sent a standby replacement may go without taking it (not
 answering, or still in standby) before a cold start replaces it."""
 SILENT_BEFORE_CLOSE_S = 5.0
-"""An old member process that stopped answering /status this long before its close (or, not
-closed yet, before now) is taken as frozen: its absence counts from its last answer, since a
-frozen process sends no heartbeat either."""
+"""An old member process silent this long before its close, counted from the later of its last
+answer (a /status read or its drain's answer, each at its own time) and the start of its stop,
+is taken as frozen: its absence counts from its last answer, since a frozen process sends no
+heartbeat either. Time before the stop between two passes' reads is no silence, nor is a drain
+that answers when it closed."""
 
 
 @dataclass(frozen=True)
@@ -167,13 +169,14 @@ class InFlight:
         """When the member stopped heartbeating, as far as seen: its process's close (the old
         pod's drain is not absence), or the deletion while the close is not known; None before
         the stop. A process that went silent (no /status answer) more than
-        `SILENT_BEFORE_CLOSE_S` before its close was frozen, and a frozen process heartbeats no
-        more than it answers: its absence counts from its last answer."""
+        `SILENT_BEFORE_CLOSE_S` before its close, after its stop began, was frozen, and a
+        frozen process heartbeats no more than it answers: its absence counts from its last
+        answer."""
         if self.stopped_at is None:
             return None
         seen, closed = self.old_last_seen_at, self.closed_at
         if closed is not None and seen is not None and (
-                (closed - seen).total_seconds() > SILENT_BEFORE_CLOSE_S):
+                (closed - max(seen, self.stopped_at)).total_seconds() > SILENT_BEFORE_CLOSE_S):
             return seen
         return closed or self.stopped_at
 

@@ -143,6 +143,34 @@ def test_a_drains_close_is_not_moved_later_by_the_pod_watch() -> None:
     assert deps.closed_by_pod["uid-2"] == drained.replace(microsecond=0) + timedelta(seconds=3)
 
 
+def test_each_status_answer_is_stamped_with_its_own_read_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34 item 6: an answer stamped with the pass's start (here 10 s before the read) made
+    the silence before a close look longer than it was."""
+    from datetime import UTC, datetime, timedelta
+
+    monkeypatch.setattr(memberhttp, "read_member_status", lambda ip, port: {"memberId": "m"})
+    deps = service.Deps(kube=cast(apply.Kube, object()))
+    pod = {"metadata": {"uid": "uid-1"}, "status": {"podIP": "10.0.0.1"}}
+    before = datetime.now(UTC)
+    statuses = service._member_statuses([pod], deps)
+    answers = deps.note_answers(list(statuses), [pod], before - timedelta(seconds=10))
+    assert answers["uid-1"] >= before
+    deps.http_pool.shutdown()
+
+
+def test_a_drains_answer_is_an_answer_kept_after_its_pod_is_gone() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    deps = service.Deps(kube=cast(apply.Kube, object()))
+    pod = {"metadata": {"uid": "uid-1"}}
+    start = datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC)
+    deps.note_answers(["uid-1"], [pod], start)
+    deps.note_drained("uid-1", start + timedelta(seconds=12))
+    assert deps.note_answers([], [], start + timedelta(seconds=13)) == {
+        "uid-1": start + timedelta(seconds=12)}
+
+
 def exited(uid: str, message: str, exit_code: int = 0,
            finished: str = "2026-11-24T12:00:04Z") -> dict[str, object]:
     """A member pod being deleted whose container exited with `message` as its termination

@@ -1485,6 +1485,56 @@ def test_a_switchovers_figures_come_from_the_members_clocks_to_the_millisecond()
     assert c.parse_rfc3339(handoff["processingGapFrom"]).timestamp() == last_batch
 
 
+@pytest.mark.parametrize("drain_s", [6.0, 12.0])
+@pytest.mark.parametrize("old_pod_seen_next", [True, False])
+def test_a_long_drain_is_not_absence(drain_s: float, old_pod_seen_next: bool) -> None:
+    """Issue 34 item 6: drains of 6 s and 12 s were recorded as absences of 6,050 and
+    12,050 ms: the last /status answer was the switchover pass's read, the close the drain's
+    answer, more than 5 s apart, so the old process was taken as frozen. The drain's answer is
+    an answer (`Deps.note_drained`), stamped with its own time, and is kept after the old pod
+    is gone; the member was in the group throughout: 50 ms away."""
+    from typing import cast
+
+    from staticfleet import apply, service
+
+    deps = service.Deps(kube=cast(apply.Kube, object()))
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    roll.t += 5
+    pods = [*roll.pods, roll.standby]
+    statuses = roll.statuses(standby="ready", standby_ready_at=roll.at(5))
+    switch_at = NOW + timedelta(seconds=roll.t)
+    plan = decide(replace(snapshot(
+        WARM_NEW, pods, previous=roll.status, in_group=(0, 1, 2), now_offset_s=roll.t,
+        statuses=statuses), last_answers=deps.note_answers(list(statuses), pods, switch_at)))
+    (switch,) = plan.switchovers
+    roll.status = without_nulls(dict(plan.status))
+    closed = switch_at + timedelta(seconds=drain_s)  # the drain's answer
+    deps.note_drained(switch.old.uid, closed, closed - timedelta(seconds=0.2))
+    roll.pods = [deleting(p, 0) if p is roll.old2 else p for p in roll.pods]
+    if not old_pod_seen_next:
+        roll.pods = [p for p in roll.pods if p["metadata"]["uid"] != switch.old.uid]
+    roll.standby["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    assigned = closed + timedelta(seconds=0.05)
+    roll.t = (closed - NOW).total_seconds() + 1.1
+    pods = [*roll.pods, roll.standby]
+    statuses = {roll.standby["metadata"]["uid"]: member_status(
+        2, standby=None, member_id="m-2", first_assignment_at=assigned.timestamp(),
+        first_batch_at=assigned.timestamp() + 0.3),
+        **{p["metadata"]["uid"]: member_status(_ordinal(p)) for p in roll.pods
+           if not p["metadata"].get("deletionTimestamp")}}
+    for pod in pods:
+        deps.note_closed(pod)
+    plan = decide(replace(snapshot(
+        WARM_NEW, pods, previous=roll.status, in_group=(0, 1, 2), now_offset_s=roll.t,
+        statuses=statuses), closed_by_pod=dict(deps.closed_by_pod),
+        final_batches=dict(deps.final_batches),
+        last_answers=deps.note_answers(list(statuses), pods, NOW + timedelta(seconds=roll.t))))
+    status = without_nulls(dict(plan.status))
+    (handoff,) = status["rollout"]["handoffs"]
+    assert handoff["absenceMs"] == 50, handoff
+
+
 def test_a_handoff_in_stopping_gets_its_activation_while_the_coordinator_moves() -> None:
     """The broker coordinating the group died while member 2's old process stopped: the group
     cannot be described (CoordinatorMoving), yet the standby is activated once the old process

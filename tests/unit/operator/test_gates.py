@@ -445,6 +445,30 @@ def test_a_frozen_old_member_is_absent_from_its_last_answer_not_its_close() -> N
     assert healthy.absence_s(NOW) == 1
 
 
+SILENCES: list[tuple[str, float, float | None, float, float]] = [
+    # (what, stopped, last answer, closed: seconds ago; the absence's start, seconds ago)
+    ("issue 34 item 6: the last pass read it 4 s before the stop; it closed 2 s after: no "
+     "silence after the stop began", 10, 14, 8, 8),
+    ("a drain of 6 s, its answer the last answer: absent from its close", 10, 4, 4, 4),
+    ("a drain of 12 s, no answer stamped after the stop: silent 12 s after it, frozen", 20,
+     20, 8, 20),
+    ("frozen before the stop: absent from its last answer", 40, 41, 1, 41),
+    ("frozen after the stop (answered 1 s after it, closed 30 s later)", 40, 39, 9, 39),
+    ("closed within 5 s of the stop with no answer since: not frozen", 10, 30, 6, 6),
+    ("no answer ever seen: from its close", 10, None, 2, 2),
+]
+
+
+@pytest.mark.parametrize(("what", "stopped", "seen", "closed", "away"), SILENCES,
+                         ids=[s[0] for s in SILENCES])
+def test_silence_counts_only_after_the_stop_began(what: str, stopped: float,
+                                                  seen: float | None, closed: float,
+                                                  away: float) -> None:
+    flight = InFlight(2, ago(stopped), pod_uid="uid-2", closed_at=ago(closed),
+                      old_last_seen_at=None if seen is None else ago(seen))
+    assert flight.away_since == ago(away)
+
+
 def test_a_frozen_old_member_past_the_session_timeout_stops_the_rollout() -> None:
     state = rolling(InFlight(2, ago(44), pod_uid="uid-2", closed_at=ago(0.5),
                              old_last_seen_at=ago(46), mode="cold"))
