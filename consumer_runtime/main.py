@@ -1,4 +1,7 @@
-"""`python -m consumer_runtime`: validate the configuration, start HTTP, Spark and the member."""
+"""`python -m consumer_runtime`: validate the configuration, start HTTP, Spark and the member.
+
+A restart of a container whose drained process was replaced (`termination.Replaced`) starts
+neither Spark nor a consumer: it stays out of the group until SIGTERM (`_stay_out`)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -23,7 +27,15 @@ from consumer_runtime.member import Member
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import BatchProcessor
 from consumer_runtime.sinks import DeadLetters, Sink, build_dead_letters, build_sink
-from consumer_runtime.termination import close_report, error_line, write_termination_message
+from consumer_runtime.steering import Requests
+from consumer_runtime.termination import (
+    Replaced,
+    close_report,
+    error_line,
+    read_replaced,
+    write_replaced,
+    write_termination_message,
+)
 from consumer_runtime.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -84,12 +96,11 @@ def main(env: Mapping[str, str] | None = None) -> int:
                     "are all refused", TOKEN_FILE_ENV)
     else:
         token.current()  # says at the start whether it can be read
-    try:
-        server = serve(telemetry, config.http_host, config.http_port, request, token.current,
-                       drain)
-    except OSError as exc:
-        _last_words(env, f"consumer_runtime: cannot listen on {config.http_host}:"
-                         f"{config.http_port}: {exc.strerror}")
+    replaced = read_replaced(env, config.group_id, config.group_instance_id)
+    if replaced is not None:
+        return _stay_out(env, config, telemetry, token, replaced)
+    server = _serve(env, config, telemetry, request, token, drain)
+    if server is None:
         return 1
     sink = build_sink(config)
     dead_letters = build_dead_letters(config)
@@ -127,6 +138,12 @@ def main(env: Mapping[str, str] | None = None) -> int:
         log.info("its pod was activated before (STATICFLEET_ACTIVATED): this restart joins the "
                  "group directly, not in standby")
     code = member.run()
+    if member.replaced and not _leave_word(env, config, telemetry, member):
+        # A restart would not know it was replaced, and would join: the old way, up until the
+        # pod is deleted.
+        log.warning("staying up, out of the group, until SIGTERM")
+        while not member.requests.stopping.wait(1.0):
+            telemetry.ticked(time.monotonic())
     if member.requests.drained.is_set():
         # Drained and now stopped: its partitions are the replacement's, which is processing
         # its first batches right now, maybe beside it. Spark's stop (pyspark's atexit, the
@@ -143,6 +160,64 @@ def main(env: Mapping[str, str] | None = None) -> int:
     server.shutdown()
     log.info("exit %d", code)
     return code
+
+
+def _serve(env: Mapping[str, str], config: RuntimeConfig, telemetry: Telemetry,
+           request: Callable[[str], str | None], token: TokenFile,
+           drain: Callable[[float | None, float], tuple[str | None, bool]]
+           ) -> ThreadingHTTPServer | None:
+    """The HTTP server, up; None (said as last words) when the port cannot be had."""
+    try:
+        return serve(telemetry, config.http_host, config.http_port, request, token.current,
+                     drain)
+    except OSError as exc:
+        _last_words(env, f"consumer_runtime: cannot listen on {config.http_host}:"
+                         f"{config.http_port}: {exc.strerror}")
+        return None
+
+
+def _leave_word(env: Mapping[str, str], config: RuntimeConfig, telemetry: Telemetry,
+                member: Member) -> bool:
+    """The run ended because the replacement holds the instance id: leave that for a restart of
+    this container (`termination.Replaced`); False when it could not be written."""
+    drained_at = telemetry.drained_at if telemetry.drained_at is not None else time.time()
+    return write_replaced(env, Replaced(
+        group_id=config.group_id, instance_id=config.group_instance_id or "",
+        drained_at=drained_at,
+        closed_at=member.closed_at if member.closed_at is not None else drained_at,
+        last_batch_at=telemetry.last_batch_at()))
+
+
+def _stay_out(env: Mapping[str, str], config: RuntimeConfig, telemetry: Telemetry,
+              token: TokenFile, replaced: Replaced) -> int:
+    """A restart of a container whose drained process saw its replacement hold the instance id
+    and exited: no consumer and no Spark. `/status` shows that drain (state `drained`, its
+    `drainedAt` and `lastBatchAt`), a drain asked again answers at once with it, the other
+    requests are refused, and SIGTERM ends the process (exit 0, reporting that close again)."""
+    requests = Requests(telemetry, standby=False)
+    telemetry.drained_before_restart(replaced.drained_at, replaced.last_batch_at)
+    requests.drained.set()
+    server = _serve(env, config, telemetry,
+                    lambda action: requests.take(action, joined=False, left=False), token,
+                    requests.take_drain)
+    if server is None:
+        return 1
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        requests.stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("member %s of group %s: an earlier process of this pod drained at %.3f and exited "
+             "once its replacement held instance id %s; staying out of the group until SIGTERM",
+             config.member, config.group_id, replaced.drained_at, replaced.instance_id)
+    while not requests.stopping.wait(1.0):
+        telemetry.ticked(time.monotonic())
+    write_termination_message(env, close_report(replaced.closed_at, replaced.last_batch_at))
+    server.shutdown()
+    log.info("exit 0")
+    return 0
 
 
 def _last_words(env: Mapping[str, str], line: str) -> None:

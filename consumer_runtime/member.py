@@ -11,7 +11,16 @@ consumer call happens on this thread. The stages are timed (consumer_runtime/tim
 The operator steers the loop through its requests (stop, leave, rejoin, drain and, for a
 standby, activate), each carried out only between batches: the batch in flight finishes and is
 committed first, with the partitions paused. consumer_runtime/steering.py says what each request
-means and when it is taken; membership.py says how a leave and a refused join work.
+means and when it is taken; membership.py says how a leave and a refused join work. A drained
+process whose replacement holds its instance id ends the loop (`replaced`); main.py leaves word
+for a restart of the container to stay out.
+
+What the stall detector needs to tell a long batch from a hang is reported per batch and per
+change, never per record: the batch in flight (`Telemetry.batch_started`), the partitions paused
+for the work held (`Telemetry.paused_for_work`), and every poll (`lastPollAt`).
+
+Time is the loop's `clock` and its idle waits are `rest`, both arguments, so the unit tests
+(tests/unit/runtime/test_member.py) drive the lifecycle with a scripted consumer.
 """
 
 from __future__ import annotations
@@ -115,11 +124,16 @@ class Member:
                  handle: Callable[[int, Batch], Outcome],
                  ready: Callable[[], bool] = lambda: True,
                  startup_check: Callable[[], BaseException | None] = lambda: None,
-                 timeline: Timeline | None = None) -> None:
+                 timeline: Timeline | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 rest: Callable[[float], object] | None = None) -> None:
         """`handle` processes one batch (in the worker). No batch is handed over before `ready()`
         (Spark started), so a revoke never waits for Spark's start; `startup_check` reports a
-        failed start so the member stops instead of idling. `timeline` times the loop's stages."""
+        failed start so the member stops instead of idling. `timeline` times the loop's stages.
+        `clock`: monotonic seconds; `rest(s)`: wait up to s seconds with nothing to do (by
+        default until a stop request comes, at most s)."""
         self.config = config
+        self.clock = clock
         self.timeline = timeline or Timeline()
         self.telemetry = telemetry
         self.handle = handle
@@ -135,10 +149,16 @@ class Member:
         """In the group: assigned (possibly nothing) since the last revoke that left it empty."""
         self.requests = Requests(telemetry, config.standby)
         """The operator's requests, shared with the HTTP thread."""
+        self.rest: Callable[[float], object] = rest or self.requests.stopping.wait
         self.drained_member_id = ""
         self.drain_ends_at = 0.0
         """When a drained process looks whether it was replaced, and subscribes again if not."""
         self.group_view: GroupView | None = None
+        self.replaced = False
+        """Drained, and the broker shows the instance id under another member id (the
+        replacement joined): the loop ended for good, with a clean exit."""
+        self.paused_with_work = False
+        """As last reported (`Telemetry.paused_for_work`)."""
         self.assigned_at: float | None = None
         """When partitions were last assigned, until the first records after it came."""
         self.returning = False
@@ -166,6 +186,10 @@ class Member:
     def _new_consumer(self) -> Consumer:
         return Consumer({**consumer_settings(self.config), "stats_cb": self.telemetry.stats,
                          "error_cb": _log_error})
+
+    def _group_view(self) -> GroupView:
+        """The broker's view of the group, for one leave or one drained wait."""
+        return GroupView(self.config)
 
     def request_stop(self) -> None:
         self.requests.stopping.set()
@@ -200,12 +224,14 @@ class Member:
                     self.failure = self.startup_check()
                 if self.failure is not None:
                     break
-                now = time.monotonic()
+                now = self.clock()
                 action = self.requests.action()
                 if self.requests.drained.is_set():
                     if action == STOP:
                         break
                     self._hold_drained(now)
+                    if self.replaced:
+                        break
                     continue
                 if action in (STOP, LEAVE, DRAIN) and action != draining_for:
                     drain_began, draining_for = drain_began or now, action
@@ -240,7 +266,7 @@ class Member:
             self._close()
         if drain_began is not None:
             log.info("%s took %.2f s", "leave" if self.left else "shutdown",
-                     time.monotonic() - drain_began)
+                     self.clock() - drain_began)
         if self.failure is not None:
             log.error("member stops: %s", self.failure)
             return 1
@@ -249,7 +275,7 @@ class Member:
             # policy Always) and the new process would join again; the pod's deletion ends it.
             log.info("out of the group; waiting for SIGTERM")
             while not self.requests.stopping.wait(1.0):
-                self.telemetry.polled(time.monotonic())
+                self.telemetry.ticked(self.clock())
         return 0
 
     def _stand_by(self) -> bool:
@@ -260,8 +286,8 @@ class Member:
         log.info("standby: starting Spark; joining group %s only when activated (POST /activate)",
                  self.config.group_id)
         while not self.requests.activation.is_set():
-            now = time.monotonic()
-            self.telemetry.polled(now)
+            now = self.clock()
+            self.telemetry.ticked(now)
             self.failure = self.startup_check()
             if self.failure is not None or self.requests.stopping.is_set():
                 return False
@@ -293,6 +319,7 @@ class Member:
                                                      flight.started + self.hold_unpaused_s - now))
             return
         self._set_paused(hold)
+        self._report_paused(hold and not draining and bool(self.paused))
         if hold:
             with self.timeline.span(POLL, "paused", self.batch_seq + 1):
                 if flight is not None:
@@ -310,7 +337,7 @@ class Member:
                 wait = min(wait, left)
             with self.timeline.span(POLL, "consume", self.batch_seq + 1):
                 messages = self.consumer.consume(min(self.buffer.room(), CONSUME_MAX), wait)
-        after = time.monotonic()
+        after = self.clock()
         good = self._records(messages, after)
         self.telemetry.polled(after, len(good))
         if good and self.assigned_at is not None:
@@ -346,9 +373,16 @@ class Member:
             self.consumer.resume([TopicPartition(t, p) for t, p in sorted(self.paused)])
             self.paused.clear()
 
+    def _report_paused(self, with_work: bool) -> None:
+        """Tell /status whether the partitions are paused for the work held (on a change)."""
+        if with_work != self.paused_with_work:
+            self.paused_with_work = with_work
+            self.telemetry.paused_for_work(with_work)
+
     def _submit(self, now: float) -> None:
         records = self.buffer.take(now)
         self.batch_seq += 1
+        self.telemetry.batch_started(now, len(records))
         future = self.worker.submit(self.handle, self.batch_seq, records)
         self.inflight = InFlight(self.batch_seq, records, future, now)
 
@@ -363,6 +397,7 @@ class Member:
         if flight is None or not flight.future.done():
             return
         self.inflight = None
+        self.telemetry.batch_ended()
         try:
             outcome = flight.future.result()
         except Exception as exc:
@@ -371,7 +406,7 @@ class Member:
         processed = next_offsets(flight.records)
         offsets = {tp: o for tp, o in processed.items()
                    if tp in self.assignment and tp not in flight.excluded}
-        now = time.monotonic()
+        now = self.clock()
         if hand_over and self.requests.action() is None and self.buffer.due(now) and self.ready():
             self._submit(now)
         if offsets:
@@ -379,7 +414,7 @@ class Member:
         if len(offsets) < len(processed):
             log.info("batch %d: not committing partitions revoked or lost while it ran",
                      flight.batch_id)
-        first = self.telemetry.batch_done(outcome.records, outcome.seconds, time.monotonic())
+        first = self.telemetry.batch_done(outcome.records, outcome.seconds, self.clock())
         if outcome.dead_lettered:
             self.telemetry.dead_letters(outcome.dead_lettered)
         if first is not None:
@@ -387,7 +422,7 @@ class Member:
 
     def _commit(self, offsets: dict[TP, int], batch_id: int) -> None:
         assert self.consumer is not None  # offsets are only of assigned partitions
-        began = time.monotonic()
+        began = self.clock()
         try:
             with self.timeline.span(POLL, "commit", batch_id):
                 self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in
@@ -396,13 +431,14 @@ class Member:
             log.warning("commit of %s failed (the records will be processed again): %s",
                         offsets, exc)
             return
-        self.telemetry.committed(time.monotonic() - began, offsets)
+        self.telemetry.committed(self.clock() - began, offsets)
 
     def _close(self) -> None:
         flight = self.inflight
         if flight is not None and not flight.future.done():
             log.warning("leaving batch %d unfinished and uncommitted", flight.batch_id)
             self.inflight = None
+            self.telemetry.batch_ended()
         self.worker.shutdown(wait=False, cancel_futures=True)
         self._close_consumer()
 
@@ -455,10 +491,10 @@ class Member:
         client = self._static_leave()
         if client is None:
             return
-        deadline = time.monotonic() + STATIC_LEAVE_CONFIRM_S
+        deadline = self.clock() + STATIC_LEAVE_CONFIRM_S
         warming, self.leave_warming = self.leave_warming, None
         if warming is not None:
-            warming.join(max(0.0, deadline - time.monotonic()))
+            warming.join(max(0.0, deadline - self.clock()))
         result = client.confirm(member_id, self.config.group_instance_id or "", deadline)
         self.entered_member_id = ""
         client.close()  # the next drain or stop warms a new one
@@ -488,14 +524,15 @@ class Member:
             self._on_lost(None, [TopicPartition(t, p) for t, p in sorted(lost)])
         self.joined = False
         self.paused.clear()
+        self._report_paused(False)
         self._close_consumer()
         self.next_join_at = now + join_backoff(self.join_attempts)
 
     def _wait_to_join(self, now: float) -> None:
         """No consumer (a refused join): wait for the back-off, then try a new one."""
-        self.telemetry.polled(now)
+        self.telemetry.ticked(now)
         if now < self.next_join_at:
-            self.requests.stopping.wait(min(BUSY_POLL_S * 4, self.next_join_at - now))
+            self.rest(min(BUSY_POLL_S * 4, self.next_join_at - now))
             return
         log.debug("trying to join again (attempt %d)", self.join_attempts + 1)
         self.consumer = self._new_consumer()
@@ -506,8 +543,9 @@ class Member:
     def _leave(self) -> None:
         """Give the partitions up at once, wait until the broker shows none of ours, close."""
         self.left = True
+        self._report_paused(False)
         if self.consumer is not None:
-            began = time.monotonic()
+            began = self.clock()
             member_id = self.consumer.memberid() or ""
             switch = leave_subscription(self.config.protocol)
             if switch is None:
@@ -525,7 +563,7 @@ class Member:
                             "out)", sorted(held), LEAVE_CONFIRM_S)
             else:
                 log.info("left group %s: the broker shows no partitions of this member %.2f s "
-                         "after the leave began", self.config.group_id, time.monotonic() - began)
+                         "after the leave began", self.config.group_id, self.clock() - began)
         self._close_consumer()
         self.joined = False
         self.telemetry.left()
@@ -534,12 +572,12 @@ class Member:
         """Serve the consumer (its revoke callback, the heartbeat acknowledging it) while asking
         the broker what it shows for this member; return what it still shows at the deadline,
         an empty set once it shows nothing (None: it never answered)."""
-        view = GroupView(self.config)
+        view = self._group_view()
         held: set[TP] | None = None
-        next_check = time.monotonic() + BUSY_POLL_S
+        next_check = self.clock() + BUSY_POLL_S
         while self.consumer is not None:
-            self._records(self.consumer.consume(1, BUSY_POLL_S), time.monotonic())
-            now = time.monotonic()
+            self._records(self.consumer.consume(1, BUSY_POLL_S), self.clock())
+            now = self.clock()
             self.telemetry.polled(now)
             if now >= next_check:
                 held = view.held(self.config.group_instance_id, member_id, timeout=2.0)
@@ -557,35 +595,41 @@ class Member:
         self._close_consumer()
         self.assignment.clear()
         self.paused.clear()
+        self._report_paused(False)
         self.joined = False
         with self.requests.lock:
             self.requests.drain_requested = False
-            self.drain_ends_at = time.monotonic() + self.requests.drain_hold_s
+            self.requests.renewed_hold_s = None
+            self.drain_ends_at = self.clock() + self.requests.drain_hold_s
             self.telemetry.drained(time.time(), self.requests.drain_hold_s)
             self.requests.drained.set()
         log.info("drained in %.3f s: consumer closed, instance id %s free for the replacement; "
-                 "subscribing again in %.1f s unless replaced", time.monotonic() - began,
+                 "subscribing again in %.1f s unless replaced", self.clock() - began,
                  self.config.group_instance_id, self.requests.drain_hold_s)
 
     def _hold_drained(self, now: float) -> None:
-        """Drained: once the hold is over, subscribe again unless the broker shows another
-        process with this instance id (the replacement joined; it would be fenced)."""
-        self.telemetry.polled(now)
+        """Drained: once the hold is over, end the run when the broker shows another process
+        with this instance id (the replacement joined: a join would fence it), else subscribe
+        again. A drain asked again meanwhile holds for its own hold from now."""
+        self.telemetry.ticked(now)
+        with self.requests.lock:
+            renewed, self.requests.renewed_hold_s = self.requests.renewed_hold_s, None
+        if renewed is not None:
+            self.drain_ends_at = max(self.drain_ends_at, now + renewed)
         if now < self.drain_ends_at:
-            self.requests.stopping.wait(min(BUSY_POLL_S * 4, self.drain_ends_at - now))
+            self.rest(min(BUSY_POLL_S * 4, self.drain_ends_at - now))
             return
         if self.group_view is None:
-            self.group_view = GroupView(self.config)
+            self.group_view = self._group_view()
         taken = self.group_view.taken_by_another(
             self.config.group_instance_id, self.drained_member_id, timeout=2.0)
-        if taken is None or taken:
-            if taken:
-                log.info("instance id %s is held by another process (the replacement): "
-                         "staying out of the group until this pod is deleted",
-                         self.config.group_instance_id)
-                self.drain_ends_at = float("inf")
-            else:
-                self.drain_ends_at = time.monotonic() + DRAIN_CHECK_S
+        if taken:
+            log.info("instance id %s is held by another process (the replacement): exiting",
+                     self.config.group_instance_id)
+            self.replaced = True
+            return
+        if taken is None:
+            self.drain_ends_at = self.clock() + DRAIN_CHECK_S
             return
         log.warning("drained %.1f s ago and not replaced: subscribing to group %s again as the "
                     "same static member (instance id %s)", self.requests.drain_hold_s,
@@ -619,9 +663,9 @@ class Member:
         self.paused -= tps
         self.joined = True
         self.entered_member_id = consumer.memberid() or ""
-        self.assigned_at = time.monotonic()
+        self.assigned_at = self.clock()
         self.buffer.catch_up(self.assigned_at)
-        first = self.telemetry.assigned(tps, time.monotonic(), consumer.memberid() or "",
+        first = self.telemetry.assigned(tps, self.clock(), consumer.memberid() or "",
                                         rebalance=not self.left and not self.returning)
         self.returning = False
         log.info("assigned %s", sorted(tps))
@@ -629,7 +673,7 @@ class Member:
             log.info("first assignment %.3f s after process start", first)
         if self.join_refused_at is not None:
             log.info("in the group after waiting %.1f s for the broker to release instance id "
-                     "%s (%d refused tries)", time.monotonic() - self.join_refused_at,
+                     "%s (%d refused tries)", self.clock() - self.join_refused_at,
                      self.config.group_instance_id, self.join_attempts)
             self.join_refused_at, self.join_attempts = None, 0
             self.telemetry.wait_over()
@@ -676,6 +720,6 @@ class Member:
         self.assignment -= tps
         self.paused -= tps
         self.joined = bool(self.assignment)
-        dropped = self.buffer.drop(tps, time.monotonic())
+        dropped = self.buffer.drop(tps, self.clock())
         if dropped:
             log.info("dropped %d polled records of partitions no longer assigned", dropped)

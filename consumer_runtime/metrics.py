@@ -105,6 +105,15 @@ class Telemetry:
         self._lag_series: set[TopicPartition] = set()
         self.last_fetch_s: float | None = None
         """Seconds from process start to the last poll that returned records."""
+        self.last_consumer_poll_s: float | None = None
+        """Seconds from process start to the last call of the consumer's poll, whatever it
+        returned (`last_poll` also moves while the loop has no consumer to call)."""
+        self.batch_in_flight: tuple[float, int] | None = None
+        """(seconds from process start, records) of the batch the worker is processing now."""
+        self.paused_with_work = False
+        """The partitions are paused because the buffer is full while a batch is processed or
+        waits for the worker (not for a drain, a leave or a stop): polls return nothing on
+        purpose."""
         self.committed_offsets: dict[TopicPartition, int] = {}
         """The offset this process last committed on each assigned partition."""
         self.lag: dict[TopicPartition, int] = {}
@@ -186,10 +195,36 @@ class Telemetry:
     def polled(self, now: float, records: int = 0) -> None:
         """A poll of the consumer that returned `records` records."""
         with self._lock:
-            self.m_poll_s.labels(**self.ids).observe(max(0.0, now - self.last_poll))
-            self.last_poll = now
+            self._tick(now)
+            self.last_consumer_poll_s = self._since_start(now)
             if records:
-                self.last_fetch_s = self._since_start(now)
+                self.last_fetch_s = self.last_consumer_poll_s
+
+    def ticked(self, now: float) -> None:
+        """The loop went round without a consumer to poll (standby, drained, waiting to join
+        again, left): alive for /healthz; `lastPollAt` stays where the last poll left it."""
+        with self._lock:
+            self._tick(now)
+
+    def _tick(self, now: float) -> None:
+        self.m_poll_s.labels(**self.ids).observe(max(0.0, now - self.last_poll))
+        self.last_poll = now
+
+    def batch_started(self, now: float, records: int) -> None:
+        """The worker took a batch of `records` records (once per batch, never per record)."""
+        with self._lock:
+            self.batch_in_flight = (self._since_start(now), records)
+
+    def batch_ended(self) -> None:
+        """The worker is done with its batch (processed, failed, or abandoned at the close)."""
+        with self._lock:
+            self.batch_in_flight = None
+
+    def paused_for_work(self, paused: bool) -> None:
+        """The poll loop paused its partitions for the work it holds, or resumed them (called
+        on the change only)."""
+        with self._lock:
+            self.paused_with_work = paused
 
     def assigned(self, partitions: Iterable[TopicPartition], now: float,
                  member_id: str, *, rebalance: bool = True) -> float | None:
@@ -269,6 +304,17 @@ class Telemetry:
             self.state = "starting"
             self.drained_at = self.drain_hold_s = None
             self.drain_resubscribes += 1
+
+    def drained_before_restart(self, drained_at: float, last_batch_at: float | None) -> None:
+        """A restart of a container whose process was drained and then saw its replacement hold
+        the instance id (consumer_runtime/main.py): out of the group for good, /status showing
+        that process's drain (no hold: it never subscribes again)."""
+        with self._lock:
+            self.state = "drained"
+            self.drained_at = drained_at
+            self.drain_hold_s = None
+            self.last_batch_s = (None if last_batch_at is None
+                                 else last_batch_at - self.process_start)
 
     def wait_began(self, reason: str, message: str, now: float) -> None:
         """The member cannot get into the group yet, for `reason` (a word, e.g.
@@ -434,8 +480,12 @@ class Telemetry:
                 "committed": [[t, p, self.committed_offsets[(t, p)]]
                               for t, p in sorted(self.assignment)
                               if (t, p) in self.committed_offsets],
-                "lastFetchAt": (None if self.last_fetch_s is None
-                                else round(self.process_start + self.last_fetch_s, 3)),
+                "lastFetchAt": self._wall(self.last_fetch_s),
+                "lastPollAt": self._wall(self.last_consumer_poll_s),
+                "batchInFlight": (None if self.batch_in_flight is None else
+                                  {"startedAt": self._wall(self.batch_in_flight[0]),
+                                   "records": self.batch_in_flight[1]}),
+                "pausedWithWork": self.paused_with_work,
                 "rebalances": self.rebalances,
                 "assigns": self.assigns,
                 "revokes": self.revokes,
@@ -468,9 +518,11 @@ class Telemetry:
 
     def last_batch_at(self) -> float | None:
         """When the last batch ended, unix seconds to the millisecond; None before the first."""
-        if self.last_batch_s is None:
-            return None
-        return round(self.process_start + self.last_batch_s, 3)
+        return self._wall(self.last_batch_s)
+
+    def _wall(self, since_start: float | None) -> float | None:
+        """Seconds from process start as unix seconds to the millisecond (None stays None)."""
+        return None if since_start is None else round(self.process_start + since_start, 3)
 
     def _since_start(self, now: float) -> float:
         return round(now - self.started_at + self.age_at_start, 3)

@@ -12,12 +12,16 @@ up, a warm handoff's first half). Every request comes with the operator's token
 A drain hands the instance id over without waiting for the process to end: the consumer closes
 as on a stop (classic: no LeaveGroup, the broker keeps the registration and its assignment for the
 session timeout; KIP-848: the static leave, epoch -2, which keeps them too), the request is
-answered once it has, and the process stays up, out of the group, until its pod is deleted. The
-operator activates the replacement the moment the drain answers. A drained process that is not
-replaced within its hold (`holdMs` of the request, well inside the session timeout: the
-operator died between the two calls, the standby failed) subscribes again by itself, as the same
-static member, so a drain never costs a rebalance; it does not when the broker shows another
-process holding its instance id (the replacement did join).
+answered once it has, and the process stays up, out of the group. The operator activates the
+replacement the moment the drain answers. Once the hold is over (`holdMs` of the request, well
+inside the session timeout) the drained process asks the broker: when it shows another process
+holding the instance id (the replacement joined) the drained process exits cleanly, and a
+restart of its container stays out of the group (consumer_runtime/main.py, `Replaced`); when not
+(the operator died between the two calls, the standby failed) it subscribes again by itself, as
+the same static member, so a drain never costs a rebalance. A drain asked again while drained
+(an operator that restarted sends its switchover again) is answered at once with the same
+`drainedAt`, and holds for its own `holdMs` from then: an answered drain always means out of the
+group for the hold it asked.
 
 A standby process (a warm handoff's replacement, `config.standby`) does not subscribe before a
 fifth request, activate (POST /activate, taken once Spark is up and warm: standby-ready,
@@ -79,6 +83,9 @@ class Requests:
         self.drain_hold_s = DRAIN_HOLD_S
         self.drained = threading.Event()
         """Out of the group after a drain (consumer closed), waiting to be replaced."""
+        self.renewed_hold_s: float | None = None
+        """The hold of a drain taken while drained, until the loop takes it over: the loop then
+        stays out at least that long from then."""
 
     def take(self, action: str, *, joined: bool, left: bool) -> str | None:
         """Take an operator request (ACTIVATE, LEAVE or REJOIN; a drain is `take_drain`; from the
@@ -121,8 +128,9 @@ class Requests:
 
     def take_drain(self, hold_s: float | None, wait_s: float) -> tuple[str | None, bool]:
         """POST /drain: (why not, None when taken; drained within `wait_s`). Taken again by a
-        drained process (it answers at once); `hold_s`: how long to wait to be replaced before
-        subscribing again (DRAIN_HOLD_S when None; at most DRAIN_HOLD_MAX_S)."""
+        drained process: it answers at once (its drain's `drainedAt` unchanged) and holds for
+        `hold_s` from then; `hold_s`: how long to wait to be replaced before subscribing again
+        (DRAIN_HOLD_S when None; at most DRAIN_HOLD_MAX_S)."""
         with self.lock:
             if not self.activation.is_set():
                 return "in standby: not in the group (POST /activate first)", False
@@ -137,10 +145,12 @@ class Requests:
             return "leaving the group"
         if self.stopping.is_set():
             return "stopping"
+        hold_s = min(max(0.0, hold_s), DRAIN_HOLD_MAX_S)
         if self.drained.is_set():
+            self.renewed_hold_s = max(hold_s, self.renewed_hold_s or 0.0)
             return None
         self.drain_requested = True
-        self.drain_hold_s = min(max(0.0, hold_s), DRAIN_HOLD_MAX_S)
+        self.drain_hold_s = hold_s
         return None
 
     def action(self) -> str | None:

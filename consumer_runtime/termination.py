@@ -8,6 +8,12 @@ line where the kubelet reads the termination message: `/dev/termination-log` (th
 `terminationMessagePath`, which the kubelet mounts), or the file named by
 `STATICFLEET_TERMINATION_MESSAGE_PATH` (the local node gives each container start a file of its
 own there; docs/contracts.md).
+
+A drained process that sees its replacement hold the instance id exits cleanly, and a member
+pod's restart policy (Always) then starts its container again: that new process must not join,
+or it would fence the replacement (classic) or be refused until the replacement leaves
+(KIP-848). So the exiting process leaves word that outlives its container but not its pod
+(`Replaced`, `write_replaced`), and a process that finds it stays out (`read_replaced`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import json
 import logging
 import sys
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +33,10 @@ DEFAULT_TERMINATION_PATH = "/dev/termination-log"
 MESSAGE_BYTES = 4096
 """What a kubelet reads of a termination message file."""
 LINE_LIMIT = 600
+REPLACED_FILE = "staticfleet-replaced.json"
+POD_TMP = Path("/tmp")
+"""A member pod's emptyDir `tmp` (docs/contracts.md, Security): it outlives a container, not the
+pod."""
 
 
 def error_line(exc: BaseException, limit: int = LINE_LIMIT) -> str:
@@ -114,3 +125,75 @@ def write_termination_message(env: Mapping[str, str], text: str) -> None:
         path.write_text(data)
     except OSError as exc:
         log.warning("cannot write the termination message to %s: %s", path, exc.strerror)
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """A process of this pod drained, then saw its replacement hold the instance id and exited:
+    what a restart of its container needs to stay out of the group and answer as it did (a
+    drain asked again gets that drain's `drainedAt`; the exit reports that close)."""
+
+    group_id: str
+    instance_id: str
+    drained_at: float
+    """Unix seconds: when the drain closed the consumer (`/status` `drainedAt`)."""
+    closed_at: float
+    last_batch_at: float | None
+
+    @classmethod
+    def parse(cls, text: str) -> Replaced | None:
+        """The record written by `write_replaced`; None for anything else."""
+        try:
+            raw = json.loads(text)
+            replaced = cls(**raw)
+        except (ValueError, TypeError):
+            return None
+        numbers = (replaced.drained_at, replaced.closed_at,
+                   0.0 if replaced.last_batch_at is None else replaced.last_batch_at)
+        if not all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in numbers):
+            return None
+        return replaced
+
+
+def replaced_path(env: Mapping[str, str]) -> Path | None:
+    """Where a restart of this container finds a `Replaced` record: beside the file
+    `STATICFLEET_TERMINATION_MESSAGE_PATH` names (the local node: a directory of the pod's own,
+    kept across container starts), else in the pod's /tmp when a kubelet mounted
+    /dev/termination-log; None for a process run by hand (nothing restarts it)."""
+    named = env.get(TERMINATION_PATH_ENV, "").strip()
+    if named:
+        return Path(named).with_name(REPLACED_FILE)
+    return POD_TMP / REPLACED_FILE if Path(DEFAULT_TERMINATION_PATH).exists() else None
+
+
+def write_replaced(env: Mapping[str, str], replaced: Replaced) -> bool:
+    """Leave `replaced` for a restart of this container; False when it could not be written
+    where a restart looks (the process must then stay up instead of exiting)."""
+    path = replaced_path(env)
+    if path is None:
+        return True
+    part = path.with_name(f".{path.name}.part")
+    try:  # whole or not at all: a half-written record would read as none
+        part.write_text(json.dumps(asdict(replaced)))
+        part.replace(path)
+    except OSError as exc:
+        log.warning("cannot write %s: %s", path, exc.strerror)
+        return False
+    return True
+
+
+def read_replaced(env: Mapping[str, str], group_id: str,
+                  instance_id: str | None) -> Replaced | None:
+    """The `Replaced` record an earlier process of this container left for this group and
+    instance id; None when there is none (a first start, a restart after anything else)."""
+    path = replaced_path(env)
+    if path is None or not instance_id:
+        return None
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    replaced = Replaced.parse(text)
+    if replaced is None or (replaced.group_id, replaced.instance_id) != (group_id, instance_id):
+        return None
+    return replaced

@@ -324,8 +324,9 @@ def test_a_drain_frees_the_instance_id_at_once_and_a_drained_member_left_alone_c
     of its hold, as the same static member: the broker forms no new generation. 2. Drained
     again, the standby is activated the moment the drain answers and owns every partition
     within a second or two; the drained process, past its hold, sees its instance id held by
-    the replacement and stays out (a join would fence it). Its SIGTERM ends it at once.
-    Nothing is lost."""
+    the replacement and exits cleanly (a join would fence it). 3. A restart of its container
+    (same termination message file, as a pod's restart policy gives it) stays out of the group
+    and answers a drain sent again at once with the same drainedAt. Nothing is lost."""
     topic, out = make_topic("in", 4), make_topic("out", 4)
     group = unique("g")
     config = batches_of_100(kafka_admin, kafka.bootstrap, group, topic, out, protocol,
@@ -334,7 +335,8 @@ def test_a_drain_frees_the_instance_id_at_once_and_a_drained_member_left_alone_c
     everything = {(topic, p) for p in range(4)}
     produced = records(topic, 0, 400, 4)
     produce(kafka.bootstrap, topic, produced)
-    with running(config, tmp_path / "old.log", instance) as old, \
+    old_env = {"STATICFLEET_TERMINATION_MESSAGE_PATH": str(tmp_path / "old.exit")}
+    with running(config, tmp_path / "old.log", instance, old_env) as old, \
             running(config, tmp_path / "new.log", instance, {"STATICFLEET_STANDBY": "true"}) as new:
         old.wait_status(lambda s: len(s["assignment"]) == 4 and s["recordsProcessed"] >= 400,
                         400, "processing")
@@ -360,11 +362,19 @@ def test_a_drain_frees_the_instance_id_at_once_and_a_drained_member_left_alone_c
                                   60, "in the group")
         in_group_s = (serving["processStart"] + serving["startupSeconds"]["firstAssignment"]
                       - answered)
-        time.sleep(3.0)  # past the old process's hold
-        held_out = old.status() or {}
-        began = time.monotonic()
-        assert old.terminate(timeout=30) == 0, old.tail()
-        exit_s = time.monotonic() - began
+        # Past its hold (1.5 s) the old process sees the replacement and exits by itself.
+        old_code = old.proc.wait(30)
+        exit_s = time.time() - answered
+        exit_report = json.loads((tmp_path / "old.exit").read_text())
+
+        # 3. Its container restarts: it stays out, and answers a drain sent again at once.
+        with running(config, tmp_path / "restart.log", instance, old_env) as restart:
+            restarted = restart.wait_status(lambda s: s["state"] == "drained", 60, "up")
+            redrain = post(restart, "/drain?holdMs=1500")
+            time.sleep(3.0)  # past that hold: it must not subscribe again
+            restarted_later = restart.status() or {}
+            assert restart.terminate(timeout=30) == 0, restart.tail()
+        restart_report = json.loads((tmp_path / "old.exit").read_text())
         last = records(topic, 600, 200, 4)
         produce(kafka.bootstrap, topic, last)
         produced += last
@@ -373,7 +383,7 @@ def test_a_drain_frees_the_instance_id_at_once_and_a_drained_member_left_alone_c
         assert new.terminate(timeout=30) == 0, new.tail()
     print(f"{protocol}: drain answered in {answered - asked:.3f} s; drain answer -> standby in "
           f"the group {in_group_s:.3f} s (owner seen by the broker after {handoff_s:.2f} s); "
-          f"drained process exited {exit_s:.2f} s after SIGTERM")
+          f"drained process exited by itself {exit_s:.2f} s after the drain answer")
     assert first[0] == 200 and first[1]["drained"] is True, first
     assert drained["state"] == "drained" and drained["assignment"] == [], drained
     assert back["drainedAt"] is None and back["state"] != "drained"
@@ -389,10 +399,19 @@ def test_a_drain_frees_the_instance_id_at_once_and_a_drained_member_left_alone_c
     else:
         assert leave is None, leave
     assert activated == (202, {"accepted": "activate"}), activated
-    # Past its hold the drained process saw the replacement hold its instance id: it stayed out.
-    assert held_out["state"] == "drained" and held_out["drainResubscribes"] == 1, held_out
-    assert "held by another process" in old.text(), old.tail()
+    # Past its hold the drained process saw the replacement hold its instance id: it exited
+    # cleanly, reporting the drain's close, and a restart of its container stayed out.
+    assert old_code == 0 and "held by another process" in old.text(), old.tail()
     assert exit_s < 20, old.tail()
+    assert exit_report["lastBatchAt"] == second[1]["lastBatchAt"], exit_report
+    assert abs(exit_report["closedAt"] - second[1]["drainedAt"]) < 0.5, exit_report
+    assert (restarted["drainedAt"], restarted["lastBatchAt"]) == \
+        (second[1]["drainedAt"], second[1]["lastBatchAt"]), restarted
+    assert redrain[0] == 200 and redrain[1]["drainedAt"] == second[1]["drainedAt"], redrain
+    assert restarted_later["state"] == "drained" and restarted_later["assignment"] == [], \
+        restarted_later
+    assert restarted_later["memberId"] == "" and restarted_later["rebalances"] == 0
+    assert restart_report == exit_report, "its exit reports the same close"
     assert after["rebalances"] == 0 and {tuple(tp) for tp in after["assignment"]} == everything
     assert in_group_s < 3.0, new.tail()
     if protocol == "classic":

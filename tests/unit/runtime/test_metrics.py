@@ -11,7 +11,8 @@ CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances"
                  "lastPollAgeSeconds", "state", "processingReady", "waiting", "leaving",
                  "rejoins", "standby", "lastBatchAt", "lag",
                  "committed", "lastFetchAt", "drainedAt", "drainHoldSeconds",
-                 "drainResubscribes", "staticLeave", "throughput"}
+                 "drainResubscribes", "staticLeave", "throughput", "lastPollAt",
+                 "batchInFlight", "pausedWithWork"}
 
 
 def telemetry(standby: bool = False) -> Telemetry:
@@ -149,6 +150,47 @@ def test_status_reports_commits_and_the_last_fetch_for_assigned_partitions() -> 
     assert status["lastFetchAt"] == 1003.5 and status["committed"] == [["a", 0, 17]]
     t.revoked({("a", 0)}, lost=False)
     assert t.status(now=105.0)["committed"] == []
+
+
+def test_last_poll_moves_with_every_poll_of_the_consumer_and_only_with_those() -> None:
+    t = telemetry()
+    assert t.status(now=101.0)["lastPollAt"] is None
+    t.polled(now=102.0)
+    assert t.status(now=102.0)["lastPollAt"] == 1002.5, "a poll that returned nothing"
+    t.polled(now=103.0, records=3)
+    status = t.status(now=103.0)
+    assert status["lastPollAt"] == status["lastFetchAt"] == 1003.5
+    t.ticked(now=150.0)  # drained, standby, waiting to join: no consumer to poll
+    status = t.status(now=150.0)
+    assert status["lastPollAt"] == 1003.5 and status["lastPollAgeSeconds"] == 0.0, \
+        "alive for /healthz, but no poll"
+    assert t.healthy(now=150.0)
+
+
+def test_a_batch_in_flight_and_a_pause_for_work_show_until_they_end() -> None:
+    t = telemetry()
+    assert t.status(now=101.0)["batchInFlight"] is None
+    assert t.status(now=101.0)["pausedWithWork"] is False
+    t.batch_started(now=110.0, records=10000)
+    t.paused_for_work(True)
+    status = t.status(now=230.0)
+    assert status["batchInFlight"] == {"startedAt": 1010.5, "records": 10000}
+    assert status["pausedWithWork"] is True
+    t.paused_for_work(False)
+    t.batch_ended()
+    t.batch_done(records=10000, seconds=120.0, now=230.0)
+    status = t.status(now=231.0)
+    assert status["batchInFlight"] is None and status["pausedWithWork"] is False
+    assert status["lastBatchAt"] == 1130.5
+
+
+def test_a_restart_of_a_replaced_member_shows_the_drain_of_the_process_before() -> None:
+    t = telemetry()
+    t.drained_before_restart(990.25, 989.5)
+    status = t.status(now=101.0)
+    assert (status["state"], status["drainedAt"], status["lastBatchAt"]) == \
+        ("drained", 990.25, 989.5)
+    assert status["drainHoldSeconds"] is None and status["assignment"] == []
 
 
 @pytest.mark.parametrize(("values", "expected"), [([], None), ([3.0], 3.0),

@@ -1,0 +1,580 @@
+"""The poll loop's lifecycle (consumer_runtime/member.py) without a broker: drain, hold, leave,
+resubscribe, the exit of a drained member whose replacement holds its instance id, and what
+/status says of a batch in flight.
+
+`Member.run` runs as it does in a pod, on this thread, with a scripted consumer in place of
+librdkafka's (`Scripted._new_consumer`) and a scripted broker view in place of `GroupView`
+(`Scripted._group_view`). Each `consume()` call plays the next step of the script: the broker's
+part (an assignment, records) or the operator's (a drain, a stop). Time is a `Clock` that moves
+only when the loop waits: by a poll's timeout when the poll returns nothing, by `rest` while
+the loop has nothing to do. The batch worker is the real thread pool, running `Handler`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from consumer_runtime.config import RuntimeConfig, parse_config
+from consumer_runtime.member import DRAIN_CHECK_S, Member
+from consumer_runtime.metrics import Telemetry
+from consumer_runtime.processing import Outcome
+from consumer_runtime.records import Batch
+from consumer_runtime.staticleave import LEFT, LeaveResult
+from consumer_runtime.termination import (
+    REPLACED_FILE,
+    TERMINATION_PATH_ENV,
+    Replaced,
+    read_replaced,
+    replaced_path,
+    write_replaced,
+)
+from tests.unit.runtime.fakes import Rec
+from tests.unit.runtime.test_config import base
+
+pytestmark = pytest.mark.unit
+
+TOPIC = "orders"
+INSTANCE = "orders-0"
+P0, P1 = (TOPIC, 0), (TOPIC, 1)
+START = 1000.0
+"""The clock's reading when the process started (`Telemetry.started_at`)."""
+PROCESS_START = 1_700_000_000.0
+"""The process's start in unix seconds: /status times are this plus the clock's advance."""
+MAX_CALLS = 50_000
+MAX_SECONDS = 3600.0
+"""A script that never ends the run fails instead of hanging the test."""
+
+
+def wall(t: float) -> float:
+    return round(PROCESS_START + t - START, 3)
+
+
+class Clock:
+    """Monotonic seconds for the loop; `advance` is also the loop's `rest`. `at(t, fn)` runs fn
+    once the clock passed t (an HTTP request that comes while the loop rests)."""
+
+    def __init__(self) -> None:
+        self.now = START
+        self.timers: list[tuple[float, Callable[[], object]]] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def at(self, due: float, fn: Callable[[], object]) -> None:
+        self.timers.append((due, fn))
+
+    def advance(self, seconds: float) -> bool:
+        self.now += max(0.0, seconds)
+        if self.now - START > MAX_SECONDS:
+            raise AssertionError(f"the loop ran {MAX_SECONDS:.0f} s of its clock without ending")
+        for timer in [t for t in self.timers if t[0] <= self.now]:
+            self.timers.remove(timer)
+            timer[1]()
+        return False
+
+
+@dataclass(frozen=True)
+class Msg(Rec):
+    """A record as consume() returns it."""
+
+    def error(self) -> None:
+        return None
+
+
+def msgs(tp: tuple[str, int], offsets: range) -> list[Msg]:
+    return [Msg(tp[0], tp[1], o) for o in offsets]
+
+
+Step = Callable[["World", "ScriptedConsumer"], "list[Msg] | None"]
+"""One consume() call's part of the script: the records it returns ([] for none), or None to be
+played again at the next call (a step that waits for the member)."""
+
+
+class World:
+    """The broker and the operator as the member meets them: the script, the consumers the
+    member made, the broker's view of the group (`membership.GroupView`'s interface, answering
+    as scripted), and a log of what the member did to them (clock time, what, detail)."""
+
+    def __init__(self, clock: Clock, steps: Iterable[Step],
+                 taken: Iterable[bool | None] = (), held: Iterable[set[Any] | None] = ()) -> None:
+        self.clock = clock
+        self.steps: deque[Step] = deque(steps)
+        self.consumers: list[ScriptedConsumer] = []
+        self.taken_answers: deque[bool | None] = deque(taken)
+        self.held_answers: deque[set[Any] | None] = deque(held)
+        self.asked: list[tuple[float, str]] = []
+        """(clock time, question) of each look at the group."""
+        self.events: list[tuple[float, str, Any]] = []
+        self.calls = 0
+        self.member: Member | None = None
+
+    def log(self, what: str, detail: Any = None) -> None:
+        self.events.append((self.clock(), what, detail))
+
+    def new_consumer(self) -> ScriptedConsumer:
+        consumer = ScriptedConsumer(self, f"member-{len(self.consumers) + 1}")
+        self.consumers.append(consumer)
+        return consumer
+
+    def play(self, consumer: ScriptedConsumer) -> list[Msg]:
+        self.calls += 1
+        if self.calls > MAX_CALLS:
+            raise AssertionError(f"{MAX_CALLS} polls without the run ending; script left: "
+                                 f"{len(self.steps)} steps")
+        if not self.steps:
+            return []
+        got = self.steps[0](self, consumer)
+        if got is None:
+            return []
+        self.steps.popleft()
+        return got
+
+    def whats(self) -> list[str]:
+        return [what for _, what, _ in self.events]
+
+    def first(self, what: str) -> float:
+        return next(t for t, w, _ in self.events if w == what)
+
+    # -- the broker's view of the group -------------------------------------------------------
+
+    def taken_by_another(self, instance_id: str | None, member_id: str,
+                         timeout: float) -> bool | None:
+        assert (instance_id, member_id) == (INSTANCE, "member-1"), "asked about the drained one"
+        self.asked.append((self.clock(), "taken"))
+        if not self.taken_answers:
+            raise AssertionError("the member asked whether it was replaced more often than "
+                                 "scripted")
+        return self.taken_answers.popleft()
+
+    def held(self, instance_id: str | None, member_id: str, timeout: float) -> set[Any] | None:
+        assert (instance_id, member_id) == (INSTANCE, "member-1"), "asked about the leaving one"
+        self.asked.append((self.clock(), "held"))
+        if not self.held_answers:
+            raise AssertionError("the member asked what it holds more often than scripted")
+        return self.held_answers.popleft()
+
+
+class ScriptedConsumer:
+    """Stands in for `confluent_kafka.Consumer`: the calls the member makes, each logged. As
+    librdkafka does, it calls the revoke callback inside the first consume() after an
+    unsubscribe or a change of subscription."""
+
+    def __init__(self, world: World, member_id: str) -> None:
+        self.world = world
+        self.member_id = member_id
+        self.subscription: list[str] = []
+        self.callbacks: dict[str, Callable[..., None]] = {}
+        self.assigned: set[tuple[str, int]] = set()
+        self.revoke_due = False
+        self.closed = False
+
+    def subscribe(self, topics: list[str], on_assign: Callable[..., None],
+                  on_revoke: Callable[..., None], on_lost: Callable[..., None]) -> None:
+        self.revoke_due = bool(self.subscription) and topics != self.subscription
+        self.subscription = list(topics)
+        self.callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
+        self.world.log("subscribe", (self.member_id, tuple(topics)))
+
+    def unsubscribe(self) -> None:
+        self.subscription, self.revoke_due = [], True
+        self.world.log("unsubscribe", self.member_id)
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Msg]:
+        assert not self.closed, "consume() after close()"
+        if self.revoke_due and self.assigned:
+            gone, self.assigned, self.revoke_due = sorted(self.assigned), set(), False
+            self.world.log("revoked", gone)
+            self.callbacks["revoke"](self, [TopicPartition(t, p) for t, p in gone])
+        got = self.world.play(self)
+        if not got:
+            self.world.clock.advance(timeout)
+        return got
+
+    def assign(self, *tps: tuple[str, int]) -> None:
+        self.assigned |= set(tps)
+        self.world.log("assigned", (self.member_id, sorted(tps)))
+        self.callbacks["assign"](self, [TopicPartition(t, p) for t, p in tps])
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self.world.log("pause", sorted((p.topic, p.partition) for p in partitions))
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self.world.log("resume", sorted((p.topic, p.partition) for p in partitions))
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> None:
+        assert asynchronous is False, "the member commits synchronously"
+        self.world.log("commit", {(p.topic, p.partition): p.offset for p in offsets})
+
+    def memberid(self) -> str:
+        return self.member_id
+
+    def close(self) -> None:
+        self.closed = True
+        self.world.log("close", self.member_id)
+
+
+# -- steps ---------------------------------------------------------------------------------------
+
+def assign(*tps: tuple[str, int]) -> Step:
+    def step(world: World, consumer: ScriptedConsumer) -> list[Msg]:
+        consumer.assign(*tps)
+        return []
+    return step
+
+
+def fetch(records: list[Msg], took: float = 0.0) -> Step:
+    """A poll that returns `records` after `took` seconds."""
+    def step(world: World, consumer: ScriptedConsumer) -> list[Msg]:
+        world.clock.advance(took)
+        world.log("fetched", len(records))
+        return records
+    return step
+
+
+def until(check: Callable[[Member], bool]) -> Step:
+    """Polls return nothing until `check(member)` holds."""
+    def step(world: World, consumer: ScriptedConsumer) -> list[Msg] | None:
+        assert world.member is not None
+        return [] if check(world.member) else None
+    return step
+
+
+def do(action: Callable[[Member], object]) -> Step:
+    """The operator (or the test) acts, from outside the loop, during this poll."""
+    def step(world: World, consumer: ScriptedConsumer) -> list[Msg]:
+        assert world.member is not None
+        action(world.member)
+        return []
+    return step
+
+
+def stop() -> Step:
+    return do(lambda m: m.request_stop())
+
+
+class Handler:
+    """The batch worker's `handle`: every batch processed at once, or held until `release()`."""
+
+    def __init__(self, gated: bool = False) -> None:
+        self.gate = threading.Event()
+        if not gated:
+            self.gate.set()
+        self.batches: list[int] = []
+
+    def __call__(self, batch_id: int, records: Batch) -> Outcome:
+        assert self.gate.wait(10), "a gated batch was never released"
+        self.batches.append(len(records))
+        return Outcome(records=len(records), dead_lettered=0, attempts=1, seconds=0.01)
+
+    def release(self) -> None:
+        self.gate.set()
+
+
+class FakeLeave:
+    """Stands in for `staticleave.StaticLeave`: a KIP-848 static leave the coordinator
+    confirms at the first try."""
+
+    def __init__(self) -> None:
+        self.confirmed: list[str] = []
+
+    def warm(self) -> None:
+        pass
+
+    def confirm(self, member_id: str, instance_id: str, deadline: float) -> LeaveResult:
+        self.confirmed.append(member_id)
+        return LeaveResult(LEFT, tries=1, seconds=0.008)
+
+    def close(self) -> None:
+        pass
+
+
+class Scripted(Member):
+    """The member with the world's consumer and group view."""
+
+    def __init__(self, world: World, config: RuntimeConfig, telemetry: Telemetry,
+                 handle: Handler) -> None:
+        self.world = world
+        world.member = self
+        super().__init__(config, telemetry, handle, clock=world.clock, rest=world.clock.advance)
+
+    def _new_consumer(self) -> Any:
+        return self.world.new_consumer()
+
+    def _group_view(self) -> Any:
+        return self.world
+
+
+def runtime_config(protocol: str = "classic", max_records: int = 5) -> RuntimeConfig:
+    raw = base()
+    raw["processing"]["batch"]["maxRecords"] = max_records
+    if protocol == "consumer":
+        raw["consumer"] = {"group.protocol": "consumer", "max.poll.interval.ms": 300000}
+    return parse_config(raw, {"STATICFLEET_GROUP_INSTANCE_ID": INSTANCE})
+
+
+def setup(steps: Iterable[Step], *, taken: Iterable[bool | None] = (),
+          held: Iterable[set[Any] | None] = (), protocol: str = "classic",
+          gated: bool = False) -> tuple[Scripted, World, Handler]:
+    clock = Clock()
+    world = World(clock, steps, taken, held)
+    config = runtime_config(protocol)
+    telemetry = Telemetry(namespace="ns", group="orders", member=INSTANCE, instance_id=INSTANCE,
+                          session_timeout_s=None if protocol == "consumer" else 30.0,
+                          max_poll_interval_s=300.0, process_start=PROCESS_START,
+                          started_at=START, max_records=5)
+    handler = Handler(gated)
+    member = Scripted(world, config, telemetry, handler)
+    if protocol == "consumer":
+        member.leave_client = FakeLeave()  # type: ignore[assignment]
+    return member, world, handler
+
+
+def status(member: Member) -> dict[str, Any]:
+    return member.telemetry.status(member.clock())
+
+
+def first_batch_done() -> list[Step]:
+    """In the group with two partitions, one batch of five records processed and committed."""
+    return [assign(P0, P1), fetch(msgs(P0, range(0, 5))),
+            until(lambda m: m.telemetry.batches_processed == 1 and m.inflight is None)]
+
+
+# -- drain, hold, and the end of the hold: replaced, not replaced, no answer ---------------------
+
+@pytest.mark.parametrize(
+    ("hold_s", "taken", "replaced", "consumers", "resubscribes"), [
+        (5.0, [True], True, 1, 0),
+        (5.0, [None, None, True], True, 1, 0),
+        (5.0, [False], False, 2, 1),
+        (0.0, [True], True, 1, 0),
+        (2.5, [None, False], False, 2, 1),
+    ], ids=["replaced: exits", "no answer, then replaced: exits", "not replaced: back",
+            "no hold: asks at once", "no answer, then not replaced: back"])
+def test_a_drained_member_holds_then_exits_when_replaced_or_subscribes_again(
+        hold_s: float, taken: list[bool | None], replaced: bool, consumers: int,
+        resubscribes: int) -> None:
+    """After the drain the consumer is closed and nothing is asked for the hold; then the
+    broker's view decides: another member id holds the instance id -> the run ends with exit 0
+    and no new consumer (a join would fence the replacement); nobody -> the same static member
+    subscribes again, and its return is no rebalance; no answer -> asked again every
+    DRAIN_CHECK_S."""
+    answers: list[tuple[str | None, bool]] = []
+    back = [assign(P0, P1), until(lambda m: m.joined), stop()]
+    member, world, _ = setup([*first_batch_done(),
+                              do(lambda m: answers.append(m.drain(hold_s, 0.0))), *back],
+                             taken=taken)
+
+    assert member.run() == 0
+
+    closed = world.first("close")
+    asks = [t for t, _ in world.asked]
+    assert answers == [(None, False)], "the drain is taken; the loop carries it out"
+    assert world.events[0][1] == "subscribe"
+    assert world.whats().index("commit") < world.whats().index("close"), \
+        "the batch before the drain is committed before the consumer closes"
+    assert asks[0] == pytest.approx(closed + hold_s), "the group is asked once the hold is over"
+    assert [b - a for a, b in pairwise(asks)] == \
+        pytest.approx([DRAIN_CHECK_S] * (len(asks) - 1))
+    assert not world.taken_answers, "every scripted answer was asked for"
+    assert member.replaced is replaced
+    assert len(world.consumers) == consumers
+    assert [c.closed for c in world.consumers] == [True] * consumers
+    st = status(member)
+    assert st["drainResubscribes"] == resubscribes
+    if replaced:
+        assert st["state"] == "drained" and st["drainedAt"] is not None
+        assert world.steps, "a replaced member polls no more"
+        assert member.closed_at is not None and member.failure is None
+    else:
+        assert not world.steps
+        assert st["drainedAt"] is None and st["rebalances"] == 0, \
+            "a static member's return after a drain is not a rebalance"
+        assert world.events[-2][1] == "assigned" and world.events[-2][2][0] == "member-2"
+
+
+def test_a_drain_waits_for_the_batch_in_flight_and_commits_it_before_closing() -> None:
+    """The drain pauses the partitions (not a pause for work), lets the running batch finish,
+    commits it, and only then closes: the replacement starts after it."""
+    seen: dict[str, Any] = {}
+    answers: list[tuple[str | None, bool]] = []
+    steps = [assign(P0), fetch(msgs(P0, range(0, 5))),
+             until(lambda m: m.inflight is not None),
+             do(lambda m: answers.append(m.drain(5.0, 0.0))),
+             do(lambda m: seen.update(status(m))),
+             do(lambda m: handler.release())]
+    member, world, handler = setup(steps, taken=[True], gated=True)
+
+    assert member.run() == 0
+
+    whats = world.whats()
+    assert whats.index("pause") < whats.index("commit") < whats.index("close")
+    assert world.events[whats.index("commit")][2] == {P0: 5}
+    assert answers == [(None, False)]
+    assert seen["state"] == "draining" and seen["pausedWithWork"] is False, \
+        "a drain's pause is not a pause for work"
+    assert seen["batchInFlight"] is not None and seen["batchInFlight"]["records"] == 5
+    st = status(member)
+    assert st["recordsProcessed"] == 5 and st["batchInFlight"] is None
+    assert st["committed"] == [] and st["assignment"] == [], "a drained member holds nothing"
+
+
+def test_a_drain_processes_the_records_already_fetched_as_one_last_batch() -> None:
+    """Records fetched and not yet handed out when the drain comes are processed and committed
+    before the close, not left for the replacement to fetch again."""
+    steps = [*first_batch_done(), fetch(msgs(P1, range(0, 3))),
+             do(lambda m: m.drain(5.0, 0.0))]
+    member, world, handler = setup(steps, taken=[True])
+
+    assert member.run() == 0
+
+    commits = [d for _, w, d in world.events if w == "commit"]
+    assert handler.batches == [5, 3]
+    assert commits == [{P0: 5}, {P1: 3}]
+    assert world.whats()[-1] == "close"
+
+
+def test_a_drain_asked_again_while_drained_answers_at_once_and_holds_from_then() -> None:
+    """An operator that restarted sends its switchover again: the drained member answers at
+    once with the drain it did (same drainedAt), and stays out for the new hold from then."""
+    again: list[tuple[float, str | None, bool]] = []
+    drained_at: list[float | None] = []
+
+    def redrain(m: Member) -> None:
+        drained_at.append(status(m)["drainedAt"])
+        again.append((m.clock(), *m.drain(5.0, 0.0)))
+        drained_at.append(status(m)["drainedAt"])
+
+    def drain_then_again_in_4_s(m: Member) -> None:
+        m.drain(5.0, 0.0)
+        m.clock.at(m.clock() + 4.0, lambda: redrain(m))  # type: ignore[attr-defined]
+
+    member, world, _ = setup([*first_batch_done(), do(drain_then_again_in_4_s)], taken=[True])
+
+    assert member.run() == 0
+
+    (asked_again, refused, drained), = again
+    closed = world.first("close")
+    assert closed < asked_again < closed + 5.0, "asked again during the first hold"
+    assert (refused, drained) == (None, True), "answered at once: drained"
+    assert drained_at[0] is not None and drained_at == [drained_at[0]] * 2
+    assert world.asked[0][0] == pytest.approx(asked_again + 5.0), \
+        "the hold runs from the second drain"
+
+
+def test_a_stop_while_drained_ends_the_run_without_asking_the_group() -> None:
+    member, world, _ = setup([*first_batch_done(), do(lambda m: m.drain(60.0, 0.0))])
+    world.clock.at(START + 30.0, member.request_stop)
+
+    assert member.run() == 0
+    assert world.asked == [] and not member.replaced
+    assert status(member)["state"] == "drained"
+
+
+# -- leave ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("protocol", "gives_up"), [
+    ("classic", "unsubscribe"), ("consumer", "subscribe"),
+], ids=["classic: unsubscribe", "consumer: a subscription no topic matches"])
+def test_a_leave_gives_the_partitions_up_waits_for_the_broker_then_stays_up(
+        protocol: str, gives_up: str) -> None:
+    """A leave finishes and commits the batch, gives the partitions up while still a member,
+    asks the broker until it shows none of them, closes, and then stays up (exit 0 only at the
+    stop): an exit would get the container restarted and the new process would join again."""
+    steps = [*first_batch_done(), do(lambda m: m.request("leave"))]
+    member, world, _ = setup(steps, held=[{P0}, None, set()], protocol=protocol)
+    code: list[int] = []
+    runner = threading.Thread(target=lambda: code.append(member.run()))
+    runner.start()
+    try:
+        for _ in range(200):
+            if status(member)["state"] == "left":
+                break
+            runner.join(0.01)
+        runner.join(0.05)
+        assert runner.is_alive(), "a member that left stays up until SIGTERM"
+    finally:
+        member.request_stop()
+        runner.join(5)
+    assert code == [0]
+
+    whats = world.whats()
+    assert whats.index("commit") < whats.index(gives_up, 1) < whats.index("revoked") \
+        < whats.index("close")
+    if protocol == "consumer":
+        assert world.events[whats.index("subscribe", 1)][2] == ("member-1", ("^$",))
+        assert member.leave_client.confirmed == ["member-1"]  # type: ignore[union-attr]
+        assert status(member)["staticLeave"]["outcome"] == "left"
+    assert [w for _, w in world.asked] == ["held"] * 3, "asked until the broker shows nothing"
+    st = status(member)
+    assert (st["state"], st["assignment"], st["memberId"]) == ("left", [], "")
+    assert len(world.consumers) == 1
+
+
+# -- what /status says of a batch: in flight, paused for work, the last poll ---------------------
+
+def test_status_shows_the_batch_in_flight_and_the_pause_for_work_while_it_runs() -> None:
+    """Two batches gathered while the first runs: the member pauses its partitions (its polls
+    return nothing on purpose, so lastFetchAt stands still) and says so, with the batch in
+    flight; lastPollAt moves with every poll. Once the batch is done all of it clears."""
+    seen: list[dict[str, Any]] = []
+    steps = [assign(P0), fetch(msgs(P0, range(0, 5))),
+             until(lambda m: m.inflight is not None),
+             fetch(msgs(P0, range(5, 15)), took=3.0),
+             until(lambda m: m.paused_with_work),
+             do(lambda m: seen.append(status(m))),
+             fetch([], took=1.0),
+             do(lambda m: seen.append(status(m))),
+             do(lambda m: handler.release()),
+             until(lambda m: m.telemetry.batches_processed == 3 and m.inflight is None),
+             do(lambda m: seen.append(status(m))),
+             stop()]
+    member, world, handler = setup(steps, gated=True)
+
+    assert member.run() == 0
+
+    fetches = [t for t, w, _ in world.events if w == "fetched"]
+    started, fetched = fetches[0], fetches[1]  # the first batch went out right after its fetch
+    paused, later, done = seen
+    assert paused["pausedWithWork"] is True
+    assert paused["batchInFlight"] == {"startedAt": wall(started), "records": 5}
+    assert paused["lastFetchAt"] == wall(fetched)
+    assert later["lastFetchAt"] == paused["lastFetchAt"], "paused: the polls fetch nothing"
+    assert later["lastPollAt"] > paused["lastPollAt"] >= paused["lastFetchAt"]
+    assert later["batchInFlight"] == paused["batchInFlight"]
+    assert done["pausedWithWork"] is False and done["batchInFlight"] is None
+    assert done["recordsProcessed"] == 15
+    assert [w for w in world.whats() if w in ("pause", "resume")] == ["pause", "resume"]
+
+
+# -- the exit when replaced leaves word for a restart of the container ---------------------------
+
+def test_a_replaced_record_is_found_by_a_restart_of_the_same_member_only(
+        tmp_path: Path) -> None:
+    env = {TERMINATION_PATH_ENV: str(tmp_path / "termination-log")}
+    record = Replaced(group_id="orders", instance_id=INSTANCE, drained_at=1_700_000_010.5,
+                      closed_at=1_700_000_010.25, last_batch_at=1_700_000_009.0)
+    assert read_replaced(env, "orders", INSTANCE) is None, "a first start"
+    assert replaced_path(env) == tmp_path / REPLACED_FILE
+    assert write_replaced(env, record)
+    assert read_replaced(env, "orders", INSTANCE) == record
+    assert read_replaced(env, "orders", "orders-1") is None
+    assert read_replaced(env, "other", INSTANCE) is None
+    assert read_replaced(env, "orders", None) is None
+    (tmp_path / REPLACED_FILE).write_text('{"groupId": "orders"}')
+    assert read_replaced(env, "orders", INSTANCE) is None, "not a record"
+
+
+def test_a_replaced_record_that_cannot_be_written_says_so(tmp_path: Path) -> None:
+    env = {TERMINATION_PATH_ENV: str(tmp_path / "missing" / "termination-log")}
+    record = Replaced("orders", INSTANCE, 1.0, 1.0, None)
+    assert write_replaced(env, record) is False
+
