@@ -19,6 +19,11 @@ from staticfleet.decisions.rollstate import ObservedMember
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView
 
 DEFAULT_GRACE_S = 30
+JOINED_AS_NEW_ANNOTATION = "staticfleet.io/joined-as-new"
+"""Set ("true") on a member pod made for an ordinal that is new to the group (its first
+creation, a scale-up, a member that left for a scale-down taken back): it joins as a new member,
+and its wait for that rebalance (in an eager group, for the others' revokes) says nothing of a
+restart (`cold_start_s`). Written by `pods.creates`."""
 
 
 def ordinal_of(pod: Mapping[str, Any]) -> int | None:
@@ -245,10 +250,15 @@ def container_started_at(pod: Mapping[str, Any]) -> float | None:
 
 
 def cold_start_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
-    """Seconds from the member container's start to its first assignment, for a container that
-    never restarted in place (None otherwise or until it has been assigned); for a standby
-    process, without its wait for the activation. Scheduling and
-    image pulls are not in it; everything a restarted member repeats before it is back is."""
+    """Seconds from the member container's start to its first assignment, for a member coming
+    back with its instance id (a replacement of a pod of its ordinal: a rollout's, a warm
+    handoff's, one made again after a deletion or an eviction) whose container never restarted
+    in place (None otherwise or until it has been assigned); for a standby process, without its
+    wait for the activation. Scheduling and image pulls are not in it; everything a restarted
+    member repeats before it is back is. A member that joined as new (`JOINED_AS_NEW_ANNOTATION`:
+    a scale-up, the group's first members) is no restart sample: its join waited for a
+    rebalance (an eager group's revokes) that a static member coming back does not; only its
+    start up to its consumer (`consumerMade`), which a restart repeats, counts."""
     if not status or restart_count(pod) > 0:
         return None
     phases = status.get("startupSeconds") or {}
@@ -258,6 +268,8 @@ def cold_start_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> fl
     if first is None or start is None or started is None:
         return None
     activated, made = phases.get("activated"), phases.get("consumerMade")
+    if joined_as_new(pod):
+        return None if made is None else max(0.0, float(start) + float(made) - started)
     if activated is not None:
         # A warm handoff's replacement waited in standby for its activation, which is not part
         # of a start: a crash restarts it in standby and it is activated at once. Its start is
@@ -267,6 +279,12 @@ def cold_start_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> fl
         return max(0.0, float(start) + float(made) - started) + max(
             0.0, float(first) - float(activated))
     return max(0.0, float(start) + float(first) - started)
+
+
+def joined_as_new(pod: Mapping[str, Any]) -> bool:
+    """The pod was made for an ordinal new to the group (`JOINED_AS_NEW_ANNOTATION`)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(JOINED_AS_NEW_ANNOTATION) == "true"
 
 
 def join_latency_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:

@@ -33,6 +33,7 @@ from staticfleet.decisions.actions import (
 )
 from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.members import (
+    JOINED_AS_NEW_ANNOTATION,
     TERMINAL_PHASES,
     MemberTable,
     ended_reason,
@@ -86,6 +87,8 @@ def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
         else:
             why = WHY_MISSING
         pod = builders.build_member_pod(spec, ordinal, view, effective.session_timeout_ms)
+        if why == WHY_NEW:  # its start is a join, not a restart (`members.cold_start_s`)
+            pod["metadata"].setdefault("annotations", {})[JOINED_AS_NEW_ANNOTATION] = "true"
         out.append(PodCreate(ordinal, pod, why))
     names = {p["metadata"]["name"] for p in snap.pods}
     for f in state.in_flight:

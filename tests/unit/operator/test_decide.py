@@ -881,10 +881,12 @@ def test_a_restart_above_the_cap_refuses_and_names_the_member() -> None:
     assert "at most 120000 ms" in refused.message and "maxSessionTimeoutMs" in refused.message
 
 
-def started(pods: list[dict[str, Any]], start_s: dict[int, float], restarts: int = 0
+def started(pods: list[dict[str, Any]], start_s: dict[int, float], restarts: int = 0,
+            join_wait_s: dict[int, float] | None = None
             ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Pods whose member containers started 60 s ago and whose members took `start_s[ordinal]`
-    seconds from there to their first assignment (as their `/status` reports)."""
+    seconds from there to their first assignment (as their `/status` reports), of which
+    `join_wait_s[ordinal]` (default 0) after their consumer was made."""
     out, statuses = [], {}
     for pod in pods:
         o = _ordinal(pod)
@@ -896,7 +898,9 @@ def started(pods: list[dict[str, Any]], start_s: dict[int, float], restarts: int
         statuses[pod["metadata"]["uid"]] = {
             "memberId": f"m-{o}", "rebalances": 0,
             "processStart": (NOW - timedelta(seconds=59)).timestamp(),
-            "startupSeconds": {"firstAssignment": start_s.get(o, 1.0) - 1.0}}
+            "startupSeconds": {"firstAssignment": start_s.get(o, 1.0) - 1.0,
+                               "consumerMade": start_s.get(o, 1.0) - 1.0 - (
+                                   join_wait_s or {}).get(o, 0.0)}}
     return out, statuses
 
 
@@ -931,6 +935,35 @@ def test_a_member_start_is_a_floor_for_a_restart(session_ms: int | None, start_s
             unsafe[0].message)
         needed = round(start_s[slowest] * 1000) + 2000
         assert f"need a session timeout of {needed} ms" in unsafe[0].message
+
+
+def test_a_scale_up_join_is_not_a_restart_sample() -> None:
+    """Issue 34 item 8: a member added by a scale-up joins as a new member (in an eager group
+    it waits 45 s for the others' revokes): that wait says nothing of a restart, so a 50 s
+    container start -> first assignment refuses no rollout under the 45 s the members run with;
+    only its process start up to its consumer (5 s), which a restart repeats, is a floor. The
+    same 50 s of a member coming back with its instance id (its pod made again) does refuse."""
+    cg = body(replicas=3)
+    pods, status = settled(cg)
+    up = body(replicas=4)
+    plan = decide(snapshot(up, pods, previous=status))
+    (join,) = running(plan, tag="b")
+    pods, statuses = started([*pods, join], {3: 50.0}, join_wait_s={3: 45.0})
+    status = without_nulls(dict(decide(snapshot(
+        up, pods, previous=without_nulls(dict(plan.status)), statuses=statuses)).status))
+    changed = with_path(up, "spec.template.image", "staticfleet/member:0.2.0")
+    plan = decide(snapshot(changed, pods, previous=status, statuses=statuses))
+    assert c.RESTART_UNSAFE not in reasons(plan), [e.message for e in plan.events]
+    assert plan.delete != ()
+    # Member 1's pod deleted outside a rollout and made again: it comes back as member 1.
+    others = [p for p in pods if _ordinal(p) != 1]
+    plan = decide(snapshot(up, others, previous=status))
+    (back,) = running(plan, tag="c")
+    assert [p.why for p in plan.create] == [WHY_MISSING]
+    pods, statuses = started([*others, back], {1: 50.0, 3: 50.0},
+                             join_wait_s={1: 45.0, 3: 45.0})
+    plan = decide(snapshot(changed, pods, previous=status, statuses=statuses))
+    assert c.RESTART_UNSAFE in reasons(plan)
 
 
 # --- a timeout change is never a rollout of its own ------------------------------------------

@@ -141,6 +141,29 @@ def test_a_standby_process_start_leaves_out_its_wait_for_the_activation() -> Non
     assert members.join_latency_s(p, warm) is None
 
 
+@pytest.mark.parametrize(("joined_as_new", "phases", "expected"), [
+    (False, {"consumerMade": 1.5, "firstAssignment": 40.0}, 41.0),
+    (True, {"consumerMade": 1.5, "firstAssignment": 40.0}, 2.5),
+    (True, {"firstAssignment": 40.0}, None),
+    (True, {"consumerMade": 1.5}, None),
+], ids=["coming back with its instance id: to its first assignment",
+        "joined as new: to its consumer, not its wait for the rebalance",
+        "joined as new, its consumer's moment unknown: no sample",
+        "joined as new, not assigned yet: no sample"])
+def test_only_a_member_coming_back_is_a_restart_sample(
+        joined_as_new: bool, phases: dict[str, float], expected: float | None) -> None:
+    """Issue 34 item 8: a scale-up's member waited for the others' revokes before its first
+    assignment; that wait is no restart's."""
+    p = pod(1)
+    if joined_as_new:
+        p["metadata"].setdefault("annotations", {})[members.JOINED_AS_NEW_ANNOTATION] = "true"
+    p["status"]["containerStatuses"] = [{
+        "name": builders.MEMBER_CONTAINER, "restartCount": 0,
+        "state": {"running": {"startedAt": "2026-01-01T12:00:00Z"}}}]
+    start = datetime(2026, 1, 1, 12, 0, 1, tzinfo=UTC).timestamp()
+    assert members.cold_start_s(p, {"processStart": start, "startupSeconds": phases}) == expected
+
+
 def evicted(p: dict[str, Any]) -> dict[str, Any]:
     """`p` as the kubelet leaves a pod it evicted under memory pressure."""
     p["status"] = {**p["status"], "phase": "Failed", "reason": "Evicted",
