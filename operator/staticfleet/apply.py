@@ -33,9 +33,6 @@ FIELD_MANAGER = "staticfleet"
 PLURAL = "consumergroups"
 REAPPLY_S = 600.0
 SECRET_TTL_S = 60.0
-MEMBER_SELECTOR = (
-    "app.kubernetes.io/managed-by=staticfleet,app.kubernetes.io/name=staticfleet-member"
-)
 
 
 class ApplyError(RuntimeError):

@@ -217,19 +217,6 @@ def restart_need_ms(measurements: Measurements, margin_percent: int = 150,
     return max(needs) if needs else None
 
 
-def restart_fits(
-    measured_restart_s: float,
-    session_timeout_ms: int,
-    margin_percent: int = 150,
-    slack_ms: int = DEFAULT_POLICY.restart_slack_ms,
-) -> bool:
-    """Whether a restart of `measured_restart_s` fits the session timeout with its margin."""
-    return (
-        needed_session_timeout_ms(measured_restart_s, margin_percent, slack_ms)
-        <= session_timeout_ms
-    )
-
-
 def needed_max_poll_interval_ms(batch_s: float, policy: TimeoutPolicy = DEFAULT_POLICY) -> int:
     """max.poll.interval.ms a batch of `batch_s` seconds needs: batch x 200% + 5 s."""
     return math.ceil(batch_s * policy.batch_margin_percent * 10) + policy.batch_slack_ms
