@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -159,6 +160,42 @@ class Failure:
     message: str
     """What it said: its termination message, the member's own line, or (FallbackToLogsOnError)
     its log's end when it died before it could write one."""
+    reason: str = ""
+    """The kubelet's reason for the exit (`Error`, `OOMKilled`)."""
+
+    @property
+    def signal(self) -> str | None:
+        """The signal that killed it (exit code 128 + n: SIGKILL for 137), None for an exit."""
+        number = self.exit_code - 128
+        if not 0 < number < 65:
+            return None
+        try:
+            return signal.Signals(number).name
+        except ValueError:
+            return f"signal {number}"
+
+    def killed(self) -> str:
+        """How a signal ended it, with the usual causes of SIGKILL, quoting only an error line
+        of what it left (a process killed cannot write its own message: what the kubelet kept is
+        its log's end, whose last line is no error)."""
+        said = f"killed by {self.signal} (exit code {self.exit_code})"
+        if self.reason == "OOMKilled":
+            said += (": OOM-killed, it reached its memory limit "
+                     "(spec.template.resources.limits.memory)")
+        elif self.signal == "SIGKILL":
+            said += (": usually an OOM kill (its memory limit), a kill by hand, or the liveness "
+                     "probe")
+        error = error_line(self.message)
+        if error is not None:
+            return f"{said}; its log's last error: {error}"
+        return f"{said}; its log's end shows no error" if self.message.strip() else said
+
+    def account(self) -> str:
+        """The exit in a few words: killed by a signal (`killed`), or its code and the line
+        that says why (`refusal_line`)."""
+        if self.signal is not None:
+            return self.killed()
+        return f"exit code {self.exit_code}: {refusal_line(self.message) or '(no message)'}"
 
 
 def member_failure(pod: Mapping[str, Any]) -> Failure | None:
@@ -173,8 +210,13 @@ def member_failure(pod: Mapping[str, Any]) -> Failure | None:
         term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated") or {}
         code = int(term.get("exitCode") or 0)
         if code:
-            return Failure(code, str(term.get("message") or term.get("reason") or ""))
+            return _failure(code, term)
     return None
+
+
+def _failure(code: int, term: Mapping[str, Any]) -> Failure:
+    reason = str(term.get("reason") or "")
+    return Failure(code, str(term.get("message") or ("" if code > 128 else reason)), reason)
 
 
 def member_crash(pod: Mapping[str, Any]) -> Failure | None:
@@ -187,7 +229,7 @@ def member_crash(pod: Mapping[str, Any]) -> Failure | None:
             term = state.get("terminated") or {}
             code = int(term.get("exitCode") or 0)
             if code:
-                return Failure(code, str(term.get("message") or term.get("reason") or ""))
+                return _failure(code, term)
     return None
 
 
@@ -203,15 +245,27 @@ def refusal_line(message: str) -> str:
     (`OWN_WORDS`); in a log's end (kept when the member died before it could say, or from an
     image that does not say), the last line that says refused or error, never a frame of a stack
     trace (`at org.apache.spark...`), else the last line that is not one."""
+    error = error_line(message)
+    if error is not None:
+        return error
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    said = [ln for ln in lines if not _STACK_FRAME.match(ln)] or lines
+    return said[-1][:600] if said else ""
+
+
+def error_line(message: str) -> str | None:
+    """The member's own line (`OWN_WORDS`), else the last line that says refused or error and
+    is no frame of a stack trace; None when no line does."""
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     for line in reversed(lines):
         if line.startswith(OWN_WORDS):
             return line[:600]
-    said = [ln for ln in lines if not _STACK_FRAME.match(ln)] or lines
-    for line in reversed(said):
+    for line in reversed(lines):
+        if _STACK_FRAME.match(line):
+            continue
         if "refused" in line or "Error" in line or "error" in line:
             return line[:600]
-    return said[-1][:600] if said else ""
+    return None
 
 
 def still_running(pod: Mapping[str, Any], closed_by_pod: Mapping[str, datetime]) -> bool:
@@ -443,13 +497,12 @@ class _Seen:
             restart_reasons=(tuple(reasons.restart_reasons(self.view, pod)) if is_live
                              else ()),
             standby_state=st.get("standby") if st else None,
-            failure=(f"exit code {failure.exit_code}: "
-                     f"{refusal_line(failure.message) or '(no message)'}" if failure else None),
+            failure=failure.account() if failure else None,
             standby_ready_at=_moment(st, "standbyReady"),
             first_batch_at=_moment(st, "firstBatch"),
             first_assignment_at=_moment(st, "firstAssignment"),
             answers=bool(st),
-            crash=(f"exit code {crash.exit_code}: {refusal_line(crash.message) or '(no message)'}"
+            crash=(crash.account()
                    if (crash := member_crash(pod)) is not None and not pod_ended(pod) else None),
             pod_failed=ended_reason(pod) if pod_ended(pod) else None,
             left=bool(st.get("leaving")) or st.get("state") == "left")

@@ -90,11 +90,15 @@ def _failing(spec: ConsumerGroupSpec, table: MemberTable) -> list[tuple[str, str
         failure = member_failure(pod)
         if failure is None or ordinal >= spec.replicas:
             continue
+        who = f"member {ordinal} (pod {pod['metadata']['name']})"
+        if failure.signal is not None:
+            out.append((c.MEMBER_FAILING, (
+                f"{who} was {failure.killed()} (see the pod's log and Events)")))
+            continue
         line = refusal_line(failure.message) or f"exit code {failure.exit_code}"
         where = spec_field(line)
         out.append((c.MEMBER_FAILING, (
-            f"member {ordinal} (pod {pod['metadata']['name']}) exited with code "
-            f"{failure.exit_code}: {line}"
+            f"{who} exited with code {failure.exit_code}: {line}"
             + (f" (fix {where})" if where else " (see the pod's log)"))))
     return _one(out)
 

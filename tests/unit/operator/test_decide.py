@@ -1177,6 +1177,46 @@ def test_a_failing_member_is_quoted_by_its_own_error_never_a_stack_frame(
                                    f"code 1: {quoted} (see the pod's log)")
 
 
+INFO_LOG_END = ("2026-01-01 12:00:00,000 INFO consumer_runtime.member: joined, 2 partitions\n"
+                "2026-01-01 12:00:19,300 INFO consumer_runtime.member: first batch processed "
+                "19.300 s after process start")
+
+
+@pytest.mark.parametrize(("code", "reason", "message", "says", "never"), [
+    (137, "Error", INFO_LOG_END,
+     "was killed by SIGKILL (exit code 137): usually an OOM kill (its memory limit), a kill by "
+     "hand, or the liveness probe; its log's end shows no error (see the pod's log and Events)",
+     "first batch processed"),
+    (137, "OOMKilled", INFO_LOG_END,
+     "was killed by SIGKILL (exit code 137): OOM-killed, it reached its memory limit "
+     "(spec.template.resources.limits.memory); its log's end shows no error", "first batch"),
+    (137, "Error", INFO_LOG_END + "\n2026-01-01 12:00:20,000 ERROR py4j: connection refused",
+     "was killed by SIGKILL (exit code 137): usually an OOM kill (its memory limit), a kill by "
+     "hand, or the liveness probe; its log's last error: 2026-01-01 12:00:20,000 ERROR py4j: "
+     "connection refused", "first batch"),
+    (134, "Error", "", "was killed by SIGABRT (exit code 134)", "exited with code"),
+], ids=["SIGKILL, an INFO line last", "OOMKilled", "SIGKILL, an error line in the log's end",
+        "SIGABRT, no message"])
+def test_a_member_killed_by_a_signal_is_named_by_it_never_by_its_last_info_line(
+        code: int, reason: str, message: str, says: str, never: str) -> None:
+    """Issue 34 item 10: a member killed by SIGKILL (exit 137) got a MemberFailing Warning that
+    quoted the last INFO line of its log as if it were the error."""
+    pods, status = settled(CG)
+    failing = copy.deepcopy(next(p for p in pods if _ordinal(p) == 0))
+    failing["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    failing["status"]["containerStatuses"] = [{
+        "name": builders.MEMBER_CONTAINER, "restartCount": 1,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": code, "reason": reason, "message": message}}}]
+    others = [p for p in pods if _ordinal(p) != 0]
+    plan = decide(snapshot(CG, [failing, *others], previous=status, in_group=(1, 2)))
+    degraded = c.get_condition(plan.status["conditions"], c.DEGRADED)
+    assert degraded["reason"] == c.MEMBER_FAILING
+    said = degraded["message"]
+    assert said.startswith(f"member 0 (pod {failing['metadata']['name']}) {says}"), said
+    assert never not in said, said
+
+
 def test_a_deleted_up_to_date_pod_is_not_a_rollout_and_stops_none() -> None:
     """Someone deletes member 1's pod (or its node goes) while every member is up to date: it
     is recreated; no rollout is followed, so none can stop at the session timeout."""
