@@ -83,17 +83,20 @@ class LagReads:
     member reports now has just moved (a scale-down, a handoff) and its new owner has not
     reported it yet: the group's cached committed offsets may predate the commits made there
     since, so they are read again (a scale-down showed a lag spike of a minute's records)."""
+    owners: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """ConsumerGroup uid -> the (cluster key, group id) its lag is read for (`forget`)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def lag(self, admin: kafkaadmin.Admin, group_id: str, partitions: Mapping[str, int],
             statuses: Iterable[Mapping[str, Any]] = (), known: bool = True,
-            fresh_within_s: float | None = None) -> Lag:
+            fresh_within_s: float | None = None, owner: str | None = None) -> Lag:
         """The group's lag: the larger of what its members report (their statistics) and the
         end offsets (read once per interval for the whole cluster) minus the committed offsets
         (the members' own commits; the brokers' for partitions no member reports, read at most
         once per interval; not at all for a group the brokers do not know, `known` False:
         it has no offsets). With `fresh_within_s` (a rollout waits for a member's progress)
-        the broker's figures of this group are read again once older than that."""
+        the broker's figures of this group are read again once older than that. `owner`: the
+        ConsumerGroup's uid, whose deletion forgets what is cached of the group (`forget`)."""
         statuses = list(statuses)
         reported, committed = reported_lag(statuses), reported_committed(statuses)
         wanted = [(t, p) for t, count in sorted(partitions.items()) for p in range(count)]
@@ -103,6 +106,8 @@ class LagReads:
                    else min(self.interval_s, fresh_within_s))
         unknown = [tp for tp in wanted if tp not in reported and tp not in committed]
         with self.lock:
+            if owner is not None:
+                self.owners[owner] = (admin.key, group_id)
             before = self.reported_before.get((admin.key, group_id), frozenset())
             self.reported_before[(admin.key, group_id)] = frozenset(reported) | frozenset(
                 committed)
@@ -166,7 +171,11 @@ class LagReads:
         with self.lock:
             return {tp: cluster[tp] for tp in rest if tp in cluster}
 
-    def forget(self, admin_key: str, group_id: str) -> None:
+    def forget(self, owner: str) -> None:
+        """The ConsumerGroup `owner` (its uid) is deleted: drop its group's cached committed
+        offsets and reports (its partitions' end offsets go once no group asks for them)."""
         with self.lock:
-            self.committed.pop((admin_key, group_id), None)
-            self.reported_before.pop((admin_key, group_id), None)
+            key = self.owners.pop(owner, None)
+            if key is not None:
+                self.committed.pop(key, None)
+                self.reported_before.pop(key, None)

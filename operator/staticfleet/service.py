@@ -183,6 +183,7 @@ class Deps:
             self.written.pop(uid, None)
             self.refused.pop(uid, None)
             self.tokens.pop(uid, None)
+        self.lag_reads.forget(uid)
         self.kube.forget(uid)
 
     def close(self) -> None:
@@ -271,7 +272,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         fresh = (ROLLOUT_LAG_AGE_S if rolling
                  else AUTOSCALING_LAG_AGE_S if spec.autoscaling is not None else None)
         lag = deps.lag_reads.lag(admin, spec.kafka.group_id, partitions, statuses.values(),
-                                 known=group.state != "Dead", fresh_within_s=fresh)
+                                 known=group.state != "Dead", fresh_within_s=fresh, owner=uid)
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=statuses, group=group, partitions=partitions,
                     closed_by_pod=closed_by_pod, final_batches=final_batches,

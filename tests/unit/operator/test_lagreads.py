@@ -161,3 +161,33 @@ def test_a_partition_that_just_moved_gets_the_groups_committed_offsets_read_agai
     clock.t += 1
     book.lag(admin, "g", {"t": 2}, both[:1])
     assert reads["committed"] == ["g", "g"], "read again once, not every pass"
+
+
+class ForgettingKube:
+    def forget(self, uid: str) -> None:
+        pass
+
+
+def test_a_deleted_groups_cached_offsets_are_forgotten(reads: dict[str, Any]) -> None:
+    """Issue 34 item 10: `LagReads.forget` was never called, so a deleted group's committed
+    offsets stayed cached for the operator's lifetime. The pass reads the lag for its
+    ConsumerGroup (`owner`, its uid); the delete handler's `Deps.forget` forgets it, and only
+    it."""
+    from typing import cast
+
+    from staticfleet import apply, service
+
+    book = lagreads.LagReads(clock=Clock())
+    admin: Any = Admin()
+    reads["offsets"] = {("g", ("t", 0)): 5, ("h", ("t", 0)): 7}
+    reads["end"] = {("t", 0): 9}
+    book.lag(admin, "g", {"t": 1}, owner="uid-g")
+    book.lag(admin, "h", {"t": 1}, owner="uid-h")
+    assert set(book.committed) == {("cluster-a", "g"), ("cluster-a", "h")}
+    deps = service.Deps(kube=cast(apply.Kube, ForgettingKube()), lag_reads=book)
+    deps.forget("uid-g")
+    assert set(book.committed) == {("cluster-a", "h")}
+    assert set(book.reported_before) == {("cluster-a", "h")}
+    deps.forget("uid-h")
+    assert book.committed == {} and book.reported_before == {}
+    deps.http_pool.shutdown()
