@@ -147,10 +147,3 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
-
-
-def ensure_port_free(port: int, what: str) -> None:
-    """Fail clearly when a fixed port is already taken by something else."""
-    if port_open(port):
-        raise ServerFailed(f"port 127.0.0.1:{port} for {what} is already in use; "
-                           "stop whatever listens there or choose another port")

@@ -10,9 +10,6 @@ from typing import Any
 
 from staticfleet_dev.localnode.ids import HOST_IP, rfc3339
 
-OWNED_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready",
-                    "PodScheduled")
-
 
 @dataclass(frozen=True)
 class Terminated:
