@@ -10,9 +10,11 @@ cluster: a client describing a group every 2 s aborted 6-8 s after the coordinat
 So these requests are made by a child process with its own admin client. It serves requests
 concurrently (librdkafka's futures) and answers with plain values. When it dies, every request
 in flight fails as a `ChildDied` (the caller takes it as a coordinator on the move) and the next
-request starts a new child. One child serves every cluster and credential set, with a client
-for each; dropping one (`forget`) is how a caller drops librdkafka's cached coordinators. The
-child ends when the operator does (its pipe closes).
+request starts a new child. The operator keeps one child per cluster and credential set
+(`kafkaadmin.AdminPool`, by the connection configuration's key), so a child that aborts or is
+stuck, and is restarted, fails only that cluster's requests. A child holds a client per key it
+was asked with; dropping one (`forget`) is how a caller drops librdkafka's cached coordinators.
+The child ends when the operator does (its pipe closes).
 """
 
 from __future__ import annotations
@@ -134,8 +136,8 @@ def _child_main(conn: Any) -> None:
 
 
 class CoordinatedAdmin:
-    """The child process, with one admin client per connection configuration in it (one
-    process for the operator, whatever the number of clusters and credentials)."""
+    """A child process, with one admin client per connection configuration it is asked with
+    (`kafkaadmin.AdminPool` keeps one child per configuration)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()

@@ -115,7 +115,7 @@ def test_group_reads_ride_out_a_coordinator_kill_and_an_election(
         assert view.by_instance()[f"{group}-0"].partitions == tuple((topic, p) for p in range(3))
         print(f"\ncoordinator {coordinator} killed: described again by {moved} after "
               f"{back_s:.1f} s ({outcomes.count('CoordinatorMoving')} reads CoordinatorMoving, "
-              f"{admin.pool.child.started} child processes)")
+              f"{admin.pool.child(admin.key).started} child processes)")
 
         kafka_cluster.start(coordinator)
         kafka_cluster.elect_preferred_leaders()

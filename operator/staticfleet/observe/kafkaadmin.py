@@ -4,8 +4,9 @@ configuration, shared by all groups (`AdminPool`), and how a request's answer or
 
 A cluster that did not answer is not asked again for a while (`AdminPool.check`): its groups fail
 fast instead of each holding a worker for the whole admin timeout. Requests to a group's
-coordinator are made by a child process (`staticfleet.coordinated`: librdkafka aborts the
-process on some of their failures) and asked again while the coordinator moves
+coordinator are made by a child process of the cluster's own (`staticfleet.coordinated`:
+librdkafka aborts the process on some of their failures, and a stuck one is restarted, without
+touching the other clusters' requests) and asked again while the coordinator moves
 (`group_request`). `kafkareads` makes its reads through these.
 """
 
@@ -61,8 +62,10 @@ class AdminPool:
     each cluster last failed with."""
 
     clients: dict[str, AdminClient] = field(default_factory=dict)
-    child: CoordinatedAdmin = field(default_factory=CoordinatedAdmin)
-    """The child process that makes the coordinator-bound requests of every cluster."""
+    children: dict[str, CoordinatedAdmin] = field(default_factory=dict)
+    """The child process that makes the coordinator-bound requests of each connection
+    configuration (a cluster with its credentials), by the same key as `clients`: one that
+    aborts or is stuck is restarted without failing the requests of the others."""
     failures: dict[str, tuple[float, str]] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     """Clusters that answered a request since they last failed (no need to probe them)."""
@@ -77,11 +80,13 @@ class AdminPool:
     def get(self, conf: dict[str, str]) -> Admin:
         key = json.dumps(conf, sort_keys=True)
         now = time.monotonic()
+        idle_children: list[CoordinatedAdmin] = []
         with self.lock:
             for idle in [k for k, t in self.last_used.items() if now - t > self.idle_s]:
                 # Dropping the last reference destroys the librdkafka handle.
                 self.clients.pop(idle, None)
-                self.child.forget(idle)
+                if (child := self.children.pop(idle, None)) is not None:
+                    idle_children.append(child)
                 self.last_used.pop(idle, None)
                 self.failures.pop(idle, None)
                 self.answered.discard(idle)
@@ -93,20 +98,37 @@ class AdminPool:
                     **conf, **CLIENT_SETTINGS, "error_cb": lambda err: self._on_error(key, err)}
                 client = AdminClient(settings)
                 self.clients[key] = client
-            return Admin(client, conf.get("bootstrap.servers", "?"), key, self)
+        for child in idle_children:  # outside the lock: ending a child waits for it
+            child.close()
+        return Admin(client, conf.get("bootstrap.servers", "?"), key, self)
+
+    def child(self, key: str) -> CoordinatedAdmin:
+        """The child process of the connection configuration `key` (made on first use; its
+        process starts with its first request)."""
+        with self.lock:
+            child = self.children.get(key)
+            if child is None:
+                child = self.children[key] = CoordinatedAdmin()
+            return child
 
     def coordinated(self, admin: Admin, op: str, args: tuple[Any, ...],
                     timeout: float) -> Future[Any]:
-        """Start a coordinator-bound request of `admin`'s cluster in the child process
+        """Start a coordinator-bound request of `admin`'s cluster in its child process
         (`staticfleet.coordinated`: librdkafka aborts the process on some of their failures)."""
-        return self.child.submit(admin.key, {**admin.conf, **CLIENT_SETTINGS}, op, args, timeout)
+        return self.child(admin.key).submit(admin.key, {**admin.conf, **CLIENT_SETTINGS}, op,
+                                            args, timeout)
 
     def renew(self, admin: Admin) -> None:
         """Drop librdkafka's cached coordinators of `admin`'s cluster: the cache is refreshed by
         every request, and admin requests do not drop an entry on NOT_COORDINATOR, so a client
         that keeps asking asks the old coordinator for as long as it keeps the group's
         partition. A new client (in the child) looks the coordinator up afresh."""
-        self.child.forget(admin.key)
+        self.child(admin.key).forget(admin.key)
+
+    def restart(self, admin: Admin) -> None:
+        """End the child process of `admin`'s cluster (a request in it is stuck): its requests
+        fail, the next one starts a new child. The other clusters' children are not touched."""
+        self.child(admin.key).restart()
 
     def _on_error(self, key: str, err: KafkaError) -> None:
         if is_auth_error(err):
@@ -155,7 +177,10 @@ class AdminPool:
         with self.lock:
             self.clients.clear()
             self.last_used.clear()
-        self.child.close()
+            children = list(self.children.values())
+            self.children.clear()
+        for child in children:
+            child.close()
 
 
 @dataclass(frozen=True)
@@ -320,8 +345,9 @@ def _coordinated(admin: Admin, what: str, op: str, args: tuple[Any, ...],
         raise KafkaUnavailable(message) from KafkaException(KafkaError(exc.code, exc.text))
     except (ChildDied, TimeoutError) as exc:
         if isinstance(exc, TimeoutError):
-            # librdkafka's own timeout would have answered: the child is stuck; a new one.
-            admin.pool.child.restart()
+            # librdkafka's own timeout would have answered: the cluster's child is stuck; a
+            # new one (the other clusters' children go on).
+            admin.pool.restart(admin)
         message = f"{what} at {admin.bootstrap}: {exc or 'no answer'}"
         raise_if_auth_failed(admin, what)
         mark_failed(admin, message, optional)
