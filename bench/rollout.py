@@ -354,8 +354,9 @@ def main() -> int:
     admin = AdminClient({"bootstrap.servers": env.bootstrap})
     install_crds(env.kubeconfig)
     connect = start_connect_server(env.root) if args.spark == "connect" else None
+    # The dynamic and warm-stop scenarios use the test-only annotations.
     op = OperatorProcess(kubeconfig=env.kubeconfig, log=env.root / "operator.log",
-                         env=env).start()
+                         env=env, allow_testing_annotations=True).start()
     results = []
     try:
         for scenario in args.scenarios.split(","):

@@ -6,6 +6,7 @@ the server's log tail; nothing is ever skipped.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from staticfleet.decisions.settings import MEMBER_INGRESS_FROM_ENV
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaBroker, KafkaCluster, KafkaSettings, start_kafka_cluster
 from staticfleet_dev.procs import ProcessRecord, ServerFailed, stop
@@ -145,13 +147,25 @@ def crds(kubeconfig: Path) -> None:
     install_crds(kubeconfig)
 
 
+MEMBER_INGRESS_FROM = [
+    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "staticfleet-system"}},
+     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "staticfleet",
+                                     "app.kubernetes.io/instance": "staticfleet"}}}]
+"""The sources the session's operator admits to member ports, as the chart's default release
+`staticfleet` in `staticfleet-system` would give them (nothing enforces them here: no CNI)."""
+
+
 @pytest.fixture(scope="session")
 def operator(local_env: environment.LocalEnv, crds: None, local_node: ProcessRecord,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    """The operator as a real process (`staticfleet operator run`), one for the session."""
+    """The operator as a real process (`staticfleet operator run`), one for the session: with
+    the NetworkPolicy sources the chart would give it (`MEMBER_INGRESS_FROM`), and allowed the
+    test-only annotations that some tests set (the chart never allows them)."""
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     proc = OperatorProcess(kubeconfig=local_env.kubeconfig, log=log,
-                           extra_env={"STATICFLEET_RESYNC_SECONDS": "5"})
+                           extra_env={"STATICFLEET_RESYNC_SECONDS": "5",
+                                      MEMBER_INGRESS_FROM_ENV: json.dumps(MEMBER_INGRESS_FROM)},
+                           allow_testing_annotations=True)
     try:
         proc.start()
     except ServerFailed as exc:

@@ -1,9 +1,9 @@
 """The one layer that talks to the Kubernetes API.
 
-It adopts children (owner references), server-side-applies them (the members' token Secret
-among them), creates, annotates and deletes member pods, writes the ConsumerGroup's status and
-Events, reads Secrets, and turns `ApiException` into the project's own errors. Nothing else in
-the operator imports the Kubernetes client.
+It adopts children (owner references), server-side-applies them (but the members' token
+Secret, which it only ever creates: `CREATE_ONLY`), creates, annotates and deletes member pods,
+writes the ConsumerGroup's status and Events, reads Secrets, and turns `ApiException` into the
+project's own errors. Nothing else in the operator imports the Kubernetes client.
 
 It keeps the API server's load flat at rest: a child is applied again only when its content
 changed or `REAPPLY_S` passed (to correct drift), and a Secret is read at most once per
@@ -33,6 +33,9 @@ FIELD_MANAGER = "staticfleet"
 PLURAL = "consumergroups"
 REAPPLY_S = 600.0
 SECRET_TTL_S = 60.0
+CREATE_ONLY = frozenset({("v1", "Secret")})
+"""Children the operator creates and never changes (the members' token Secret, made only while
+it is missing): created, never patched, so the operator needs no `patch` on Secrets."""
 
 
 class ApplyError(RuntimeError):
@@ -111,7 +114,8 @@ class Kube:
 
     def apply(self, obj: Mapping[str, Any]) -> bool:
         """Server-side apply `obj` (create or update the fields staticfleet owns), unless the
-        same content was applied less than `REAPPLY_S` ago. Returns whether it was sent."""
+        same content was applied less than `REAPPLY_S` ago; a `CREATE_ONLY` kind is created
+        instead (`create`). Returns whether it was sent."""
         meta = obj["metadata"]
         key = (obj["kind"], meta.get("namespace", ""), meta["name"],
                str((meta.get("ownerReferences") or [{}])[0].get("uid", "")))
@@ -121,15 +125,36 @@ class Kube:
         if last is not None and last[0] == digest and time.monotonic() - last[1] < REAPPLY_S:
             return False
         resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        try:
-            resource.server_side_apply(
-                body=dict(obj), name=meta["name"], namespace=meta.get("namespace"),
-                field_manager=FIELD_MANAGER, force_conflicts=True)
-        except DynamicApiException as exc:
-            raise _error(exc, f"applying {obj['kind']} {meta['name']}") from exc
+        if (obj["apiVersion"], obj["kind"]) in CREATE_ONLY:
+            self.create(resource, obj)
+        else:
+            try:
+                resource.server_side_apply(
+                    body=dict(obj), name=meta["name"], namespace=meta.get("namespace"),
+                    field_manager=FIELD_MANAGER, force_conflicts=True)
+            except DynamicApiException as exc:
+                raise _error(exc, f"applying {obj['kind']} {meta['name']}") from exc
         with self.lock:
             self.applied[key] = (digest, time.monotonic())
         return True
+
+    def create(self, resource: Any, obj: Mapping[str, Any]) -> None:
+        """Create `obj`. One that exists already is not changed: an ApplyError (409) says what
+        to do; a Secret is read again from the API server next time."""
+        meta = obj["metadata"]
+        namespace, name = meta.get("namespace", ""), meta["name"]
+        try:
+            resource.create(body=dict(obj), namespace=namespace or None,
+                            field_manager=FIELD_MANAGER)
+        except DynamicApiException as exc:
+            if getattr(exc, "status", 0) != 409:
+                raise _error(exc, f"creating {obj['kind']} {name}") from exc
+            self.forget_secret(namespace, name)
+            raise ApplyError(
+                f"creating {obj['kind']} {namespace}/{name}: it exists already, without the "
+                "content the operator reads from it (a Secret without its key, or one made "
+                "meanwhile); the operator never changes it: delete it and the operator makes "
+                "it again, or fill it in yourself", 409) from exc
 
     def forget(self, owner_uid: str) -> None:
         """Drop what is remembered of a deleted ConsumerGroup's children."""

@@ -27,6 +27,7 @@ from staticfleet import apply, metrics, service
 from staticfleet.decisions.builders import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
 from staticfleet.decisions.conditions import DEGRADED, GROUP_ID_IN_USE
 from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION
+from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, claim_key
 
 GROUP, VERSION, PLURAL = "staticfleet.io", "v1alpha1", "consumergroups"
@@ -99,8 +100,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    memo.runner = Runner(service.Deps(kube=apply.Kube(
-        apply.load_client(os.environ.get("KUBECONFIG")))))
+    memo.runner = Runner(service.Deps(
+        kube=apply.Kube(apply.load_client(os.environ.get("KUBECONFIG"))),
+        settings=OperatorSettings.from_env(os.environ)))
 
 
 @kopf.on.cleanup()

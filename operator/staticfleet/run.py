@@ -8,6 +8,7 @@ import os
 import kopf
 from prometheus_client import start_http_server
 
+from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.metrics import REGISTRY
 
 
@@ -16,6 +17,7 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, metrics_port: i
     """Serve until SIGTERM. Watches `namespaces`, or every namespace when none is given."""
     import staticfleet.handlers  # noqa: F401  (registers the handlers with Kopf)
 
+    OperatorSettings.from_env(os.environ)  # a setting it cannot read stops it here, not later
     logging.basicConfig(level=os.environ.get("STATICFLEET_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # INFO is what the operator decided (one line per action, with its reasons); Kopf's own

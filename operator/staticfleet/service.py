@@ -41,6 +41,7 @@ from staticfleet.decisions.members import (
 )
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.plan import decide, degraded, without_nulls
+from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
 from staticfleet.decisions.specfields import SpecError
 from staticfleet.observe import kafkaadmin, kafkareads, memberhttp
@@ -84,6 +85,7 @@ class Deps:
     """Clients shared by all passes (made at operator startup, closed at cleanup)."""
 
     kube: apply.Kube
+    settings: OperatorSettings = field(default_factory=OperatorSettings)
     admins: kafkaadmin.AdminPool = field(default_factory=kafkaadmin.AdminPool)
     lag_reads: lagreads.LagReads = field(default_factory=lagreads.LagReads)
     http_pool: ThreadPoolExecutor = field(
@@ -217,7 +219,8 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
     pods = _with_own_writes(body, pods, deps)
     base = Snapshot(body=body, now=now)
     try:
-        spec = ConsumerGroupSpec.from_body(body)
+        spec = ConsumerGroupSpec.from_body(
+            body, allow_testing=deps.settings.allow_testing_annotations)
     except SpecError as exc:
         return Snapshot(body=body, now=now, problem=Problem(c.INVALID_SPEC, str(exc))), None
     namespace = body["metadata"]["namespace"]
@@ -283,7 +286,8 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
                     end_offsets=lag.ends if lag is not None else {},
                     refused=deps.refusals(uid, pods),
                     last_answers=deps.note_answers(list(statuses), pods, now),
-                    member_token=token, member_token_missing=token_missing, problem=problem)
+                    member_token=token, member_token_missing=token_missing, problem=problem,
+                    settings=deps.settings)
     return snap, admin
 
 

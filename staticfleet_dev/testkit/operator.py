@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from staticfleet.decisions.settings import ALLOW_TESTING_ANNOTATIONS_ENV
 from staticfleet_dev import environment
 from staticfleet_dev.procs import ProcessRecord, free_port, spawn, wait_until
 from staticfleet_dev.testkit.kube import REPO
@@ -25,7 +26,9 @@ class OperatorProcess:
     """`staticfleet operator run --all-namespaces` against the API server of `kubeconfig`, its
     output in `log`. `source`: a source tree (an earlier commit's worktree) whose packages run
     instead of the installed ones. `env`: a local environment to register the process with, so
-    that `staticfleet env down` stops it too."""
+    that `staticfleet env down` stops it too. `allow_testing_annotations`: honour the test-only
+    annotations (`staticfleet.decisions.model.TESTING_ANNOTATIONS`), which an operator
+    installed by the chart ignores."""
 
     kubeconfig: Path
     log: Path
@@ -36,6 +39,7 @@ class OperatorProcess:
     source: Path | None = None
     env: environment.LocalEnv | None = None
     record: ProcessRecord | None = None
+    allow_testing_annotations: bool = False
 
     def start(self, timeout: float = 60) -> OperatorProcess:
         """Start it and wait until it answers /healthz; on failure (it exits, or does not answer
@@ -43,6 +47,8 @@ class OperatorProcess:
         self.metrics_port = self.metrics_port or free_port()
         self.health_port = self.health_port or free_port()
         environ = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **(self.extra_env or {})}
+        if self.allow_testing_annotations:
+            environ[ALLOW_TESTING_ANNOTATIONS_ENV] = "true"
         if self.source is not None:  # the earlier commit's packages win over the installed ones
             environ["PYTHONPATH"] = f"{self.source / 'operator'}:{self.source}"
         self.proc, self.record = spawn("operator", [

@@ -1,11 +1,12 @@
 """The Helm chart against the real control plane: lint, a server-side dry-run of every rendering,
 and a real `helm install` whose operator pod runs under the local node with the chart's own
 ServiceAccount (the local node hands it a TokenRequest token as a kubeconfig), so a ConsumerGroup
-becoming Ready and scaling down proves the chart's RBAC is enough. The same install carries the
-members' NetworkPolicy (accepted by the API server, its selectors matching the real pods; the
-environment has no CNI, so nothing enforces it) and the users' aggregated roles, which the
-kube-controller-manager's ClusterRole aggregation controller folds into `view`, `edit` and
-`admin`.
+becoming Ready and scaling down proves the chart's RBAC is enough: the default, all-namespaces
+install, whose operator creates the members' token Secret without any `patch` on Secrets, and
+makes the members' NetworkPolicy in the group's namespace (accepted by the API server, its
+selectors matching the real pods; the environment has no CNI, so nothing enforces it). The same
+install carries the users' aggregated roles, which the kube-controller-manager's ClusterRole
+aggregation controller folds into `view`, `edit` and `admin`.
 
 The session's admin operator (the `operator` fixture) must not run next to the chart's operator:
 this module never requests it, and stops it for the duration when another module started it.
@@ -81,8 +82,7 @@ def test_helm_lint(helm: Path) -> None:
 FEATURES = {
     "defaults": [],
     "watchNamespaces": ["--set", "watchNamespaces={WATCHED}"],
-    "networkPolicy in listed namespaces, own sources": [
-        "--set", "networkPolicy.namespaces={WATCHED}",
+    "networkPolicy own sources": [
         "--set-json", 'networkPolicy.prometheus=[{"namespaceSelector":{"matchExpressions":'
                       '[{"key":"team","operator":"In","values":["obs"]}]},"podSelector":{}}]',
         "--set-json", 'networkPolicy.extraFrom=[{"ipBlock":{"cidr":"10.9.0.0/16",'
@@ -119,8 +119,8 @@ def test_every_rendering_passes_a_server_side_dry_run(
         out = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", "-", input=manifest).stdout
         assert out.count("(server dry run)") == len(kinds), out
         assert "Deployment" in kinds
-        if "networkPolicy" in feature or feature == "watchNamespaces":
-            assert kinds.count("NetworkPolicy") == (0 if "no networkPolicy" in feature else 1)
+        # The members' NetworkPolicy is the operator's to make, beside each group.
+        assert "NetworkPolicy" not in kinds
     finally:
         kubectl(kubeconfig, "delete", "namespace", watched, "--wait=false", check=False)
 
@@ -210,9 +210,14 @@ def label_selector(selector: dict[str, Any]) -> str:
 
 def check_network_policy(kubeconfig: Path, namespace: str, release_ns: str, group: str,
                          operator_pod: dict[str, Any]) -> None:
-    """The installed policy, as the API server stored it, selects exactly the group's member pods
-    and admits the real operator pod by its namespace's and its own labels."""
+    """The policy the operator made in the group's namespace, as the API server stored it: owned
+    by the group, it selects exactly the group's member pods and admits the real operator pod by
+    its namespace's and its own labels."""
     (policy,) = get_json(kubeconfig, "-n", namespace, "networkpolicies")["items"]
+    assert policy["metadata"]["name"] == f"{group}-members"
+    owner = groups.get(kubeconfig, namespace, group)
+    assert [r["uid"] for r in policy["metadata"]["ownerReferences"]] == [
+        owner["metadata"]["uid"]]
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress"]
     selected = get_json(kubeconfig, "-n", namespace, "pods", "-l",
@@ -235,6 +240,19 @@ def check_network_policy(kubeconfig: Path, namespace: str, release_ns: str, grou
     admitted = get_json(kubeconfig, "-n", release_ns, "pods", "-l",
                         label_selector(operator_peer["podSelector"]))["items"]
     assert [p["metadata"]["name"] for p in admitted] == [operator_pod["metadata"]["name"]]
+
+
+def check_token_secret(kubeconfig: Path, namespace: str, group: str) -> None:
+    """The members' token Secret, made by the operator under the chart's ServiceAccount (which
+    may not patch Secrets): created, never applied, owned by the group, holding a token."""
+    secret = get_json(kubeconfig, "-n", namespace, "secret", f"{group}-member-token",
+                      "--show-managed-fields")
+    assert secret["data"]["token"]
+    owner = groups.get(kubeconfig, namespace, group)
+    assert [r["uid"] for r in secret["metadata"]["ownerReferences"]] == [
+        owner["metadata"]["uid"]]
+    writes = [(f["manager"], f["operation"]) for f in secret["metadata"]["managedFields"]]
+    assert writes == [("staticfleet", "Update")], writes
 
 
 def bind_builtin_roles(kubeconfig: Path, namespace: str) -> dict[str, str]:
@@ -292,11 +310,9 @@ def test_install_runs_the_operator_under_its_own_service_account(
     fullname = "sf-staticfleet"
     sa = f"system:serviceaccount:{release_ns}:{fullname}"
     values = tmp_path / "values.yaml"
-    # The members' NetworkPolicy in the group's namespace (the all-namespaces mode has no other
-    # way to know it).
+    # The defaults (all namespaces, the members' NetworkPolicy on), resyncing sooner.
     values.write_text(yaml.safe_dump({
-        "extraEnv": [{"name": "STATICFLEET_RESYNC_SECONDS", "value": "5"}],
-        "networkPolicy": {"namespaces": [namespace]}}))
+        "extraEnv": [{"name": "STATICFLEET_RESYNC_SECONDS", "value": "5"}]}))
     helm_args: list[str | Path] = ["--kubeconfig", kubeconfig, "--namespace", release_ns]
 
     def operator_log() -> str:
@@ -342,6 +358,7 @@ def test_install_runs_the_operator_under_its_own_service_account(
         assert "Forbidden" not in log and " 403" not in log, log
 
         check_network_policy(kubeconfig, namespace, release_ns, name, pod)
+        check_token_secret(kubeconfig, namespace, name)
         # A user holding the built-in `edit` scales the group through the aggregated role; the
         # operator, with the chart's RBAC only, asks the member to leave and deletes its pod.
         alice = bind_builtin_roles(kubeconfig, namespace)["edit"]
@@ -368,9 +385,11 @@ def test_install_runs_the_operator_under_its_own_service_account(
             ("create", "events", "-n", namespace),
             ("create", "poddisruptionbudgets.policy", "-n", namespace),
             ("get", "secrets", "-n", namespace),
-            # The members' token Secret <group>-member-token, server-side applied when missing.
+            # The members' token Secret <group>-member-token, created when missing.
             ("create", "secrets", "-n", namespace),
-            ("patch", "secrets", "-n", namespace),
+            # The members' NetworkPolicy <group>-members, server-side applied.
+            ("create", "networkpolicies.networking.k8s.io", "-n", namespace),
+            ("patch", "networkpolicies.networking.k8s.io", "-n", namespace),
             ("list", "customresourcedefinitions.apiextensions.k8s.io"),
         ):
             assert can_i(kubeconfig, sa, verb, resource, *extra), f"cannot {verb} {resource}"
@@ -381,11 +400,15 @@ def test_install_runs_the_operator_under_its_own_service_account(
             ("delete", "customresourcedefinitions.apiextensions.k8s.io"),
             ("list", "secrets", "-n", "kube-system"),
             ("delete", "secrets", "-n", namespace),
+            # No Secret can be changed: the token Secret is created once, never patched.
+            ("patch", "secrets", "-n", namespace),
+            ("update", "secrets", "-n", namespace),
+            ("get", "networkpolicies.networking.k8s.io", "-n", namespace),
+            ("delete", "networkpolicies.networking.k8s.io", "-n", namespace),
             ("get", "configmaps", "-n", namespace),
             ("delete", "services", "-n", namespace),
             ("update", "consumergroups.staticfleet.io", "-n", namespace),
             ("create", "events.events.k8s.io", "-n", namespace),
-            ("create", "networkpolicies.networking.k8s.io", "-n", namespace),
             ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
             ("create", "serviceaccounts", "--subresource=token", "-n", release_ns),
             ("delete", "consumergroups.staticfleet.io", "-n", namespace),
@@ -407,7 +430,9 @@ def test_install_runs_the_operator_under_its_own_service_account(
     assert kubectl(kubeconfig, "-n", release_ns, "get", "deploy,sa,svc", "-o", "name").stdout \
         .split() == ["serviceaccount/default"]
     assert kubectl(kubeconfig, "get", "clusterrole", fullname, check=False).returncode != 0
-    assert not get_json(kubeconfig, "-n", namespace, "networkpolicies")["items"]
+    # The members' NetworkPolicy is the group's child: it stays with the group.
+    assert [p["metadata"]["name"] for p in get_json(
+        kubeconfig, "-n", namespace, "networkpolicies")["items"]] == [f"{name}-members"]
     # The aggregated roles went with the release, and the controller took their rules out of
     # `edit` again.
     wait_for("consumergroups gone from the built-in edit role", lambda: not can_i(

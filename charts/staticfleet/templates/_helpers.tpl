@@ -116,13 +116,20 @@ no more. docs/security.md explains each; tests/unit/chart/test_chart.py holds th
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
-# Each group's member token Secret `<group>-member-token`: created by server-side apply (a
-# patch, which needs create when it is new) when missing, and read back with the `get` above.
-# Members require its token on POST /leave, /rejoin and /activate. RBAC cannot narrow create to
-# a name, so this too reaches every namespace the rule applies to.
+# Each group's member token Secret `<group>-member-token`: created when missing, never changed
+# (no patch, no update: the operator cannot change any Secret), and read back with the `get`
+# above. Members require its token on POST /leave, /rejoin and /activate. RBAC cannot narrow
+# create to a name, so this too reaches every namespace the rule applies to.
 - apiGroups: [""]
   resources: ["secrets"]
+  verbs: ["create"]
+{{- if .Values.networkPolicy.enabled }}
+# Each group's members' NetworkPolicy `<group>-members` (networkPolicy.enabled), server-side
+# applied like the ConfigMap; the garbage collector deletes it with the group.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
   verbs: ["create", "patch"]
+{{- end }}
 # Events about ConsumerGroups (the operator's decisions, kopf's warnings): core/v1, created only.
 - apiGroups: [""]
   resources: ["events"]
@@ -138,3 +145,18 @@ appearing or going.
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
 {{- end }}
+
+{{/*
+The sources the operator admits to the members' port in the NetworkPolicy it makes beside each
+ConsumerGroup (STATICFLEET_MEMBER_INGRESS_FROM, a JSON list of NetworkPolicyPeers): its own pods
+(their selector labels, in the release namespace), then networkPolicy.prometheus and
+networkPolicy.extraFrom.
+*/}}
+{{- define "staticfleet.memberIngressFrom" -}}
+{{- $operator := dict
+  "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace))
+  "podSelector" (dict "matchLabels" (include "staticfleet.selectorLabels" . | fromYaml)) }}
+{{- concat (list $operator) (.Values.networkPolicy.prometheus | default (list))
+  (.Values.networkPolicy.extraFrom | default (list)) | toJson }}
+{{- end }}
+

@@ -3,11 +3,12 @@
 `plan.decide(snapshot) -> Plan` is the pass's one decision, in numbered steps, each in the module
 that owns its subject:
 
-* the input and the output: `snapshot` (what a pass saw), `actions` (the `Plan` and its actions);
+* the input and the output: `snapshot` (what a pass saw), `settings` (what the operator was
+  started with), `actions` (the `Plan` and its actions);
 * the spec and the children: `model` (the typed spec and its parsing), `kafkaspec` (its
   `spec.kafka` section), `specfields` (the typed field readers and `SpecError`), `builders` and
-  `podsecurity` (pods, ConfigMap, Service, PDB, Secret), `kafkaclient` (how a client of the
-  group's cluster connects);
+  `podsecurity` (pods, ConfigMap, Service, PDB, Secret, NetworkPolicy), `kafkaclient` (how a
+  client of the group's cluster connects);
 * the timeouts: `timeouts` (the rules), `effectivetimeouts` (what they chose), `measurements`
   (what the members measured), `tuning` (the timeouts one pass puts in force);
 * the members: `members` (each member as observed), `reasons` (why a member needs a restart),

@@ -8,8 +8,10 @@ so the apply layer can compare and patch.
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from staticfleet.decisions import kafkaclient, podsecurity
@@ -24,6 +26,7 @@ from staticfleet.decisions.reasons import (
 
 MEMBER_CONTAINER = "member"
 HTTP_PORT = 8080
+HTTP_PORT_NAME = "http"
 CONFIG_KEY = "config.json"
 
 NAME_LABEL = "app.kubernetes.io/name"
@@ -81,6 +84,10 @@ def service_name(group: ConsumerGroupSpec) -> str:
 
 
 def pdb_name(group: ConsumerGroupSpec) -> str:
+    return f"{group.name}-members"
+
+
+def network_policy_name(group: ConsumerGroupSpec) -> str:
     return f"{group.name}-members"
 
 
@@ -303,7 +310,7 @@ def _member_container(group: ConsumerGroupSpec, ordinal: int, view: MemberSpecVi
         + _member_token_env()
         + (_standby_env() if standby else [])
         + [dict(v) for v in t.env],
-        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "ports": [{"name": HTTP_PORT_NAME, "containerPort": HTTP_PORT, "protocol": "TCP"}],
         # A member that stops on an error writes it, one line, to its termination message
         # (/dev/termination-log), which the operator quotes; one that dies before it can (a
         # crash, an OOM kill) leaves the kubelet the end of its log instead.
@@ -446,5 +453,34 @@ def build_pdb(group: ConsumerGroupSpec) -> dict[str, Any]:
         "spec": {
             "maxUnavailable": group.rollout.max_unavailable,
             "selector": {"matchLabels": selector_labels(group)},
+        },
+    }
+
+
+# --- network policy ------------------------------------------------------------------------------
+
+
+def build_member_network_policy(group: ConsumerGroupSpec,
+                                sources: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """NetworkPolicy `<cg>-members`: ingress to the group's member pods (standbys too: they
+    carry the selector labels) only on their port `http`, and only from `sources`
+    (NetworkPolicyPeer objects: the operator's pods and the Prometheus that scrapes the members,
+    as the operator's settings name them). Every other ingress to those pods is refused; egress
+    is left alone. No sources: no ingress rule at all, which refuses everything (a rule with an
+    empty `from` would admit everyone)."""
+    rules = ([{"ports": [{"port": HTTP_PORT_NAME, "protocol": "TCP"}],
+               "from": [copy.deepcopy(dict(peer)) for peer in sources]}] if sources else [])
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": network_policy_name(group),
+            "namespace": group.namespace,
+            "labels": common_labels(group),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(group)},
+            "policyTypes": ["Ingress"],
+            "ingress": rules,
         },
     }

@@ -25,8 +25,12 @@ MEMBERS_STALLED = "MembersStalled"
 AUTOSCALING = "Autoscaling"
 """Only with spec.autoscaling: True while the autoscaler is free to act, False while something
 holds it (its reason says what, its message what it would do)."""
+TESTING_ANNOTATIONS = "TestingAnnotations"
+"""Only while the ConsumerGroup sets a test-only annotation this operator does not honour:
+False, saying which and why."""
 CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, ROLLOUT_AT_RISK, IDLE_MEMBERS,
-                   UNASSIGNED_PARTITIONS, BROKER_BOUNDS_KNOWN, MEMBERS_STALLED, AUTOSCALING)
+                   UNASSIGNED_PARTITIONS, BROKER_BOUNDS_KNOWN, MEMBERS_STALLED, AUTOSCALING,
+                   TESTING_ANNOTATIONS)
 
 # --- reasons: MembersStalled ---
 MEMBERS_PROGRESSING = "MembersProgressing"
@@ -82,6 +86,9 @@ PARTITIONS_UNASSIGNED = "PartitionsUnassigned"
 # --- reasons: BrokerBoundsKnown ---
 READ_FROM_BROKER = "ReadFromBroker"
 DESCRIBE_CONFIGS_DENIED = "DescribeConfigsDenied"
+
+# --- reasons: TestingAnnotations ---
+TESTING_ANNOTATIONS_IGNORED = "TestingAnnotationsIgnored"
 
 # --- reasons: Autoscaling (decisions.autoscaling; the changes are also Events) ---
 LAG_ON_TARGET = "LagOnTarget"

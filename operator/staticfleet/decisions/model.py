@@ -43,6 +43,8 @@ DYNAMIC_MEMBERSHIP_ANNOTATION = "staticfleet.io/dynamic-membership-for-testing"
 STOP_HANDOFF_ANNOTATION = "staticfleet.io/handoff-without-drain-for-testing"
 """Test-only: a warm handoff stops the old member and activates the standby once the old process
 exited, as before drains (bench/rollout.py's `warm-stop`, measured beside the drain)."""
+TESTING_ANNOTATIONS = (DYNAMIC_MEMBERSHIP_ANNOTATION, STOP_HANDOFF_ANNOTATION)
+"""Honoured only by an operator started with `settings.ALLOW_TESTING_ANNOTATIONS_ENV`."""
 
 DEFAULT_COMMAND: tuple[str, ...] = ("python", "-m", "consumer_runtime")
 DEFAULT_TRANSFORM = "consumer_runtime.transforms:identity"
@@ -209,14 +211,20 @@ class ConsumerGroupSpec:
     """Test-only: members run without group.instance.id (to show the rebalances static avoids)."""
     handoff_without_drain_for_testing: bool = False
     """Test-only: warm handoffs stop the old member instead of draining it (`Switchover`)."""
+    ignored_testing_annotations: tuple[str, ...] = ()
+    """Test-only annotations the ConsumerGroup sets to "true" that this operator does not
+    honour (it was not started to allow them)."""
 
     @property
     def group_id(self) -> str:
         return self.kafka.group_id
 
     @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> ConsumerGroupSpec:
-        """Parse a ConsumerGroup body. Raises `SpecError` naming the first offending field."""
+    def from_body(cls, body: Mapping[str, Any], *,
+                  allow_testing: bool = False) -> ConsumerGroupSpec:
+        """Parse a ConsumerGroup body. Raises `SpecError` naming the first offending field.
+        `allow_testing`: honour the test-only annotations (`TESTING_ANNOTATIONS`); without it
+        they are listed in `ignored_testing_annotations` and change nothing."""
         meta = as_obj(body.get("metadata"), "metadata")
         name = req_str(meta, "name", "metadata")
         if len(name) > MAX_NAME_LENGTH or not _DNS_LABEL_RE.match(name):
@@ -228,6 +236,9 @@ class ConsumerGroupSpec:
         annotations = as_obj(meta.get("annotations"), "metadata.annotations")
         spec = as_obj(body.get("spec"), "spec")
         replicas = int_or(spec, "replicas", "spec", default=1, minimum=0)
+        testing = {key for key in TESTING_ANNOTATIONS
+                   if str(annotations.get(key, "")).lower() == "true"}
+        honoured = testing if allow_testing else set()
         return cls(
             name=name,
             namespace=str(meta.get("namespace") or "default"),
@@ -241,12 +252,10 @@ class ConsumerGroupSpec:
             recovery=_parse_recovery(as_obj(spec.get("recovery"), "spec.recovery")),
             autoscaling=parse_autoscaling(spec.get("autoscaling")),
             restarted_at=opt_str(annotations, RESTARTED_AT_ANNOTATION, "metadata.annotations"),
-            dynamic_membership_for_testing=(
-                str(annotations.get(DYNAMIC_MEMBERSHIP_ANNOTATION, "")).lower() == "true"
-            ),
-            handoff_without_drain_for_testing=(
-                str(annotations.get(STOP_HANDOFF_ANNOTATION, "")).lower() == "true"
-            ),
+            dynamic_membership_for_testing=DYNAMIC_MEMBERSHIP_ANNOTATION in honoured,
+            handoff_without_drain_for_testing=STOP_HANDOFF_ANNOTATION in honoured,
+            ignored_testing_annotations=tuple(k for k in TESTING_ANNOTATIONS
+                                              if k in testing - honoured),
         )
 
 

@@ -42,6 +42,7 @@ from staticfleet.decisions.problems import (
     problem_events,
 )
 from staticfleet.decisions.rollactions import PHASES_IN_PROGRESS, Roll, current_spec, rollout_step
+from staticfleet.decisions.settings import ALLOW_TESTING_ANNOTATIONS_ENV
 from staticfleet.decisions.snapshot import Problem, Snapshot
 from staticfleet.decisions.stalls import stalled_condition
 from staticfleet.decisions.timeouts import Measurements
@@ -100,7 +101,8 @@ def decide(snap: Snapshot) -> Plan:
         status=_stamped(status, snap.previous, snap), group_configs=tuned.group_configs,
         children=(*_member_token_secret(snap, spec),
                   builders.build_config_map(spec, tuned.effective),
-                  builders.build_headless_service(spec), builders.build_pdb(spec)),
+                  builders.build_headless_service(spec), builders.build_pdb(spec),
+                  *_member_network_policy(snap, spec)),
         create=changes.create, delete=changes.delete, events=events,
         metrics=_metric_values(snap, spec, table, total, tuned, roll, seen, changes, unowned,
                                status, scaled),
@@ -157,7 +159,8 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Mea
     previous = snap.previous
     extra = (unowned.condition, bounds_condition(snap, spec),
              stalled_condition(spec, changes.stalls, changes.stalled_restart, roll),
-             *(((c.AUTOSCALING, scaled.condition),) if scaled else ()))
+             *(((c.AUTOSCALING, scaled.condition),) if scaled else ()),
+             *_testing_condition(spec))
     conds = st.derive_conditions(
         previous.get("conditions") or [], group=spec, observed=roll.observation,
         rollout=roll.state, timeouts=tuned.effective, partitions=total, now=snap.now,
@@ -167,8 +170,7 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Mea
         update_revision=roll.state.revision or "",
         current_revision=previous.get("currentRevision"), timeouts=tuned.effective,
         partitions=total, measurements=recorded(snap, measured, roll.restarts),
-        conditions=(conds if scaled else
-                    [x for x in conds if x.get("type") != c.AUTOSCALING]))
+        conditions=[x for x in conds if x.get("type") not in _absent_conditions(spec, scaled)])
     planned = (changes.down.planned or (unowned.rejoin.planned if unowned.rejoin else None)
                or seen.last)
     status.update({"groupId": spec.kafka.group_id,
@@ -192,7 +194,8 @@ def _status_events(previous: Mapping[str, Any], status: Mapping[str, Any],
     events = _transition_events(previous.get("conditions") or [], status["conditions"],
                                 (c.UNASSIGNED_PARTITIONS, "True"),
                                 (c.MEMBERS_STALLED, "True"),
-                                (c.BROKER_BOUNDS_KNOWN, "False"))
+                                (c.BROKER_BOUNDS_KNOWN, "False"),
+                                (c.TESTING_ANNOTATIONS, "False"))
     events += problem_events(previous, problems)
     idle_before = c.get_condition(previous.get("conditions") or [], c.IDLE_MEMBERS)
     idle = c.get_condition(status["conditions"], c.IDLE_MEMBERS)
@@ -233,6 +236,34 @@ def _member_token_secret(snap: Snapshot, spec: ConsumerGroupSpec) -> tuple[dict[
     if not snap.member_token_missing or not snap.member_token:
         return ()
     return (builders.build_member_token_secret(spec, snap.member_token),)
+
+
+def _member_network_policy(snap: Snapshot,
+                           spec: ConsumerGroupSpec) -> tuple[dict[str, Any], ...]:
+    """The NetworkPolicy of the group's members, when the operator was started with the
+    sources to admit (`settings.MEMBER_INGRESS_FROM_ENV`): one per group, so it is wherever a
+    group lives, whichever namespaces the operator watches."""
+    sources = snap.settings.member_ingress_from
+    return () if sources is None else (builders.build_member_network_policy(spec, sources),)
+
+
+def _testing_condition(spec: ConsumerGroupSpec) -> tuple[tuple[str, st.Cond], ...]:
+    """TestingAnnotations=False while the group sets a test-only annotation this operator does
+    not honour (`model.TESTING_ANNOTATIONS`)."""
+    ignored = spec.ignored_testing_annotations
+    if not ignored:
+        return ()
+    return ((c.TESTING_ANNOTATIONS, (
+        "False", c.TESTING_ANNOTATIONS_IGNORED,
+        f"{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} for tests only and "
+        f"ignored: this operator was not started with {ALLOW_TESTING_ANNOTATIONS_ENV}=true "
+        "(the chart never sets it); remove the annotation")),)
+
+
+def _absent_conditions(spec: ConsumerGroupSpec, scaled: au.Autoscale | None) -> set[str]:
+    """Condition types that show only while they apply, and do not apply now."""
+    return ({*(() if scaled else (c.AUTOSCALING,)),
+             *(() if spec.ignored_testing_annotations else (c.TESTING_ANNOTATIONS,))})
 
 
 def degraded(snap: Snapshot, problem: Problem) -> Plan:

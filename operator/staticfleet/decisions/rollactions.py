@@ -142,7 +142,8 @@ def rollback_source(snap: Snapshot) -> RollbackSource | None:
     try:
         old = ConsumerGroupSpec.from_body({**snap.body, "metadata": {**meta,
                                                                      "annotations": annotations},
-                                           "spec": saved["spec"]})
+                                           "spec": saved["spec"]},
+                                          allow_testing=snap.settings.allow_testing_annotations)
         old_timeouts = EffectiveTimeouts.from_status(saved.get("timeouts"))
     except (SpecError, KeyError, TypeError, ValueError):
         return None

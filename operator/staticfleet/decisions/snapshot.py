@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.settings import OperatorSettings
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,8 @@ class Snapshot:
     key) is missing, a new random one that the gather made for the plan to create it with."""
     member_token_missing: bool = False
     """The Secret `<cg>-member-token` or its key does not exist: the plan creates it."""
+    settings: OperatorSettings = field(default_factory=OperatorSettings)
+    """What the operator was started with (`settings`), the same for every group."""
 
     @property
     def namespace(self) -> str:

@@ -18,8 +18,8 @@ from .conftest import CHART, KUBE_VERSION, REPO, Rendered, run
 
 pytestmark = pytest.mark.unit
 
-# The operator's ClusterRole and the users' view and edit roles; no NetworkPolicy without
-# namespaces to put it in (the all-namespaces mode).
+# The operator's ClusterRole and the users' view and edit roles; the members' NetworkPolicy is
+# the operator's to make, beside each group.
 BASE_KINDS = ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment",
               "Service", "ServiceAccount"]
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -156,9 +156,13 @@ def test_member_pod_monitor_selects_member_pods(render: Callable[..., Rendered])
 
 
 # --- NetworkPolicy: only the operator and Prometheus reach a member's port --------------------
+# The chart renders no NetworkPolicy: it tells the operator which sources to admit
+# (STATICFLEET_MEMBER_INGRESS_FROM), and the operator makes the policy beside each ConsumerGroup,
+# in whatever namespace it lives (tests/integration/test_member_network_policy.py).
 
-def _network_policies(out: Rendered) -> dict[str, dict[str, Any]]:
-    return {d["metadata"]["namespace"]: d for d in out.docs if d["kind"] == "NetworkPolicy"}
+def _operator_env(out: Rendered) -> dict[str, str]:
+    container = out.one("Deployment")["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
 
 
 def _member_pods() -> list[dict[str, Any]]:
@@ -177,56 +181,64 @@ def _member_pods() -> list[dict[str, Any]]:
     return [build_member_pod(group, 0, view), build_member_pod(group, 1, view, standby=True)]
 
 
-def test_network_policy_in_each_watched_namespace(render: Callable[..., Rendered]) -> None:
-    out = render("--set", "watchNamespaces={team-a,team-b}")
-    _check_valid_kubernetes(out.docs)
-    policies = _network_policies(out)
-    assert sorted(policies) == ["team-a", "team-b"]
-    deploy = out.one("Deployment")
-    operator_labels = deploy["spec"]["template"]["metadata"]["labels"]
-    for policy in policies.values():
-        assert policy["metadata"]["name"] == "sf-staticfleet-members"
-        spec = policy["spec"]
-        # Ingress only: members still reach Kafka and DNS.
-        assert spec["policyTypes"] == ["Ingress"]
-        # It selects every member pod the operator builds, standbys included, whatever the
-        # group's podLabels; and only the member port is opened.
-        selector = spec["podSelector"]["matchLabels"]
-        for pod in _member_pods():
-            assert selector.items() <= pod["metadata"]["labels"].items(), pod["metadata"]
-            ports = [p for c in pod["spec"]["containers"] for p in c.get("ports", ())]
-            assert [p["name"] for p in ports] == ["http"]
-        (rule,) = spec["ingress"]
-        assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
-        operator, prometheus = rule["from"]
-        # The operator: its pods' selector labels, in the release namespace.
-        assert operator["namespaceSelector"] == {
-            "matchLabels": {"kubernetes.io/metadata.name": "staticfleet-system"}}
-        assert operator["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
-        assert operator["podSelector"]["matchLabels"].items() <= operator_labels.items()
-        # Prometheus, by default the Prometheus Operator's pods in `monitoring`.
-        assert prometheus == {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
-        }
+def _operator_policy(out: Rendered) -> dict[str, Any] | None:
+    """The NetworkPolicy the operator started by this rendering makes for a group (None: it
+    makes none), from the operator's own reading of its environment."""
+    from staticfleet.decisions.builders import build_member_network_policy
+    from staticfleet.decisions.model import ConsumerGroupSpec
+    from staticfleet.decisions.settings import OperatorSettings
+    from tests.unit.operator.support import body
+
+    settings = OperatorSettings.from_env(_operator_env(out))
+    if settings.member_ingress_from is None:
+        return None
+    return build_member_network_policy(ConsumerGroupSpec.from_body(body()),
+                                       settings.member_ingress_from)
 
 
-def test_network_policy_in_all_namespaces_mode_needs_namespaces(
-    render: Callable[..., Rendered],
+@pytest.mark.parametrize("args", [[], ["--set", "watchNamespaces={team-a,team-b}"]])
+def test_the_operator_makes_the_member_network_policy_in_every_mode(
+    render: Callable[..., Rendered], args: list[str],
 ) -> None:
-    """The chart cannot know where groups live when it watches every namespace: none by
-    default (NOTES.txt warns, test_notes_render), one per networkPolicy.namespaces entry."""
-    assert not _network_policies(render())
-    out = render("--set", "networkPolicy.namespaces={shop,billing}")
-    assert sorted(_network_policies(out)) == ["billing", "shop"]
-    # networkPolicy.namespaces wins over watchNamespaces (e.g. only some of them hold groups).
-    out = render("--set", "watchNamespaces={a,b}", "--set", "networkPolicy.namespaces={b}")
-    assert sorted(_network_policies(out)) == ["b"]
+    """All namespaces (the default) or chosen ones: the operator gets the sources, and the
+    policy it makes admits exactly the operator's pods and Prometheus to the member port."""
+    out = render(*args)
+    assert "NetworkPolicy" not in out.kinds()
+    policy = _operator_policy(out)
+    assert policy is not None
+    _check_valid_kubernetes([policy])
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    # It selects every member pod the operator builds, standbys included, whatever the
+    # group's podLabels; and only the member port is opened.
+    selector = spec["podSelector"]["matchLabels"]
+    for pod in _member_pods():
+        assert selector.items() <= pod["metadata"]["labels"].items(), pod["metadata"]
+        ports = [p for c in pod["spec"]["containers"] for p in c.get("ports", ())]
+        assert [p["name"] for p in ports] == ["http"]
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    operator, prometheus = rule["from"]
+    # The operator: its pods' selector labels, in the release namespace.
+    deploy = out.one("Deployment")
+    assert operator["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "staticfleet-system"}}
+    assert operator["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
+    assert operator["podSelector"]["matchLabels"].items() <= (
+        deploy["spec"]["template"]["metadata"]["labels"].items())
+    # Prometheus, by default the Prometheus Operator's pods in `monitoring`.
+    assert prometheus == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
 
 
 def test_network_policy_can_be_turned_off(render: Callable[..., Rendered]) -> None:
-    out = render("--set", "watchNamespaces={a}", "--set", "networkPolicy.enabled=false")
-    assert not _network_policies(out)
+    """Off: the operator makes none, and gets no right on NetworkPolicies."""
+    out = render("--set", "networkPolicy.enabled=false")
+    assert _operator_policy(out) is None
+    (role,) = _operator_roles(out, "ClusterRole")
+    assert ("networking.k8s.io", "networkpolicies") not in _grants(role["rules"])
 
 
 def test_network_policy_sources_are_configurable(
@@ -239,13 +251,15 @@ def test_network_policy_sources_are_configurable(
                        {"key": "app.kubernetes.io/name", "operator": "In",
                         "values": ["prometheus", "vmagent"]}]}}]
     extra = [{"ipBlock": {"cidr": "10.1.0.0/16"}}, {"podSelector": {"matchLabels": {"debug": "1"}}}]
-    out = render(values={"watchNamespaces": ["a"], "networkPolicy": {
-        "prometheus": prometheus, "extraFrom": extra}}, tmp=tmp_path)
-    sources = _network_policies(out)["a"]["spec"]["ingress"][0]["from"]
-    assert sources[1:] == [*prometheus, *extra]
+    out = render(values={"networkPolicy": {"prometheus": prometheus, "extraFrom": extra}},
+                 tmp=tmp_path)
+    policy = _operator_policy(out)
+    assert policy is not None
+    assert policy["spec"]["ingress"][0]["from"][1:] == [*prometheus, *extra]
     # Without a Prometheus only the operator is admitted.
-    alone = render("--set", "watchNamespaces={a}", "--set", "networkPolicy.prometheus=null")
-    (operator,) = _network_policies(alone)["a"]["spec"]["ingress"][0]["from"]
+    alone = _operator_policy(render("--set", "networkPolicy.prometheus=null"))
+    assert alone is not None
+    (operator,) = alone["spec"]["ingress"][0]["from"]
     assert operator["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "sf"
 
 
@@ -293,8 +307,9 @@ def test_grafana_alert_rules_config_map(render: Callable[..., Rendered]) -> None
 # --- RBAC: exactly what the operator needs -----------------------------------------------------
 
 # Each verb has its caller (docs/security.md): kopf's watches, finalizer and Events, and the
-# operator's apply layer (operator/staticfleet/apply.py). Nothing reads ConfigMaps, Services or
-# PodDisruptionBudgets back (server-side apply; the garbage collector deletes them).
+# operator's apply layer (operator/staticfleet/apply.py). Nothing reads ConfigMaps, Services,
+# PodDisruptionBudgets or NetworkPolicies back (server-side apply; the garbage collector deletes
+# them); the member token Secret is created, never changed (no patch on Secrets).
 NAMESPACED_RULES = {
     ("staticfleet.io", "consumergroups"): {"list", "watch", "patch"},
     ("staticfleet.io", "consumergroups/status"): {"patch"},
@@ -304,7 +319,8 @@ NAMESPACED_RULES = {
     ("", "configmaps"): {"create", "patch"},
     ("", "services"): {"create", "patch"},
     ("policy", "poddisruptionbudgets"): {"create", "patch"},
-    ("", "secrets"): {"get", "create", "patch"},
+    ("networking.k8s.io", "networkpolicies"): {"create", "patch"},
+    ("", "secrets"): {"get", "create"},
     ("", "events"): {"create"},
 }
 CRD_RULES = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
@@ -349,8 +365,7 @@ def test_rbac_all_namespaces(render: Callable[..., Rendered]) -> None:
 
 def test_rbac_watch_namespaces(render: Callable[..., Rendered]) -> None:
     out = render("--set", "watchNamespaces={team-a,team-b}")
-    assert out.kinds() == sorted([*BASE_KINDS, "NetworkPolicy", "NetworkPolicy",
-                                  "Role", "Role", "RoleBinding", "RoleBinding"])
+    assert out.kinds() == sorted([*BASE_KINDS, "Role", "Role", "RoleBinding", "RoleBinding"])
     # Cluster-wide: only the CRD watch kopf needs; no namespaces, nothing namespaced.
     (cluster_role,) = _operator_roles(out, "ClusterRole")
     assert _grants(cluster_role["rules"]) == CRD_RULES
@@ -516,7 +531,9 @@ SCHEMA_PREFIX = "values don't meet the specifications of the schema(s)"
             ["--set", "prometheusRule.alerts.StaticfleetLagGrowing.severity=page"],
             "value must be one of 'critical', 'warning', 'info'",
         ),
-        (["--set", "networkPolicy.namespaces={Team_A}"], "at '/networkPolicy/namespaces/0'"),
+        # Gone: the operator makes the policy wherever a group lives.
+        (["--set", "networkPolicy.namespaces={a}"],
+         "at '/networkPolicy': additional properties 'namespaces' not allowed"),
         (
             ["--set", "networkPolicy.prometheus[0].podSelector.matchLabel.app=prometheus"],
             "at '/networkPolicy/prometheus/0/podSelector': additional properties 'matchLabel'",
@@ -651,10 +668,12 @@ def test_notes_render(helm: Path, tmp_path: Path) -> None:
     notes = rendered["scoped"]
     assert "these namespaces: a, b" in notes
     assert "memberPodMonitor.enabled=true" in notes
-    assert "a NetworkPolicy in a, b" in notes and "WARNING" not in notes
-    # Where no NetworkPolicy guards the members, the notes say so.
-    assert "WARNING: no NetworkPolicy protects the member pods" in rendered["defaults"]
-    assert "networkPolicy.namespaces" in rendered["defaults"]
+    assert "WARNING" not in notes
+    # The operator makes the policy in every mode; where none guards the members, the notes
+    # say so.
+    for case in ("defaults", "scoped"):
+        assert "the operator makes a NetworkPolicy beside each\nConsumerGroup" in rendered[case]
+        assert "WARNING" not in rendered[case]
     assert "WARNING: networkPolicy.enabled=false" in rendered["no policy"]
 
 

@@ -11,6 +11,7 @@ import pytest
 from staticfleet.decisions.builders import (
     build_config_map,
     build_headless_service,
+    build_member_network_policy,
     build_member_pod,
     build_member_token_secret,
     build_pdb,
@@ -160,7 +161,12 @@ def test_dynamic_membership_switch_drops_the_instance_id() -> None:
     b = with_path(
         body(), "metadata.annotations", {"staticfleet.io/dynamic-membership-for-testing": "true"}
     )
-    assert "STATICFLEET_GROUP_INSTANCE_ID" not in env_of(pod_for(b))
+    g = ConsumerGroupSpec.from_body(b, allow_testing=True)
+    assert "STATICFLEET_GROUP_INSTANCE_ID" not in env_of(
+        build_member_pod(g, 1, member_spec_view(g, TIMEOUTS)))
+    # An operator not started to allow it keeps the instance id (and the revision).
+    assert env_of(pod_for(b))["STATICFLEET_GROUP_INSTANCE_ID"]["value"] == "orders-1"
+    assert member_spec_view(group(b), TIMEOUTS) == member_spec_view(group(), TIMEOUTS)
 
 
 def test_a_standby_pod_reads_its_activation_from_its_own_annotation() -> None:
@@ -345,3 +351,50 @@ def test_pods_without_a_security_context_keep_the_revision_they_had() -> None:
 def test_revision_follows_the_timeouts() -> None:
     raised = EffectiveTimeouts(62000, 3000, 300000, sources=TIMEOUTS.sources)
     assert member_spec_view(group(), raised).revision != BASE_REVISION
+
+
+# --- the members' NetworkPolicy --------------------------------------------------------------
+
+OPERATOR_PEER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "staticfleet",
+                                                 "app.kubernetes.io/instance": "sf"}}}
+PROMETHEUS_PEER = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+
+
+def test_the_network_policy_admits_only_its_sources_to_the_member_port() -> None:
+    g = group()
+    policy = build_member_network_policy(g, [OPERATOR_PEER, PROMETHEUS_PEER])
+    meta, spec = policy["metadata"], policy["spec"]
+    assert (policy["apiVersion"], policy["kind"]) == ("networking.k8s.io/v1", "NetworkPolicy")
+    assert (meta["name"], meta["namespace"]) == ("orders-members", "shop")
+    assert meta["labels"]["app.kubernetes.io/managed-by"] == "staticfleet"
+    # Ingress only: members still reach Kafka, DNS and what their transforms call.
+    assert spec["policyTypes"] == ["Ingress"]
+    # It selects this group's members and standbys (whatever their podLabels), and no other
+    # group's pods.
+    selector = spec["podSelector"]["matchLabels"]
+    view = member_spec_view(g, TIMEOUTS)
+    for pod in (build_member_pod(g, 0, view), build_member_pod(g, 2, view, standby=True)):
+        assert selector.items() <= pod["metadata"]["labels"].items()
+    other = group(with_path(body(), "metadata.name", "payments"))
+    other_pod = build_member_pod(other, 0, member_spec_view(other, TIMEOUTS))
+    assert not selector.items() <= other_pod["metadata"]["labels"].items()
+    # One rule: the member container's only port, by name, from the given sources only.
+    (rule,) = spec["ingress"]
+    (port,) = build_member_pod(g, 0, view)["spec"]["containers"][0]["ports"]
+    assert rule["ports"] == [{"port": port["name"], "protocol": port["protocol"]}]
+    assert rule["from"] == [OPERATOR_PEER, PROMETHEUS_PEER]
+    # Plain data, its own copy, the same JSON every time (the apply layer compares it).
+    rule["from"][0]["podSelector"]["matchLabels"]["x"] = "y"
+    assert "x" not in OPERATOR_PEER["podSelector"]["matchLabels"]
+    assert json.dumps(build_member_network_policy(g, [OPERATOR_PEER, PROMETHEUS_PEER]),
+                      sort_keys=True) == json.dumps(
+        build_member_network_policy(g, [OPERATOR_PEER, PROMETHEUS_PEER]), sort_keys=True)
+
+
+def test_a_network_policy_without_sources_refuses_every_connection() -> None:
+    """No sources: no ingress rule, which refuses everything; a rule with an empty `from`
+    would admit every source instead."""
+    spec = build_member_network_policy(group(), [])["spec"]
+    assert spec["ingress"] == [] and spec["policyTypes"] == ["Ingress"]
+

@@ -32,6 +32,7 @@ from staticfleet.decisions.pods import (
     WHY_REPLACEMENT,
 )
 from staticfleet.decisions.rollactions import WHY_RESTART
+from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView, Problem, Snapshot
 from staticfleet.statuspatch import merge_patch
 from tests.unit.operator.support import NOW, with_path
@@ -47,6 +48,7 @@ def body(**spec: Any) -> dict[str, Any]:
     return any_body(rollout=rollout, **spec)
 
 PARTITIONS = {"orders": 6}
+NO_SETTINGS = OperatorSettings()
 
 
 # --- building snapshots ---------------------------------------------------------------------
@@ -57,14 +59,16 @@ def snapshot(cg: dict[str, Any], pods: list[dict[str, Any]] | None = None, *,
              partitions: dict[str, int] | None = None, statuses: dict[str, Any] | None = None,
              in_group: tuple[int, ...] | None = None, now_offset_s: float = 0,
              broker_config: dict[str, int] | None = None,
-             lag: dict[tuple[str, int], int] | None = None) -> Snapshot:
+             lag: dict[tuple[str, int], int] | None = None,
+             settings: OperatorSettings = NO_SETTINGS) -> Snapshot:
     """A gathered snapshot; `in_group`: ordinals the broker lists (default: every live pod);
-    `lag`: the broker's lag per partition (default: read, and no record waits anywhere)."""
+    `lag`: the broker's lag per partition (default: read, and no record waits anywhere);
+    `settings`: the operator's (default: none set)."""
     pods = pods or []
     cg = copy.deepcopy(cg)
     if previous is not None:
         cg["status"] = previous
-    spec = ConsumerGroupSpec.from_body(cg)
+    spec = ConsumerGroupSpec.from_body(cg, allow_testing=settings.allow_testing_annotations)
     parts = partitions or PARTITIONS
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     listed = sorted({int(p["metadata"]["labels"][builders.ORDINAL_LABEL]) for p in live})
@@ -83,7 +87,7 @@ def snapshot(cg: dict[str, Any], pods: list[dict[str, Any]] | None = None, *,
                     pods=tuple(pods), statuses=statuses,
                     group=GroupView(state, spec.membership.protocol, members),
                     partitions=parts, broker_config=broker_config or {},
-                    lag={} if lag is None else lag, lag_age_s=0.0)
+                    lag={} if lag is None else lag, lag_age_s=0.0, settings=settings)
 
 
 def _ordinal(pod: dict[str, Any]) -> int:
@@ -1467,7 +1471,8 @@ def test_the_bench_can_hand_off_without_a_drain_to_measure_it_beside_one() -> No
     plan = decide(replace(snapshot(
         stop_first, [*roll.pods, roll.standby], previous=roll.status, in_group=(0, 1, 2),
         now_offset_s=roll.t, statuses=roll.statuses(standby="ready",
-                                                    standby_ready_at=roll.at(5)))))
+                                                    standby_ready_at=roll.at(5)),
+        settings=OperatorSettings(allow_testing_annotations=True))))
     (stop,) = plan.delete
     assert plan.switchovers == () and stop.uid == roll.old2["metadata"]["uid"]
 

@@ -42,8 +42,28 @@ def test_annotations_are_read() -> None:
             "staticfleet.io/dynamic-membership-for-testing": "true",
         },
     )
-    g = ConsumerGroupSpec.from_body(b)
+    g = ConsumerGroupSpec.from_body(b, allow_testing=True)
     assert g.restarted_at == "2026-01-01T00:00:00Z" and g.dynamic_membership_for_testing
+    assert g.ignored_testing_annotations == ()
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_test_only_annotations_need_the_operators_setting(allow: bool) -> None:
+    """An operator not started to allow them (production: the chart never sets it) ignores the
+    test-only annotations and lists them, for the status to say so."""
+    b = with_path(body(), "metadata.annotations", {
+        "staticfleet.io/dynamic-membership-for-testing": "true",
+        "staticfleet.io/handoff-without-drain-for-testing": "TRUE"})
+    g = ConsumerGroupSpec.from_body(b, allow_testing=allow)
+    assert g.dynamic_membership_for_testing is allow
+    assert g.handoff_without_drain_for_testing is allow
+    assert g.ignored_testing_annotations == (() if allow else (
+        "staticfleet.io/dynamic-membership-for-testing",
+        "staticfleet.io/handoff-without-drain-for-testing"))
+    # Not set to "true": nothing to honour, nothing ignored.
+    off = with_path(body(), "metadata.annotations",
+                    {"staticfleet.io/dynamic-membership-for-testing": "false"})
+    assert ConsumerGroupSpec.from_body(off).ignored_testing_annotations == ()
 
 
 def test_full_security_parses() -> None:

@@ -1,0 +1,60 @@
+"""The operator's own settings that decisions depend on: the same for every ConsumerGroup, read
+once from the operator's environment at startup (the chart sets them), carried into each pass by
+the `Snapshot`.
+
+- `STATICFLEET_MEMBER_INGRESS_FROM`: a JSON list of NetworkPolicyPeer objects, the only sources
+  admitted to a member's port (the operator's own pods, the Prometheus that scrapes the members).
+  Set, the operator makes a NetworkPolicy beside each ConsumerGroup
+  (`builders.build_member_network_policy`), in whatever namespace the group lives; unset, none.
+- `STATICFLEET_ALLOW_TESTING_ANNOTATIONS`: `true` honours the test-only annotations
+  (`model.TESTING_ANNOTATIONS`), which the tests and the benches use; the chart never sets it,
+  so in production they are ignored and the status says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MEMBER_INGRESS_FROM_ENV = "STATICFLEET_MEMBER_INGRESS_FROM"
+ALLOW_TESTING_ANNOTATIONS_ENV = "STATICFLEET_ALLOW_TESTING_ANNOTATIONS"
+
+
+class SettingsError(RuntimeError):
+    """A setting the operator cannot start with; the message names it (the command exits
+    with it, before it watches anything)."""
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """What the operator was started with (the defaults: no NetworkPolicy, no test switch)."""
+
+    member_ingress_from: tuple[Mapping[str, Any], ...] | None = None
+    """The NetworkPolicyPeers admitted to the members' port; None: the operator makes no
+    NetworkPolicy."""
+    allow_testing_annotations: bool = False
+    """Honour the test-only annotations of a ConsumerGroup."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> OperatorSettings:
+        """The settings of `environ` (the process environment); `SettingsError` when one
+        cannot be read, so the operator does not start on a setting it would misread."""
+        raw = environ.get(MEMBER_INGRESS_FROM_ENV, "").strip()
+        peers: tuple[Mapping[str, Any], ...] | None = None
+        if raw:
+            try:
+                parsed = json.loads(raw)
+            except ValueError as exc:
+                raise SettingsError(f"{MEMBER_INGRESS_FROM_ENV} is not JSON: {exc}") from None
+            if not isinstance(parsed, list) or not all(
+                    isinstance(p, dict) and p for p in parsed):
+                raise SettingsError(f"{MEMBER_INGRESS_FROM_ENV} must be a JSON list of "
+                                    "NetworkPolicyPeer objects (none of them empty)")
+            peers = tuple(parsed)
+        flag = environ.get(ALLOW_TESTING_ANNOTATIONS_ENV, "").strip().lower()
+        if flag not in ("", "true", "false"):
+            raise SettingsError(f"{ALLOW_TESTING_ANNOTATIONS_ENV} must be true or false, "
+                                f"not {flag!r}")
+        return cls(member_ingress_from=peers, allow_testing_annotations=flag == "true")
