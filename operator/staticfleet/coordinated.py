@@ -32,7 +32,6 @@ from typing import Any
 log = logging.getLogger("staticfleet")
 
 _CONTEXT = multiprocessing.get_context("spawn")
-START_TIMEOUT_S = 60.0
 
 
 class ChildDied(RuntimeError):

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from staticfleet import apply, lagreads, metrics
+from staticfleet import apply, failpoints, lagreads, metrics
 from staticfleet.decisions import autoscaling, builders, kafkaclient
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
@@ -134,8 +134,9 @@ class Deps:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    refused: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Standby pods the API server refused to create, by ConsumerGroup uid, then pod name."""
+    refused: dict[str, dict[str, tuple[str, bool]]] = field(default_factory=dict)
+    """Pods the API server refused to create, by ConsumerGroup uid, then pod name: its answer
+    and whether the pod was a standby."""
     tokens: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Each group's member tokens by ConsumerGroup uid, newest first: the one its Secret holds
     now and the one before, which members still hold until their mounted Secret is updated."""
@@ -166,19 +167,21 @@ class Deps:
             wanted = {p["metadata"]["uid"] for p in pods} | set(self.closed_by_pod)
             return {uid: at for uid, at in self.answers.items() if uid in wanted}
 
-    def note_refusal(self, owner_uid: str, pod_name: str, message: str) -> None:
+    def note_refusal(self, owner_uid: str, pod_name: str, message: str,
+                     standby: bool = True) -> None:
         with self.lock:
-            self.refused.setdefault(owner_uid, {})[pod_name] = message[:600]
+            self.refused.setdefault(owner_uid, {})[pod_name] = (message[:600], standby)
 
-    def refusals(self, owner_uid: str, pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-        """The refusals still unanswered: a pod of that name exists now (the quota was
-        raised) forgets its refusal."""
+    def refusals(self, owner_uid: str, pods: Sequence[Mapping[str, Any]],
+                 standby: bool = True) -> dict[str, str]:
+        """The refusals still unanswered of standby pods (or, `standby` False, of the
+        others): a pod of that name exists now (the quota was raised) forgets its refusal."""
         names = {p["metadata"]["name"] for p in pods}
         with self.lock:
             mine = self.refused.get(owner_uid, {})
             for name in [n for n in mine if n in names]:
                 del mine[name]
-            return dict(mine)
+            return {name: said for name, (said, kind) in mine.items() if kind == standby}
 
     def forget(self, uid: str) -> None:
         with self.lock:
@@ -230,9 +233,10 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
         admin = deps.admins.get(conf)
         broker_config, bounds_denied = _broker_config(admin, deps)
         if spec.kafka.topics is not None:
-            partitions = kafkareads.partition_counts(admin, spec.kafka.topics)
+            topics = kafkareads.topics_seen(admin, spec.kafka.topics)
         else:
-            partitions = kafkareads.matching_topics(admin, spec.kafka.topic_pattern or "")
+            topics = kafkareads.pattern_topics_seen(admin, spec.kafka.topic_pattern or "")
+        partitions = topics.counts
         token, token_missing = _member_token(spec, deps.kube)
     except kafkareads.TopicMissing as exc:
         return _failed(base, spec, Problem(c.TOPIC_MISSING, str(exc), TOPIC_RETRY_S))
@@ -284,7 +288,9 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
                     lag=lag.by_partition if lag is not None else None,
                     lag_age_s=lag.age_s if lag is not None else None,
                     end_offsets=lag.ends if lag is not None else {},
+                    leaderless=topics.leaderless,
                     refused=deps.refusals(uid, pods),
+                    refused_members=deps.refusals(uid, pods, standby=False),
                     last_answers=deps.note_answers(list(statuses), pods, now),
                     member_token=token, member_token_missing=token_missing, problem=problem,
                     settings=deps.settings)
@@ -431,19 +437,26 @@ def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, deps: De
         for mark in plan.annotate:  # before the calls: a standby is marked, then activated
             kube.annotate_pod(snap.namespace, mark.name, mark.uid, mark.annotations)
         _ask_members(snap, plan, deps)
+        if plan.switchovers:
+            # Write ahead: the handover is in the status before the old member is drained, so
+            # an operator that dies (or a write that fails) between the drain and the old
+            # pod's deletion leaves a journal the next pass resumes from (the roller finishes
+            # the switchover: `rollwarm`), not a Preparing handoff it would later fail.
+            snap = _journal(snap, plan, deps)
         _switch_over(snap, plan, deps)
         for new in plan.create:
             try:
                 _remember(deps, kube.create_pod(apply.adopt(new.pod, body)))
             except apply.ApplyError as exc:
-                if not new.standby:
-                    raise
-                # A standby the API server refuses (a quota, Pod Security, a webhook) is the
-                # roller's to handle next pass (a fallback); the rest of the plan goes on.
+                # A pod the API server refuses (a quota, Pod Security, a webhook) is
+                # remembered and the rest of the plan goes on: a standby is the roller's to
+                # handle next pass (a fallback), any other is a Degraded problem that quotes
+                # the refusal (`problems.member_problems`) and is asked for again each pass.
                 deps.note_refusal(body["metadata"]["uid"], new.pod["metadata"]["name"],
-                                  str(exc))
-                log.warning("%s/%s: the API server refused the standby pod %s: %s",
-                            snap.namespace, snap.name, new.pod["metadata"]["name"], exc)
+                                  str(exc), standby=new.standby)
+                log.warning("%s/%s: the API server refused the %s pod %s: %s",
+                            snap.namespace, snap.name, "standby" if new.standby else "member",
+                            new.pod["metadata"]["name"], exc)
         for gone in plan.delete:
             _remember(deps, kube.delete_pod(snap.namespace, gone.name, gone.uid))
         if plan.scale_to is not None and not kube.scale(body, plan.scale_to,
@@ -509,16 +522,19 @@ def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
     for switch in plan.switchovers:
         old = switch.old
         began = time.monotonic()
+        failpoints.hit(failpoints.BEFORE_DRAIN)
         drained = memberhttp.drain_member(ips.get(old.name) or "", MEMBER_PORT, tokens,
                                        switch.hold_ms, switch.wait_s)
         if isinstance(drained, memberhttp.Drained):
             answered = time.monotonic()
+            failpoints.hit(failpoints.AFTER_DRAIN)
             deps.note_drained(old.uid, drained.drained_at, drained.last_batch_at)
             _post_leave_warning(snap, switch.ordinal, old.name, drained.static_leave, deps)
             kube.annotate_pod(snap.namespace, switch.standby, switch.standby_uid,
                               {builders.ACTIVATED_ANNOTATION: "true"})
             refused = memberhttp.ask_member(ips.get(switch.standby) or "", MEMBER_PORT,
                                          "activate", tokens)
+            failpoints.hit(failpoints.AFTER_ACTIVATION)
             log.info("%s: member %d drained in %.3f s, standby %s %s %.3f s after the drain "
                      "answered", prefix, switch.ordinal, answered - began, switch.standby,
                      "activated" if refused is None else f"refused the activation ({refused})",
@@ -536,6 +552,7 @@ def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
                         "SIGTERM) and activating the standby once its process closed", prefix,
                         switch.ordinal, old.name, drained)
         _remember(deps, kube.delete_pod(snap.namespace, old.name, old.uid))
+        failpoints.hit(failpoints.AFTER_DELETE)
 
 
 def _post_leave_warning(snap: Snapshot, ordinal: int, pod: str,
@@ -568,15 +585,29 @@ def _remember(deps: Deps, pod: Mapping[str, Any] | None) -> None:
             deps.pods[pod["metadata"]["uid"]] = (time.monotonic(), pod)
 
 
-def _write_status(snap: Snapshot, plan: Plan, deps: Deps) -> None:
+def _journal(snap: Snapshot, plan: Plan, deps: Deps) -> Snapshot:
+    """Write the plan's status before its switchovers; the snapshot as if that status had been
+    read (a later refusal's Degraded status keeps the journal). Raises ApplyError when the
+    status cannot be written: then no switchover starts."""
+    if not _write_status(snap, plan, deps, raise_on_refusal=True):
+        return snap
+    return replace(snap, body={**snap.body, "status": without_nulls(dict(plan.status))})
+
+
+def _write_status(snap: Snapshot, plan: Plan, deps: Deps,
+                  raise_on_refusal: bool = False) -> bool:
+    """Patch the status to the plan's (only what changed); whether a patch was written."""
     new = without_nulls(dict(plan.status))
     patch = merge_patch(snap.previous, new)
     if not patch:
-        return
+        return False
     try:
         deps.kube.patch_status(snap.body, patch)
     except apply.ApplyError as exc:
+        if raise_on_refusal:
+            raise
         log.warning("%s/%s: could not write the status: %s", snap.namespace, snap.name, exc)
-        return
+        return False
     with deps.lock:
         deps.written[snap.body["metadata"]["uid"]] = new
+    return True

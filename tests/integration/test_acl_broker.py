@@ -107,7 +107,7 @@ def test_bounds_the_principal_may_not_read_are_a_clear_refusal(acl_broker: Kafka
         with pytest.raises(kafkareads.BoundsDenied, match=acl_broker.bootstrap):
             kafkareads.broker_bounds(app)
         topic = make_topic(acl_broker)
-        assert kafkareads.partition_counts(app, [topic]) == {topic: 3}, "the rest is allowed"
+        assert kafkareads.topics_seen(app, [topic]).counts == {topic: 3}, "the rest is allowed"
         admin = pool.get({"bootstrap.servers": acl_broker.bootstrap, **sasl("admin")})
         assert kafkareads.broker_bounds(admin)["group.min.session.timeout.ms"] == 1000
     finally:
@@ -189,7 +189,7 @@ def test_with_adminsecurity_members_need_only_their_group_and_topic(
             ops = pool.get(kafkaclient.admin_conf(spec.kafka, lambda r: secret_value(
                 r.name, r.key)))
             assert kafkareads.broker_bounds(ops)["group.min.session.timeout.ms"] == 1000
-            assert kafkareads.partition_counts(ops, [topic]) == {topic: 2}
+            assert kafkareads.topics_seen(ops, [topic]).counts == {topic: 2}
             group = wait_for("the member stable in the group", lambda: (
                 g := kafkareads.describe_group(ops, group_id)).state == "Stable" and g,
                 timeout=30)

@@ -213,3 +213,35 @@ def test_a_drain_as_its_coordinator_dies_confirms_its_leave_and_the_replacement_
     assert not fenced, fenced
     written = [m.value() for m in read_all(bootstrap, out, 4)]
     assert set(written) == {v for _, v, _ in produced}
+
+
+def test_a_partition_whose_broker_is_down_shows_with_no_leader(
+    kafka_cluster: KafkaCluster, admin: kafkaadmin.Admin,
+) -> None:
+    """Issue 34, item 1: a member whose partitions' leader is offline fetches nothing, and the
+    stall detector restarted it every minute, although a restart cannot help. The brokers'
+    metadata says so (leader -1), and the operator reads it with the partition counts: the
+    detector then reports such a member and leaves it alone (tests/unit/operator/test_decide)."""
+    from confluent_kafka.admin import NewTopic
+
+    topic = unique("leaderless")
+    client = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+    client.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+    seen = wait_for("every partition led", lambda: (
+        lambda t: t if len(t.partitions) == 3 and all(
+            p.leader >= 0 for p in t.partitions.values()) else None)(
+        client.list_topics(topic, timeout=10).topics[topic]), timeout=30)
+    assert kafkareads.topics_seen(admin, [topic]).leaderless == frozenset()
+    victim = seen.partitions[0].leader
+    led = {(topic, p) for p, meta in seen.partitions.items() if meta.leader == victim}
+    kafka_cluster.stop(victim)
+    try:
+        out = wait_for("the stopped broker's partitions without a leader", lambda: (
+            s if (s := kafkareads.topics_seen(admin, [topic])).leaderless else None),
+            timeout=60)
+        assert out.leaderless == led, (out.leaderless, led)
+        assert out.counts == {topic: 3}
+    finally:
+        kafka_cluster.start(victim)
+    wait_for("the partitions led again", lambda: not kafkareads.topics_seen(
+        admin, [topic]).leaderless, timeout=60)

@@ -103,7 +103,7 @@ def test_a_member_processes_and_the_operator_reads_over_each_listener(
             member.wait_status(lambda s: s["recordsProcessed"] >= RECORDS, 180,
                                f"through its {RECORDS} records over {listener}")
             admin = admin_for(pool, spec, creds)
-            assert kafkareads.partition_counts(admin, [topic]) == {topic: PARTITIONS}
+            assert kafkareads.topics_seen(admin, [topic]).counts == {topic: PARTITIONS}
             group = wait_for("the member stable in the group", lambda: (
                 g := kafkareads.describe_group(admin, group_id)).state == "Stable" and g,
                 timeout=30)
@@ -136,7 +136,7 @@ def test_a_member_processes_and_the_operator_reads_over_each_listener(
             refused = admin_for(pool, ConsumerGroupSpec.from_body(
                 group_body("secured", other, topic, group_id)), other)
             with pytest.raises(kafkaadmin.KafkaUnavailable, match="TOPIC_AUTHORIZATION_FAILED"):
-                kafkareads.partition_counts(refused, [topic])
+                kafkareads.topics_seen(refused, [topic])
     finally:
         pool.close()
 

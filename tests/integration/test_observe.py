@@ -38,10 +38,10 @@ def test_broker_bounds_are_read_from_the_broker(admin: kafkaadmin.Admin) -> None
 def test_partition_counts_and_missing_topics(admin: kafkaadmin.Admin,
                                              make_topic: Callable[..., str]) -> None:
     topic = make_topic("obs", 4)
-    assert kafkareads.partition_counts(admin, [topic]) == {topic: 4}
+    assert kafkareads.topics_seen(admin, [topic]).counts == {topic: 4}
     with pytest.raises(kafkareads.TopicMissing, match=r"nope-.* do not exist"):
-        kafkareads.partition_counts(admin, [topic, unique("nope")])
-    assert kafkareads.matching_topics(admin, "obs-.*")[topic] == 4
+        kafkareads.topics_seen(admin, [topic, unique("nope")])
+    assert kafkareads.pattern_topics_seen(admin, "obs-.*").counts[topic] == 4
 
 
 def test_describe_group_lists_static_members_with_their_partitions(

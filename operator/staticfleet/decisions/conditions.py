@@ -36,6 +36,8 @@ CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, ROLLOUT_AT_RISK, IDLE_MEMBERS,
 MEMBERS_PROGRESSING = "MembersProgressing"
 MEMBER_STALLED = "MemberStalled"
 RESTARTING_STALLED_MEMBER = "RestartingStalledMember"
+WAITING_ON_LEADER = "WaitingOnPartitionLeader"
+STALL_RESTARTS_EXHAUSTED = "StallRestartsExhausted"
 
 # --- reasons: Ready ---
 ALL_MEMBERS_READY = "AllMembersReady"
@@ -55,6 +57,7 @@ ROLLOUT_STOPPED = "RolloutStopped"
 # --- reasons: Degraded ---
 AS_EXPECTED = "AsExpected"
 INVALID_SPEC = "InvalidSpec"
+MEMBER_POD_REFUSED = "MemberPodRefused"
 INVALID_TIMEOUTS = "InvalidTimeouts"
 KAFKA_UNREACHABLE = "KafkaUnreachable"
 COORDINATOR_MOVING = "CoordinatorMoving"

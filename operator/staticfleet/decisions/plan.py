@@ -158,7 +158,8 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Mea
     """The status after this pass, but for `currentSpec`."""
     previous = snap.previous
     extra = (unowned.condition, bounds_condition(snap, spec),
-             stalled_condition(spec, changes.stalls, changes.stalled_restart, roll),
+             stalled_condition(spec, changes.stalls, changes.stalled_restart, roll,
+                               changes.stall_memory),
              *(((c.AUTOSCALING, scaled.condition),) if scaled else ()),
              *_testing_condition(spec))
     conds = st.derive_conditions(
@@ -183,6 +184,7 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Mea
                    "unassignedSince": c.rfc3339(unowned.since) if unowned.since else None,
                    "stalledRestarts": (int(previous.get("stalledRestarts") or 0)
                                        + len(changes.stalled_restart)),
+                   "stallRecovery": changes.stall_recovery,
                    "autoscaling": scaled.status if scaled else None})
     return status
 

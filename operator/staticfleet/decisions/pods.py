@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from staticfleet.decisions import builders, rollstate, scaling
 from staticfleet.decisions import conditions as c
@@ -45,7 +46,13 @@ from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import MemberSpecView
 from staticfleet.decisions.rollactions import Roll, rollback_source
 from staticfleet.decisions.snapshot import GroupView, Snapshot
-from staticfleet.decisions.stalls import Stall, stalled_members, stalled_restart
+from staticfleet.decisions.stalls import (
+    Recovery,
+    Stall,
+    recovery_memory,
+    stalled_members,
+    stalled_restart,
+)
 
 WHY_NEW = "new member"
 WHY_MISSING = "its pod is missing (deleted outside a rollout, or lost with its node)"
@@ -231,6 +238,10 @@ class PodChanges:
     removed members)."""
     stalls: tuple[Stall, ...]
     stalled_restart: tuple[PodDelete, ...]
+    stall_memory: dict[int, Recovery]
+    """Each member's stall restarts before this pass (`status.stallRecovery`)."""
+    stall_recovery: list[dict[str, Any]] | None
+    """`status.stallRecovery` after this pass."""
     events: tuple[Event, ...]
     requeue_after_s: float | None
 
@@ -256,9 +267,14 @@ def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             pl.SCALE_UP, tuple(d.ordinal for d, _ in taken_back), snap.now))
     stalls = stalled_members(table, snap.statuses, snap.end_offsets, snap.lag,
                              spec.processing.batch.max_wait_ms, snap.now,
-                             restarting=tuple(f.ordinal for f in roll.state.in_flight))
-    restart = stalled_restart(spec, stalls, roll, table, delete)
+                             restarting=tuple(f.ordinal for f in roll.state.in_flight),
+                             leaderless=snap.leaderless)
+    memory = Recovery.from_status(previous.get("stallRecovery"))
+    restart = stalled_restart(spec, stalls, roll, table, delete, memory)
     delete += restart
+    recovery = recovery_memory(
+        previous.get("stallRecovery"), stalls, restart,
+        {m.ordinal: snap.statuses.get(m.pod_uid or "") or {} for m in table.members}, snap.now)
     events: list[Event] = []
     new_members = [p.ordinal for p in create if p.why == WHY_NEW]
     if new_members:
@@ -275,5 +291,5 @@ def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     if removed:
         events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
     events += down.events + roll.events + tuple(e for _, e in gone + taken_back)
-    return PodChanges(create, delete, down, stalls, restart, tuple(events),
+    return PodChanges(create, delete, down, stalls, restart, memory, recovery, tuple(events),
                       soonest(down.requeue_after_s, ENDED_RECHECK_S if gone else None))

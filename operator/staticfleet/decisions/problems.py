@@ -57,7 +57,7 @@ def member_problems(snap: Snapshot, spec: ConsumerGroupSpec,
                     table: MemberTable) -> list[tuple[str, str]]:
     """What the members' pods show wrong: pods stuck terminating, then members that exit
     (Degraded shows the first)."""
-    return _stuck(snap, table) + _failing(spec, table)
+    return _stuck(snap, table) + _refused(snap) + _failing(spec, table)
 
 
 def problem_events(previous: Mapping[str, Any],
@@ -82,6 +82,16 @@ def _stuck(snap: Snapshot, table: MemberTable) -> list[tuple[str, str]]:
                 f"finalizers; if the node is really gone, `kubectl delete pod {name} --force "
                 "--grace-period=0`")))
     return _one(out)
+
+
+def _refused(snap: Snapshot) -> list[tuple[str, str]]:
+    """Member pods (not standbys: the roller answers those) the API server refused to create:
+    the pass went on without them, and asks for them again each pass."""
+    return _one([(c.MEMBER_POD_REFUSED, (
+        f"the API server refused to create member pod {name}: {said}. The rest of the plan "
+        "went on, and the pod is asked for again on every pass: raise the namespace's quota, "
+        "or fix what refuses it (Pod Security admission, a webhook)"))
+        for name, said in sorted(snap.refused_members.items())])
 
 
 def _failing(spec: ConsumerGroupSpec, table: MemberTable) -> list[tuple[str, str]]:

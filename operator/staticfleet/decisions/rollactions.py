@@ -45,9 +45,15 @@ DRAIN_WAIT_MAX_S = 15.0
 """A switchover waits for the drain (the old member's batch in flight) an eighth of the session
 timeout, at least 2 s and at most this; then it stops the old member instead, with the rest of
 the session timeout left for the replacement."""
+DRAIN_HOLD_MAX_MS = 2500
+"""A drained member keeps its instance id's partitions for the replacement half the session
+timeout, at most this long; then, if no other process holds its instance id, it subscribes
+again as the same static member (no rebalance). The operator activates the replacement
+milliseconds after the drain answers; a longer hold only matters when the operator dies in
+between, and then it is how long the partitions have no processing owner."""
 FIRST_BATCH_WAIT_MAX_S = 5.0
 """After the activation, the old pod's deletion waits for the replacement's first processed
-batch a quarter of the session timeout (half the drained member's hold), at most this. Measured
+batch a quarter of the session timeout, at most this. Measured
 in the demo (3 local-Spark members, 2 cores): the old process's shutdown beside the
 replacement's first batch made that batch take 1.4-1.5 s; with the deletion after it, the
 processing gaps were 1.0-1.5 s where they had been 1.5-1.6 s in the run before."""
@@ -236,11 +242,16 @@ def _on_hand_over(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
                     and (p.get("status") or {}).get("podIP")), None)
     said = (f"member {decided.ordinal}: its replacement is standby-ready"
             + (f" ({warm_s:.1f} s after it was created)" if warm_s is not None else ""))
+    if decided.resumed:
+        said = (f"member {decided.ordinal}: resuming its switchover, which an earlier pass "
+                "started (the status records it) and did not finish (the operator stopped, or "
+                "a write failed)")
     if stop and standby is not None and not s.spec.handoff_without_drain_for_testing:
         (old,) = stop
         session_ms = s.limits.session_timeout_ms
         switch = Switchover(decided.ordinal, old, standby["metadata"]["name"],
-                            standby["metadata"]["uid"], hold_ms=session_ms // 2,
+                            standby["metadata"]["uid"],
+                            hold_ms=min(session_ms // 2, DRAIN_HOLD_MAX_MS),
                             wait_s=min(DRAIN_WAIT_MAX_S, max(2.0, session_ms / 8000)),
                             first_batch_wait_s=min(FIRST_BATCH_WAIT_MAX_S, session_ms / 4000))
         return replace(roll, switchovers=(switch,), requeue_after_s=0.2, events=(Event(

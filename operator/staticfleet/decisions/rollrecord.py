@@ -90,7 +90,8 @@ def _record_hand_over(state: RolloutState, step: Step, rec: Recording) -> Rollou
         state,
         reason=f"member {step.ordinal}: replacement standby-ready, stopping the old member",
         in_flight=tuple(
-            replace(f, stopped_at=rec.now, standby_ready_at=step.standby_ready_at,
+            replace(f, stopped_at=f.stopped_at if step.resumed and f.stopped_at else rec.now,
+                    standby_ready_at=step.standby_ready_at,
                     pod_uid=step.delete_uid or f.pod_uid)
             if f.ordinal == step.ordinal else f for f in state.in_flight),
         pending=rec.plan)

@@ -58,6 +58,8 @@ class HandOver:
     ordinal: int
     delete_uid: str | None
     standby_ready_at: datetime | None
+    resumed: bool = False
+    """A switchover the status recorded and an earlier pass did not finish (`rollwarm`)."""
 
 
 @dataclass(frozen=True)

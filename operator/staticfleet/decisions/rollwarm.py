@@ -57,6 +57,14 @@ def _preparing(ctx: GateContext, f: InFlight) -> Step | float | None:
     naming the predicates that hold it back); else the seconds until a look again."""
     member = ctx.observed.member(f.ordinal)
     rep = replacement_of(f, member)
+    if (rep is not None and member is not None and rep is not member and rep.in_group
+            and rep.standby_state is None):
+        # The replacement already holds the instance id (the broker lists it under the
+        # replacement's own member id and its /status says it is active): a switchover was
+        # carried out that the status does not record (an operator that died before it wrote
+        # it). It is finished, not failed at the standby timeout.
+        return HandOver(f.ordinal, member.pod_uid, rep.standby_ready_at or ctx.now,
+                        resumed=True)
     cannot, no_room = _cannot_prepare(f, rep, ctx)
     if cannot is not None:
         if (no_room and ctx.limits.fallback == "Recreate" and f.revision is None
@@ -92,7 +100,12 @@ def _activating(ctx: GateContext, f: InFlight) -> Step | float | None:
     """The old member was stopped: once its process closed, the replacement takes the
     activation, or is replaced by a cold start when it does not in time; else the seconds
     until a look again (None: nothing to follow here)."""
-    if f.rejoined_at is not None or f.closed_at is None:
+    if f.rejoined_at is not None:
+        return None
+    interrupted = _interrupted(ctx, f)
+    if interrupted is not None:
+        return interrupted
+    if f.closed_at is None:
         return None
     rep = replacement_of(f, ctx.observed.member(f.ordinal))
     active = rep is not None and rep.standby_state is None and rep.answers
@@ -123,6 +136,23 @@ def _activating(ctx: GateContext, f: InFlight) -> Step | float | None:
             f"activation {what}; it is replaced by a cold start, which must fit in the "
             "session timeout"))
     return 0.5
+
+
+def _interrupted(ctx: GateContext, f: InFlight) -> HandOver | None:
+    """A switchover the status records (`stopped_at`, written ahead of the drain) whose old pod
+    is still there and not being deleted: the pass that started it did not finish (the
+    operator died, or a write failed after the drain). It is handed over again: the old member
+    is drained (a drained one answers at once), the replacement activated (an active one
+    already holds the instance id), then the old pod deleted. Nothing else may happen to the
+    ordinal meanwhile: the drained old process holds its partitions only for the drain's hold,
+    then subscribes again as the same static member."""
+    member = ctx.observed.member(f.ordinal)
+    if (member is None or f.stopped_at is None or f.pod_uid is None
+            or member.pod_uid != f.pod_uid or member.pod_name == f.replacement
+            or member.stopped_at is not None
+            or not member.pod_exists):
+        return None
+    return HandOver(f.ordinal, member.pod_uid, f.standby_ready_at, resumed=True)
 
 
 def _standby_left_s(ctx: GateContext, f: InFlight) -> float:

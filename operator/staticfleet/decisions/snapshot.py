@@ -111,6 +111,9 @@ class Snapshot:
     refused: Mapping[str, str] = field(default_factory=dict)
     """Member pods (by name) the API server refused to create on an earlier pass, with its
     answer (a quota, Pod Security admission, a webhook), as the service remembers them."""
+    refused_members: Mapping[str, str] = field(default_factory=dict)
+    """Member pods other than standbys (a new member, a Recreate's replacement) the API server
+    refused to create on an earlier pass, by name, with its answer: a Degraded problem."""
     lag: Mapping[tuple[str, int], int] | None = None
     """Each partition's lag as the broker sees it (end offset minus committed offset), for the
     partitions the group committed; None when it could not be read."""
@@ -119,6 +122,8 @@ class Snapshot:
     end_offsets: Mapping[tuple[str, int], tuple[float, int]] = field(default_factory=dict)
     """The subscribed partitions' end offsets as last read from the brokers: partition ->
     (seconds since that read, end offset)."""
+    leaderless: frozenset[tuple[str, int]] = frozenset()
+    """The subscribed partitions that have no leader now (the brokers' metadata says -1)."""
     member_token: str | None = field(default=None, repr=False)
     """The group's member token (the bearer token its members require on POST /leave, /rejoin
     and /activate): what the Secret `<cg>-member-token` holds, or, while that Secret (or its

@@ -7,14 +7,25 @@ records waiting on its partitions that it does not fetch.
 
 A member is stalled when it holds partitions, some of them have records past the offset it last
 committed (the brokers' end offset against the member's own commit, or the group's lag), and
-its last poll that returned records (`/status` `lastFetchAt`, or its process start) is older
-than its bound: `maxWaitMs` twice and its slowest batch three times, at least `MIN_BOUND_S`. A
-member still warming up (not `processingReady`), in standby, leaving or waiting to join is not
-judged, nor is one a rollout is restarting.
+it has been idle longer than its bound: `maxWaitMs` twice and its slowest batch three times, at
+least `MIN_BOUND_S`. Idle is the time since the latest of its last poll that returned records
+(`/status` `lastFetchAt`), its last finished batch (`lastBatchAt`) and its process start; a
+member with a batch in flight (`/status` `batchInFlight`) is working, not idle, however long the
+batch takes: it pauses its partitions on purpose while its buffer is full, so its polls return
+nothing. A member still warming up (not `processingReady`), in standby, leaving or waiting to
+join is not judged, nor is one a rollout is restarting.
+
+A member whose waiting partitions all have no leader (the brokers' metadata says leader -1)
+waits on the cluster, not on itself: it is reported, and never restarted (a restart cannot
+help).
 
 With `spec.recovery.restartStalledMembers` the first stalled member's pod is deleted, one at a
-time and only while nothing else restarts a member (`stalled_restart`); the MembersStalled
-condition says which members stall and what is done about it (`stalled_condition`).
+time and only while nothing else restarts a member (`stalled_restart`). Each member's restarts
+are remembered in `status.stallRecovery` (`recovery_memory`): the n-th restart of the same
+member waits for `2**n` times its bound (a fresh process's idleness counts from its start), and
+after `MAX_STALL_RESTARTS` the member is only reported, until it finishes a batch again. The
+MembersStalled condition says which members stall and what is done about it
+(`stalled_condition`).
 """
 
 from __future__ import annotations
@@ -32,6 +43,10 @@ from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.rollactions import PHASES_IN_PROGRESS, Roll
 
 MIN_BOUND_S = 60.0
+MAX_STALL_RESTARTS = 3
+"""Restarts of one member for stalling, after which it is only reported (until it finishes a
+batch again): a member that stalls again after three fresh processes stalls for a reason a
+restart does not remove."""
 SHOWN = 4
 WHY_STALLED = "restart a stalled member"
 
@@ -52,14 +67,49 @@ class Stall:
     bound_s: float
     waiting: tuple[tuple[TP, int], ...]
     """(partition, records past its committed offset)."""
+    leaderless: bool = False
+    """Every waiting partition has no leader: the member waits on the cluster."""
 
     @property
     def message(self) -> str:
         shown = ", ".join(f"{t}-{p} ({n})" for (t, p), n in self.waiting[:SHOWN])
         more = len(self.waiting) - SHOWN
-        return (f"member {self.ordinal} (pod {self.pod}) fetched nothing for {self.idle_s:.0f} s "
+        said = (f"member {self.ordinal} (pod {self.pod}) fetched nothing for {self.idle_s:.0f} s "
                 f"(bound {self.bound_s:.0f} s) while records wait on {shown}"
                 + (f" and {more} more partitions" if more > 0 else ""))
+        if self.leaderless:
+            said += (" whose leader is offline (the brokers' metadata names none): it waits on "
+                     "the cluster, and a restart cannot help")
+        return said
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One member's stall restarts, as `status.stallRecovery` remembers them."""
+
+    ordinal: int
+    restarts: int
+    last_restart_at: datetime
+
+    @staticmethod
+    def from_status(entries: Any) -> dict[int, Recovery]:
+        out: dict[int, Recovery] = {}
+        for entry in entries or ():
+            try:
+                out[int(entry["member"])] = Recovery(
+                    int(entry["member"]), int(entry["restarts"]),
+                    c.parse_rfc3339(str(entry["lastRestartAt"])))
+            except (TypeError, ValueError, KeyError):
+                continue
+        return out
+
+    def to_status(self) -> dict[str, Any]:
+        return {"member": self.ordinal, "restarts": self.restarts,
+                "lastRestartAt": c.rfc3339(self.last_restart_at)}
+
+    @property
+    def exhausted(self) -> bool:
+        return self.restarts >= MAX_STALL_RESTARTS
 
 
 def _number(status: Mapping[str, Any], key: str) -> float | None:
@@ -80,19 +130,23 @@ def _committed(status: Mapping[str, Any]) -> dict[TP, int]:
 def stalled_members(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]],
                     end_offsets: Mapping[TP, tuple[float, int]],
                     lag: Mapping[TP, int] | None, max_wait_ms: int, now: datetime,
-                    restarting: Sequence[int] = ()) -> tuple[Stall, ...]:
-    """The stalled members of `table` (see the module's docstring), by ordinal."""
+                    restarting: Sequence[int] = (),
+                    leaderless: frozenset[TP] = frozenset()) -> tuple[Stall, ...]:
+    """The stalled members of `table` (see the module's docstring), by ordinal; `leaderless`:
+    the subscribed partitions that have no leader now."""
     out = []
     for member in table.members:
         status = statuses.get(member.pod_uid or "")
         if (status is None or member.ordinal in restarting or not member.assignment
                 or member.stopped_at is not None or status.get("standby") is not None
                 or status.get("leaving") or status.get("waiting")
-                or not status.get("processingReady")):
+                or not status.get("processingReady") or status.get("batchInFlight")):
             continue
-        last = _number(status, "lastFetchAt") or _number(status, "processStart")
-        if last is None:
+        moments = [m for m in (_number(status, k) for k in
+                               ("lastFetchAt", "lastBatchAt", "processStart")) if m is not None]
+        if not moments:
             continue
+        last = max(moments)
         idle = now.timestamp() - last
         limit = bound_s(max_wait_ms, _number(status, "batchSecondsMax") or 0.0)
         if idle <= limit:
@@ -108,40 +162,92 @@ def stalled_members(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]
                 waiting.append((tp, behind))
         if waiting:
             out.append(Stall(member.ordinal, str(member.pod_name), str(member.pod_uid),
-                             round(idle, 1), limit, tuple(sorted(waiting))))
+                             round(idle, 1), limit, tuple(sorted(waiting)),
+                             leaderless=all(tp in leaderless for tp, _ in waiting)))
     return tuple(out)
 
 
+def _backed_off(stall: Stall, memory: Mapping[int, Recovery]) -> bool:
+    """Whether `stall` may be restarted now: not waiting on the cluster, restarts left, and
+    idle for `2**n` times its bound after n restarts."""
+    seen = memory.get(stall.ordinal)
+    if stall.leaderless or (seen is not None and seen.exhausted):
+        return False
+    return seen is None or stall.idle_s > stall.bound_s * 2 ** seen.restarts
+
+
+def recovery_memory(previous: Any, stalls: Sequence[Stall], restart: Sequence[PodDelete],
+                    statuses_by_ordinal: Mapping[int, Mapping[str, Any]],
+                    now: datetime) -> list[dict[str, Any]] | None:
+    """`status.stallRecovery` after this pass: each member's stall restarts, this pass's
+    counted; a member that is not stalled and finished a batch after its last restart is
+    forgotten (it recovered)."""
+    memory = Recovery.from_status(previous)
+    stalled = {s.ordinal for s in stalls}
+    for ordinal, seen in list(memory.items()):
+        batch = _number(statuses_by_ordinal.get(ordinal) or {}, "lastBatchAt")
+        if (ordinal not in stalled and batch is not None
+                and batch > seen.last_restart_at.timestamp()):
+            del memory[ordinal]
+    for gone in restart:
+        before = memory.get(gone.ordinal)
+        memory[gone.ordinal] = Recovery(gone.ordinal, (before.restarts if before else 0) + 1,
+                                        now)
+    return [memory[o].to_status() for o in sorted(memory)] or None
+
+
 def stalled_restart(spec: ConsumerGroupSpec, stalls: Sequence[Stall], roll: Roll,
-                    table: MemberTable, deletes: Sequence[PodDelete]) -> tuple[PodDelete, ...]:
-    """The first stalled member's pod, deleted so that it is made again with the same instance
-    id (a static rejoin, no rebalance): only with spec.recovery.restartStalledMembers, no
-    rollout under way, no member pod going away, and restarts that fit in the session
-    timeout. One member at a time."""
+                    table: MemberTable, deletes: Sequence[PodDelete],
+                    memory: Mapping[int, Recovery] | None = None) -> tuple[PodDelete, ...]:
+    """The first stalled member's pod that may be restarted (`_backed_off`), deleted so that it
+    is made again with the same instance id (a static rejoin, no rebalance): only with
+    spec.recovery.restartStalledMembers, no rollout under way, no member pod going away, and
+    restarts that fit in the session timeout. One member at a time."""
     if (not stalls or not spec.recovery.restart_stalled_members or roll.state.in_flight
             or roll.state.phase in PHASES_IN_PROGRESS or deletes
             or any(m.stopped_at is not None for m in table.members)
             or roll.limits is None or not roll.limits.restart_safe):
         return ()
-    first = stalls[0]
+    first = next((s for s in stalls if _backed_off(s, memory or {})), None)
+    if first is None:
+        return ()
     return (PodDelete(first.ordinal, first.pod, first.pod_uid,
                       f"{WHY_STALLED}: {first.message}"),)
 
 
 def stalled_condition(spec: ConsumerGroupSpec, stalls: Sequence[Stall],
-                      restart: Sequence[PodDelete], roll: Roll) -> tuple[str, st.Cond]:
+                      restart: Sequence[PodDelete], roll: Roll,
+                      memory: Mapping[int, Recovery] | None = None) -> tuple[str, st.Cond]:
     if not stalls:
         return c.MEMBERS_STALLED, ("False", c.MEMBERS_PROGRESSING,
                                    "no member holds partitions with records waiting that it "
                                    "does not fetch")
     said = "; ".join(s.message for s in stalls)
+    memory = memory or {}
+    exhausted = [s.ordinal for s in stalls if (m := memory.get(s.ordinal)) and m.exhausted]
     if restart:
         then = f"member {restart[0].ordinal} is restarted (the same instance id, no rebalance)"
+        seen = memory.get(restart[0].ordinal)
+        if seen is not None:
+            then += f", its restart {seen.restarts + 1} of at most {MAX_STALL_RESTARTS}"
+    elif all(s.leaderless for s in stalls):
+        return c.MEMBERS_STALLED, ("True", c.WAITING_ON_LEADER, (
+            f"{said}; no member is restarted: bring the partitions' leaders back (a broker "
+            "is down or out of the ISR)"))
+    elif exhausted:
+        return c.MEMBERS_STALLED, ("True", c.STALL_RESTARTS_EXHAUSTED, (
+            f"{said}; member(s) {', '.join(map(str, exhausted))} stalled again after "
+            f"{MAX_STALL_RESTARTS} restarts and are not restarted again until they finish a "
+            "batch: find out why they do not fetch (their log, the brokers' log, the "
+            "partitions' leaders), then delete their pods yourself"))
     elif not spec.recovery.restart_stalled_members:
         then = ("spec.recovery.restartStalledMembers is false: restart it yourself "
                 "(delete its pod) or find out why it does not fetch")
     elif roll.limits is not None and not roll.limits.restart_safe:
         then = "it is not restarted: a restart would not fit in the session timeout"
+    elif any(not s.leaderless and s.ordinal in memory for s in stalls):
+        then = ("it was restarted before and is restarted again only once idle for twice the "
+                "bound of its last restart")
     else:
         then = "it is restarted once no rollout or other restart is under way"
     return c.MEMBERS_STALLED, ("True", c.RESTARTING_STALLED_MEMBER if restart

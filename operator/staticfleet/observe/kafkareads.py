@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -124,14 +125,30 @@ def _state_name(state: Any) -> str:
     return names.get(name, name.title())
 
 
-def partition_counts(admin: Admin, topics: Iterable[str]) -> dict[str, int]:
-    """Partition count of each named topic, from a metadata request per topic to any broker
-    (DescribeTopics would wait for the one broker librdkafka takes as the controller, which may
-    be the one restarting); raises TopicMissing naming the absent ones."""
+@dataclass(frozen=True)
+class TopicsSeen:
+    """The subscribed topics as the brokers' metadata shows them."""
+
+    counts: dict[str, int]
+    """Partition count of each topic."""
+    leaderless: frozenset[tuple[str, int]] = frozenset()
+    """Partitions with no leader now (leader -1: its brokers are down or out of the ISR)."""
+
+
+def _leaderless(name: str, topic: Any) -> set[tuple[str, int]]:
+    return {(name, int(p)) for p, meta in topic.partitions.items() if meta.leader < 0}
+
+
+def topics_seen(admin: Admin, topics: Iterable[str]) -> TopicsSeen:
+    """Partition count and leaderless partitions of each named topic, from a metadata request
+    per topic to any broker (DescribeTopics would wait for the one broker librdkafka takes as
+    the controller, which may be the one restarting); raises TopicMissing naming the absent
+    ones."""
     names = sorted(set(topics))
     what = f"describing topic(s) {', '.join(names)}"
     admin.pool.check(admin.key, admin.bootstrap)
     counts: dict[str, int] = {}
+    leaderless: set[tuple[str, int]] = set()
     missing = []
     for name in names:
         try:
@@ -153,16 +170,17 @@ def partition_counts(admin: Admin, topics: Iterable[str]) -> dict[str, int]:
             raise KafkaUnavailable(f"{what} at {admin.bootstrap}: {error}") from KafkaException(
                 error)
         counts[name] = len(topic.partitions)
+        leaderless |= _leaderless(name, topic)
     admin.pool.record(admin.key, None)
     if missing:
         raise TopicMissing(f"topic(s) {', '.join(missing)} do not exist on the cluster at "
                            f"{admin.bootstrap}; create them or fix spec.kafka.topics")
-    return counts
+    return TopicsSeen(counts, frozenset(leaderless))
 
 
-def matching_topics(admin: Admin, pattern: str) -> dict[str, int]:
-    """Topics whose names match a subscription pattern, with their partition counts (a
-    pattern needs the cluster's whole topic list)."""
+def pattern_topics_seen(admin: Admin, pattern: str) -> TopicsSeen:
+    """Topics whose names match a subscription pattern, with their partition counts and
+    leaderless partitions (a pattern needs the cluster's whole topic list)."""
 
     admin.pool.check(admin.key, admin.bootstrap)
     try:
@@ -174,8 +192,10 @@ def matching_topics(admin: Admin, pattern: str) -> dict[str, int]:
         raise KafkaUnavailable(message) from exc
     admin.pool.record(admin.key, None)
     rx = re.compile(pattern)
-    return {name: len(t.partitions) for name, t in md.topics.items()
-            if not name.startswith("__") and rx.fullmatch(name)}
+    matched = {name: t for name, t in md.topics.items()
+               if not name.startswith("__") and rx.fullmatch(name)}
+    return TopicsSeen({name: len(t.partitions) for name, t in matched.items()},
+                      frozenset(tp for name, t in matched.items() for tp in _leaderless(name, t)))
 
 
 def broker_bounds(admin: Admin) -> dict[str, int]:

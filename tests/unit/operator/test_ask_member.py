@@ -370,3 +370,88 @@ def test_a_drain_answer_carries_the_static_leave_as_the_member_reported_it(
     got = memberhttp.drain_member("127.0.0.1", live.port, ("new",), hold_ms=1000, wait_s=1.0)
     assert isinstance(got, memberhttp.Drained), got
     assert got.static_leave == {"outcome": "left", "tries": 1, "ms": 8.7, "detail": None}
+
+
+class JournalingKube(RecordingKube):
+    """A RecordingKube whose status writes (and their refusals) go into the members' own order,
+    so the test reads one timeline of API writes and member calls."""
+
+    def __init__(self, order: list[str], refuse: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.order = order
+        self.refuse = refuse
+        self.statuses: list[dict[str, Any]] = []
+
+    def patch_status(self, owner: dict[str, Any], patch: dict[str, Any]) -> None:
+        if "status" in self.refuse:
+            raise apply.ApplyError("the API server is gone", 503)
+        self.order.append("status")
+        self.statuses.append(dict(patch))
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        if "delete" in self.refuse:
+            raise apply.ApplyError("the API server is gone", 503)
+        super().delete_pod(namespace, name, uid)
+
+
+def _execute(members: Switching, refuse: tuple[str, ...] = ()) -> tuple[
+        JournalingKube, Any]:
+    """One pass's execute of a plan whose one action is member 0's switchover and whose status
+    records it (inFlight stoppedAt); the kube and the plan carried out."""
+    from datetime import UTC, datetime
+
+    from staticfleet.decisions.actions import Plan, PodDelete, Switchover
+    from staticfleet.decisions.snapshot import Snapshot
+
+    kube = JournalingKube(members.order, refuse)
+    deps = service.Deps(kube=cast(apply.Kube, kube))
+    pods = tuple({"metadata": {"name": name, "uid": uid}, "status": {"podIP": ip}}
+                 for name, uid, ip in (("g-0", "u-old", "127.0.9.2"),
+                                       ("g-0-abcde", "u-new", "127.0.9.3")))
+    before = {"rollout": {"phase": "Rolling", "inFlight": [{"ordinal": 0, "phase": "Preparing"}]}}
+    snap = Snapshot(body={"apiVersion": "staticfleet.io/v1alpha1",
+                          "metadata": {"name": "g", "namespace": "ns", "uid": "cg"},
+                          "status": before},
+                    now=datetime.now(UTC), pods=pods, member_token="token")
+    journal = {"rollout": {"phase": "Rolling", "inFlight": [
+        {"ordinal": 0, "phase": "Stopping", "stoppedAt": "2026-01-01T12:00:00Z"}]}}
+    switch = Switchover(0, PodDelete(0, "g-0", "u-old", "restart"), "g-0-abcde", "u-new",
+                        hold_ms=2500, wait_s=0.2)
+    try:
+        done = service.execute(snap, Plan(status=journal, switchovers=(switch,)), None, deps,
+                               time.monotonic())
+    finally:
+        members.close()
+    return kube, done
+
+
+def test_the_handover_is_in_the_status_before_the_old_member_is_drained() -> None:
+    """Issue 34, item 2: an operator that died after the drain left a status saying the
+    handoff was still Preparing; its successor failed the handoff at the standby timeout and
+    deleted the working replacement. The status is written ahead of the drain."""
+    members = Switching(drained=True)
+    kube, _ = _execute(members)
+    assert members.order == ["status", "drain hold=2.5", "activate"]
+    assert kube.statuses[0]["rollout"]["inFlight"][0]["stoppedAt"] == "2026-01-01T12:00:00Z"
+    assert kube.calls[-1] == ("delete", "g-0")
+    assert len(kube.statuses) == 1, "the same status is not written twice"
+
+
+def test_no_drain_starts_when_the_journal_cannot_be_written() -> None:
+    members = Switching(drained=True)
+    kube, done = _execute(members, refuse=("status",))
+    assert members.order == [], "nothing drained without a journal"
+    assert ("delete", "g-0") not in kube.calls
+    assert done.status["conditions"][0]["reason"] == "ApiError"
+
+
+def test_a_refused_delete_after_the_switchover_keeps_the_journal() -> None:
+    """The old pod's DELETE is refused after the drain and the activation: the Degraded pass's
+    status keeps the handover (the next pass finishes it), not the Preparing before it."""
+    members = Switching(drained=True)
+    _, done = _execute(members, refuse=("delete",))
+    assert members.order[:3] == ["status", "drain hold=2.5", "activate"]
+    flight = done.status["rollout"]["inFlight"][0]
+    assert flight["phase"] == "Stopping" and flight["stoppedAt"] == "2026-01-01T12:00:00Z"
+    degraded = next(x for x in done.status["conditions"] if x["type"] == "Degraded")
+    assert degraded["status"] == "True"

@@ -1433,16 +1433,18 @@ def test_a_warm_handoff_stops_the_old_member_only_once_the_replacement_is_standb
     assert stop.reasons and stop.why.startswith("restart")
     assert (switch.standby, switch.standby_uid) == (roll.standby["metadata"]["name"],
                                                     roll.standby["metadata"]["uid"])
-    # The drained process waits half the session timeout to be replaced, then comes back.
+    # The drained process waits half the session timeout, at most 2.5 s, to be replaced, then
+    # comes back unless another process holds its instance id: an operator that dies between
+    # the drain and the activation leaves its partitions without a processing owner that long.
     session_ms = roll.status["timeouts"]["sessionTimeoutMs"]
-    assert switch.hold_ms == session_ms // 2
+    assert switch.hold_ms == min(session_ms // 2, 2500) == 2500
     # It waits for the old member's batch an eighth of the session timeout (2-15 s), then
     # stops it instead, leaving the rest of the session timeout for the replacement.
     assert switch.wait_s == min(15.0, max(2.0, session_ms / 8000))
     # The old pod's deletion waits for the replacement's first batch a quarter of the session
-    # timeout (at most 5 s): before the drained process's hold ends.
+    # timeout (at most 5 s); the drained process, if its hold ends first, sees the
+    # replacement holding its instance id and stays out.
     assert switch.first_batch_wait_s == min(5.0, session_ms / 4000)
-    assert 0 < switch.first_batch_wait_s < switch.hold_ms / 1000
     assert roll.flight()["phase"] == "Stopping"
     assert ready.delete == (), "the old pod is deleted by the switch, after the activation"
     assert ready.calls == (), "activated by the switch, once the drain answered"
@@ -1831,6 +1833,67 @@ def test_a_warm_member_is_done_at_its_first_batch_while_records_wait_for_it() ->
     assert roll.status["rollout"]["handoffs"][0]["processingGapMs"] > 30000
 
 
+def crashed_after_the_activation(journaled: bool) -> WarmRoll:
+    """A WarmRoll whose pass decided the switchover, drained member 2 and activated its
+    replacement, then died before the old pod's DELETE: with the status written ahead of the
+    drain (`journaled`, what service.execute does), or not written at all."""
+    roll = WarmRoll()
+    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
+    before = roll.status
+    (switch,) = roll.step(5, standby="ready", standby_ready_at=roll.at(6)).switchovers
+    assert switch.old.uid == roll.old2["metadata"]["uid"]
+    if not journaled:
+        roll.status = before
+    return roll
+
+
+@pytest.mark.parametrize("journaled", [True, False])
+def test_a_switchover_an_operator_crash_interrupted_is_finished_not_failed(
+        journaled: bool) -> None:
+    # Issue 34, item 2: the replacement is active and holds the instance id; the old pod is
+    # drained and still there. The roller used to wait for a standby-ready replacement until
+    # spec.rollout.standbyTimeoutSeconds, then delete the working replacement (HandoffFailed).
+    roll = crashed_after_the_activation(journaled)
+    active = {"standby": None, "member_id": "m-2", "first_batch_at": roll.at(roll.t + 1)}
+    for dt in (7, 60, 300):  # (a resumed switchover deletes the old pod at once)
+        plan = roll.step(dt, **active)
+        assert c.HANDOFF_FAILED not in reasons(plan), dt
+        assert roll.standby["metadata"]["uid"] not in {d.uid for d in plan.delete}, dt
+        (switch,) = plan.switchovers
+        assert (switch.old.uid, switch.standby) == (roll.old2["metadata"]["uid"],
+                                                    roll.standby["metadata"]["name"])
+        started = next(e for e in plan.events if e.reason == c.MEMBER_RESTARTING)
+        assert "resuming its switchover" in started.message
+        assert roll.status["rollout"]["phase"] != "Stopped"
+        assert roll.flight()["phase"] == "Stopping"
+    # The resumed switchover deleted the old pod: the handoff completes as any other.
+    roll.pods = [p for p in roll.pods if p is not roll.old2]
+    roll.closed_by_pod[roll.old2["metadata"]["uid"]] = NOW + timedelta(seconds=roll.t)
+    roll.standby["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    idle = {("orders", p): 0 for p in range(6)}
+    seen = reasons(roll.step(0.5, lag=idle, **active)) + reasons(roll.step(0.5, lag=idle,
+                                                                            **active))
+    assert c.MEMBER_READY in seen and c.HANDOFF_FAILED not in seen
+
+
+def test_the_journal_keeps_when_the_old_member_was_stopped() -> None:
+    roll = crashed_after_the_activation(journaled=True)
+    stopped_at = roll.flight()["stoppedAt"]
+    roll.step(7, standby=None, member_id="m-2")
+    assert roll.flight()["stoppedAt"] == stopped_at, "a resumed switchover keeps the first stop"
+
+
+def test_a_drained_member_whose_replacement_never_activated_is_drained_again() -> None:
+    # The operator died between the drain and the activation: the replacement is still in
+    # standby, the drained member subscribes again after its hold. The next pass hands over
+    # again (the member drains once more, or answers at once while still drained).
+    roll = crashed_after_the_activation(journaled=True)
+    plan = roll.step(20, standby="ready", standby_ready_at=roll.at(6))
+    (switch,) = plan.switchovers
+    assert switch.old.uid == roll.old2["metadata"]["uid"]
+    assert switch.hold_ms == 2500
+
+
 def test_a_warm_member_with_nothing_to_process_is_done_without_a_gap() -> None:
     roll = WarmRoll()
     roll.to_the_old_members_exit()
@@ -1911,3 +1974,110 @@ def test_the_bound_grows_with_the_slowest_batch_and_the_batch_wait() -> None:
     assert bound_s(1000, 2.0) == 60.0
     assert bound_s(20000, 10.0) == 70.0
     assert bound_s(1000, 40.0) == 122.0
+
+
+def _member_1(snap: Snapshot) -> str:
+    return next(p["metadata"]["uid"] for p in snap.pods if _ordinal(p) == 1)
+
+
+def with_member_1(snap: Snapshot, **fields: Any) -> Snapshot:
+    """`snap` with member 1's /status carrying `fields` too."""
+    uid = _member_1(snap)
+    return replace(snap, statuses={**snap.statuses, uid: {**snap.statuses[uid], **fields}})
+
+
+def test_a_member_in_a_long_first_batch_is_working_not_stalled() -> None:
+    # Issue 34, item 1: a fresh member whose first batch runs long pauses its partitions on
+    # purpose (its buffer is full), so its polls return nothing; it was restarted every
+    # bound, and its batch never committed.
+    snap, _ = stalled_fleet(idle_s=70)
+    started = (NOW - timedelta(seconds=68)).timestamp()
+    snap = with_member_1(snap, batchInFlight={"startedAt": started, "records": 1000},
+                         pausedWithWork=True)
+    plan = decide(snap)
+    assert plan.delete == ()
+    cond = c.get_condition(plan.status["conditions"], c.MEMBERS_STALLED)
+    assert cond["status"] == "False"
+    assert plan.metrics.stalled_members == 0
+
+
+def test_idleness_counts_from_the_last_finished_batch_too() -> None:
+    snap, _ = stalled_fleet(idle_s=90)
+    snap = with_member_1(snap, lastBatchAt=(NOW - timedelta(seconds=20)).timestamp())
+    assert decide(snap).delete == ()
+
+
+def test_a_member_waiting_on_an_offline_leader_is_reported_not_restarted() -> None:
+    snap, _ = stalled_fleet(idle_s=90)
+    owned = next(m.partitions for m in snap.group.members  # type: ignore[union-attr]
+                 if m.instance_id == "orders-1")
+    plan = decide(replace(snap, leaderless=frozenset(owned)))
+    assert plan.delete == ()
+    cond = c.get_condition(plan.status["conditions"], c.MEMBERS_STALLED)
+    assert (cond["status"], cond["reason"]) == ("True", c.WAITING_ON_LEADER)
+    assert "leader is offline" in cond["message"] and "a restart cannot help" in cond["message"]
+    assert plan.status.get("stallRecovery") is None
+
+
+def test_a_leader_offline_for_only_some_waiting_partitions_still_restarts() -> None:
+    snap, _ = stalled_fleet(idle_s=90)
+    owned = next(m.partitions for m in snap.group.members  # type: ignore[union-attr]
+                 if m.instance_id == "orders-1")
+    plan = decide(replace(snap, leaderless=frozenset(owned[:1])))
+    assert [d.name for d in plan.delete] == ["orders-1"]
+
+
+def recovered(restarts: int, ago_s: float) -> list[dict[str, Any]]:
+    return [{"member": 1, "restarts": restarts,
+             "lastRestartAt": c.rfc3339(NOW - timedelta(seconds=ago_s))}]
+
+
+@pytest.mark.parametrize(("restarts", "idle_s", "restarted"), [
+    (0, 90, True),     # no memory: the bound, 60 s
+    (1, 90, False),    # the second restart waits for twice the bound
+    (1, 130, True),
+    (2, 200, False),   # the third for four times
+    (2, 250, True),
+    (3, 10_000, False),  # after three, never
+])
+def test_stall_restarts_of_one_member_back_off_and_stop(restarts: int, idle_s: float,
+                                                        restarted: bool) -> None:
+    snap, status = stalled_fleet(idle_s=idle_s)
+    if restarts:
+        status = {**status, "stallRecovery": recovered(restarts, idle_s + 1)}
+        snap = replace(snap, body={**snap.body, "status": status})
+    plan = decide(snap)
+    assert bool(plan.delete) == restarted
+    memory = plan.status.get("stallRecovery")
+    if restarted:
+        assert memory == [{"member": 1, "restarts": restarts + 1,
+                           "lastRestartAt": c.rfc3339(NOW)}]
+    elif restarts:
+        assert memory == recovered(restarts, idle_s + 1)
+    cond = c.get_condition(plan.status["conditions"], c.MEMBERS_STALLED)
+    assert cond["status"] == "True"
+    if restarts >= 3:
+        assert cond["reason"] == c.STALL_RESTARTS_EXHAUSTED
+        assert "stalled again after 3 restarts" in cond["message"]
+
+
+def test_a_member_that_finished_a_batch_after_its_restart_is_forgotten() -> None:
+    snap, status = stalled_fleet(idle_s=10)
+    status = {**status, "stallRecovery": recovered(3, 300)}
+    snap = replace(snap, body={**snap.body, "status": status})
+    assert decide(snap).status.get("stallRecovery") == recovered(3, 300)  # nothing finished yet
+    snap = with_member_1(snap, lastBatchAt=(NOW - timedelta(seconds=5)).timestamp())
+    assert decide(snap).status.get("stallRecovery") is None
+
+
+def test_a_refused_member_pod_is_a_degraded_problem_that_quotes_the_refusal() -> None:
+    cg = body()
+    pods, status = settled(cg)
+    snap = replace(snapshot(cg, pods, previous=status), refused_members={
+        "orders-3": 'pods "orders-3" is forbidden: exceeded quota: compute, requested: pods=1'})
+    plan = decide(snap)
+    cond = c.get_condition(plan.status["conditions"], c.DEGRADED)
+    assert (cond["status"], cond["reason"]) == ("True", c.MEMBER_POD_REFUSED)
+    assert "refused to create member pod orders-3" in cond["message"]
+    assert "exceeded quota: compute" in cond["message"]
+    assert c.MEMBER_POD_REFUSED in reasons(plan)

@@ -56,3 +56,56 @@ def test_a_scale_write_that_did_not_take_is_not_recorded_as_a_change() -> None:
     assert out.scale_to is None
     assert out.status == {"replicas": 1, "autoscaling": before}
     assert [e.reason for e in out.events] == ["PlannedRebalance"]
+
+
+class RefusingKube:
+    """The API calls of an execute, recorded; pod creations refused with a quota's answer."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def create_pod(self, pod: dict[str, Any]) -> None:
+        from staticfleet import apply
+
+        self.calls.append(("create", pod["metadata"]["name"]))
+        raise apply.ApplyError('creating pod: 403 exceeded quota: "pods", requested: pods=1',
+                               403)
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.calls.append(("delete", name))
+
+    def patch_status(self, owner: dict[str, Any], patch: dict[str, Any]) -> None:
+        self.calls.append(("status", ""))
+
+    def post_event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        self.calls.append(("event", reason))
+
+
+@pytest.mark.parametrize("standby", [False, True])
+def test_a_refused_create_is_remembered_and_the_rest_of_the_plan_runs(standby: bool) -> None:
+    """Issue 34, item 7: a refused Recreate replacement or scale-up raised out of execute and
+    skipped the rest of the plan (here: a deletion), on every pass; only a standby's refusal
+    was remembered."""
+    import time
+    from datetime import UTC, datetime
+    from typing import cast
+
+    from staticfleet import apply, service
+    from staticfleet.decisions.actions import Plan, PodCreate, PodDelete
+    from staticfleet.decisions.snapshot import Snapshot
+
+    kube = RefusingKube()
+    deps = service.Deps(kube=cast(apply.Kube, kube))
+    body = {"apiVersion": "staticfleet.io/v1alpha1", "kind": "ConsumerGroup",
+            "metadata": {"name": "g", "namespace": "ns", "uid": "cg"}}
+    snap = Snapshot(body=body, now=datetime.now(UTC))
+    new = {"metadata": {"name": "g-3"}, "spec": {}}
+    plan = Plan(status={"replicas": 4}, create=(PodCreate(3, new, "new member", standby),),
+                delete=(PodDelete(5, "g-5", "u5", "scale-down"),))
+    done = service.execute(snap, plan, None, deps, time.monotonic())
+    assert kube.calls[:2] == [("create", "g-3"), ("delete", "g-5")]
+    assert not any(x.get("type") == "Degraded" for x in done.status.get("conditions") or [])
+    remembered = deps.refusals("cg", [], standby=standby)
+    assert "exceeded quota" in remembered["g-3"]
+    assert deps.refusals("cg", [], standby=not standby) == {}
+    assert deps.refusals("cg", [new], standby=standby) == {}, "a pod of that name forgets it"

@@ -1,0 +1,36 @@
+"""Failpoints: named places in a pass where a test makes the operator die as a SIGKILL would.
+
+`STATICFLEET_FAILPOINTS` (comma-separated names) arms them; a process started without it (the
+chart never sets it) never stops at one. The end-to-end tests kill the operator at each point of
+a warm handoff's switchover (`SWITCHOVER_POINTS`) and check that its successor finishes the
+rollout from what the status journaled, with no rebalance and nothing lost
+(tests/e2e/test_operator_crash.py). The idea is etcd's gofail, without code generation.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+ENV = "STATICFLEET_FAILPOINTS"
+BEFORE_DRAIN = "switchover-before-drain"
+AFTER_DRAIN = "switchover-after-drain"
+AFTER_ACTIVATION = "switchover-after-activation"
+AFTER_DELETE = "switchover-after-delete"
+SWITCHOVER_POINTS = (BEFORE_DRAIN, AFTER_DRAIN, AFTER_ACTIVATION, AFTER_DELETE)
+
+log = logging.getLogger("staticfleet")
+
+
+def armed() -> frozenset[str]:
+    return frozenset(n.strip() for n in os.environ.get(ENV, "").split(",") if n.strip())
+
+
+def hit(name: str) -> None:
+    """Die here, at once and without cleanup (SIGKILL), when `name` is armed."""
+    if name in armed():
+        log.warning("failpoint %s: the operator kills itself (%s)", name, ENV)
+        for handler in logging.getLogger().handlers + log.handlers:
+            handler.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
