@@ -8,9 +8,11 @@ lost" can be checked by unique values (duplicates allowed, gaps not).
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -85,6 +87,12 @@ class SteadyProducer:
 
 def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list[bytes]:
     """Every value currently in `topic` (all partitions, from the beginning)."""
+    return [value for value, _ in read_timed(bootstrap, topic, timeout)]
+
+
+def read_timed(bootstrap: str, topic: str, timeout: float = 30.0) -> list[tuple[bytes, int]]:
+    """Every value currently in `topic` (all partitions, from the beginning), each with its
+    record's timestamp (ms; a sink's record: when the member wrote it)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", **QUIET})
     try:
@@ -92,7 +100,7 @@ def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list[bytes]:
         parts = [TopicPartition(topic, p) for p in md.partitions]
         ends = {p.partition: consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts}
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        values: list[bytes] = []
+        values: list[tuple[bytes, int]] = []
         seen = dict.fromkeys(ends, 0)
         deadline = time.monotonic() + timeout
         while any(seen[p] < ends[p] for p in ends) and time.monotonic() < deadline:
@@ -100,11 +108,29 @@ def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list[bytes]:
                 part, offset, value = msg.partition(), msg.offset(), msg.value()
                 if (msg.error() is None and part is not None and offset is not None
                         and value is not None):
-                    values.append(value)
+                    values.append((value, msg.timestamp()[1]))
                     seen[part] = offset + 1
         return values
     finally:
         consumer.close()
+
+
+def longest_pause_s(written: Sequence[tuple[bytes, int]], keys: int = 32) -> float:
+    """The longest time between two records of one key of a `SteadyProducer` stream
+    (`<run>-<n>`, key `k<n % keys>`) being written to a sink, in the order they were produced:
+    how long the partition that key is on went without a processing owner, plus the stream's
+    own spacing (`keys / rate`)."""
+    by_key: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for value, at in written:
+        run, _, n = value.decode(errors="replace").rpartition("-")
+        if run and n.isdigit():
+            by_key.setdefault((run, int(n) % keys), []).append((int(n), at))
+    longest = 0
+    for records in by_key.values():
+        records.sort()
+        for (_, before), (_, after) in itertools.pairwise(records):
+            longest = max(longest, after - before)
+    return longest / 1000
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str) -> tuple[int, int]:

@@ -91,3 +91,14 @@ def test_rebalances_seen_counts_a_rise_and_a_new_pods_counter_not_an_old_pods_pa
     assert rebalances_seen(before, {"memberRebalanceCounters": {"old-0": 2, "new-1": 1}}) == {
         "old-0": 1, "new-1": 1}
     assert rebalances_seen(before, {}) == {}
+
+
+def test_the_longest_pause_is_per_key_in_the_order_produced() -> None:
+    from staticfleet_dev.stream import longest_pause_s
+
+    written = [(b"r1-00000000", 1000), (b"r1-00000032", 1300), (b"r1-00000001", 1000),
+               (b"r1-00000064", 6300),  # key 0 waited 5 s
+               (b"r1-00000033", 1400), (b"other", 99999), (b"r2-00000000", 50000)]
+    assert longest_pause_s(written) == 5.0
+    assert longest_pause_s(written[:3]) == 0.3
+    assert longest_pause_s([]) == 0.0
