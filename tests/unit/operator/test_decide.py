@@ -1115,6 +1115,21 @@ def test_two_groups_with_one_kafka_group_id_the_younger_is_refused(
         assert degraded["status"] == "False" and plan.delete == ()
 
 
+def member_0_crash_looping(restarts: int, terminated: dict[str, Any]) -> tuple[Plan,
+                                                                             dict[str, Any]]:
+    """The plan for a settled fleet whose member 0 crash-loops, its last exit `terminated`; and
+    member 0's pod."""
+    pods, status = settled(CG)
+    failing = copy.deepcopy(next(p for p in pods if _ordinal(p) == 0))
+    failing["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    failing["status"]["containerStatuses"] = [{
+        "name": builders.MEMBER_CONTAINER, "restartCount": restarts,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": terminated}}]
+    others = [p for p in pods if _ordinal(p) != 0]
+    return decide(snapshot(CG, [failing, *others], previous=status, in_group=(1, 2))), failing
+
+
 @pytest.mark.parametrize(("said", "field"), [
     ("consumer_runtime: configuration refused: processing.transform: cannot import module "
      "'nosuch' (No module named 'nosuch'); install it in the image or fix the name",
@@ -1126,15 +1141,8 @@ def test_two_groups_with_one_kafka_group_id_the_younger_is_refused(
 ])
 def test_a_member_that_refuses_to_start_is_quoted_in_the_status(said: str,
                                                                field: str | None) -> None:
-    pods, status = settled(CG)
-    failing = copy.deepcopy(next(p for p in pods if _ordinal(p) == 0))
-    failing["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
-    failing["status"]["containerStatuses"] = [{
-        "name": builders.MEMBER_CONTAINER, "restartCount": 3,
-        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-        "lastState": {"terminated": {"exitCode": 2, "message": "some start-up noise\n" + said}}}]
-    others = [p for p in pods if _ordinal(p) != 0]
-    plan = decide(snapshot(CG, [failing, *others], previous=status, in_group=(1, 2)))
+    plan, _ = member_0_crash_looping(
+        3, {"exitCode": 2, "message": "some start-up noise\n" + said})
     degraded = c.get_condition(plan.status["conditions"], c.DEGRADED)
     assert degraded["reason"] == c.MEMBER_FAILING
     assert "member 0" in degraded["message"] and "exited with code 2" in degraded["message"]
@@ -1205,15 +1213,8 @@ def test_a_member_killed_by_a_signal_is_named_by_it_never_by_its_last_info_line(
         code: int, reason: str, message: str, says: str, never: str) -> None:
     """Issue 34 item 10: a member killed by SIGKILL (exit 137) got a MemberFailing Warning that
     quoted the last INFO line of its log as if it were the error."""
-    pods, status = settled(CG)
-    failing = copy.deepcopy(next(p for p in pods if _ordinal(p) == 0))
-    failing["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
-    failing["status"]["containerStatuses"] = [{
-        "name": builders.MEMBER_CONTAINER, "restartCount": 1,
-        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-        "lastState": {"terminated": {"exitCode": code, "reason": reason, "message": message}}}]
-    others = [p for p in pods if _ordinal(p) != 0]
-    plan = decide(snapshot(CG, [failing, *others], previous=status, in_group=(1, 2)))
+    plan, failing = member_0_crash_looping(
+        1, {"exitCode": code, "reason": reason, "message": message})
     degraded = c.get_condition(plan.status["conditions"], c.DEGRADED)
     assert degraded["reason"] == c.MEMBER_FAILING
     said = degraded["message"]
@@ -1461,22 +1462,6 @@ def test_a_warm_handoff_whose_standby_has_no_address_stops_the_old_member_instea
     (stop,) = ready.delete
     assert ready.switchovers == () and stop.uid == roll.old2["metadata"]["uid"]
     assert roll.flight()["phase"] == "Stopping"
-
-
-def test_the_bench_can_hand_off_without_a_drain_to_measure_it_beside_one() -> None:
-    from staticfleet.decisions.model import STOP_HANDOFF_ANNOTATION
-
-    roll = WarmRoll()
-    stop_first = with_path(WARM_NEW, "metadata.annotations", {STOP_HANDOFF_ANNOTATION: "true"})
-    roll.standby = running(roll.step(1), ready=False, tag="b")[0]
-    roll.t += 5
-    plan = decide(replace(snapshot(
-        stop_first, [*roll.pods, roll.standby], previous=roll.status, in_group=(0, 1, 2),
-        now_offset_s=roll.t, statuses=roll.statuses(standby="ready",
-                                                    standby_ready_at=roll.at(5)),
-        settings=OperatorSettings(allow_testing_annotations=True))))
-    (stop,) = plan.delete
-    assert plan.switchovers == () and stop.uid == roll.old2["metadata"]["uid"]
 
 
 def test_after_a_switchover_the_drain_is_the_close_and_a_refused_activation_is_sent_again(
