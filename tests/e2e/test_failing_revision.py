@@ -10,6 +10,8 @@ what the claim is about):
 1. WarmHandoff, onFailure Rollback (the defaults): the first member handed off fails; the
    rollout hands it back to the last revision that processed, by warm handoff, and ends
    RolledBack quoting the transform's error. No second member is touched.
+   Then a revision that fails only on the second member handed off: the rollback hands back
+   both, the failed one first, and ends RolledBack with every member on the good revision.
 2. Recreate, onFailure Halt: the first member restarted fails; the rollout ends Halted and the
    failed member is left; the others keep processing on the old revision.
 3. The spec fixed (the working transform back): the next rollout starts from there and
@@ -40,6 +42,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failu
 
 REPO = Path(__file__).resolve().parents[2]
 FAILING = "tests.integration.spark_test_transforms:fail_on_real_records"
+FAILING_ON_0 = "tests.integration.spark_test_transforms:fail_on_real_records_in_member_0"
 ERROR = "cannot parse a real record"
 REPLICAS = 2
 
@@ -135,9 +138,34 @@ def test_a_revision_that_cannot_process_is_rolled_back_or_halted_never_rolled_on
     assert all(after[o] > before[o] for o in range(REPLICAS)), (before, after)
     assert groups.get(kubeconfig, namespace, name)["status"]["rollout"]["phase"] == "RolledBack"
 
-    # 2. Recreate + Halt: a new revision of the same failing transform (the rollout settings
-    # alone make no new revision: a failed revision is not tried again until the spec changes).
+    # 1b. The revision fails only on member 0, the second member restarted: member 1 is done on
+    # it first. The rollback hands back both, newest first (issue 34, item 4: only the failed
+    # member was handed back, and member 1 kept running the failing revision).
+    began = time.monotonic()
+    trigger(kubeconfig, namespace, name, json.dumps(
+        [{"op": "replace", "path": "/spec/processing/transform", "value": FAILING_ON_0}]))
+    obj = groups.wait_status(kubeconfig, namespace, name, phase_is("RolledBack"), 420,
+                             "rolled back after the second member")
+    rollout = obj["status"]["rollout"]
+    print(f"second-member rollback: RolledBack {time.monotonic() - began:.1f} s after the "
+          f"change; reason: {rollout['reason']}; membersRolledBack "
+          f"{rollout.get('membersRolledBack')}; handoffs: {rollout.get('handoffs')}")
+    assert ERROR in rollout["reason"], rollout["reason"]
+    assert rollout["rolledBackTo"] == good
+    assert sorted(rollout.get("membersRolledBack") or ()) == [0, 1], rollout
+    assert not rollout.get("rollbackPending"), rollout
+    assert {o: set(r) for o, r in revisions(kubeconfig, namespace, name).items()} == {
+        o: {good} for o in range(REPLICAS)}, "a member restarted on the failing revision stayed"
+    before = processed(kubeconfig, namespace, name)
+    time.sleep(10)
+    after = processed(kubeconfig, namespace, name)
+    assert all(after[o] > before[o] for o in range(REPLICAS)), (before, after)
+
+    # 2. Recreate + Halt: a new revision of the transform that fails everywhere (the rollout
+    # settings alone make no new revision: a failed revision is not tried again until the spec
+    # changes).
     trigger(kubeconfig, namespace, name, json.dumps([
+        {"op": "replace", "path": "/spec/processing/transform", "value": FAILING},
         {"op": "add", "path": "/spec/rollout/strategy", "value": "Recreate"},
         {"op": "add", "path": "/spec/rollout/onFailure", "value": "Halt"},
         {"op": "add", "path": "/spec/template/env/-",

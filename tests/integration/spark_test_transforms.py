@@ -39,3 +39,30 @@ def fail_on_real_records(df: DataFrame, context: Any) -> DataFrame:
                    F.raise_error(F.lit("cannot parse a real record")))
     return df.filter(check.otherwise(F.lit(True)))
 
+
+
+_first_real_batch_done = False
+
+
+def slow_first_real_batch(df: DataFrame, context: Any) -> DataFrame:
+    """The batch unchanged; the process's first batch of real records (after the runtime's
+    warm-up) takes `SLOW_FIRST_BATCH_S` seconds (env, default 120): a cold JVM meeting a
+    backlog, longer than the stall detector's 60 s bound for a fresh process."""
+    global _first_real_batch_done
+    import os
+
+    if not _first_real_batch_done and df.filter(F.col("topic") != F.lit(WARM_UP_TOPIC)).count():
+        _first_real_batch_done = True
+        time.sleep(float(os.environ.get("SLOW_FIRST_BATCH_S", "120")))
+    return df
+
+
+def fail_on_real_records_in_member_0(df: DataFrame, context: Any) -> DataFrame:
+    """`fail_on_real_records` in the process of member 0 (instance id `<group>-0`) only, the
+    identity elsewhere: a revision the roller takes to on member 1 and that fails on member 0,
+    the second member it restarts."""
+    import os
+
+    if os.environ.get("STATICFLEET_GROUP_INSTANCE_ID", "").endswith("-0"):
+        return fail_on_real_records(df, context)
+    return df
