@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
-from confluent_kafka.admin import MemberAssignment, MemberDescription
+from confluent_kafka import KafkaError
 
 from consumer_runtime.config import parse_config
 from consumer_runtime.membership import (
     NO_TOPIC,
+    GroupMember,
     connection_settings,
     held_by,
+    held_by_another,
     is_fatal,
     is_unreleased_instance_id,
     join_backoff,
@@ -53,9 +54,8 @@ def test_leave_unsubscribes_classic_and_subscribes_to_no_topic_with_consumer() -
     assert leave_subscription("consumer") == [NO_TOPIC] == ["^$"]
 
 
-def member(member_id: str, instance: str | None, *tps: tuple[str, int]) -> MemberDescription:
-    return MemberDescription(member_id, "client", "/127.0.0.1", MemberAssignment(
-        [TopicPartition(t, p) for t, p in tps]), instance)
+def member(member_id: str, instance: str | None, *tps: tuple[str, int]) -> GroupMember:
+    return GroupMember(member_id, instance, frozenset(tps))
 
 
 @pytest.mark.parametrize(("members", "instance", "member_id", "expected"), [
@@ -63,10 +63,27 @@ def member(member_id: str, instance: str | None, *tps: tuple[str, int]) -> Membe
     ([member("m0", "g-0"), member("m1", "g-1", ("a", 0), ("a", 1))], "g-0", "m0", set()),
     ([member("m1", "g-1", ("a", 0))], "g-0", "m0", set()),
     ([member("m0", None, ("a", 0)), member("m1", None, ("a", 1))], None, "m1", {("a", 1)}),
-], ids=["holds", "listed without partitions", "not listed", "dynamic, by member id"])
+    ([GroupMember("m0", "g-0", None), member("m1", "g-1", ("a", 1))], "g-0", "m0", None),
+    ([member("m0", "g-0", ("a", 0)), GroupMember("m1", "g-1", None)], "g-0", "m0", {("a", 0)}),
+], ids=["holds", "listed without partitions", "not listed", "dynamic, by member id",
+        "its partitions not known now", "another's partitions not known"])
 def test_held_by(members: list[Any], instance: str | None, member_id: str,
-                 expected: set[tuple[str, int]]) -> None:
+                 expected: set[tuple[str, int]] | None) -> None:
     assert held_by(members, instance, member_id) == expected
+
+
+@pytest.mark.parametrize(("members", "instance", "member_id", "expected"), [
+    ([member("m0", "g-0", ("a", 0))], "g-0", "m0", False),
+    ([member("m9", "g-0", ("a", 0))], "g-0", "m0", True),
+    ([member("m9", "g-0")], "g-0", "m0", True),
+    ([member("m9", "g-1", ("a", 0))], "g-0", "m0", False),
+    ([], "g-0", "m0", False),
+    ([member("m9", None, ("a", 0))], None, "m0", False),
+], ids=["itself", "another member id", "another, without partitions yet", "another instance",
+        "empty group", "dynamic: never"])
+def test_held_by_another(members: list[Any], instance: str | None, member_id: str,
+                         expected: bool) -> None:
+    assert held_by_another(members, instance, member_id) is expected
 
 
 def test_an_admin_client_gets_the_connection_settings_only() -> None:
