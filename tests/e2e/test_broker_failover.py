@@ -6,7 +6,11 @@ same `__consumer_offsets` partition), roll by warm handoff under load:
 1. the broker coordinating both is SIGKILLed as a handoff switches (its standby ready, or
    `Stopping` / `Activating`), comes back 10 s later, and a preferred-leader election moves the
    coordinator again;
-2. during a second rollout all three brokers are restarted one after another.
+2. during a second rollout all three brokers are restarted one after another;
+3. both groups scale down to one member while their coordinator's broker is SIGKILLed: no
+   member exits non-zero (the leaving member asks the broker through kafka-python, never
+   librdkafka's admin client, which can abort the process: librdkafka#4605), and each group's
+   only rebalance is the scale-down's planned one.
 
 Each rollout must finish with every handoff warm (none fell back to a cold start), no new
 generation in any broker's log, and nothing lost. The figures the closing note quotes are
@@ -32,9 +36,9 @@ from staticfleet_dev.kafka import KafkaCluster, offsets_partition
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.stream import SteadyProducer, read_all
 from staticfleet_dev.testkit import groups
-from staticfleet_dev.testkit.kube import get_json
+from staticfleet_dev.testkit.kube import get_json, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
-from staticfleet_dev.testkit.poll import wait_for
+from staticfleet_dev.testkit.poll import Poller, wait_for
 from tests.conftest import unique
 from tests.e2e.test_rollout import env_patch, trigger
 
@@ -179,6 +183,11 @@ def test_rollouts_ride_out_a_coordinator_kill_and_a_broker_roll(
         for name in cgs:
             check_rollout(kafka_cluster, done[name], generations[name])
             print(f"{name}: Degraded passes {degraded_passes(operator, namespace, name)}")
+
+        # 3. Both groups scale down to one member as their coordinator's broker is SIGKILLed:
+        # the leaving member asks the broker every 0.2 s whether its partitions moved, which
+        # librdkafka's in-process admin request could answer with an abort (librdkafka#4605).
+        scale_down_while_the_coordinator_dies(kafka_cluster, kubeconfig, namespace, list(cgs))
     finally:
         produced = {name: p.stop() for name, p in producers.items()}
     for name, (topic, out, _) in cgs.items():
@@ -190,3 +199,63 @@ def test_rollouts_ride_out_a_coordinator_kill_and_a_broker_roll(
             f"{name}: {len(missing)} of {produced[name]} records lost")
         print(f"{name}: {produced[name]} produced, {len(written) - len(set(written))} "
               "duplicated in the sink")
+
+
+class ExitWatch(Poller):
+    """Records every member container exit with a non-zero code seen in the pods' statuses
+    (a crash is restarted in place, so it shows as the last state while the pod lives)."""
+
+    interval = 0.25
+    transient = (Exception,)
+
+    def __init__(self, kubeconfig: Path, namespace: str, names: list[str]) -> None:
+        self.args = (kubeconfig, namespace)
+        self.names = names
+        self.exits: set[tuple[str, int, str]] = set()
+
+    def poll(self) -> None:
+        for name in self.names:
+            for pod in groups.pods(*self.args, name):
+                for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+                    for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+                        ended = state.get("terminated") or {}
+                        if ended.get("exitCode"):
+                            self.exits.add((pod["metadata"]["name"], int(ended["exitCode"]),
+                                            str(ended.get("reason"))))
+
+
+def scale_down_while_the_coordinator_dies(cluster: KafkaCluster, kubeconfig: Path,
+                                          namespace: str, names: list[str]) -> None:
+    """Issue 34, item 3: each group goes from 2 members to 1 while the broker coordinating
+    them is killed (and started again 10 s later). No member exits non-zero; each group's only
+    rebalance is the planned one of its scale-down."""
+    coordinator = cluster.coordinator(names[0])
+    assert coordinator is not None
+    before = {name: groups.get(kubeconfig, namespace, name)["status"] for name in names}
+    with ExitWatch(kubeconfig, namespace, names) as watch:
+        for name in names:
+            kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=merge", "-p",
+                    json.dumps({"spec": {"replicas": 1}}))
+        wait_for("a member leaving", lambda: any(
+            (memberhttp.read_member_status(ip, builders.HTTP_PORT) or {}).get("leaving")
+            for name in names for pod in groups.pods(kubeconfig, namespace, name)
+            if (ip := (pod.get("status") or {}).get("podIP"))), 60, interval=0.05)
+        killed_at = time.monotonic()
+        cluster.kill(coordinator)
+        for name in names:
+            wait_for(f"{name} down to one member pod", lambda name=name: len(
+                groups.pods(kubeconfig, namespace, name)) == 1, 180, interval=0.5)
+        time.sleep(max(0.0, killed_at + 10 - time.monotonic()))
+        cluster.start(coordinator)
+        after = {name: groups.wait_status(kubeconfig, namespace, name, groups.ready,
+                                          180, "Ready with one member")["status"]
+                 for name in names}
+    for name in names:
+        rebalanced = int(after[name].get("rebalances") or 0) - int(
+            before[name].get("rebalances") or 0)
+        planned = int(after[name].get("plannedRebalances") or 0) - int(
+            before[name].get("plannedRebalances") or 0)
+        print(f"{name}: scaled down while coordinator {coordinator} was killed: rebalances "
+              f"{rebalanced}, planned {planned}; member exits {sorted(watch.exits)}")
+        assert rebalanced <= planned, f"{name}: {rebalanced - planned} unplanned rebalance(s)"
+    assert not watch.exits, f"a member exited non-zero: {sorted(watch.exits)}"
