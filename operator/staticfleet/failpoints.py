@@ -4,7 +4,7 @@
 chart never sets it) never stops at one. The end-to-end tests kill the operator at each point of
 a warm handoff's switchover (`SWITCHOVER_POINTS`) and check that its successor finishes the
 rollout from what the status journaled, with no rebalance and nothing lost
-(tests/e2e/test_operator_crash.py). The idea is etcd's gofail, without code generation.
+(tests/e2e/test_operator_faults.py). The idea is etcd's gofail, without code generation.
 """
 
 from __future__ import annotations

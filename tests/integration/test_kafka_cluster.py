@@ -8,19 +8,18 @@ child process, which may abort and is replaced."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from staticfleet.decisions.snapshot import GroupView
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import KafkaCluster
 from staticfleet_dev.spark_connect import ConnectServer
+from staticfleet_dev.testkit.consumers import PolledMember
 from staticfleet_dev.testkit.poll import wait_for
 from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import (
@@ -37,28 +36,6 @@ from tests.integration.test_runtime_kip848 import kip848, set_group_timeouts
 pytestmark = pytest.mark.integration
 DRAIN_SESSION_MS = 40000
 """The KIP-848 drain test's session: long, so a replacement that waits it out cannot pass."""
-
-
-class StaticMember:
-    """A static member polling in a thread, so the group stays Stable."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                  "group.instance.id": f"{group}-0", "session.timeout.ms": 20000,
-                                  "log_level": 3})
-        self.consumer.subscribe([topic])
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stopping.is_set():
-            self.consumer.poll(0.2)
-
-    def close(self) -> None:
-        self.stopping.set()
-        self.thread.join(10)
-        self.consumer.close()
 
 
 @pytest.fixture
@@ -80,7 +57,7 @@ def test_group_reads_ride_out_a_coordinator_kill_and_an_election(
         kafka_cluster: KafkaCluster, admin: kafkaadmin.Admin) -> None:
     topic = kafka_cluster.make_topic(unique("cl-in"), 3)
     group = unique("cl-g")
-    member = StaticMember(kafka_cluster.bootstrap, group, topic)
+    member = PolledMember(kafka_cluster.bootstrap, group, topic)
     coordinator = kafka_cluster.node_ids[0]
     try:
         wait_for("the group Stable", lambda: stable(admin, group), 60)

@@ -24,7 +24,6 @@ broker's description, not the runtime around it.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -39,6 +38,7 @@ from staticfleet.decisions import builders
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet_dev.kafka import SECURED_LISTENERS, KafkaBroker, KafkaCluster
 from staticfleet_dev.procs import free_port
+from staticfleet_dev.testkit.consumers import PolledMember
 from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.testkit.secured import SecuredKafka
 from tests.conftest import unique
@@ -319,37 +319,6 @@ def test_the_view_reads_over_each_secured_listener_with_the_members_settings(
         consumer.close()
 
 
-class Polled:
-    """A static member polled in a thread, so that it stays in the group while the test asks;
-    its member id is read in that thread too (`member_id`): librdkafka's memberid() called
-    from another thread while one polls hung the test, then aborted it."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str, protocol: str,
-                 instance: str) -> None:
-        conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
-                                "group.instance.id": instance, "log_level": 3}
-        if protocol == "consumer":
-            conf["group.protocol"] = "consumer"
-        else:
-            conf["session.timeout.ms"] = 30000
-        self.consumer = Consumer(conf)
-        self.consumer.subscribe([topic])
-        self.member_id = ""
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stopping.is_set():
-            self.consumer.poll(0.2)
-            self.member_id = self.consumer.memberid() or ""
-
-    def close(self) -> None:
-        self.stopping.set()
-        self.thread.join(10)
-        self.consumer.close()
-
-
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_the_view_is_right_or_unknown_while_its_coordinator_dies(
         protocol: str, kafka_cluster: KafkaCluster) -> None:
@@ -358,7 +327,7 @@ def test_the_view_is_right_or_unknown_while_its_coordinator_dies(
     instance = f"{group}-0"
     if protocol == "consumer":
         set_group_timeouts(kafka_cluster.admin(), group, 40000)
-    member = Polled(kafka_cluster.bootstrap, group, topic, protocol, instance)
+    member = PolledMember(kafka_cluster.bootstrap, group, topic, protocol, instance, 30000)
     view = GroupView(view_config(kafka_cluster.bootstrap, group, topic, protocol, instance))
     everything = {(topic, p) for p in range(3)}
     coordinator = None

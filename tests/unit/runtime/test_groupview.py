@@ -37,6 +37,7 @@ from consumer_runtime.membership import (
     read_classic,
     read_consumer,
 )
+from tests.unit.runtime.fakes import NEVER_ANSWERED, Future, scripted_send
 from tests.unit.runtime.test_config import base
 
 pytestmark = pytest.mark.unit
@@ -316,23 +317,6 @@ def test_an_api_is_asked_only_in_a_version_the_broker_takes(
 # -- the view, against a scripted client -----------------------------------------------------
 
 KAFKA_4 = {10: (0, 6), 15: (0, 6), 68: (0, 1), 69: (0, 1)}
-NEVER_ANSWERED = object()
-
-
-class ScriptExhausted(BaseException):
-    """More requests than answers scripted (not an Exception: the view must not swallow it)."""
-
-
-@dataclass
-class Future:
-    value: Any = None
-    exception: BaseException | None = None
-    is_done: bool = True
-
-    def failed(self) -> bool:
-        return self.exception is not None
-
-
 @dataclass
 class Cluster:
     """Scripted answers by API key (10 FindCoordinator, 15 DescribeGroups, 69
@@ -374,15 +358,7 @@ class FakeClient:
 
     def send(self, node: int, request: Any) -> Future:
         self.cluster.sent.append((node, request.API_KEY))
-        script = self.cluster.answers.get(request.API_KEY)
-        if not script:
-            raise ScriptExhausted(f"no answer scripted for {type(request).__name__}")
-        step = script.pop(0)
-        if step is NEVER_ANSWERED:
-            return Future(is_done=False)
-        if isinstance(step, BaseException):
-            return Future(exception=step)
-        return Future(value=step)
+        return scripted_send(self.cluster.answers.get(request.API_KEY) or [], request)
 
     def poll(self, timeout_ms: int, future: Future) -> None:
         assert timeout_ms >= 1

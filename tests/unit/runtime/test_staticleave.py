@@ -48,6 +48,7 @@ from consumer_runtime.staticleave import (
     static_leave_request,
     tls_context,
 )
+from tests.unit.runtime.fakes import NEVER_ANSWERED, Future, scripted_send
 
 pytestmark = pytest.mark.unit
 
@@ -514,27 +515,6 @@ def test_a_client_certificate_without_its_key_is_refused(
 
 # -- asking until the coordinator answers, against a scripted client ------------------------------
 
-NEVER_ANSWERED = object()
-"""A script step: the request's future is never done."""
-
-
-class ScriptExhausted(BaseException):
-    """More requests than the script has answers for: not an Exception, so that the leave's own
-    `except Exception` cannot take it for a failed try and ask again forever."""
-
-
-@dataclass
-class Future:
-    """What kafka-python's KafkaClient.send returns, already settled (or never)."""
-
-    value: Any = None
-    exception: BaseException | None = None
-    is_done: bool = True
-
-    def failed(self) -> bool:
-        return self.exception is not None
-
-
 def coordinator(node: int, error_code: int = 0) -> SimpleNamespace:
     """A FindCoordinator answer."""
     return SimpleNamespace(error_code=error_code, coordinator_id=node)
@@ -592,16 +572,8 @@ class FakeClient:
 
     def send(self, node: int, request: Any) -> Future:
         self.cluster.sent.append((node, request))
-        script = (self.cluster.beats if isinstance(request, ConsumerGroupHeartbeatRequest_v1)
-                  else self.cluster.finds)
-        if not script:
-            raise ScriptExhausted(f"no answer scripted for {type(request).__name__}")
-        step = script.pop(0)
-        if step is NEVER_ANSWERED:
-            return Future(is_done=False)
-        if isinstance(step, BaseException):
-            return Future(exception=step)
-        return Future(value=step)
+        return scripted_send(self.cluster.beats if isinstance(
+            request, ConsumerGroupHeartbeatRequest_v1) else self.cluster.finds, request)
 
     def poll(self, timeout_ms: int, future: Future) -> None:
         assert timeout_ms >= 1 and isinstance(future, Future)
