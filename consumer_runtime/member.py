@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -38,7 +39,6 @@ from consumer_runtime.buffer import BatchBuffer
 from consumer_runtime.config import RuntimeConfig
 from consumer_runtime.membership import (
     UNRELEASED,
-    GroupView,
     connection_settings,
     consumer_settings,
     is_fatal,
@@ -50,15 +50,12 @@ from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import Outcome
 from consumer_runtime.records import Batch, next_offsets
 from consumer_runtime.records import TopicPartition as TP
-from consumer_runtime.staticleave import (
-    LEFT,
-    UNCONFIRMED,
-    LeaveResult,
-    StaticLeave,
-    StaticLeaveError,
-)
 from consumer_runtime.steering import DRAIN, LEAVE, REJOIN, STOP, Requests
 from consumer_runtime.timeline import POLL, Timeline
+
+if TYPE_CHECKING:  # kafka-python's clients, imported when a leave or a drain first needs one
+    from consumer_runtime.groupview import GroupView
+    from consumer_runtime.staticleave import LeaveResult, StaticLeave
 
 log = logging.getLogger(__name__)
 BUSY_POLL_S = 0.05
@@ -89,6 +86,8 @@ def _log_error(err: KafkaError) -> None:
 
 
 def _log_leave(result: LeaveResult, instance_id: str) -> None:
+    from consumer_runtime.staticleave import LEFT, UNCONFIRMED
+
     if result.outcome == LEFT:
         log.info("static leave confirmed by the coordinator in %.3f s (%d %s): instance id %s "
                  "waits for its replacement", result.seconds, result.tries,
@@ -189,6 +188,8 @@ class Member:
 
     def _group_view(self) -> GroupView:
         """The broker's view of the group, for one leave or one drained wait."""
+        from consumer_runtime.groupview import GroupView
+
         return GroupView(self.config)
 
     def request_stop(self) -> None:
@@ -467,6 +468,8 @@ class Member:
         if config.protocol != "consumer" or not config.group_instance_id or self.leave_refused:
             return None
         if self.leave_client is None:
+            from consumer_runtime.staticleave import StaticLeave, StaticLeaveError
+
             try:
                 self.leave_client = StaticLeave(connection_settings(config), config.group_id,
                                                 f"{config.member}-leave")

@@ -23,7 +23,7 @@ instance id is known and held by that member id (and the group's READ right), so
 where the instance id stands (`outcome`). kafka-python carries the request (its client connects,
 authenticates and negotiates versions); the two message layouts below are Kafka's
 ConsumerGroupHeartbeat v1. The same client (`GroupCoordinator`) asks the coordinator who is in
-the group for `membership.GroupView`: the member makes no librdkafka admin request.
+the group for `groupview.GroupView`: the member makes no librdkafka admin request.
 
 Nothing the leave meets escapes it: settings kafka-python cannot take are refused as the client
 is made (StaticLeaveError), and any other failure, of the settings or of a try, is an
@@ -340,7 +340,7 @@ class OidcToken(AbstractTokenProvider):
 # -- a client of the group's coordinator ---------------------------------------------------------
 
 class GroupCoordinator:
-    """A kafka-python client for requests to one group's coordinator, which `membership.GroupView`
+    """A kafka-python client for requests to one group's coordinator, which `groupview.GroupView`
     shares with the leave: `find` asks a broker where the coordinator is (kept until `moved`),
     `send` sends one request to a broker within a deadline, `reset` drops the connections after
     a failure so that the next request starts afresh.

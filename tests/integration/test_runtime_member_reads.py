@@ -1,4 +1,4 @@
-"""A member's reads of its group (membership.GroupView, through kafka-python's client: the member
+"""A member's reads of its group (groupview.GroupView, through kafka-python's client: the member
 makes no librdkafka admin request, librdkafka#4605) against the real broker, for a live classic
 group and a live KIP-848 (group.protocol consumer) group.
 
@@ -33,7 +33,8 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from consumer_runtime.config import RuntimeConfig, parse_config
-from consumer_runtime.membership import NO_TOPIC, GroupView, consumer_settings
+from consumer_runtime.groupview import GroupView
+from consumer_runtime.membership import NO_TOPIC, consumer_settings
 from staticfleet.decisions import builders
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet_dev.kafka import SECURED_LISTENERS, KafkaBroker, KafkaCluster

@@ -1,4 +1,4 @@
-"""The group as its coordinator describes it (membership.GroupView), without a broker: the two
+"""The group as its coordinator describes it (groupview.GroupView), without a broker: the two
 describe APIs' messages byte for byte against Kafka's layouts (DescribeGroups v4,
 ConsumerGroupDescribe v0, a classic consumer's assignment), what each answer says as a table,
 and the view's questions against a scripted stand-in for kafka-python's KafkaClient: which API
@@ -22,7 +22,7 @@ from kafka.protocol.api import RequestHeader, RequestHeaderV2
 
 import consumer_runtime
 from consumer_runtime.config import RuntimeConfig, parse_config
-from consumer_runtime.membership import (
+from consumer_runtime.groupview import (
     CLASSIC_DESCRIBE,
     CONSUMER_DESCRIBE,
     ConsumerGroupDescribeRequest_v0,

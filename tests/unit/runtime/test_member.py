@@ -101,7 +101,7 @@ played again at the next call (a step that waits for the member)."""
 
 class World:
     """The broker and the operator as the member meets them: the script, the consumers the
-    member made, the broker's view of the group (`membership.GroupView`'s interface, answering
+    member made, the broker's view of the group (`groupview.GroupView`'s interface, answering
     as scripted), and a log of what the member did to them (clock time, what, detail)."""
 
     def __init__(self, clock: Clock, steps: Iterable[Step],

@@ -8,12 +8,10 @@ import pytest
 from confluent_kafka import KafkaError
 
 from consumer_runtime.config import parse_config
+from consumer_runtime.groupview import GroupMember, held_by, held_by_another
 from consumer_runtime.membership import (
     NO_TOPIC,
-    GroupMember,
     connection_settings,
-    held_by,
-    held_by_another,
     is_fatal,
     is_unreleased_instance_id,
     join_backoff,
