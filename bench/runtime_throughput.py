@@ -2,7 +2,8 @@
 poll-and-commit loop, on the same topic in the same run, with Spark in this process (`local`) and
 behind a Spark Connect server (`connect`), plus the timeline of where each batch's time goes.
 
-    python bench/runtime_throughput.py [--spark local,connect] [--py-spy DIR]
+    python bench/runtime_throughput.py [--spark local,connect] [--batches 1000,10000,100000]
+                                       [--py-spy DIR] [--baseline REV [--rounds N]]
 
 Starts its own Kafka broker and produces 1 KiB records. For each Spark mode and each batch size
 (1k, 10k, 100k records) it first runs the runtime once over a few batches (the JVM compiles its
@@ -16,11 +17,18 @@ phases of one batch (the profile), the fixed cost of a tiny Spark batch, and sta
 a real process (`python -m consumer_runtime`) for start-to-first-assignment, RSS and the time a
 SIGTERM shutdown takes. With `--py-spy DIR` the 100k runs are also sampled by py-spy (every
 thread, idle ones too), the folded stacks written to DIR and the top frames per thread printed.
+
+With `--baseline REV` it measures two runtimes instead, each in a process of its own on the same
+broker and topic: this checkout's and git revision REV's (a worktree; only `consumer_runtime`
+comes from it, the bench and its tooling are this checkout's). Each process measures its bare
+loop just before its runtime, so each ratio is taken side by side, and `--rounds N` alternates
+the two N times. It prints both columns, their ratios to the bare loop and to each other.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gc
 import json
@@ -34,7 +42,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +62,7 @@ from consumer_runtime.transforms import identity
 from staticfleet_dev.kafka import KafkaSettings, start_kafka
 from staticfleet_dev.procs import free_port, stop
 from staticfleet_dev.spark_connect import ConnectServer, start_connect_server
+from staticfleet_dev.testkit.operator import worktree
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = 1024
@@ -409,9 +418,9 @@ class Row:
 
 
 def measure(mode: str, spark_batch: SparkBatch, bootstrap: str, topic: str, jvms: list[int],
-            spy_dir: Path | None) -> list[Row]:
+            spy_dir: Path | None, batches: list[tuple[int, int]]) -> list[Row]:
     rows = []
-    for batch, count in BATCHES:
+    for batch, count in batches:
         cold = runtime_loop(spark_batch, bootstrap, topic, batch, WARM_BATCHES * batch)
         c0 = cpu_now(jvms)
         bare = bare_loop(bootstrap, topic, batch, count)
@@ -480,6 +489,111 @@ def batch_timeline(row: Row, first: int, last: int) -> None:
         previous_end = end
 
 
+@contextlib.contextmanager
+def spark_for(mode: str, bootstrap: str, topic: str,
+              workdir: Path) -> Iterator[tuple[SparkBatch, list[int]]]:
+    """A warm SparkBatch in `mode` (local: in this process; connect: behind a Connect server
+    started here) and the JVM processes whose CPU counts as Spark's."""
+    began = time.monotonic()
+    settings = config_for(bootstrap, "x", topic, 1).spark
+    connect: ConnectServer | None = None
+    try:
+        if mode == "connect":
+            connect = start_connect_server(workdir, driver_memory=CONNECT_MEMORY)
+            settings = SparkSettings("connect", connect.url, settings.master, {})
+            jvms = tree(connect.proc.pid)
+        session = start_session(settings, "bench")
+        if mode == "local":
+            jvms = spark_jvms()
+        spark_batch = SparkBatch(session, identity, NullSink(), "bench", "bench-0")
+        spark_batch.warm_up()
+        print(f"{mode}: SparkSession start + warm-up: {time.monotonic() - began:.1f} s",
+              flush=True)
+        try:
+            yield spark_batch, jvms
+        finally:
+            session.stop()
+    finally:
+        if connect is not None:
+            connect.stop()
+
+
+def summary(row: Row) -> dict[str, Any]:
+    """A row without its timeline: what a comparison prints."""
+    return {"mode": row.mode, "batch": row.batch, "count": row.count, "cold": row.cold,
+            "bare": row.bare, "rate": row.run.rate, "batches": row.run.batches,
+            "worker_s": row.run.worker_s, "bare_cpu": row.bare_cpu, "py_cpu": row.py_cpu,
+            "jvm_cpu": row.jvm_cpu}
+
+
+def child(args: argparse.Namespace, modes: list[str], batches: list[tuple[int, int]]) -> int:
+    """Measure the runtime this process imported (a baseline's, through PYTHONPATH) on the
+    parent's broker and topic; write the rows' summaries as JSON to --rows-out."""
+    import consumer_runtime
+    print(f"runtime from {Path(consumer_runtime.__file__).resolve().parent}", flush=True)
+    workdir = Path(tempfile.mkdtemp(prefix="sf-bench-child-"))
+    rows: list[Row] = []
+    for mode in modes:
+        with spark_for(mode, args.bootstrap, args.topic, workdir) as (spark_batch, jvms):
+            rows += measure(mode, spark_batch, args.bootstrap, args.topic, jvms, None, batches)
+    stage_table(rows)
+    args.rows_out.write_text(json.dumps([summary(r) for r in rows]))
+    return 0
+
+
+def measure_in_child(source: Path, label: str, args: argparse.Namespace, bootstrap: str,
+                     topic: str, workdir: Path) -> list[dict[str, Any]]:
+    """This bench, in a process that imports `consumer_runtime` from `source` (a checkout),
+    everything else from this one."""
+    shim = workdir / f"runtime-{label}"
+    shim.mkdir()
+    (shim / "consumer_runtime").symlink_to(source / "consumer_runtime")
+    out = workdir / f"rows-{label}.json"
+    inherited = {k: v for k, v in os.environ.items()
+                 if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    env = {**inherited, "PYTHONPATH": os.pathsep.join([str(shim), str(REPO)])}
+    print(f"\n== {label} ({source}) ==", flush=True)
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child",
+                    "--bootstrap", bootstrap, "--topic", topic, "--spark", args.spark,
+                    "--batches", args.batches, "--rows-out", str(out)],
+                   env=env, cwd=REPO, check=True)
+    rows: list[dict[str, Any]] = json.loads(out.read_text())
+    return rows
+
+
+def compare(rows: dict[str, list[dict[str, Any]]], rounds: int) -> None:
+    """Main and the baseline side by side: each runtime's rate against the bare loop measured
+    in the same process just before it, and the runtimes' rates against each other."""
+    labels = list(rows)
+    main_label, base_label = labels
+    print()
+    print(f"Side by side ({rounds} round(s), medians; ratio = runtime / bare loop of the same "
+          "process; CPU = runtime total / bare loop, per record):")
+    print(f"| mode | batch | {main_label}: bare rec/s | {main_label}: runtime rec/s | "
+          f"{main_label}: ratio | {main_label}: CPU x | {base_label}: bare rec/s | "
+          f"{base_label}: runtime rec/s | {base_label}: ratio | {base_label}: CPU x | "
+          f"runtime {main_label} / {base_label} |")
+    print("|---|---:|" + "---:|" * 9)
+    keys = sorted({(r["mode"], r["batch"]) for r in rows[main_label]},
+                  key=lambda k: (k[0], k[1]))
+
+    def med(label: str, key: tuple[str, int], fn: Callable[[dict[str, Any]], float]) -> float:
+        return statistics.median(fn(r) for r in rows[label] if (r["mode"], r["batch"]) == key)
+
+    for key in keys:
+        cells = []
+        for label in (main_label, base_label):
+            bare = med(label, key, lambda r: r["bare"])
+            rate = med(label, key, lambda r: r["rate"])
+            ratio = med(label, key, lambda r: r["rate"] / r["bare"])
+            cpu = med(label, key, lambda r: (r["py_cpu"] + r["jvm_cpu"]) / r["bare_cpu"])
+            cells += [f"{bare:,.0f}", f"{rate:,.0f}", f"{ratio:.2f}", f"{cpu:.2f}"]
+        versus = med(main_label, key, lambda r: r["rate"]) / med(base_label, key,
+                                                                  lambda r: r["rate"])
+        print(f"| {key[0]} | {key[1]:,} | " + " | ".join(cells) + f" | {versus:.2f} |")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=max(c for _, c in BATCHES),
@@ -487,117 +601,134 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--spark", default="local,connect",
                         help="Spark modes to measure, comma-separated: local, connect")
+    parser.add_argument("--batches", default=",".join(str(b) for b, _ in BATCHES),
+                        help="batch sizes to measure, comma-separated, among "
+                             + ", ".join(str(b) for b, _ in BATCHES))
+    parser.add_argument("--baseline", metavar="REV", default=None,
+                        help="also measure the runtime of git revision REV (a worktree), in "
+                             "the same run, and print both side by side")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --baseline: alternate this checkout and REV this many times")
     parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                         help="sample the 100k runs with py-spy, folded stacks into DIR")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    parser.add_argument("--rows-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     modes = [m.strip() for m in args.spark.split(",") if m.strip()]
     if not modes or set(modes) - {"local", "connect"}:
         parser.error(f"--spark: local and/or connect, got {args.spark!r}")
+    sizes = dict(BATCHES)
+    try:
+        batches = [(int(b), sizes[int(b)]) for b in args.batches.split(",") if b.strip()]
+    except (ValueError, KeyError):
+        parser.error(f"--batches: comma-separated among {', '.join(map(str, sizes))}, "
+                     f"got {args.batches!r}")
+    if args.child:
+        return child(args, modes, batches)
     if args.py_spy is not None:
         args.py_spy.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="sf-bench-"))
     broker = start_kafka(workdir / "kafka", KafkaSettings.for_tests())
-    connect: ConnectServer | None = None
     try:
         topic = "bench-1k"
         secs = produce(broker.bootstrap, topic, args.partitions, args.records)
         print(f"broker {broker.bootstrap}; produced {args.records} records of {RECORD} B into "
               f"{args.partitions} partitions in {secs:.1f} s; cpus {os.cpu_count()}, "
               f"load {os.getloadavg()[0]:.1f}", flush=True)
-        rows: list[Row] = []
-        fixed: dict[str, float] = {}
-        phases: dict[str, dict[int, dict[str, tuple[float, float, float]]]] = {}
-        records = fetch(broker.bootstrap, topic, 100_000)
-        for mode in modes:
-            began = time.monotonic()
-            settings = config_for(broker.bootstrap, "x", topic, 1).spark
-            if mode == "connect":
-                connect = start_connect_server(workdir, driver_memory=CONNECT_MEMORY)
-                settings = SparkSettings("connect", connect.url, settings.master, {})
-                jvms = tree(connect.proc.pid)
-            session = start_session(settings, "bench")
-            if mode == "local":
-                jvms = spark_jvms()
-            spark_batch = SparkBatch(session, identity, NullSink(), "bench", "bench-0")
-            spark_batch.warm_up()
-            print(f"{mode}: SparkSession start + warm-up: {time.monotonic() - began:.1f} s",
-                  flush=True)
-            rows += measure(mode, spark_batch, broker.bootstrap, topic, jvms, args.py_spy)
-            fixed[mode] = timed(functools.partial(spark_batch.run, 0, records[:10]), 10)
-            phases[mode] = {n: profile(spark_batch, records[:n], jvms)
-                            for n in (1_000, 10_000, 100_000)}
-            session.stop()
-            if connect is not None:
-                connect.stop()
-                connect = None
-        proc = real_process(broker.bootstrap, topic, workdir) if "local" in modes else None
-
-        print()
-        print("Rates, steady state (after a first pass of "
-              f"{WARM_BATCHES} batches, whose rate is the cold column):")
-        print("| mode | batch | records read | bare loop rec/s | runtime rec/s | ratio | "
-              "cold rec/s | worker s/batch | wall s/batch |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for r in rows:
-            print(f"| {r.mode} | {r.batch:,} | {r.count:,} | {r.bare:,.0f} | {r.run.rate:,.0f} | "
-                  f"{r.run.rate / r.bare:.2f} | {r.cold:,.0f} | {r.run.worker_s:.3f} | "
-                  f"{r.batch / r.run.rate:.3f} |")
-        print()
-        print("CPU seconds per 100,000 records (this process: all its threads incl. librdkafka's; "
-              "Spark's JVM: in-process session or the Connect server):")
-        print("| mode | batch | bare loop | runtime Python | runtime JVM | runtime total | "
-              "total / bare | Python / bare |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for r in rows:
-            total = r.py_cpu + r.jvm_cpu
-            print(f"| {r.mode} | {r.batch:,} | {r.bare_cpu:.2f} | {r.py_cpu:.2f} | "
-                  f"{r.jvm_cpu:.2f} | {total:.2f} | {total / r.bare_cpu:.2f} | "
-                  f"{r.py_cpu / r.bare_cpu:.2f} |")
-        print()
-        print("Where the runtime's time goes: share of each run's wall time per stage "
-              "(CPU seconds of that thread per wall second in brackets; a stage without I/O "
-              "below 1.00 waited for the GIL):")
-        stage_table(rows)
-        for r in rows:
-            if r.batch == 100_000 or (r.batch == 10_000 and r.mode == "local"):
-                print()
-                print(f"Timeline, {r.mode}, batches of {r.batch:,} (seconds from the first "
-                      "assignment):")
-                batch_timeline(r, 3, 6)
-        print()
-        for mode in modes:
-            print(f"{mode}: fixed cost per Spark batch (10 records, median of 10): "
-                  f"{fixed[mode] * 1000:.0f} ms")
-        print()
-        print("profile of one batch, median of 5: wall seconds (CPU seconds Python + JVM); "
-              "to_arrow runs in the poll thread, the rest in the worker:")
-        print("| mode | batch | to_arrow | frame (createDataFrame) | job (noop write) | total |")
-        print("|---|---:|---:|---:|---:|---:|")
-
-        def cell(wall: float, py: float, jvm: float) -> str:
-            return f"{wall:.3f} ({py:.2f} + {jvm:.2f})"
-
-        for mode, by_size in phases.items():
-            for n, ph in by_size.items():
-                wall, py, jvm = (sum(v[i] for v in ph.values()) for i in range(3))
-                print(f"| {mode} | {n:,} | {cell(*ph['to_arrow'])} | "
-                      f"{cell(*ph['frame'])} | {cell(*ph['job (noop write)'])} | "
-                      f"{cell(wall, py, jvm)} |")
-        if proc is not None:
-            print()
-            st = proc["status"].get("startupSeconds", {})
-            print(f"real process (python -m consumer_runtime, batch 10k): exit {proc['exit']}, "
-                  f"process start to first assignment {st.get('firstAssignment')} s, to first "
-                  f"batch {st.get('firstBatch')} s (SparkSession {proc['spark_start']} s), "
-                  f"SIGTERM shutdown took {proc['shutdown']} s")
-            print(f"RSS after {proc['status'].get('recordsProcessed')} records: python "
-                  f"{proc['rss']['python']:.0f} MiB + JVM {proc['rss']['jvm']:.0f} MiB")
-        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+        if args.baseline is not None:
+            with worktree(args.baseline) as base:
+                rows: dict[str, list[dict[str, Any]]] = {"main": [], args.baseline: []}
+                for _ in range(args.rounds):
+                    for label, source in (("main", REPO), (args.baseline, base)):
+                        rows[label] += measure_in_child(source, f"{label}-{len(rows[label])}",
+                                                        args, broker.bootstrap, topic,
+                                                        workdir)
+            compare(rows, args.rounds)
+            return 0
+        report(args, modes, batches, broker.bootstrap, topic, workdir)
     finally:
-        if connect is not None:
-            connect.stop()
         stop(broker.record)
     return 0
+
+
+def report(args: argparse.Namespace, modes: list[str], batches: list[tuple[int, int]],
+           bootstrap: str, topic: str, workdir: Path) -> None:
+    """This checkout's runtime in this process: rates, CPU, stages, timelines, the phases of
+    one batch, the fixed cost of a Spark batch and a real process's start and stop."""
+    rows: list[Row] = []
+    fixed: dict[str, float] = {}
+    phases: dict[str, dict[int, dict[str, tuple[float, float, float]]]] = {}
+    records = fetch(bootstrap, topic, 100_000)
+    for mode in modes:
+        with spark_for(mode, bootstrap, topic, workdir) as (spark_batch, jvms):
+            rows += measure(mode, spark_batch, bootstrap, topic, jvms, args.py_spy, batches)
+            fixed[mode] = timed(functools.partial(spark_batch.run, 0, records[:10]), 10)
+            phases[mode] = {n: profile(spark_batch, records[:n], jvms) for n, _ in batches}
+    proc = real_process(bootstrap, topic, workdir) if "local" in modes else None
+
+    print()
+    print("Rates, steady state (after a first pass of "
+          f"{WARM_BATCHES} batches, whose rate is the cold column):")
+    print("| mode | batch | records read | bare loop rec/s | runtime rec/s | ratio | "
+          "cold rec/s | worker s/batch | wall s/batch |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r.mode} | {r.batch:,} | {r.count:,} | {r.bare:,.0f} | {r.run.rate:,.0f} | "
+              f"{r.run.rate / r.bare:.2f} | {r.cold:,.0f} | {r.run.worker_s:.3f} | "
+              f"{r.batch / r.run.rate:.3f} |")
+    print()
+    print("CPU seconds per 100,000 records (this process: all its threads incl. librdkafka's; "
+          "Spark's JVM: in-process session or the Connect server):")
+    print("| mode | batch | bare loop | runtime Python | runtime JVM | runtime total | "
+          "total / bare | Python / bare |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        total = r.py_cpu + r.jvm_cpu
+        print(f"| {r.mode} | {r.batch:,} | {r.bare_cpu:.2f} | {r.py_cpu:.2f} | "
+              f"{r.jvm_cpu:.2f} | {total:.2f} | {total / r.bare_cpu:.2f} | "
+              f"{r.py_cpu / r.bare_cpu:.2f} |")
+    print()
+    print("Where the runtime's time goes: share of each run's wall time per stage "
+          "(CPU seconds of that thread per wall second in brackets; a stage without I/O "
+          "below 1.00 waited for the GIL):")
+    stage_table(rows)
+    for r in rows:
+        if r.batch == 100_000 or (r.batch == 10_000 and r.mode == "local"):
+            print()
+            print(f"Timeline, {r.mode}, batches of {r.batch:,} (seconds from the first "
+                  "assignment):")
+            batch_timeline(r, 3, 6)
+    print()
+    for mode in modes:
+        print(f"{mode}: fixed cost per Spark batch (10 records, median of 10): "
+              f"{fixed[mode] * 1000:.0f} ms")
+    print()
+    print("profile of one batch, median of 5: wall seconds (CPU seconds Python + JVM); "
+          "to_arrow runs in the poll thread, the rest in the worker:")
+    print("| mode | batch | to_arrow | frame (createDataFrame) | job (noop write) | total |")
+    print("|---|---:|---:|---:|---:|---:|")
+
+    def cell(wall: float, py: float, jvm: float) -> str:
+        return f"{wall:.3f} ({py:.2f} + {jvm:.2f})"
+
+    for mode, by_size in phases.items():
+        for n, ph in by_size.items():
+            wall, py, jvm = (sum(v[i] for v in ph.values()) for i in range(3))
+            print(f"| {mode} | {n:,} | {cell(*ph['to_arrow'])} | "
+                  f"{cell(*ph['frame'])} | {cell(*ph['job (noop write)'])} | "
+                  f"{cell(wall, py, jvm)} |")
+    if proc is not None:
+        print()
+        st = proc["status"].get("startupSeconds", {})
+        print(f"real process (python -m consumer_runtime, batch 10k): exit {proc['exit']}, "
+              f"process start to first assignment {st.get('firstAssignment')} s, to first "
+              f"batch {st.get('firstBatch')} s (SparkSession {proc['spark_start']} s), "
+              f"SIGTERM shutdown took {proc['shutdown']} s")
+        print(f"RSS after {proc['status'].get('recordsProcessed')} records: python "
+              f"{proc['rss']['python']:.0f} MiB + JVM {proc['rss']['jvm']:.0f} MiB")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
