@@ -130,8 +130,11 @@ class RuntimeProcess:
             status = self.status()
             return status if status is not None and check(status) else None
 
+        def describe() -> str:
+            return f"{self.tail()}\nits /status then: {json.dumps(self.status())}"
+
         return dict(wait_for(f"the runtime: {what}", seen, timeout, interval=0.2,
-                             describe=self.tail))
+                             describe=describe))
 
     def terminate(self, timeout: float = 60) -> int:
         """SIGTERM to the runtime process only, as the kubelet sends it; wait for the exit."""
