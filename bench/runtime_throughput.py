@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import functools
 import gc
+import inspect
 import json
 import os
 import re
@@ -183,7 +184,11 @@ def runtime_loop(spark_batch: SparkBatch, bootstrap: str, topic: str, batch: int
         finally:
             worker_s.append(time.perf_counter() - began)
 
-    member = Member(config, telemetry, handle, timeline=timeline)
+    # The runtime's own wiring (consumer_runtime/main.py); an earlier runtime (--baseline) may
+    # have no `prepare`.
+    extra: dict[str, Any] = ({"prepare": spark_batch.prepare}
+             if "prepare" in inspect.signature(Member).parameters else {})
+    member = Member(config, telemetry, handle, timeline=timeline, **extra)
     ended: list[tuple[float, float]] = []
 
     def watch() -> None:
@@ -640,9 +645,9 @@ def main() -> int:
         if args.baseline is not None:
             with worktree(args.baseline) as base:
                 rows: dict[str, list[dict[str, Any]]] = {"main": [], args.baseline: []}
-                for _ in range(args.rounds):
+                for round_ in range(1, args.rounds + 1):
                     for label, source in (("main", REPO), (args.baseline, base)):
-                        rows[label] += measure_in_child(source, f"{label}-{len(rows[label])}",
+                        rows[label] += measure_in_child(source, f"{label}-round-{round_}",
                                                         args, broker.bootstrap, topic,
                                                         workdir)
             compare(rows, args.rounds)

@@ -8,6 +8,11 @@ gathering the one after it instead of waiting for the worker (the timeline showe
 idle for a third of the time at 100k-record batches: each batch was gathered only after the
 previous one had been handed over). Records gathered but not handed over were never processed;
 a crash or a revoke forgets them and nothing is committed for them.
+
+The next batch can be cut early (`stage`) while the worker is still busy with the one before,
+so Spark builds its DataFrame meanwhile (consumer_runtime/spark.py, `SparkBatch.prepare`); a
+staged batch is still the buffer's: counted in its size, handed out by the next `take`, filtered
+by `drop`.
 """
 
 from __future__ import annotations
@@ -41,9 +46,17 @@ class BatchBuffer:
         self.bytes = 0
         self.first_at: float | None = None
         self.catching_up_until: float | None = None
+        self.staged: Batch | None = None
+        """The next batch, cut early (`stage`): what the next `take` hands out."""
 
     def __len__(self) -> int:
-        return self.count
+        return self.count + self._staged_count()
+
+    def _staged_count(self) -> int:
+        return 0 if self.staged is None else len(self.staged)
+
+    def _staged_bytes(self) -> int:
+        return 0 if self.staged is None else self.staged.payload_bytes
 
     @property
     def records(self) -> Batch:
@@ -69,15 +82,19 @@ class BatchBuffer:
 
     def room(self) -> int:
         """How many records may still be polled into the buffer (at least 1)."""
-        return max(1, self.depth * self.limits.max_records - self.count)
+        return max(1, self.depth * self.limits.max_records - len(self))
 
     def full(self) -> bool:
         """`depth` batches gathered: time to stop polling records."""
-        return (self.count >= self.depth * self.limits.max_records
-                or self.bytes >= self.depth * self.limits.max_bytes)
+        return (len(self) >= self.depth * self.limits.max_records
+                or self.bytes + self._staged_bytes() >= self.depth * self.limits.max_bytes)
 
     def due(self, now: float) -> bool:
         """A batch is ready to hand over."""
+        return self.staged is not None or self._gathered(now)
+
+    def _gathered(self, now: float) -> bool:
+        """The records not staged make a batch."""
         return (self.count >= self.limits.max_records or self.bytes >= self.limits.max_bytes
                 or (self.first_at is not None
                     and (now - self.first_at >= self.limits.max_wait_ms / 1000.0
@@ -85,15 +102,29 @@ class BatchBuffer:
 
     def wait_left(self, now: float) -> float | None:
         """Seconds until the batch is due by time; None while it is empty."""
+        if self.staged is not None:
+            return 0.0
         if self.first_at is None:
             return None
         if self.catching_up(now):
             return 0.0
         return max(0.0, self.first_at + self.limits.max_wait_ms / 1000.0 - now)
 
+    def stage(self, now: float) -> Batch | None:
+        """Cut the next batch now if it is due and none is staged yet; return it (None when
+        nothing was cut). It stays the buffer's until `take` hands it out."""
+        if self.staged is not None or not self._gathered(now):
+            return None
+        self.staged = self._cut(now)
+        return self.staged
+
     def take(self, now: float) -> Batch:
-        """Hand out one batch: the first records, up to maxRecords and maxBytes (at least one
-        record); what is left over starts the next batch at `now`."""
+        """Hand out one batch: the staged one, else the first records, up to maxRecords and
+        maxBytes (at least one record); what is left over starts the next batch at `now`."""
+        staged, self.staged = self.staged, None
+        return staged if staged is not None else self._cut(now)
+
+    def _cut(self, now: float) -> Batch:
         everything = self.records
         self.catching_up_until = None
         n = min(len(everything), self.limits.max_records)
@@ -105,11 +136,18 @@ class BatchBuffer:
         return everything if n == len(everything) else everything[:n]
 
     def drop(self, partitions: Collection[TopicPartition], now: float) -> int:
-        """Forget the records of partitions this member no longer owns; return how many."""
+        """Forget the records of partitions this member no longer owns, staged or not; return
+        how many. A staged batch that loses records is a new object (`prepare` it again)."""
+        dropped = 0
+        if self.staged is not None:
+            staged = self.staged.without(partitions)
+            dropped = len(self.staged) - len(staged)
+            self.staged = staged if len(staged) else None
         keep = [c.without(partitions) for c in self.chunks]
         kept = sum(len(c) for c in keep)
-        dropped = self.count - kept
-        if dropped:
+        gone = self.count - kept
+        dropped += gone
+        if gone:
             first_at = self.first_at
             self._clear()
             for chunk in keep:

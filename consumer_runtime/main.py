@@ -26,6 +26,7 @@ from consumer_runtime.http import serve
 from consumer_runtime.member import Member
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import BatchProcessor
+from consumer_runtime.records import Batch
 from consumer_runtime.sinks import DeadLetters, Sink, build_dead_letters, build_sink
 from consumer_runtime.steering import Requests
 from consumer_runtime.termination import (
@@ -113,7 +114,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
     try:
         member = Member(config, telemetry, processor.handle, ready=spark.done,
                         startup_check=lambda: spark.exception(0) if spark.done() else None,
-                        timeline=timeline)
+                        timeline=timeline, prepare=lambda n, batch: _prepare(spark, n, batch))
         telemetry.consumer_made(time.monotonic())
     except KafkaException as exc:
         _last_words(env, f"consumer_runtime: configuration refused: consumer: librdkafka "
@@ -234,6 +235,12 @@ def _start_spark(future: cf.Future[SparkBatch], config: RuntimeConfig, transform
     except BaseException as exc:
         log.error("spark did not start: %s", exc)
         future.set_exception(exc)
+
+
+def _prepare(spark: cf.Future[SparkBatch], batch_id: int, batch: Batch) -> None:
+    """The member's next batch, due while the worker is busy: Spark builds its DataFrame."""
+    if spark.done() and spark.exception(0) is None:
+        spark.result().prepare(batch_id, batch)
 
 
 def _yield_cpu(spark: cf.Future[SparkBatch]) -> None:

@@ -125,18 +125,22 @@ class Member:
                  startup_check: Callable[[], BaseException | None] = lambda: None,
                  timeline: Timeline | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 rest: Callable[[float], object] | None = None) -> None:
+                 rest: Callable[[float], object] | None = None,
+                 prepare: Callable[[int, Batch], object] | None = None) -> None:
         """`handle` processes one batch (in the worker). No batch is handed over before `ready()`
         (Spark started), so a revoke never waits for Spark's start; `startup_check` reports a
         failed start so the member stops instead of idling. `timeline` times the loop's stages.
         `clock`: monotonic seconds; `rest(s)`: wait up to s seconds with nothing to do (by
-        default until a stop request comes, at most s)."""
+        default until a stop request comes, at most s). `prepare(batch_id, batch)` is told of
+        the next batch as soon as it is due while the worker is still busy (`_stage`), so it can
+        start on it (Spark builds its DataFrame); `handle` then gets that very object."""
         self.config = config
         self.clock = clock
         self.timeline = timeline or Timeline()
         self.telemetry = telemetry
         self.handle = handle
         self.ready = ready
+        self.prepare = prepare
         self.startup_check = startup_check
         self.consumer: Consumer | None = self._new_consumer()
         self.worker = cf.ThreadPoolExecutor(1, thread_name_prefix="batch")
@@ -348,6 +352,18 @@ class Member:
         if good and self.requests.action() is None:
             with self.timeline.span(POLL, "convert", self.batch_seq + 1):
                 self.buffer.add(good, after)
+        self._stage(after)
+
+    def _stage(self, now: float) -> None:
+        """While the worker is busy, cut the next batch as soon as it is due and tell `prepare`,
+        so its DataFrame is built while the batch before it runs (one batch in flight, one
+        staged: commits stay in order, one after the other)."""
+        if (self.prepare is None or self.inflight is None or self.requests.action() is not None
+                or not self.ready()):
+            return
+        staged = self.buffer.stage(now)
+        if staged is not None:
+            self.prepare(self.batch_seq + 1, staged)
 
     def _records(self, messages: list[Message], now: float) -> list[Message]:
         """The records among `messages`; errors are logged, or end the consumer when fatal."""
@@ -723,6 +739,10 @@ class Member:
         self.assignment -= tps
         self.paused -= tps
         self.joined = bool(self.assignment)
+        staged = self.buffer.staged
         dropped = self.buffer.drop(tps, self.clock())
+        if self.prepare is not None and self.buffer.staged is not None \
+                and self.buffer.staged is not staged:
+            self.prepare(self.batch_seq + 1, self.buffer.staged)
         if dropped:
             log.info("dropped %d polled records of partitions no longer assigned", dropped)

@@ -7,8 +7,10 @@ alive. The JVM still dies with the member: it exits when its stdin pipe from Pyt
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import importlib
 import logging
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -20,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from consumer_runtime.config import ConfigError, RuntimeConfig, SparkSettings
 from consumer_runtime.records import SCHEMA, Batch, KafkaRecord, batch_name
 from consumer_runtime.sinks import Sink
-from consumer_runtime.timeline import WORKER, Timeline
+from consumer_runtime.timeline import PREPARE, WORKER, Timeline
 from consumer_runtime.transforms import BatchContext
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,10 @@ Transform = Callable[[DataFrame, BatchContext], DataFrame]
 
 WARM_UP_RECORDS = 500
 """Records in each made-up warm-up batch (at most the member's `batch.maxRecords`)."""
+PREPARE_MAX_BYTES = 64 << 20
+"""A batch larger than this (keys plus values) gets no DataFrame built ahead: the JVM would hold
+it twice beside the batch that runs (a local session's heap is 1 GiB unless `spark.conf` says
+otherwise), and batches that large keep the worker idle for the poll thread anyway."""
 
 LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
@@ -116,6 +122,10 @@ class SparkBatch:
         self.sink = sink
         self.group = group
         self.member = member
+        self._framer = cf.ThreadPoolExecutor(1, thread_name_prefix="frame")
+        self._lock = threading.Lock()
+        self._prepared: tuple[Batch, cf.Future[DataFrame]] | None = None
+        """The next batch and its DataFrame being built (`prepare`); one at a time."""
 
     def context(self, batch_id: int, partitions: Sequence[tuple[str, int]]) -> BatchContext:
         return BatchContext(group=self.group, member=self.member, batch_id=batch_id,
@@ -130,10 +140,41 @@ class SparkBatch:
             table = table.combine_chunks()
         return self.session.createDataFrame(table)
 
+    def prepare(self, batch_id: int, batch: Batch) -> None:
+        """Start building `batch`'s DataFrame in a thread of its own while the batch before it
+        runs; `run` of that very object takes it. At 10k-record batches of 1 KiB the frame took
+        a third of the worker's time, the job the rest, one after the other. A later `prepare`
+        replaces an earlier one that was never run (its batch was cut again after a revoke)."""
+        if batch.payload_bytes > PREPARE_MAX_BYTES:
+            return
+        future = self._framer.submit(self._frame_ahead, batch_id, batch)
+        with self._lock:
+            self._prepared = (batch, future)
+
+    def _frame_ahead(self, batch_id: int, batch: Batch) -> DataFrame:
+        with self.timeline.span(PREPARE, "frame", batch_id):
+            return self.frame(batch.table)
+
+    def _take_prepared(self, batch: Batch) -> cf.Future[DataFrame] | None:
+        with self._lock:
+            prepared, self._prepared = self._prepared, None
+        if prepared is None or prepared[0] is not batch:
+            return None
+        return prepared[1]
+
     def run(self, batch_id: int, records: Sequence[KafkaRecord]) -> None:
         batch = Batch.of(records)
+        ahead = self._take_prepared(batch)
         with self.timeline.span(WORKER, "frame", batch_id):
-            df = self.frame(batch.table)
+            df = None
+            if ahead is not None:
+                try:
+                    df = ahead.result()
+                except Exception as exc:  # built anew below, where its error is the batch's
+                    log.info("batch %d: its DataFrame built ahead failed (%s); building it again",
+                             batch_id, str(exc).splitlines()[0] if str(exc) else exc)
+            if df is None:
+                df = self.frame(batch.table)
         ctx = self.context(batch_id, sorted(batch.ranges))
         with self.timeline.span(WORKER, "job", batch_id):
             self.sink.write(self.transform(df, ctx), batch_name(batch))

@@ -1,17 +1,20 @@
-"""Where the member's time goes: timed spans of the poll thread and the batch worker.
+"""Where the member's time goes: timed spans of the poll thread, the batch worker and the
+thread that prepares the next batch.
 
-Each span names its thread (`poll` or `worker`), its stage, the batch it serves (the one being
-gathered for the poll thread, the one being processed for the worker), its wall time and the CPU
-time its thread spent meanwhile. Wall time well above CPU time in a stage that does no I/O (the
-conversion to Arrow, say) is time spent waiting for the GIL. A stage's totals feed the metric
-`staticfleet_member_stage_seconds`; the spans themselves are kept only when asked for (the bench
-reads them to draw the timeline of each batch).
+Each span names its thread (`poll`, `worker` or `prepare`), its stage, the batch it serves (the
+one being gathered for the poll thread, the one being processed for the worker, the next one for
+`prepare`), its wall time and the CPU time its thread spent meanwhile. Wall time well above CPU
+time in a stage that does no I/O (the conversion to Arrow, say) is time spent waiting for the
+GIL. A stage's totals feed the metric `staticfleet_member_stage_seconds`; the spans themselves
+are kept only when asked for (the bench reads them to draw the timeline of each batch).
 
 Stages of the poll thread: `consume` (librdkafka hands over records, or the wait for some),
 `convert` (records to Arrow), `wait-worker` (two batches gathered: waiting for the worker
 without polling), `paused` (partitions paused, polling only to serve callbacks), `commit`.
-Stages of the worker: `frame` (the Arrow table to a Spark DataFrame), `job` (the transform and the
-sink's write). The worker's time outside any span is idle: no batch was due.
+Stages of the worker: `frame` (the Arrow table to a Spark DataFrame, or the wait for the one
+built ahead), `job` (the transform and the sink's write). The worker's time outside any span is
+idle: no batch was due. The `prepare` thread's one stage, `frame`, builds the next batch's
+DataFrame while the worker runs the one before (`SparkBatch.prepare`).
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from types import TracebackType
 
 POLL = "poll"
 WORKER = "worker"
+PREPARE = "prepare"
 STAGES = {POLL: ("consume", "convert", "wait-worker", "paused", "commit"),
-          WORKER: ("frame", "job")}
+          WORKER: ("frame", "job"),
+          PREPARE: ("frame",)}
 
 
 @dataclass(frozen=True, slots=True)

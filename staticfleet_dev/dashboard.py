@@ -184,7 +184,8 @@ PANELS: tuple[Row | Graph, ...] = (
                "startup {{member}} {{phase}}"))),
     Graph("timeseries", "Where the members' time goes (share per stage)",
           "Seconds per second each stage of the members' poll threads (consume, convert, "
-          "wait-worker, paused, commit) and batch workers (frame, job) took, summed over the "
+          "wait-worker, paused, commit), batch workers (frame, job) and the threads that "
+          "build the next batch's DataFrame meanwhile (prepare: frame) took, summed over the "
           "group's members. A worker's share under 1 per member is idle time: no batch was "
           "due. A poll thread mostly in wait-worker means Spark is the bottleneck.",
           "percentunit", 24, (

@@ -121,3 +121,31 @@ def test_records_of_revoked_partitions_dropped_while_catching_up_keep_it() -> No
     assert b.drop({("a", 0)}, now=10.0) == 2 and not b.due(10.0)
     b.add(recs("a", 1, range(2)), now=10.1)
     assert b.due(10.1)
+
+
+def test_a_staged_batch_is_cut_once_counts_in_the_buffer_and_goes_first() -> None:
+    b = buffer(records=5)
+    b.add(recs("a", 0, range(4)), now=1.0)
+    assert b.stage(1.0) is None, "not due yet: nothing cut"
+    b.add(recs("a", 0, range(4, 8)), now=1.1)
+    staged = b.stage(1.1)
+    assert staged is not None and [r.offset() for r in staged] == [0, 1, 2, 3, 4]
+    assert b.stage(1.2) is None, "one staged batch at a time"
+    assert len(b) == 8 and b.room() == 2 and b.due(1.1) and b.wait_left(1.1) == 0.0
+    b.add(recs("a", 0, range(8, 10)), now=1.2)
+    assert b.full(), "the staged batch counts toward the depth"
+    assert b.take(1.3) is staged
+    assert [r.offset() for r in b.take(1.4)] == [5, 6, 7, 8, 9] and len(b) == 0
+
+
+def test_a_revoke_filters_the_staged_batch_into_a_new_one_or_none() -> None:
+    b = buffer(records=4)
+    b.add(recs("a", 0, range(2)) + recs("a", 1, range(2)), now=1.0)
+    staged = b.stage(1.0)
+    assert staged is not None
+    b.add(recs("a", 1, range(2, 4)), now=1.1)
+    assert b.drop({("a", 1)}, 1.2) == 4
+    assert b.staged is not None and b.staged is not staged
+    assert [(r.partition(), r.offset()) for r in b.staged] == [(0, 0), (0, 1)]
+    assert len(b) == 2
+    assert b.drop({("a", 0)}, 1.3) == 2 and b.staged is None and not b.due(5.0)

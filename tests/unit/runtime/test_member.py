@@ -269,10 +269,12 @@ class Handler:
         if not gated:
             self.gate.set()
         self.batches: list[int] = []
+        self.objects: list[tuple[int, Batch]] = []
 
     def __call__(self, batch_id: int, records: Batch) -> Outcome:
         assert self.gate.wait(10), "a gated batch was never released"
         self.batches.append(len(records))
+        self.objects.append((batch_id, records))
         return Outcome(records=len(records), dead_lettered=0, attempts=1, seconds=0.01)
 
     def release(self) -> None:
@@ -301,10 +303,12 @@ class Scripted(Member):
     """The member with the world's consumer and group view."""
 
     def __init__(self, world: World, config: RuntimeConfig, telemetry: Telemetry,
-                 handle: Handler) -> None:
+                 handle: Handler,
+                 prepare: Callable[[int, Batch], object] | None = None) -> None:
         self.world = world
         world.member = self
-        super().__init__(config, telemetry, handle, clock=world.clock, rest=world.clock.advance)
+        super().__init__(config, telemetry, handle, clock=world.clock, rest=world.clock.advance,
+                         prepare=prepare)
 
     def _new_consumer(self) -> Any:
         return self.world.new_consumer()
@@ -323,7 +327,9 @@ def runtime_config(protocol: str = "classic", max_records: int = 5) -> RuntimeCo
 
 def setup(steps: Iterable[Step], *, taken: Iterable[bool | None] = (),
           held: Iterable[set[Any] | None] = (), protocol: str = "classic",
-          gated: bool = False) -> tuple[Scripted, World, Handler]:
+          gated: bool = False,
+          prepare: Callable[[int, Batch], object] | None = None
+          ) -> tuple[Scripted, World, Handler]:
     clock = Clock()
     world = World(clock, steps, taken, held)
     config = runtime_config(protocol)
@@ -332,7 +338,7 @@ def setup(steps: Iterable[Step], *, taken: Iterable[bool | None] = (),
                           max_poll_interval_s=300.0, process_start=PROCESS_START,
                           started_at=START, max_records=5)
     handler = Handler(gated)
-    member = Scripted(world, config, telemetry, handler)
+    member = Scripted(world, config, telemetry, handler, prepare)
     if protocol == "consumer":
         member.leave_client = FakeLeave()  # type: ignore[assignment]
     return member, world, handler
@@ -578,3 +584,59 @@ def test_a_replaced_record_that_cannot_be_written_says_so(tmp_path: Path) -> Non
     record = Replaced("orders", INSTANCE, 1.0, 1.0, None)
     assert write_replaced(env, record) is False
 
+
+
+# -- the next batch, prepared while the worker is busy -------------------------------------------
+
+def revoke(*tps: tuple[str, int]) -> Step:
+    """The broker takes `tps` away (an incremental revoke, inside this poll)."""
+    def step(world: World, consumer: ScriptedConsumer) -> list[Msg]:
+        consumer.assigned -= set(tps)
+        world.log("revoked", sorted(tps))
+        consumer.callbacks["revoke"](consumer, [TopicPartition(t, p) for t, p in tps])
+        return []
+    return step
+
+
+def test_the_next_batch_is_prepared_while_the_worker_is_busy_and_handed_over_as_that_object(
+        ) -> None:
+    """Due while batch 1 runs, batch 2 is cut and given to `prepare` at once; the worker then
+    gets that very object, and the commits stay in order, each after its batch."""
+    prepared: list[tuple[int, Batch]] = []
+    steps = [assign(P0, P1), fetch(msgs(P0, range(0, 5))),
+             until(lambda m: m.inflight is not None),
+             fetch(msgs(P1, range(0, 5))),
+             until(lambda m: bool(prepared)),
+             do(lambda m: handler.release()),
+             until(lambda m: m.telemetry.batches_processed == 2 and m.inflight is None),
+             stop()]
+    member, world, handler = setup(steps, gated=True, prepare=lambda n, b: prepared.append((n, b)))
+
+    assert member.run() == 0
+
+    assert [(n, len(b)) for n, b in prepared] == [(2, 5)]
+    assert handler.objects[1][0] == 2 and handler.objects[1][1] is prepared[0][1]
+    commits = [d for _, w, d in world.events if w == "commit"]
+    assert commits == [{P0: 5}, {P1: 5}]
+
+
+def test_a_revoke_prepares_the_staged_batch_again_without_the_revoked_partition() -> None:
+    """A staged batch loses the records of a revoked partition: `prepare` hears of the batch
+    that will run (a new object), and no offset of the revoked partition is committed."""
+    prepared: list[tuple[int, Batch]] = []
+    steps = [assign(P0, P1), fetch(msgs(P0, range(0, 5))),
+             until(lambda m: m.inflight is not None),
+             fetch(msgs(P0, range(5, 8)) + msgs(P1, range(0, 2))),
+             until(lambda m: bool(prepared)),
+             revoke(P1),
+             do(lambda m: handler.release()),
+             until(lambda m: m.telemetry.batches_processed == 2 and m.inflight is None),
+             stop()]
+    member, world, handler = setup(steps, gated=True, prepare=lambda n, b: prepared.append((n, b)))
+
+    assert member.run() == 0
+
+    assert [(n, sorted(b.ranges)) for n, b in prepared] == [(2, [P0, P1]), (2, [P0])]
+    assert handler.objects[1][1] is prepared[1][1]
+    commits = [d for _, w, d in world.events if w == "commit"]
+    assert commits == [{P0: 5}, {P0: 8}]
