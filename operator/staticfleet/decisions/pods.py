@@ -4,11 +4,12 @@ which standby to activate.
 Every desired member without a pod gets one (`creates`), with why: a new member, a missing one,
 a rollout's replacement (same ordinal, same `group.instance.id`, the update revision) or the
 replacement of a pod that ended; and a warm handoff's standby, of the update revision or, for a
-rollback, of the revision every member last ran (`rollactions.rollback_source`). A pod that ended
-(evicted, its node shut down) is deleted with a Warning (`ended`); a standby no handoff waits for
-is deleted (`abandoned`). A standby that is its ordinal's only process once standby-ready is
-activated (`activations`), its pod marked activated first (`marked_activated`); while the
-group's coordinator moves, that is all a pass steers (`handoffs_under_way`).
+rollback, of the revision every member last ran (`rollactions.rollback_source`, read once per
+pass and carried in the `Roll`). A pod that ended (evicted, its node shut down) is deleted with
+a Warning (`ended`); a standby no handoff waits for is deleted (`abandoned`). A standby that is
+its ordinal's only process once standby-ready is activated (`activations`), its pod marked
+activated first (`marked_activated`); while the group's coordinator moves, that is all a pass
+steers (`handoffs_under_way`).
 
 `pod_changes` gathers every creation and deletion of a pass: these, the roller's (its steps
 delete pods in `rollactions`), the scale-down's (`planned`) and a stalled member's restart
@@ -44,7 +45,7 @@ from staticfleet.decisions.members import (
 )
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import MemberSpecView
-from staticfleet.decisions.rollactions import Roll, rollback_source
+from staticfleet.decisions.rollactions import Roll, RollbackSource
 from staticfleet.decisions.snapshot import GroupView, Snapshot
 from staticfleet.decisions.stalls import (
     Recovery,
@@ -71,10 +72,11 @@ WHY_ACTIVATED = ("it is activated now: a restart of its container joins the grou
 
 def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             effective: EffectiveTimeouts, table: MemberTable,
-            state: rollstate.RolloutState,
+            state: rollstate.RolloutState, back: RollbackSource | None,
             last: pl.PlannedRebalance | None) -> tuple[PodCreate, ...]:
-    """Each desired member without a pod (none of its pods is still terminating); `last`: the
-    planned rebalance the previous passes recorded."""
+    """Each desired member without a pod (none of its pods is still terminating), and each
+    standby a warm handoff waits for (`back`: the spec a rollback hands a member back to);
+    `last`: the planned rebalance the previous passes recorded."""
     restarting = {f.ordinal for f in state.in_flight}
     known = {m.get("ordinal") for m in snap.previous.get("members") or ()}
     # Members the last scale-down removed (their stopping pods kept them in the status) and
@@ -108,7 +110,6 @@ def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             out.append(PodCreate(f.ordinal, pod, f"{WHY_STANDBY} (revision {view.revision})",
                                  standby=True))
             continue
-        back = rollback_source(snap)
         if back is not None and back.view.revision == f.revision:
             pod = builders.build_member_pod(back.spec, f.ordinal, back.view,
                                             back.session_timeout_ms, standby=True)
@@ -254,7 +255,7 @@ def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     standbys, pods that ended, and a stalled member (`stalls.stalled_restart`, only while
     nothing else goes)."""
     previous = snap.previous
-    create = creates(snap, spec, view, effective, table, roll.state, last)
+    create = creates(snap, spec, view, effective, table, roll.state, roll.rollback, last)
     down = pl.scale_down(snap, spec, table, last)
     delete = down.deletes + roll.deletes + abandoned(table, roll.state, spec.replicas,
                                                      {d.uid for d in roll.deletes})

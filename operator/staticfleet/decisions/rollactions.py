@@ -4,19 +4,21 @@ The roller's modules: `rollstate` types what the roller sees and remembers
 (`GroupObservation`, `RolloutLimits`, `RolloutState` in `status.rollout`); `rollout` decides
 when and how safely (`next_step`, a warm handoff's own steps in `rollwarm`), one of the steps
 typed in `rollsteps`; `rollrecord` says what state follows (`record_step`, one row per step
-type in `RECORDERS`). This module puts them to work in one pass: it builds the
+type in `state_after`). This module puts them to work in one pass: it builds the
 observation and the limits from the `Snapshot`, asks the roller for its step, and turns the step
-into the plan's pod deletions, switchovers and Events (one row per step type in
-`STEP_EFFECTS`), with the restarts it measured: a `Roll`, which `plan.decide` folds into the
-`Plan`. A rollout's replacements are created by `pods.creates`, as any missing member is.
+into the plan's pod deletions, switchovers and Events (one row per step type in `effects`, a
+`functools.singledispatch`), with the restarts it measured: a `Roll`, which `plan.decide` folds
+into the `Plan`. A rollout's replacements are created by `pods.creates`, as any missing member is.
 
 It also keeps the spec every member last ran (`current_spec`, `status.currentSpec`), which a
-rollback hands a failed member back to (`rollback_source`).
+rollback hands a failed member back to (`rollback_source`, read once per pass and carried in
+the `Roll` to `pods.creates`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -77,13 +79,16 @@ class Roll:
     gaps: tuple[float, ...] = ()
     """Processing gaps measured this pass (warm handoffs)."""
     switchovers: tuple[Switchover, ...] = ()
+    rollback: RollbackSource | None = None
+    """The spec every member last ran, which a failed member is handed back to (read once per
+    pass: `rollback_source`)."""
 
 
 def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                  effective: EffectiveTimeouts, table: MemberTable, group_state: str,
                  rebalances: int, activating: frozenset[int] = frozenset()) -> Roll:
-    """One rollout step: the roller decides (`rollout.next_step`), `rollrecord.RECORDERS` says
-    what state follows, and `STEP_EFFECTS` what it means for pods and Events (one row per step
+    """One rollout step: the roller decides (`rollout.next_step`), `rollrecord.state_after` says
+    what state follows, and `effects` what it means for pods and Events (one row per step
     type)."""
     now = snap.now
     state = rollstate.RolloutState.from_status(snap.previous.get("rollout"))
@@ -112,16 +117,13 @@ def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                          for o in range(spec.replicas)} if back is not None else {}))
     decided = rollout.next_step(state, obs, view.revision, limits, now)
     after = rollrecord.record_step(state, decided, obs, view.revision, now)
-    if isinstance(decided, rollsteps.Complete) and not state.started_at and not after.started_at:
+    step = decided.step
+    if isinstance(step, rollsteps.Complete) and not state.started_at and not after.started_at:
         # Nothing was ever restarted for this revision (first creation, scale-up): no rollout.
         after = rollstate.RolloutState(revision=view.revision, phase="Idle",
-                                reason=f"every member runs revision {view.revision}")
-    step = _Step(snap, spec, view, table, limits, state, after, rebalances)
-    roll = STEP_EFFECTS[type(decided)](step, decided, Roll(state=after, observation=obs,
-                                                           limits=limits))
-    if isinstance(decided, rollsteps.Wait) and decided.recheck_after_s is not None:
-        roll = replace(roll, requeue_after_s=decided.recheck_after_s)
-    return roll
+                                       reason=f"every member runs revision {view.revision}")
+    return effects(step, _Step(snap, spec, view, table, limits, state, after, rebalances),
+                   Roll(state=after, observation=obs, limits=limits, rollback=back))
 
 
 @dataclass(frozen=True)
@@ -193,12 +195,28 @@ def _restart_reasons_text(table: MemberTable, ordinal: int) -> tuple[tuple[Resta
     return why, f"{codes}): {'; '.join(r.message for r in why)}"
 
 
-def _on_start(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, rollsteps.RestartMembers | rollsteps.PrepareReplacements)
-    warm = isinstance(decided, rollsteps.PrepareReplacements)
+@functools.singledispatch
+def effects(decided: rollsteps.Step, s: _Step, roll: Roll) -> Roll:
+    """What the step `decided` means for pods, Events, status and metrics (`roll` holds the
+    state after it): one row per step type, registered below."""
+    raise TypeError(f"no row in effects for the step {type(decided).__name__}")
+
+
+@effects.register
+def _on_restart(decided: rollsteps.RestartMembers, s: _Step, roll: Roll) -> Roll:
+    return _on_start(decided.ordinals, False, s, roll)
+
+
+@effects.register
+def _on_prepare(decided: rollsteps.PrepareReplacements, s: _Step, roll: Roll) -> Roll:
+    return _on_start(decided.ordinals, True, s, roll)
+
+
+def _on_start(ordinals: tuple[int, ...], warm: bool, s: _Step, roll: Roll) -> Roll:
+    """Members restarted now (`warm`: their standby replacements started instead)."""
     events = []
     if not s.before.started_at or s.before.revision != s.view.revision:
-        count = len(s.after.pending) + len(decided.ordinals)
+        count = len(s.after.pending) + len(ordinals)
         at_once = (f"{s.limits.max_surge} replacement(s)" if warm
                    else str(s.limits.max_unavailable))
         events.append(Event("Normal", c.ROLLOUT_STARTED,
@@ -206,7 +224,7 @@ def _on_start(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
                             f"{' by warm handoff' if warm else ''}: {count} member(s), "
                             f"at most {at_once} at a time"))
     deletes = []
-    for ordinal in decided.ordinals:
+    for ordinal in ordinals:
         pod = s.table.live[ordinal]
         why, said = _restart_reasons_text(s.table, ordinal)
         if warm:
@@ -230,8 +248,8 @@ def _stop_old(s: _Step, ordinal: int, uid: str | None, why: str) -> tuple[PodDel
                       member.restart_reasons if member else ()),)
 
 
-def _on_hand_over(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, rollsteps.HandOver)
+@effects.register
+def _on_hand_over(decided: rollsteps.HandOver, s: _Step, roll: Roll) -> Roll:
     flight = next((f for f in s.after.in_flight if f.ordinal == decided.ordinal), None)
     warm_s = ((decided.standby_ready_at - flight.prepared_at).total_seconds()
               if flight and flight.prepared_at and decided.standby_ready_at else None)
@@ -267,40 +285,47 @@ def _on_hand_over(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
             "replacement joins with the same instance id"),))
 
 
-def _on_recreate_instead(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, rollsteps.RecreateInstead)
+@effects.register
+def _on_recreate_instead(decided: rollsteps.RecreateInstead, s: _Step, roll: Roll) -> Roll:
     return replace(roll, deletes=_stop_old(s, decided.ordinal, decided.delete_uid, WHY_RESTART),
                    requeue_after_s=1.0,
                    events=(Event("Warning", c.HANDOFF_FALLBACK, decided.message),))
 
 
-def _on_abandon(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
-    """The replacements a failed handoff or a fallback drops are deleted."""
-    assert isinstance(decided, rollsteps.HandoffFailed | rollsteps.FallBackCold)
-    failed = isinstance(decided, rollsteps.HandoffFailed)
-    dropped = ((decided.ordinal, *decided.ordinals)
-               if isinstance(decided, rollsteps.HandoffFailed) else (decided.ordinal,))
+@effects.register
+def _on_handoff_failed(decided: rollsteps.HandoffFailed, s: _Step, roll: Roll) -> Roll:
+    return _abandon((decided.ordinal, *decided.ordinals), c.HANDOFF_FAILED, decided.message,
+                    s, roll)
+
+
+@effects.register
+def _on_fall_back(decided: rollsteps.FallBackCold, s: _Step, roll: Roll) -> Roll:
+    return _abandon((decided.ordinal,), c.HANDOFF_FALLBACK, decided.message, s, roll)
+
+
+def _abandon(dropped: tuple[int, ...], reason: str, message: str, s: _Step, roll: Roll) -> Roll:
+    """The replacements a failed handoff or a fallback drops (of the members `dropped`) are
+    deleted, with a Warning."""
     names = {f.replacement for f in s.before.in_flight if f.ordinal in dropped}
     aborted = tuple(
         PodDelete(ordinal_of(p) or 0, p["metadata"]["name"], p["metadata"]["uid"],
                   WHY_HANDOFF_ABORTED)
         for p in s.snap.pods if p["metadata"]["name"] in names
         and not p["metadata"].get("deletionTimestamp"))
-    reason = c.HANDOFF_FAILED if failed else c.HANDOFF_FALLBACK
     return replace(roll, deletes=aborted, requeue_after_s=1.0,
-                   events=(Event("Warning", reason, decided.message),))
+                   events=(Event("Warning", reason, message),))
 
 
-def _on_rejoined(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, rollsteps.MemberRejoined)
+@effects.register
+def _on_rejoined(decided: rollsteps.MemberRejoined, s: _Step, roll: Roll) -> Roll:
     return replace(roll, requeue_after_s=0.5, events=(Event(
         "Normal", c.MEMBER_BACK,
         f"member {decided.ordinal} back in the group with its partitions after "
         f"{decided.absence_s:.1f} s (session timeout {s.limits.session_timeout_ms} ms)"),))
 
 
-def _on_done(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, rollsteps.MarkMemberDone)
+@effects.register
+def _on_done(decided: rollsteps.MarkMemberDone, s: _Step, roll: Roll) -> Roll:
     warm = any(f.ordinal == decided.ordinal and f.mode == "warm" for f in s.before.in_flight)
     if decided.processing_gap_s is not None:
         gap = (f" (processing gap {decided.processing_gap_s:.1f} s: the old process's last "
@@ -320,10 +345,10 @@ def _on_done(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
                    finished=(_finished(s) if s.after.phase == "RolledBack" else None))
 
 
-def _on_failed(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
+@effects.register
+def _on_failed(decided: rollsteps.MemberFailed, s: _Step, roll: Roll) -> Roll:
     """A failed member halts the rollout, or is handed back (its standby of the last revision
     is created by `pods.creates`); standbys still preparing are dropped (`pods.abandoned`)."""
-    assert isinstance(decided, rollsteps.MemberFailed)
     reason = c.ROLLOUT_HALTED if s.after.phase == "Halted" else c.ROLLING_BACK
     # A member that exits is announced by `problems.member_problems` (MemberFailing) already;
     # a member that made no progress is announced here.
@@ -334,8 +359,8 @@ def _on_failed(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
                    events=(*said, Event("Warning", reason, s.after.reason)))
 
 
-def _on_at_risk(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, rollsteps.StopAtRisk)
+@effects.register
+def _on_at_risk(decided: rollsteps.StopAtRisk, s: _Step, roll: Roll) -> Roll:
     reason = c.SESSION_TIMEOUT_EXCEEDED if decided.expired else c.RESTART_RUNNING_LATE
     return replace(roll, requeue_after_s=1.0,
                    restarts=((sample(s.table, decided.ordinal, decided.absence_s),)
@@ -343,7 +368,8 @@ def _on_at_risk(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
                    events=(Event("Warning", reason, decided.message),))
 
 
-def _on_complete(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
+@effects.register
+def _on_complete(decided: rollsteps.Complete, s: _Step, roll: Roll) -> Roll:
     if s.after.phase != "Complete":
         return roll
     return replace(roll, finished=_finished(s), events=(
@@ -359,31 +385,16 @@ def _finished(s: _Step) -> tuple[float, str]:
     return (s.snap.now - started).total_seconds(), s.after.phase
 
 
-def _on_refusal(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
-    assert isinstance(decided, rollsteps.RefuseToStart)
+@effects.register
+def _on_refusal(decided: rollsteps.RefuseToStart, s: _Step, roll: Roll) -> Roll:
     roll = replace(roll, refusal=decided.message)
     if s.before.reason != decided.message:
         return replace(roll, events=(Event("Warning", c.RESTART_UNSAFE, decided.message),))
     return roll
 
 
-def _on_wait(s: _Step, decided: rollsteps.Step, roll: Roll) -> Roll:
-    return roll
-
-
-STEP_EFFECTS: Mapping[type, Callable[[_Step, rollsteps.Step, Roll], Roll]] = {
-    rollsteps.Wait: _on_wait,
-    rollsteps.RestartMembers: _on_start,
-    rollsteps.PrepareReplacements: _on_start,
-    rollsteps.HandOver: _on_hand_over,
-    rollsteps.HandoffFailed: _on_abandon,
-    rollsteps.RecreateInstead: _on_recreate_instead,
-    rollsteps.FallBackCold: _on_abandon,
-    rollsteps.MemberRejoined: _on_rejoined,
-    rollsteps.MarkMemberDone: _on_done,
-    rollsteps.MemberFailed: _on_failed,
-    rollsteps.StopAtRisk: _on_at_risk,
-    rollsteps.Complete: _on_complete,
-    rollsteps.RefuseToStart: _on_refusal,
-}
-"""One row per step type (as `rollrecord.RECORDERS` for the state): the pods and Events it means."""
+@effects.register
+def _on_wait(decided: rollsteps.Wait, s: _Step, roll: Roll) -> Roll:
+    if decided.recheck_after_s is None:
+        return roll
+    return replace(roll, requeue_after_s=decided.recheck_after_s)

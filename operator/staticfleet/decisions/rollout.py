@@ -8,11 +8,13 @@ in `reasons`, the safety checks in `gates`.
 State lives in `status.rollout` (`RolloutState.from_status` / `to_status`), so an operator restart
 resumes where it stopped. Each pass `rollactions.rollout_step` calls
 
-    step = rollout.next_step(state, observation, update_revision, limits, now)
-    state = rollrecord.record_step(state, step, observation, update_revision, now)
+    decided = rollout.next_step(state, observation, update_revision, limits, now)
+    state = rollrecord.record_step(state, decided, observation, update_revision, now)
 
 and turns the step into the plan's pod deletions, switchovers and Events (one row per step type
-in `rollactions.STEP_EFFECTS`, as `rollrecord.RECORDERS` has one per step type for the state).
+in `rollactions.effects`, as `rollrecord.state_after` has one per step type for the state).
+`next_step` hands over what it derived (the members in flight, the order), so the record
+derives nothing again.
 
 Rules:
 
@@ -79,6 +81,7 @@ from staticfleet.decisions.rollstate import (
 )
 from staticfleet.decisions.rollsteps import (
     Complete,
+    Decided,
     MarkMemberDone,
     MemberFailed,
     MemberRejoined,
@@ -180,13 +183,29 @@ def next_step(
     update_revision: str,
     limits: RolloutLimits,
     now: datetime,
-) -> Step:
-    """What the roller should do now. Pure: same inputs, same step."""
+) -> Decided:
+    """What the roller should do now, with what it derived on the way: the members in flight
+    and the order of the restarts (`Decided`, which `rollrecord.record_step` records). Pure:
+    same inputs, same step."""
     same_rollout = state.revision == update_revision
-    phase = state.phase if same_rollout else "Pending"
-    ctx = GateContext(state if same_rollout else RolloutState(), observed, limits,
-                      members_in_flight(state, observed, update_revision, now),
+    in_flight = members_in_flight(state, observed, update_revision, now)
+    order = plan_rollout(observed.members).ordinals
+    ctx = GateContext(state if same_rollout else RolloutState(), observed, limits, in_flight,
                       update_revision, now)
+    step = _step(ctx, state, same_rollout, order)
+    # A new revision starts a new rollout, which records of the members in flight only the
+    # outdated pods found being deleted (this pass's step still waited for the old ones).
+    recorded = (in_flight if same_rollout
+                else members_in_flight(RolloutState(), observed, update_revision, now))
+    return Decided(step, recorded, order)
+
+
+def _step(ctx: GateContext, state: RolloutState, same_rollout: bool,
+          order: tuple[int, ...]) -> Step:
+    """`next_step`'s decision, in numbered steps."""
+    observed, limits, now = ctx.observed, ctx.limits, ctx.now
+    update_revision = ctx.update_revision
+    phase = state.phase if same_rollout else "Pending"
 
     # 1: A restarted member fails, or makes no progress in time: the rollout fails.
     failed = _failed(ctx)
@@ -225,8 +244,7 @@ def next_step(
     if ctx.in_flight:
         return Wait(WAIT_MEMBER, _waiting_for(ctx.in_flight), recheck)
     # 7: Nothing in flight: finished, ended, or start the next restart(s) the predicates allow.
-    plan = plan_rollout(observed.members)
-    if not plan.ordinals:
+    if not order:
         if same_rollout and phase in ("Complete", "Idle"):
             return Wait(WAIT_UP_TO_DATE, f"every member runs revision {update_revision}")
         if same_rollout and phase == "RolledBack":
@@ -239,14 +257,14 @@ def next_step(
     if not limits.restart_safe and not limits.paused:
         return RefuseToStart(limits.needed_session_ms or limits.session_timeout_ms,
                              refusal_message(limits))
-    return _start(ctx, plan)
+    return _start(ctx, order)
 
 
 def _target(f: InFlight, update_revision: str) -> str:
     return f.revision or update_revision
 
 
-def _start(ctx: GateContext, plan: RolloutPlan) -> Step:
+def _start(ctx: GateContext, order: tuple[int, ...]) -> Step:
     """The next member(s) to restart (Recreate) or to prepare a standby for (WarmHandoff), as
     many as `maxUnavailable` / `maxSurge` allow and the predicates let through."""
     limits, warm = ctx.limits, ctx.limits.strategy == WARM_HANDOFF
@@ -254,7 +272,7 @@ def _start(ctx: GateContext, plan: RolloutPlan) -> Step:
     at_once = limits.max_surge if warm else limits.max_unavailable
     pick: list[int] = []
     first_blockers: tuple[Blocker, ...] = ()
-    for ordinal in plan.ordinals:
+    for ordinal in order:
         if len(pick) >= at_once:
             break
         blocked = gates.blockers(ctx, ordinal, predicates)

@@ -1,16 +1,17 @@
 """The rollout state after a step (pure): `record_step`, one row per step type in
-`RECORDERS`. Call it after the apply layer acted on the step `rollout.next_step` decided; the
-state it returns is what `status.rollout` records (`rollstate.RolloutState`).
+`state_after` (a `functools.singledispatch`: each row is registered for its step type). Call it
+after the apply layer acted on the step `rollout.next_step` decided; the state it returns is
+what `status.rollout` records (`rollstate.RolloutState`). It derives nothing of its own: the
+members in flight and the order come with the step (`rollsteps.Decided`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from staticfleet.decisions.conditions import WAIT_PAUSED
-from staticfleet.decisions.rollout import members_in_flight, plan_rollout
 from staticfleet.decisions.rollstate import (
     WARM_HANDOFF,
     Blocker,
@@ -22,6 +23,7 @@ from staticfleet.decisions.rollstate import (
 )
 from staticfleet.decisions.rollsteps import (
     Complete,
+    Decided,
     FallBackCold,
     HandoffFailed,
     HandOver,
@@ -45,47 +47,65 @@ class Recording:
     observed: GroupObservation
     update_revision: str
     now: datetime
-    plan: tuple[int, ...]
+    order: tuple[int, ...]
+    """The members that still need a restart, in order (`rollsteps.Decided.order`)."""
 
 
 def record_step(
     state: RolloutState,
-    step: Step,
+    decided: Decided,
     observed: GroupObservation,
     update_revision: str,
     now: datetime,
 ) -> RolloutState:
-    """The rollout state after `step` was carried out (call after the apply layer acted)."""
+    """The rollout state after `decided.step` was carried out (call after the apply layer
+    acted)."""
     if state.revision != update_revision:
         state = RolloutState(revision=update_revision, phase="Pending")
-    state = replace(state, in_flight=members_in_flight(state, observed, update_revision, now),
-                    blocked_by=())
-    rec = Recording(observed, update_revision, now, plan_rollout(observed.members).ordinals)
-    return RECORDERS[type(step)](state, step, rec)
+    state = replace(state, in_flight=decided.in_flight, blocked_by=())
+    return state_after(decided.step, state, Recording(observed, update_revision, now,
+                                                      decided.order))
 
 
-def _record_start(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
-    assert isinstance(step, RestartMembers | PrepareReplacements)
-    warm = isinstance(step, PrepareReplacements)
+@functools.singledispatch
+def state_after(step: Step, state: RolloutState, rec: Recording) -> RolloutState:
+    """The rollout state after `step`: one row per step type, registered below."""
+    raise TypeError(f"no row in state_after for the step {type(step).__name__}")
+
+
+@state_after.register
+def _record_restart(step: RestartMembers, state: RolloutState, rec: Recording) -> RolloutState:
+    return _record_start(step.ordinals, False, state, rec)
+
+
+@state_after.register
+def _record_prepare(step: PrepareReplacements, state: RolloutState,
+                    rec: Recording) -> RolloutState:
+    return _record_start(step.ordinals, True, state, rec)
+
+
+def _record_start(ordinals: tuple[int, ...], warm: bool, state: RolloutState,
+                  rec: Recording) -> RolloutState:
+    """Members restarted (`warm`: their standby replacements started) now."""
     added = tuple(
         InFlight(o, None, pod_uid=_uid(rec.observed, o), mode="warm",
                  replacement=rec.observed.replacement_names.get(o), prepared_at=rec.now)
         if warm else InFlight(o, rec.now, pod_uid=_uid(rec.observed, o))
-        for o in step.ordinals)
+        for o in ordinals)
     doing = ("starting the standby replacement(s) of member(s) " if warm
              else "restarting member(s) ")
     return replace(
-        state, phase="Rolling", reason=doing + ", ".join(map(str, step.ordinals)),
+        state, phase="Rolling", reason=doing + ", ".join(map(str, ordinals)),
         started_at=state.started_at or rec.now, finished_at=None, rebalances_during=None,
         rebalances_at_start=(rec.observed.rebalances if state.rebalances_at_start is None
                              else state.rebalances_at_start),
         strategy=state.strategy or (WARM_HANDOFF if warm else "Recreate"),
         in_flight=state.in_flight + added,
-        pending=tuple(o for o in rec.plan if o not in set(step.ordinals)))
+        pending=tuple(o for o in rec.order if o not in set(ordinals)))
 
 
-def _record_hand_over(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
-    assert isinstance(step, HandOver)
+@state_after.register
+def _record_hand_over(step: HandOver, state: RolloutState, rec: Recording) -> RolloutState:
     return replace(
         state,
         reason=f"member {step.ordinal}: replacement standby-ready, stopping the old member",
@@ -94,40 +114,42 @@ def _record_hand_over(state: RolloutState, step: Step, rec: Recording) -> Rollou
                     standby_ready_at=step.standby_ready_at,
                     pod_uid=step.delete_uid or f.pod_uid)
             if f.ordinal == step.ordinal else f for f in state.in_flight),
-        pending=rec.plan)
+        pending=rec.order)
 
 
-def _record_handoff_failed(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
-    assert isinstance(step, HandoffFailed)
+@state_after.register
+def _record_handoff_failed(step: HandoffFailed, state: RolloutState,
+                           rec: Recording) -> RolloutState:
     dropped = set(step.ordinals) | {step.ordinal}
     return replace(
         state, phase="Stopped", reason=step.message, finished_at=rec.now,
         rebalances_during=_during(state, rec.observed),
         in_flight=tuple(f for f in state.in_flight if f.ordinal not in dropped),
-        pending=rec.plan)
+        pending=rec.order)
 
 
-def _record_recreate_instead(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
-    assert isinstance(step, RecreateInstead)
+@state_after.register
+def _record_recreate_instead(step: RecreateInstead, state: RolloutState,
+                             rec: Recording) -> RolloutState:
     return replace(
         state, reason=step.message,
         in_flight=tuple(replace(f, mode="cold", stopped_at=rec.now, replacement=None,
                                 pod_uid=step.delete_uid or f.pod_uid)
                         if f.ordinal == step.ordinal else f for f in state.in_flight),
-        pending=rec.plan)
+        pending=rec.order)
 
 
-def _record_fall_back(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
-    assert isinstance(step, FallBackCold)
+@state_after.register
+def _record_fall_back(step: FallBackCold, state: RolloutState, rec: Recording) -> RolloutState:
     return replace(
         state, reason=step.message,
         in_flight=tuple(replace(f, mode="cold") if f.ordinal == step.ordinal else f
                         for f in state.in_flight),
-        pending=rec.plan)
+        pending=rec.order)
 
 
-def _record_rejoined(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
-    assert isinstance(step, MemberRejoined)
+@state_after.register
+def _record_rejoined(step: MemberRejoined, state: RolloutState, rec: Recording) -> RolloutState:
     return replace(
         state,
         # Back before the session timeout: a rollout at risk is no longer at risk.
@@ -136,11 +158,11 @@ def _record_rejoined(state: RolloutState, step: Step, rec: Recording) -> Rollout
         in_flight=tuple(replace(f, rejoined_at=step.at or rec.now)
                         if f.ordinal == step.ordinal else f for f in state.in_flight),
         longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
-        pending=rec.plan)
+        pending=rec.order)
 
 
-def _record_done(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
-    assert isinstance(step, MarkMemberDone)
+@state_after.register
+def _record_done(step: MarkMemberDone, state: RolloutState, rec: Recording) -> RolloutState:
     absence_ms = round(step.absence_s * 1000)
     done = next((f for f in state.in_flight if f.ordinal == step.ordinal), None)
     gap_ms = None if step.processing_gap_s is None else round(step.processing_gap_s * 1000)
@@ -156,7 +178,7 @@ def _record_done(state: RolloutState, step: Step, rec: Recording) -> RolloutStat
                         else max(state.longest_gap_ms or 0, gap_ms)),
         in_flight=tuple(f for f in state.in_flight if f.ordinal != step.ordinal),
         longest_absence_ms=max(state.longest_absence_ms, absence_ms),
-        pending=rec.plan)
+        pending=rec.order)
     if done is not None and done.revision is not None:
         # A member of a rollback processes on the revision it was handed back to: hand back
         # the next one, or the rollback is finished.
@@ -189,8 +211,8 @@ def _record_done(state: RolloutState, step: Step, rec: Recording) -> RolloutStat
                           f"{step.absence_s:.1f} s)")
 
 
-def _record_failed(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
-    assert isinstance(step, MemberFailed)
+@state_after.register
+def _record_failed(step: MemberFailed, state: RolloutState, rec: Recording) -> RolloutState:
     failed = next(f for f in state.in_flight if f.ordinal == step.ordinal)
     if step.rollback and rec.observed.rollback_revision is not None:
         back = rec.observed.rollback_revision
@@ -212,7 +234,7 @@ def _record_failed(state: RolloutState, step: Step, rec: Recording) -> RolloutSt
                     f"{', '.join(map(str, (step.ordinal, *queue)))} back to revision {back} "
                     "(spec.rollout.onFailure: Rollback) by warm handoff, one at a time"),
             in_flight=(handback,), rollback_pending=queue, members_rolled_back=(),
-            pending=rec.plan)
+            pending=rec.order)
     why = step.message + ("" if not step.rollback else (
         "; no revision to roll back to is known (no rollout completed before), so it halts"))
     if state.rollback_pending or state.members_restarted:
@@ -226,7 +248,7 @@ def _record_failed(state: RolloutState, step: Step, rec: Recording) -> RolloutSt
                 "old revision keep serving. Fix the spec (or the transform) to roll again"
                 if not step.rollback else why + ". The members on the old revision keep "
                 "serving. Fix the spec (or the transform) to roll again"),
-        in_flight=(), rollback_pending=(), pending=rec.plan)
+        in_flight=(), rollback_pending=(), pending=rec.order)
 
 
 def _next_handback(queue: tuple[int, ...], rec: Recording,
@@ -246,8 +268,8 @@ def _next_handback(queue: tuple[int, ...], rec: Recording,
     return None, ()
 
 
-def _record_at_risk(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
-    assert isinstance(step, StopAtRisk)
+@state_after.register
+def _record_at_risk(step: StopAtRisk, state: RolloutState, rec: Recording) -> RolloutState:
     return replace(
         state,
         phase="Stopped" if step.expired else "AtRisk",
@@ -255,49 +277,32 @@ def _record_at_risk(state: RolloutState, step: Step, rec: Recording) -> RolloutS
         finished_at=rec.now if step.expired else None,
         rebalances_during=_during(state, rec.observed) if step.expired else None,
         longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
-        pending=rec.plan)
+        pending=rec.order)
 
 
-def _record_complete(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
+@state_after.register
+def _record_complete(step: Complete, state: RolloutState, rec: Recording) -> RolloutState:
     return replace(
         state, phase="Complete", reason=f"every member runs revision {rec.update_revision}",
         finished_at=rec.now, rebalances_during=_during(state, rec.observed),
         in_flight=(), pending=())
 
 
-def _record_refusal(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
-    assert isinstance(step, RefuseToStart)
-    return replace(state, phase="Pending", reason=step.message, pending=rec.plan,
+@state_after.register
+def _record_refusal(step: RefuseToStart, state: RolloutState, rec: Recording) -> RolloutState:
+    return replace(state, phase="Pending", reason=step.message, pending=rec.order,
                    blocked_by=(Blocker("RestartFitsSessionTimeout", step.message),))
 
 
-def _record_wait(state: RolloutState, step: Step, rec: Recording) -> RolloutState:
-    assert isinstance(step, Wait)
+@state_after.register
+def _record_wait(step: Wait, state: RolloutState, rec: Recording) -> RolloutState:
     phase: Phase = state.phase
     if step.reason == WAIT_PAUSED:
         phase = "Paused"
     elif state.phase == "Paused":
         phase = "Rolling" if state.started_at else "Pending"
-    return replace(state, phase=phase, reason=step.message, pending=rec.plan,
+    return replace(state, phase=phase, reason=step.message, pending=rec.order,
                    blocked_by=step.blocked_by)
-
-
-RECORDERS: Mapping[type, Callable[[RolloutState, Step, Recording], RolloutState]] = {
-    Wait: _record_wait,
-    RestartMembers: _record_start,
-    PrepareReplacements: _record_start,
-    HandOver: _record_hand_over,
-    HandoffFailed: _record_handoff_failed,
-    RecreateInstead: _record_recreate_instead,
-    FallBackCold: _record_fall_back,
-    MemberRejoined: _record_rejoined,
-    MarkMemberDone: _record_done,
-    MemberFailed: _record_failed,
-    StopAtRisk: _record_at_risk,
-    Complete: _record_complete,
-    RefuseToStart: _record_refusal,
-}
-"""One row per step type: the rollout state after it."""
 
 
 def _uid(observed: GroupObservation, ordinal: int) -> str | None:

@@ -38,7 +38,7 @@ from staticfleet.decisions.rollsteps import (
     RestartMembers,
     Wait,
 )
-from tests.unit.operator.support import NOW
+from tests.unit.operator.support import NOW, record_given
 
 OLD, NEW, GOOD = "old", "new", "good"
 WARM = RolloutLimits(session_timeout_ms=45000, strategy="WarmHandoff")
@@ -161,16 +161,19 @@ def test_every_failing_predicate_is_reported_in_table_order() -> None:
 def test_the_roller_reports_every_blocker_in_the_rollout_status() -> None:
     state = rolling(preparing(2))
     observed = group(member(0), member(1, ready=False), READY2, state="PreparingRebalance")
-    step = next_step(state, observed, NEW, WARM, NOW)
+    decided = next_step(state, observed, NEW, WARM, NOW)
+    step = decided.step
     assert isinstance(step, Wait)
     assert [b.name for b in step.blocked_by] == ["GroupStable", "EnoughAvailable"]
-    after = record_step(state, step, observed, NEW, NOW)
+    after = record_step(state, decided, observed, NEW, NOW)
     assert [b["name"] for b in after.to_status(0)["blockedBy"]] == ["GroupStable",
                                                                     "EnoughAvailable"]
     # Once they hold, the handoff goes on and blockedBy is empty again.
-    go = next_step(after, group(member(0), member(1), READY2), NEW, WARM, NOW)
+    go_decided = next_step(after, group(member(0), member(1), READY2), NEW, WARM, NOW)
+    go = go_decided.step
     assert isinstance(go, HandOver)
-    assert record_step(after, go, group(member(0), member(1), READY2), NEW, NOW).blocked_by == ()
+    assert record_step(after, go_decided, group(member(0), member(1), READY2), NEW,
+                       NOW).blocked_by == ()
 
 
 def test_max_surge_2_with_max_unavailable_1_stops_one_member_at_a_time() -> None:
@@ -179,22 +182,22 @@ def test_max_surge_2_with_max_unavailable_1_stops_one_member_at_a_time() -> None
                              prepared_at=ago(30)), preparing(1))
     observed = group(member(0), replace(member(1), standby=standby(1)),
                      member(2, NEW, ready=False, in_group=False, pod_name="orders-2-new"))
-    step = next_step(state, observed, NEW, limits, NOW)
+    step = next_step(state, observed, NEW, limits, NOW).step
     assert isinstance(step, Wait) and [b.name for b in step.blocked_by] == ["EnoughAvailable"]
     # Member 2 processes again: member 1 is stopped next.
     done = group(member(0), replace(member(1), standby=standby(1)),
                  member(2, NEW, pod_name="orders-2-new", first_batch_at=ago(1)), lag={})
-    assert isinstance(next_step(state, done, NEW, limits, NOW), MarkMemberDone)
-    state = record_step(state, MarkMemberDone(2, 1.0), done, NEW, NOW)
-    assert next_step(state, done, NEW, limits, NOW) == HandOver(1, "uid-1", NOW)
+    assert isinstance(next_step(state, done, NEW, limits, NOW).step, MarkMemberDone)
+    state = record_given(state, MarkMemberDone(2, 1.0), done, NEW, NOW)
+    assert next_step(state, done, NEW, limits, NOW).step == HandOver(1, "uid-1", NOW)
 
 
 def test_recreate_counts_the_members_it_picks_against_max_unavailable() -> None:
     observed = group(member(0), member(1), member(2))
     state = RolloutState()
-    assert next_step(state, observed, NEW, replace(COLD, max_unavailable=2), NOW) == (
+    assert next_step(state, observed, NEW, replace(COLD, max_unavailable=2), NOW).step == (
         RestartMembers((2, 1)))
-    assert next_step(state, observed, NEW, COLD, NOW) == RestartMembers((2,))
+    assert next_step(state, observed, NEW, COLD, NOW).step == RestartMembers((2,))
 
 
 # --- progress gates -------------------------------------------------------------------------
@@ -240,7 +243,7 @@ def test_a_member_is_done_only_once_it_processed(
         seconds: float, expect: type) -> None:
     base = observed or group(member(0), lag={})
     observed = replace(base, members=(*base.members, member(1), replacement))
-    step = next_step(rolling(stopped(2, seconds)), observed, NEW, COLD, NOW)
+    step = next_step(rolling(stopped(2, seconds)), observed, NEW, COLD, NOW).step
     assert isinstance(step, expect), step
 
 
@@ -249,14 +252,15 @@ def test_a_failure_quotes_the_members_own_error_and_halts_with_halt() -> None:
                                                   failure="exit code 1: ValueError: bad record"))
     limits = replace(COLD, on_failure="Halt")
     state = rolling(stopped(2, 10))
-    step = next_step(state, observed, NEW, limits, NOW)
+    decided = next_step(state, observed, NEW, limits, NOW)
+    step = decided.step
     assert step == MemberFailed(2, "MemberFailing", "member 2 fails on revision new: exit code "
                                 "1: ValueError: bad record", rollback=False)
-    after = record_step(state, step, observed, NEW, NOW)
+    after = record_step(state, decided, observed, NEW, NOW)
     assert after.phase == "Halted" and after.in_flight == () and after.finished_at == NOW
     assert "ValueError: bad record" in after.reason and "Halt" in after.reason
     # Nothing further for this revision: the members on the old one keep serving.
-    wait = next_step(after, observed, NEW, limits, NOW)
+    wait = next_step(after, observed, NEW, limits, NOW).step
     assert isinstance(wait, Wait) and [b.name for b in wait.blocked_by] == ["RolloutHalted"]
 
 
@@ -265,9 +269,10 @@ def test_rollback_hands_the_failed_member_back_by_warm_handoff_and_ends_rolled_b
     observed = group(member(0, GOOD), member(1, GOOD), failing, rollback_revision=GOOD,
                      rollback_names={2: "orders-2-good"}, lag={})
     state = rolling(stopped(2, 10))
-    step = next_step(state, observed, NEW, WARM, NOW)
+    decided = next_step(state, observed, NEW, WARM, NOW)
+    step = decided.step
     assert isinstance(step, MemberFailed) and step.rollback
-    state = record_step(state, step, observed, NEW, NOW)
+    state = record_step(state, decided, observed, NEW, NOW)
     (back,) = state.in_flight
     assert (back.mode, back.revision, back.replacement, back.stopped_at) == (
         "warm", GOOD, "orders-2-good", None)
@@ -276,18 +281,20 @@ def test_rollback_hands_the_failed_member_back_by_warm_handoff_and_ends_rolled_b
     # already, so maxUnavailable does not hold it back).
     ready = replace(observed, members=(member(0, GOOD), member(1, GOOD), replace(
         failing, standby=standby(2, rev=GOOD, pod_name="orders-2-good"))))
-    step = next_step(state, ready, NEW, WARM, NOW)
+    decided = next_step(state, ready, NEW, WARM, NOW)
+    step = decided.step
     assert step == HandOver(2, "uid-2", NOW)
-    state = record_step(state, step, ready, NEW, NOW)
+    state = record_step(state, decided, ready, NEW, NOW)
     # The good revision's member processes: the rollout ends RolledBack.
     serving = replace(observed, members=(member(0, GOOD), member(1, GOOD), member(
         2, GOOD, pod_name="orders-2-good", first_batch_at=NOW)))
-    step = next_step(state, serving, NEW, WARM, NOW + timedelta(seconds=3))
+    decided = next_step(state, serving, NEW, WARM, NOW + timedelta(seconds=3))
+    step = decided.step
     assert isinstance(step, MarkMemberDone)
-    state = record_step(state, step, serving, NEW, NOW + timedelta(seconds=3))
+    state = record_step(state, decided, serving, NEW, NOW + timedelta(seconds=3))
     assert state.phase == "RolledBack" and "handed back to revision good" in state.reason
     assert state.members_restarted == ()
-    assert isinstance(next_step(state, serving, NEW, WARM, NOW), Wait), "never rolled on"
+    assert isinstance(next_step(state, serving, NEW, WARM, NOW).step, Wait), "never rolled on"
 
 
 def hand_back(state: RolloutState, o: int, others: tuple[ObservedMember, ...],
@@ -300,16 +307,18 @@ def hand_back(state: RolloutState, o: int, others: tuple[ObservedMember, ...],
     ready = replace(base, members=tuple(sorted(
         (*others, replace(failing, standby=standby(o, rev=GOOD, pod_name=f"orders-{o}-good"))),
         key=lambda m: m.ordinal)))
-    step = next_step(state, ready, NEW, WARM, now)
+    decided = next_step(state, ready, NEW, WARM, now)
+    step = decided.step
     assert step == HandOver(o, f"uid-{o}", now), step
-    state = record_step(state, step, ready, NEW, now)
+    state = record_step(state, decided, ready, NEW, now)
     serving = replace(base, members=tuple(sorted(
         (*others, member(o, GOOD, pod_name=f"orders-{o}-good", first_batch_at=now)),
         key=lambda m: m.ordinal)))
     later = now + timedelta(seconds=3)
-    step = next_step(state, serving, NEW, WARM, later)
+    decided = next_step(state, serving, NEW, WARM, later)
+    step = decided.step
     assert isinstance(step, MarkMemberDone) and step.ordinal == o, step
-    return record_step(state, step, serving, NEW, later)
+    return record_step(state, decided, serving, NEW, later)
 
 
 def test_rollback_hands_back_every_restarted_member_newest_first() -> None:
@@ -320,9 +329,10 @@ def test_rollback_hands_back_every_restarted_member_newest_first() -> None:
     observed = group(member(0, GOOD), failing, done2, rollback_revision=GOOD,
                      rollback_names={1: "orders-1-good", 2: "orders-2-good"}, lag={})
     state = rolling(stopped(1, 10), done=(2,))
-    step = next_step(state, observed, NEW, WARM, NOW)
+    decided = next_step(state, observed, NEW, WARM, NOW)
+    step = decided.step
     assert isinstance(step, MemberFailed) and step.ordinal == 1 and step.rollback
-    state = record_step(state, step, observed, NEW, NOW)
+    state = record_step(state, decided, observed, NEW, NOW)
     assert [(f.ordinal, f.revision, f.replacement) for f in state.in_flight] == [
         (1, GOOD, "orders-1-good")]
     said = state.reason
@@ -338,7 +348,7 @@ def test_rollback_hands_back_every_restarted_member_newest_first() -> None:
     assert "Members 1, 2 were handed back to revision good" in state.reason, state.reason
     assert [h.ordinal for h in state.handoffs] == [1, 2] and state.members_restarted == ()
     serving = group(member(0, GOOD), back1, member(2, GOOD, pod_name="orders-2-good"))
-    assert isinstance(next_step(state, serving, NEW, WARM, NOW), Wait), "never rolled on"
+    assert isinstance(next_step(state, serving, NEW, WARM, NOW).step, Wait), "never rolled on"
     assert "rolling member(s) 1, 2 back to revision good" in said, said
 
 
@@ -361,9 +371,10 @@ def test_a_failing_member_on_the_failed_revision_does_not_hold_a_rollback_back()
 def test_without_a_revision_to_go_back_to_rollback_halts() -> None:
     observed = group(member(0), member(1), member(2, NEW, failure="exit code 1: boom"))
     state = rolling(stopped(2, 10))
-    step = next_step(state, observed, NEW, WARM, NOW)
+    decided = next_step(state, observed, NEW, WARM, NOW)
+    step = decided.step
     assert isinstance(step, MemberFailed) and step.rollback
-    after = record_step(state, step, observed, NEW, NOW)
+    after = record_step(state, decided, observed, NEW, NOW)
     assert after.phase == "Halted" and "no revision to roll back to" in after.reason
 
 
@@ -372,19 +383,20 @@ def test_without_a_revision_to_go_back_to_rollback_halts() -> None:
 def test_a_refused_standby_falls_back_to_a_cold_restart_or_stops() -> None:
     observed = group(member(0), member(1), member(2), refused={"orders-2-new": "exceeded quota"})
     state = rolling(preparing(2, since=1))
-    step = next_step(state, observed, NEW, WARM, NOW)
+    decided = next_step(state, observed, NEW, WARM, NOW)
+    step = decided.step
     assert isinstance(step, RecreateInstead) and step.delete_uid == "uid-2"
     assert "exceeded quota" in step.message
-    after = record_step(state, step, observed, NEW, NOW)
+    after = record_step(state, decided, observed, NEW, NOW)
     assert after.in_flight[0].mode == "cold" and after.in_flight[0].stopped_at == NOW
-    stop = next_step(state, observed, NEW, replace(WARM, fallback="Stop"), NOW)
+    stop = next_step(state, observed, NEW, replace(WARM, fallback="Stop"), NOW).step
     assert isinstance(stop, HandoffFailed) and "exceeded quota" in stop.message
 
 
 def test_a_refused_standby_waits_for_the_predicates_before_the_cold_restart() -> None:
     observed = group(member(0), member(1, ready=False), member(2),
                      refused={"orders-2-new": "exceeded quota"})
-    step = next_step(rolling(preparing(2, since=1)), observed, NEW, WARM, NOW)
+    step = next_step(rolling(preparing(2, since=1)), observed, NEW, WARM, NOW).step
     assert isinstance(step, Wait)
     assert [b.name for b in step.blocked_by] == ["ReplacementCreated", "EnoughAvailable"]
 
@@ -395,14 +407,14 @@ def test_a_standby_not_ready_in_time_falls_back_only_when_it_found_no_room(
         phase: str, expect: type) -> None:
     observed = group(member(0), member(1), replace(
         member(2), standby=standby(2, None, pod_phase=phase, answers=False)))
-    step = next_step(rolling(preparing(2, since=601)), observed, NEW, WARM, NOW)
+    step = next_step(rolling(preparing(2, since=601)), observed, NEW, WARM, NOW).step
     assert isinstance(step, expect), step
 
 
 def test_a_standby_that_fails_never_falls_back_to_a_cold_restart() -> None:
     observed = group(member(0), member(1), replace(
         member(2), standby=standby(2, None, failure="exit code 2: cannot import shop.jobs")))
-    step = next_step(rolling(preparing(2, since=5)), observed, NEW, WARM, NOW)
+    step = next_step(rolling(preparing(2, since=5)), observed, NEW, WARM, NOW).step
     assert isinstance(step, HandoffFailed)
 
 
@@ -429,10 +441,11 @@ def test_the_fallback_never_races_the_activation(what: str, closed_s: float,
     observed = group(member(0), member(1), standby(2, pod_name="orders-2-new"),
                      activating=frozenset({2}) if sending else frozenset())
     state = handing_over(closed_s, activated_s)
-    step = next_step(state, observed, NEW, WARM, NOW)
+    decided = next_step(state, observed, NEW, WARM, NOW)
+    step = decided.step
     assert isinstance(step, expect), step
     if sending:
-        assert record_step(state, step, observed, NEW, NOW).in_flight[0].activated_at == NOW
+        assert record_step(state, decided, observed, NEW, NOW).in_flight[0].activated_at == NOW
 
 
 # --- absence as the broker sees it ----------------------------------------------------------
@@ -473,7 +486,7 @@ def test_a_frozen_old_member_past_the_session_timeout_stops_the_rollout() -> Non
     state = rolling(InFlight(2, ago(44), pod_uid="uid-2", closed_at=ago(0.5),
                              old_last_seen_at=ago(46), mode="cold"))
     observed = group(member(0), member(1), member(2, NEW, ready=False, in_group=False))
-    step = next_step(state, observed, NEW, COLD, NOW)
+    step = next_step(state, observed, NEW, COLD, NOW).step
     assert step.__class__.__name__ == "StopAtRisk" and getattr(step, "expired", False)
 
 
@@ -481,10 +494,10 @@ def test_the_old_members_answers_are_remembered_until_its_close() -> None:
     state = rolling(InFlight(2, ago(3), pod_uid="uid-2", mode="cold"))
     observed = group(member(0), member(1), member(2, stopped_at=ago(3)),
                      last_seen={"uid-2": NOW})
-    after = record_step(state, Wait("x", "y"), observed, NEW, NOW)
+    after = record_given(state, Wait("x", "y"), observed, NEW, NOW)
     assert after.in_flight[0].old_last_seen_at == NOW
     silent = replace(observed, last_seen={"uid-2": ago(30)})
-    later = record_step(after, Wait("x", "y"), silent, NEW, NOW + timedelta(seconds=9))
+    later = record_given(after, Wait("x", "y"), silent, NEW, NOW + timedelta(seconds=9))
     assert later.in_flight[0].old_last_seen_at == NOW
 
 
@@ -494,9 +507,10 @@ def test_an_absence_first_seen_past_the_session_timeout_is_a_rebalance_not_a_rej
     state = rolling(InFlight(2, ago(10), pod_uid="uid-2", closed_at=ago(1),
                              old_last_seen_at=ago(50), mode="warm"))
     observed = group(member(0), member(1), member(2, NEW, first_batch_at=ago(0.5)), lag={})
-    step = next_step(state, observed, NEW, COLD, NOW)
+    decided = next_step(state, observed, NEW, COLD, NOW)
+    step = decided.step
     assert step.__class__.__name__ == "StopAtRisk" and getattr(step, "expired", False)
-    after = record_step(state, step, observed, NEW, NOW)
+    after = record_step(state, decided, observed, NEW, NOW)
     assert after.phase == "Stopped" and after.longest_absence_ms == 50000
 
 
@@ -506,5 +520,5 @@ def test_every_step_type_has_one_row_in_each_table() -> None:
     from staticfleet.decisions import rollactions, rollrecord, rollsteps
 
     steps = set(typing.get_args(rollsteps.Step))
-    assert set(rollrecord.RECORDERS) == steps
-    assert set(rollactions.STEP_EFFECTS) == steps
+    assert set(rollrecord.state_after.registry) - {object} == steps
+    assert set(rollactions.effects.registry) - {object} == steps

@@ -34,7 +34,7 @@ from staticfleet.decisions.rollsteps import (
     StopAtRisk,
     Wait,
 )
-from tests.unit.operator.support import NOW
+from tests.unit.operator.support import NOW, record_given
 
 OLD, NEW = "old", "new"
 LIMITS = RolloutLimits(session_timeout_ms=45000)
@@ -268,7 +268,7 @@ def test_next_step(
     limits: RolloutLimits,
     expected: Step | type,
 ) -> None:
-    step = next_step(state, observed, NEW, limits, NOW)
+    step = next_step(state, observed, NEW, limits, NOW).step
     if isinstance(expected, type):
         assert isinstance(step, expected), step
     else:
@@ -282,20 +282,20 @@ def test_stop_at_risk_details() -> None:
         NEW,
         replace(LIMITS, needed_session_ms=60000),
         NOW,
-    )
+    ).step
     assert isinstance(late, StopAtRisk) and not late.expired
     assert late.ordinal == 2 and late.absence_s == 37 and late.needed_session_ms == 60000
     assert "80%" in late.message
     expired = next_step(
         rolling((2, 46), phase="AtRisk"), group(member(2, NEW, ready=False, in_group=False)),
         NEW, LIMITS, NOW,
-    )
+    ).step
     assert isinstance(expired, StopAtRisk) and expired.expired
 
 
 def test_wait_recheck_aims_at_the_at_risk_mark() -> None:
     step = next_step(rolling((2, 34)), group(member(2, NEW, ready=False, in_group=False)), NEW,
-                     LIMITS, NOW)
+                     LIMITS, NOW).step
     assert isinstance(step, Wait) and step.recheck_after_s == pytest.approx(2.0)
 
 
@@ -311,8 +311,9 @@ def test_a_whole_rollout_through_record_step() -> None:
             *(member(o, revs[o], ready=o not in down, in_group=o not in down) for o in range(3)),
             rebalances=0,
         )
-        step = next_step(state, observed, NEW, LIMITS, now)
-        state = record_step(state, step, observed, NEW, now)
+        decided = next_step(state, observed, NEW, LIMITS, now)
+        step = decided.step
+        state = record_step(state, decided, observed, NEW, now)
         state = RolloutState.from_status(state.to_status(0))  # as if the operator restarted
         if isinstance(step, RestartMembers):
             for o in step.ordinals:
@@ -333,26 +334,27 @@ def test_a_whole_rollout_through_record_step() -> None:
 
 def test_record_step_phases() -> None:
     observed = group(member(0), member(1), member(2, NEW, ready=False))
-    at_risk = record_step(rolling((2, 37)), StopAtRisk(2, 37.0, 60000, "late"), observed, NEW, NOW)
+    at_risk = record_given(rolling((2, 37)), StopAtRisk(2, 37.0, 60000, "late"), observed, NEW,
+                           NOW)
     assert at_risk.phase == "AtRisk" and at_risk.reason == "late" and at_risk.finished_at is None
-    stopped = record_step(
+    stopped = record_given(
         at_risk, StopAtRisk(2, 46.0, 60000, "too late", expired=True), observed, NEW, NOW
     )
     assert stopped.phase == "Stopped" and stopped.finished_at == NOW
     assert stopped.longest_absence_ms == 46000
-    back = record_step(at_risk, MarkMemberDone(2, 44.0), observed, NEW, NOW)
+    back = record_given(at_risk, MarkMemberDone(2, 44.0), observed, NEW, NOW)
     assert back.phase == "Rolling" and back.in_flight == ()
-    still_stopped = record_step(stopped, MarkMemberDone(2, 50.0), observed, NEW, NOW)
+    still_stopped = record_given(stopped, MarkMemberDone(2, 50.0), observed, NEW, NOW)
     assert still_stopped.phase == "Stopped"
-    paused = record_step(RolloutState(), Wait("Paused", "paused"), observed, NEW, NOW)
+    paused = record_given(RolloutState(), Wait("Paused", "paused"), observed, NEW, NOW)
     assert paused.phase == "Paused" and paused.pending == (1, 0)
-    refused = record_step(RolloutState(), RefuseToStart(90000, "no"), observed, NEW, NOW)
+    refused = record_given(RolloutState(), RefuseToStart(90000, "no"), observed, NEW, NOW)
     assert refused.phase == "Pending" and refused.revision == NEW
 
 
 def test_restart_records_start_and_rebalances() -> None:
     observed = group(member(0), member(1), member(2), rebalances=7)
-    state = record_step(RolloutState(), RestartMembers((2,)), observed, NEW, NOW)
+    state = record_given(RolloutState(), RestartMembers((2,)), observed, NEW, NOW)
     assert state.started_at == NOW and state.rebalances_at_start == 7
     status = state.to_status(9)
     assert status["current"] == 2 and status["currentStoppedAt"] == "2026-01-01T12:00:00Z"
@@ -368,16 +370,16 @@ def test_restart_records_start_and_rebalances() -> None:
 def test_rebalances_after_a_rollout_finished_are_not_its_own(step: Any, finished: bool) -> None:
     """A planned rejoin after the rollout (it assigns a topic the rollout added) is counted in
     status.rebalances, not in the finished rollout's rebalancesDuringRollout."""
-    started = record_step(RolloutState(), RestartMembers((2,)),
-                          group(member(0), member(1), member(2), rebalances=7), NEW, NOW)
-    ended = record_step(started, step, group(member(0), member(1), member(2, NEW),
-                                             rebalances=8), NEW, NOW)
+    started = record_given(RolloutState(), RestartMembers((2,)),
+                           group(member(0), member(1), member(2), rebalances=7), NEW, NOW)
+    ended = record_given(started, step, group(member(0), member(1), member(2, NEW),
+                                              rebalances=8), NEW, NOW)
     later = RolloutState.from_status(ended.to_status(8))  # the next pass reads it back
     assert later.to_status(10)["rebalancesDuringRollout"] == (1 if finished else 3)
     observed = group(member(0), member(1), member(2, NEW), rebalances=10)
-    resumed = record_step(later, RestartMembers((1,)), observed, NEW, NOW)
+    resumed = record_given(later, RestartMembers((1,)), observed, NEW, NOW)
     assert resumed.to_status(10)["rebalancesDuringRollout"] == 3  # one rollout, from its start
-    following = record_step(later, RestartMembers((1,)), observed, "0123456789", NOW)
+    following = record_given(later, RestartMembers((1,)), observed, "0123456789", NOW)
     assert following.to_status(10)["rebalancesDuringRollout"] == 0
 
 def rejoined(ordinal: int, stopped_ago: float, rejoined_ago: float) -> RolloutState:
@@ -389,11 +391,13 @@ def rejoined(ordinal: int, stopped_ago: float, rejoined_ago: float) -> RolloutSt
 
 
 def test_back_in_the_group_ends_the_absence_before_the_member_is_ready() -> None:
-    step = next_step(rolling((2, 6)), group(member(0), member(1), member(2, NEW, ready=False)),
-                     NEW, LIMITS, NOW)
+    decided = next_step(rolling((2, 6)),
+                        group(member(0), member(1), member(2, NEW, ready=False)), NEW, LIMITS,
+                        NOW)
+    step = decided.step
     assert isinstance(step, MemberRejoined) and step.absence_s == 6
-    state = record_step(rolling((2, 6)), step, group(member(0), member(1),
-                                                     member(2, NEW, ready=False)), NEW, NOW)
+    state = record_step(rolling((2, 6)), decided, group(member(0), member(1),
+                                                        member(2, NEW, ready=False)), NEW, NOW)
     assert state.in_flight[0].rejoined_at == NOW and state.longest_absence_ms == 6000
     assert state.to_status(0)["inFlight"][0]["rejoinedAt"]
 
@@ -401,17 +405,17 @@ def test_back_in_the_group_ends_the_absence_before_the_member_is_ready() -> None
 def test_a_rejoined_member_is_never_at_risk_while_it_gets_ready() -> None:
     # 40 s after the stop (past 80 % of the session), but back in the group after 5 s.
     step = next_step(rejoined(2, 40, 35), group(member(0), member(1), member(2, NEW, ready=False)),
-                     NEW, LIMITS, NOW)
+                     NEW, LIMITS, NOW).step
     assert isinstance(step, Wait) and "to process on the new revision" in step.message
 
 
 def test_done_measures_the_absence_until_the_rejoin() -> None:
     step = next_step(rejoined(2, 40, 35), group(member(0), member(1), member(2, NEW)), NEW,
-                     LIMITS, NOW)
+                     LIMITS, NOW).step
     assert isinstance(step, MarkMemberDone) and step.absence_s == 5
 
 
 def test_the_next_member_waits_for_a_rejoined_one_to_be_ready() -> None:
     members = group(member(0), member(1), member(2, NEW, ready=False))
-    step = next_step(rejoined(2, 10, 5), members, NEW, LIMITS, NOW)
+    step = next_step(rejoined(2, 10, 5), members, NEW, LIMITS, NOW).step
     assert not isinstance(step, RestartMembers)
