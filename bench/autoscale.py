@@ -59,13 +59,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from staticfleet import apply
-from staticfleet.decisions.autoscaling import (
-    AutoscalingSpec,
-    Load,
-    MemberLoad,
-    Situation,
-    decide_autoscaling,
-)
+from staticfleet.decisions.autoscaling import Load, MemberLoad, Situation, decide_autoscaling
+from staticfleet.decisions.autoscalingspec import AutoscalingSpec
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaSettings
 from staticfleet_dev.spark_connect import start_connect_server

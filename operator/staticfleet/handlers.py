@@ -24,9 +24,9 @@ from typing import Any
 import kopf
 
 from staticfleet import apply, metrics, service
-from staticfleet.decisions.builders import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
 from staticfleet.decisions.conditions import DEGRADED, GROUP_ID_IN_USE
 from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION
+from staticfleet.decisions.names import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
 from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, claim_key
 

@@ -40,6 +40,7 @@ from staticfleet.decisions.members import (
     still_running,
 )
 from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.names import ACTIVATED_ANNOTATION, member_token_secret_name
 from staticfleet.decisions.plan import decide, degraded, without_nulls
 from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
@@ -300,7 +301,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], deps: Dep
 def _member_token(spec: ConsumerGroupSpec, kube: apply.Kube) -> tuple[str, bool]:
     """The members' token as the group's Secret holds it, or a new random one while that
     Secret (or its key) is missing, for the plan to create it with; and whether it is missing."""
-    held = kube.secret_key(spec.namespace, builders.member_token_secret_name(spec),
+    held = kube.secret_key(spec.namespace, member_token_secret_name(spec),
                            builders.MEMBER_TOKEN_KEY)
     if held is not None:
         return held, False
@@ -501,7 +502,7 @@ def _ask_members(snap: Snapshot, plan: Plan, deps: Deps) -> None:
                     snap.name, call.ordinal, call.pod, call.action, refused)
         if refused.status in (401, 403) and snap.spec is not None:
             deps.kube.forget_secret(snap.namespace,
-                                    builders.member_token_secret_name(snap.spec))
+                                    member_token_secret_name(snap.spec))
 
 
 def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
@@ -531,7 +532,7 @@ def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
             deps.note_drained(old.uid, drained.drained_at, drained.last_batch_at)
             _post_leave_warning(snap, switch.ordinal, old.name, drained.static_leave, deps)
             kube.annotate_pod(snap.namespace, switch.standby, switch.standby_uid,
-                              {builders.ACTIVATED_ANNOTATION: "true"})
+                              {ACTIVATED_ANNOTATION: "true"})
             refused = memberhttp.ask_member(ips.get(switch.standby) or "", MEMBER_PORT,
                                          "activate", tokens)
             failpoints.hit(failpoints.AFTER_ACTIVATION)

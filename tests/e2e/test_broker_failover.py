@@ -31,6 +31,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from staticfleet.decisions import builders
+from staticfleet.decisions.names import GROUP_LABEL
 from staticfleet.observe import memberhttp
 from staticfleet_dev.kafka import KafkaCluster, offsets_partition
 from staticfleet_dev.spark_connect import ConnectServer
@@ -60,7 +61,7 @@ def names_on_one_coordinator() -> tuple[str, str]:
 
 def member_last_batches(kubeconfig: Path, namespace: str, name: str) -> dict[str, float]:
     """Each running member pod's `lastBatchAt` (its /status), by pod name."""
-    pods = get_json(kubeconfig, "-n", namespace, "pods", "-l", f"{builders.GROUP_LABEL}={name}")
+    pods = get_json(kubeconfig, "-n", namespace, "pods", "-l", f"{GROUP_LABEL}={name}")
     answers: dict[str, float] = {}
     for pod in pods["items"]:
         ip = (pod.get("status") or {}).get("podIP")

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from staticfleet.decisions.builders import ACTIVATED_ANNOTATION, HTTP_PORT
+from staticfleet.decisions.builders import HTTP_PORT
+from staticfleet.decisions.names import ACTIVATED_ANNOTATION
 from staticfleet.observe import memberhttp
 from staticfleet_dev import dashboard, grafana_alerts
 from staticfleet_dev.kafka import KafkaBroker

@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
 
 from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.names import instance_id
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import KafkaBroker, KafkaSettings, start_kafka
 from staticfleet_dev.procs import ServerFailed, stop
@@ -179,7 +180,7 @@ def test_with_adminsecurity_members_need_only_their_group_and_topic(
            for var in pod["spec"]["containers"][0]["env"]
            if (ref := (var.get("valueFrom") or {}).get("secretKeyRef"))}
     assert env["STATICFLEET_SASL_USERNAME"] == "member", "the member logs in as itself"
-    instance = builders.instance_id(spec, 0)
+    instance = instance_id(spec, 0)
     pool = kafkaadmin.AdminPool()
     try:
         with running(builders.runtime_config(spec, TIMEOUTS), tmp_path / "member.log",

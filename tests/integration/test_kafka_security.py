@@ -29,6 +29,7 @@ from consumer_runtime.staticleave import StaticLeave
 from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.names import instance_id
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import SECURED_LISTENERS
 from staticfleet_dev.testkit import groups
@@ -94,7 +95,7 @@ def test_a_member_processes_and_the_operator_reads_over_each_listener(
             [(b"k%d" % i, b"v%d" % i, i % PARTITIONS) for i in range(RECORDS)])
     spec = ConsumerGroupSpec.from_body(group_body("secured", creds, topic, group_id))
     config = builders.runtime_config(spec, TIMEOUTS)
-    instance = builders.instance_id(spec, 0)
+    instance = instance_id(spec, 0)
     pool = kafkaadmin.AdminPool()
     tokens_before = secured_kafka.tokens.issued.get("member", 0)
     try:

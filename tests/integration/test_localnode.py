@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from staticfleet import apply as kube_apply
-from staticfleet.decisions.builders import ACTIVATED_ANNOTATION
+from staticfleet.decisions.names import ACTIVATED_ANNOTATION
 from staticfleet_dev import environment
 from staticfleet_dev.localnode.api import ApiError, Kube, pod_path
 from staticfleet_dev.localnode.podstatus import status_patch

@@ -37,6 +37,7 @@ from consumer_runtime.groupview import GroupView
 from consumer_runtime.membership import NO_TOPIC, consumer_settings
 from staticfleet.decisions import builders
 from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.names import instance_id
 from staticfleet_dev.kafka import SECURED_LISTENERS, KafkaBroker, KafkaCluster
 from staticfleet_dev.procs import free_port
 from staticfleet_dev.testkit.consumers import PolledMember
@@ -296,7 +297,7 @@ def test_the_view_reads_over_each_secured_listener_with_the_members_settings(
     if creds.principal is not None:
         secured_kafka.grant(creds.principal, topic, group)
     spec = ConsumerGroupSpec.from_body(group_body("secured", creds, topic, group))
-    instance = builders.instance_id(spec, 0)
+    instance = instance_id(spec, 0)
     config = parse_config(builders.runtime_config(spec, TIMEOUTS), {
         **member_secret_env(spec, creds), "STATICFLEET_GROUP_INSTANCE_ID": instance})
     consumer = Consumer(consumer_settings(config))

@@ -149,7 +149,7 @@ class Plan:
     """Members to ask to leave the group or to rejoin it (`planned`), before any deletion."""
     annotate: tuple[PodAnnotate, ...] = ()
     """Pods to annotate before the calls: a standby is marked activated
-    (`builders.ACTIVATED_ANNOTATION`) before it is asked to activate, so that a restart of its
+    (`names.ACTIVATED_ANNOTATION`) before it is asked to activate, so that a restart of its
     container joins directly whether or not the operator is there to activate it again."""
     switchovers: tuple[Switchover, ...] = ()
     """Warm handoffs to switch now: drain the old member, activate the standby, delete the old

@@ -17,107 +17,39 @@ from typing import Any
 from staticfleet.decisions import kafkaclient, podsecurity
 from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.reasons import (
+from staticfleet.decisions.names import (
+    ACTIVATED_ANNOTATION,
     FINGERPRINT_ANNOTATION,
-    FINGERPRINT_PARTS,
+    INSTANCE_ID_ANNOTATION,
+    MEMBER_CONTAINER,
     REVISION_ANNOTATION,
-    MemberSpecView,
+    SESSION_ANNOTATION,
+    common_labels,
+    config_map_name,
+    instance_id,
+    member_labels,
+    member_name,
+    member_token_secret_name,
+    network_policy_name,
+    pdb_name,
+    replacement_name,
+    selector_labels,
+    service_name,
 )
+from staticfleet.decisions.reasons import FINGERPRINT_PARTS, MemberSpecView
 
-MEMBER_CONTAINER = "member"
 HTTP_PORT = 8080
 HTTP_PORT_NAME = "http"
 CONFIG_KEY = "config.json"
 
-NAME_LABEL = "app.kubernetes.io/name"
 STANDBY_ENV = "STATICFLEET_STANDBY"
 ACTIVATED_ENV = "STATICFLEET_ACTIVATED"
-ACTIVATED_ANNOTATION = "staticfleet.io/activated"
-"""Set to "true" on a standby pod before the operator activates it. The pod's
-`STATICFLEET_ACTIVATED` comes from it (downward API, resolved at each container start), so a
-container of an activated member that restarts in place joins the group directly, with no call
-from the operator."""
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-GROUP_LABEL = "staticfleet.io/group"
-ORDINAL_LABEL = "staticfleet.io/ordinal"
-INSTANCE_ID_ANNOTATION = "staticfleet.io/instance-id"
-SESSION_ANNOTATION = "staticfleet.io/session-timeout-ms"
-"""The session timeout the member joins with: the broker holds it to this value while it
-restarts later, whatever the spec says by then."""
-MEMBER_APP = "staticfleet-member"
-MANAGER = "staticfleet"
 MEMBER_TOKEN_KEY = "token"
 MEMBER_TOKEN_VOLUME = "member-token"
 MEMBER_TOKEN_DIR = "/var/run/secrets/staticfleet.io/member-token"
 MEMBER_TOKEN_ENV = "STATICFLEET_MEMBER_TOKEN_FILE"
 """The file the member reads the group's token from (the Secret volume's `token` key): every
 POST /leave, /rejoin and /activate must carry it as a bearer token."""
-
-
-# --- names and labels ----------------------------------------------------------------------------
-
-
-def member_name(group: ConsumerGroupSpec, ordinal: int) -> str:
-    """Pod name of member `ordinal`: `<cg-name>-<ordinal>`."""
-    return f"{group.name}-{ordinal}"
-
-
-def replacement_name(group: ConsumerGroupSpec, ordinal: int, revision: str) -> str:
-    """Pod name of member `ordinal`'s warm-handoff replacement for `revision`:
-    `<cg-name>-<ordinal>-<first 5 characters of the revision>` (it runs beside the old pod)."""
-    return f"{member_name(group, ordinal)}-{revision[:5]}"
-
-
-def instance_id(group: ConsumerGroupSpec, ordinal: int) -> str:
-    """group.instance.id of member `ordinal`: `<group.id>-<ordinal>`."""
-    return f"{group.group_id}-{ordinal}"
-
-
-def config_map_name(group: ConsumerGroupSpec) -> str:
-    return f"{group.name}-config"
-
-
-def service_name(group: ConsumerGroupSpec) -> str:
-    """The headless Service giving members stable DNS names (`<pod>.<cg>-members`)."""
-    return f"{group.name}-members"
-
-
-def pdb_name(group: ConsumerGroupSpec) -> str:
-    return f"{group.name}-members"
-
-
-def network_policy_name(group: ConsumerGroupSpec) -> str:
-    return f"{group.name}-members"
-
-
-def member_token_secret_name(group: ConsumerGroupSpec) -> str:
-    """The Secret holding the group's member token (`MEMBER_TOKEN_KEY`)."""
-    return f"{group.name}-member-token"
-
-
-def selector_labels(group: ConsumerGroupSpec) -> dict[str, str]:
-    """Labels that select exactly this group's member pods."""
-    return {NAME_LABEL: MEMBER_APP, INSTANCE_LABEL: group.name, GROUP_LABEL: group.name}
-
-
-def selector_string(group: ConsumerGroupSpec) -> str:
-    """`status.selector` for the scale subresource (`k=v,k=v`, sorted)."""
-    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(group).items()))
-
-
-def common_labels(group: ConsumerGroupSpec) -> dict[str, str]:
-    """Labels on every child: the selector labels plus managed-by."""
-    return {**selector_labels(group), MANAGED_BY_LABEL: MANAGER}
-
-
-def member_labels(group: ConsumerGroupSpec, ordinal: int) -> dict[str, str]:
-    """Labels of member pod `ordinal`: the user's podLabels, then the operator's (which win)."""
-    return {
-        **(group.template.pod_labels or {}),
-        **common_labels(group),
-        ORDINAL_LABEL: str(ordinal),
-    }
 
 
 # --- runtime configuration -----------------------------------------------------------------------

@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 Status = Literal["True", "False", "Unknown"]
+Cond = tuple[Status, str, str]
+"""A condition's status, reason and message, as the decisions derive it."""
 
 # --- condition types ---
 READY = "Ready"
@@ -216,3 +218,4 @@ def set_condition(
 def get_condition(conditions: Sequence[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
     """The condition of type `type_`, or None."""
     return next((c for c in conditions if c.get("type") == type_), None)
+

@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from staticfleet.decisions.members import ObservedMember
 from staticfleet.decisions.rollstate import (
     STARTABLE_STATES,
     Blocker,
     GroupObservation,
     InFlight,
-    ObservedMember,
     RolloutLimits,
     RolloutState,
 )

@@ -1,11 +1,12 @@
-"""What the members measured, as the decisions use it (pure).
+"""What the members measured, as the decisions use it (pure), and the readers of it.
 
-Restarts the roller made and measured (`status.measurements`, `status.record_restart`), the
-members' slowest batch and their cold starts (container start -> first assignment) are what the
-session timeout is chosen from (`timeouts.compute_timeouts`). A container that restarts in place
-(a crash, an OOM kill, a liveness kill), a replacement that waited for scheduling or an image
-pull, or a pod's age is never a restart sample: `sample` says why not, and the timeouts' reasons
-say so (`timeout_notes`).
+Restarts the roller made and measured (`status.measurements`, kept by `record_restart`), the
+members' slowest batch and their cold starts (container start -> first assignment,
+`cold_start_s`, from the pod and the member's `/status`) are what the session timeout is chosen
+from (`timeouts.compute_timeouts`). A container that restarts in place (a crash, an OOM kill, a
+liveness kill), a replacement that waited for scheduling or an image pull, or a pod's age is
+never a restart sample: `sample` says why not, and the timeouts' reasons say so
+(`timeout_notes`).
 """
 
 from __future__ import annotations
@@ -13,15 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from staticfleet.decisions import status as st
 from staticfleet.decisions import timeouts
-from staticfleet.decisions.members import (
-    MemberTable,
-    cold_start_s,
-    join_latency_s,
+from staticfleet.decisions.conditions import parse_rfc3339
+from staticfleet.decisions.names import (
+    JOINED_AS_NEW_ANNOTATION,
+    MEMBER_CONTAINER,
     ordinal_of,
-    restart_count,
-    start_wait_s,
 )
 from staticfleet.decisions.snapshot import Snapshot
 
@@ -30,11 +28,94 @@ START_WAIT_LIMIT_S = 10.0
 container started measures the cluster, not the member: not a restart sample."""
 
 
+# --- a member's own figures, from its pod and its /status ----------------------------------
+
+
+def restart_count(pod: Mapping[str, Any]) -> int:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        if cs.get("name") == MEMBER_CONTAINER:
+            return int(cs.get("restartCount") or 0)
+    return 0
+
+
+def start_wait_s(pod: Mapping[str, Any]) -> float | None:
+    """Seconds from the pod's creation to its member container's start: scheduling, image
+    pulls and volume setup (None while it has not started)."""
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        if cs.get("name") == MEMBER_CONTAINER:
+            started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+            if started and created:
+                return (parse_rfc3339(started) - parse_rfc3339(created)).total_seconds()
+    return None
+
+
+def container_started_at(pod: Mapping[str, Any]) -> float | None:
+    """When the member container now running started (epoch seconds; None while it is not)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        if cs.get("name") == MEMBER_CONTAINER:
+            started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+            return parse_rfc3339(started).timestamp() if started else None
+    return None
+
+
+def cold_start_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
+    """Seconds from the member container's start to its first assignment, for a member coming
+    back with its instance id (a replacement of a pod of its ordinal: a rollout's, a warm
+    handoff's, one made again after a deletion or an eviction) whose container never restarted
+    in place (None otherwise or until it has been assigned); for a standby process, without its
+    wait for the activation. Scheduling and image pulls are not in it; everything a restarted
+    member repeats before it is back is. A member that joined as new (`JOINED_AS_NEW_ANNOTATION`:
+    a scale-up, the group's first members) is no restart sample: its join waited for a
+    rebalance (an eager group's revokes) that a static member coming back does not; only its
+    start up to its consumer (`consumerMade`), which a restart repeats, counts."""
+    if not status or restart_count(pod) > 0:
+        return None
+    phases = status.get("startupSeconds") or {}
+    first = phases.get("firstAssignment")
+    start = status.get("processStart")
+    started = container_started_at(pod)
+    if first is None or start is None or started is None:
+        return None
+    activated, made = phases.get("activated"), phases.get("consumerMade")
+    if joined_as_new(pod):
+        return None if made is None else max(0.0, float(start) + float(made) - started)
+    if activated is not None:
+        # A warm handoff's replacement waited in standby for its activation, which is not part
+        # of a start: a crash restarts it in standby and it is activated at once. Its start is
+        # container start -> consumer made, plus activation -> first assignment.
+        if made is None:
+            return None
+        return max(0.0, float(start) + float(made) - started) + max(
+            0.0, float(first) - float(activated))
+    return max(0.0, float(start) + float(first) - started)
+
+
+def joined_as_new(pod: Mapping[str, Any]) -> bool:
+    """The pod was made for an ordinal new to the group (`JOINED_AS_NEW_ANNOTATION`)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(JOINED_AS_NEW_ANNOTATION) == "true"
+
+
+def join_latency_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
+    """Seconds from the pod's creation to its member's first assignment (a lower bound of a
+    restart), from the member's `/status`; None until it has been assigned."""
+    if not status or (status.get("startupSeconds") or {}).get("activated") is not None:
+        return None  # a standby's wait for its activation is not a join's latency
+    first = (status.get("startupSeconds") or {}).get("firstAssignment")
+    start = status.get("processStart")
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    if first is None or start is None or not created:
+        return None
+    latency = float(start) + float(first) - parse_rfc3339(created).timestamp()
+    return max(0.0, latency)
+
+
 def measure(snap: Snapshot) -> timeouts.Measurements:
     """Restarts the roller made and measured (close of the old process to the replacement back
     in the group), and the slowest batch the members report. A container that restarts in place
     (a crash, an OOM kill, a liveness kill) or a pod's age is never a restart sample."""
-    recorded = st.measurements_from_status(snap.previous.get("measurements"))
+    recorded = measurements_from_status(snap.previous.get("measurements"))
     batch = [float(s.get("batchSecondsMax") or 0) for s in snap.statuses.values()]
     p99 = [float(s["batchSecondsP99"]) for s in snap.statuses.values()
            if s.get("batchSecondsP99") is not None]
@@ -69,9 +150,10 @@ def first_assignment_s(snap: Snapshot) -> float | None:
     return max(known) if known else None
 
 
-def sample(table: MemberTable, ordinal: int, seconds: float) -> tuple[int, float, str | None]:
-    """A measured restart of member `ordinal`, and why it is not a sample (None: it is)."""
-    pod = table.live.get(ordinal)
+def sample(pod: Mapping[str, Any] | None, ordinal: int,
+           seconds: float) -> tuple[int, float, str | None]:
+    """A measured restart of member `ordinal` (its live pod `pod`), and why it is not a sample
+    (None: it is)."""
     why = None
     if pod is not None and restart_count(pod) > 0:
         why = (f"its container restarted in place during the restart (restartCount "
@@ -112,11 +194,64 @@ def recorded(snap: Snapshot, measured: timeouts.Measurements,
     ignored with why), the slowest first assignment and the slowest batch."""
     out: dict[str, Any] = dict(snap.previous.get("measurements") or {})
     for member, seconds, why in restarts:
-        out = (st.record_restart(out, seconds, member) if why is None
-               else st.ignore_restart(out, seconds, member, why))
+        out = (record_restart(out, seconds, member) if why is None
+               else ignore_restart(out, seconds, member, why))
     first = first_assignment_s(snap)
     if first is not None:
         out["firstAssignmentSecondsMax"] = round(first, 3)
     if measured.batch_seconds_max is not None:
         out["batchSecondsMax"] = measured.batch_seconds_max
     return out
+
+
+RECENT_RESTARTS_KEPT = 10
+def record_restart(
+    measurements: Mapping[str, Any] | None, absence_s: float, member: int | None = None,
+    keep: int = RECENT_RESTARTS_KEPT,
+) -> dict[str, Any]:
+    """`status.measurements` after one more measured restart (kept: the `keep` most recent, so an
+    old slow restart eventually stops driving the automatic session timeout), with the member
+    each was measured on."""
+    m = dict(measurements or {})
+    recent = [*list(m.get("restartSecondsRecent") or []), round(absence_s, 3)]
+    members = list(m.get("restartMembersRecent") or [])
+    members = [*([None] * (len(recent) - 1 - len(members))), *members, member][-keep:]
+    recent = recent[-keep:]
+    m["restartSecondsRecent"] = recent
+    m["restartMembersRecent"] = [-1 if x is None else x for x in members]
+    m["restartSecondsMax"] = max(recent)
+    m["restartSamples"] = int(m.get("restartSamples") or 0) + 1
+    return m
+
+
+def ignore_restart(measurements: Mapping[str, Any] | None, absence_s: float, member: int,
+                   why: str, keep: int = 5) -> dict[str, Any]:
+    """`status.measurements` noting a restart that is not a sample of the roller's restarts."""
+    m = dict(measurements or {})
+    ignored = [*list(m.get("ignoredRestarts") or []),
+               {"member": member, "seconds": round(absence_s, 3), "why": why}]
+    m["ignoredRestarts"] = ignored[-keep:]
+    return m
+
+
+def slowest_restart(measurements: Mapping[str, Any] | None) -> tuple[int | None, float] | None:
+    """(member, seconds) of the slowest recent restart, if any."""
+    m = measurements or {}
+    recent = [float(x) for x in m.get("restartSecondsRecent") or ()]
+    if not recent:
+        return None
+    members = list(m.get("restartMembersRecent") or [])
+    members = [None] * (len(recent) - len(members)) + members
+    i = max(range(len(recent)), key=lambda k: recent[k])
+    member = members[i]
+    return (None if member is None or member < 0 else int(member)), recent[i]
+
+
+def measurements_from_status(measurements: Mapping[str, Any] | None) -> timeouts.Measurements:
+    """The `timeouts.Measurements` input from `status.measurements`."""
+    m = measurements or {}
+    batch = m.get("batchSecondsMax")
+    return timeouts.Measurements(
+        restart_seconds=tuple(float(x) for x in m.get("restartSecondsRecent") or ()),
+        batch_seconds_max=float(batch) if batch is not None else None,
+    )

@@ -12,27 +12,20 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from staticfleet.decisions import builders, reasons
 from staticfleet.decisions import conditions as c
+from staticfleet.decisions import reasons
 from staticfleet.decisions.conditions import parse_rfc3339
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollstate import ObservedMember
+from staticfleet.decisions.names import (
+    MEMBER_CONTAINER,
+    SESSION_ANNOTATION,
+    instance_id,
+    ordinal_of,
+)
+from staticfleet.decisions.reasons import RestartReason
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView
 
 DEFAULT_GRACE_S = 30
-JOINED_AS_NEW_ANNOTATION = "staticfleet.io/joined-as-new"
-"""Set ("true") on a member pod made for an ordinal that is new to the group (its first
-creation, a scale-up, a member that left for a scale-down taken back): it joins as a new member,
-and its wait for that rebalance (in an eager group, for the others' revokes) says nothing of a
-restart (`cold_start_s`). Written by `pods.creates`."""
-
-
-def ordinal_of(pod: Mapping[str, Any]) -> int | None:
-    value = ((pod.get("metadata") or {}).get("labels") or {}).get(builders.ORDINAL_LABEL)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 TERMINAL_PHASES = ("Failed", "Succeeded")
@@ -147,7 +140,7 @@ def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     if not (pod.get("metadata") or {}).get("deletionTimestamp"):
         return None
     for cs in (pod.get("status") or {}).get("containerStatuses") or ():
-        if cs.get("name") == builders.MEMBER_CONTAINER:
+        if cs.get("name") == MEMBER_CONTAINER:
             return (cs.get("state") or {}).get("terminated")
     return None
 
@@ -202,7 +195,7 @@ def member_failure(pod: Mapping[str, Any]) -> Failure | None:
     """The last failed exit of the member container, while it is not running again (waiting
     to be restarted, or terminated for good)."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or ():
-        if cs.get("name") != builders.MEMBER_CONTAINER:
+        if cs.get("name") != MEMBER_CONTAINER:
             continue
         state = cs.get("state") or {}
         if state.get("running"):
@@ -223,7 +216,7 @@ def member_crash(pod: Mapping[str, Any]) -> Failure | None:
     """The member container's last failed exit, whether or not it runs again: a container that
     restarted after a failure is crash-looping as far as a rollout is concerned."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or ():
-        if cs.get("name") != builders.MEMBER_CONTAINER:
+        if cs.get("name") != MEMBER_CONTAINER:
             continue
         for state in (cs.get("state") or {}, cs.get("lastState") or {}):
             term = state.get("terminated") or {}
@@ -275,86 +268,6 @@ def still_running(pod: Mapping[str, Any], closed_by_pod: Mapping[str, datetime])
             and pod["metadata"]["uid"] not in closed_by_pod and member_closed_at(pod) is None)
 
 
-def restart_count(pod: Mapping[str, Any]) -> int:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
-        if cs.get("name") == builders.MEMBER_CONTAINER:
-            return int(cs.get("restartCount") or 0)
-    return 0
-
-
-def start_wait_s(pod: Mapping[str, Any]) -> float | None:
-    """Seconds from the pod's creation to its member container's start: scheduling, image
-    pulls and volume setup (None while it has not started)."""
-    created = (pod.get("metadata") or {}).get("creationTimestamp")
-    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
-        if cs.get("name") == builders.MEMBER_CONTAINER:
-            started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
-            if started and created:
-                return (parse_rfc3339(started) - parse_rfc3339(created)).total_seconds()
-    return None
-
-
-def container_started_at(pod: Mapping[str, Any]) -> float | None:
-    """When the member container now running started (epoch seconds; None while it is not)."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
-        if cs.get("name") == builders.MEMBER_CONTAINER:
-            started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
-            return parse_rfc3339(started).timestamp() if started else None
-    return None
-
-
-def cold_start_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
-    """Seconds from the member container's start to its first assignment, for a member coming
-    back with its instance id (a replacement of a pod of its ordinal: a rollout's, a warm
-    handoff's, one made again after a deletion or an eviction) whose container never restarted
-    in place (None otherwise or until it has been assigned); for a standby process, without its
-    wait for the activation. Scheduling and image pulls are not in it; everything a restarted
-    member repeats before it is back is. A member that joined as new (`JOINED_AS_NEW_ANNOTATION`:
-    a scale-up, the group's first members) is no restart sample: its join waited for a
-    rebalance (an eager group's revokes) that a static member coming back does not; only its
-    start up to its consumer (`consumerMade`), which a restart repeats, counts."""
-    if not status or restart_count(pod) > 0:
-        return None
-    phases = status.get("startupSeconds") or {}
-    first = phases.get("firstAssignment")
-    start = status.get("processStart")
-    started = container_started_at(pod)
-    if first is None or start is None or started is None:
-        return None
-    activated, made = phases.get("activated"), phases.get("consumerMade")
-    if joined_as_new(pod):
-        return None if made is None else max(0.0, float(start) + float(made) - started)
-    if activated is not None:
-        # A warm handoff's replacement waited in standby for its activation, which is not part
-        # of a start: a crash restarts it in standby and it is activated at once. Its start is
-        # container start -> consumer made, plus activation -> first assignment.
-        if made is None:
-            return None
-        return max(0.0, float(start) + float(made) - started) + max(
-            0.0, float(first) - float(activated))
-    return max(0.0, float(start) + float(first) - started)
-
-
-def joined_as_new(pod: Mapping[str, Any]) -> bool:
-    """The pod was made for an ordinal new to the group (`JOINED_AS_NEW_ANNOTATION`)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return annotations.get(JOINED_AS_NEW_ANNOTATION) == "true"
-
-
-def join_latency_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
-    """Seconds from the pod's creation to its member's first assignment (a lower bound of a
-    restart), from the member's `/status`; None until it has been assigned."""
-    if not status or (status.get("startupSeconds") or {}).get("activated") is not None:
-        return None  # a standby's wait for its activation is not a join's latency
-    first = (status.get("startupSeconds") or {}).get("firstAssignment")
-    start = status.get("processStart")
-    created = (pod.get("metadata") or {}).get("creationTimestamp")
-    if first is None or start is None or not created:
-        return None
-    latency = float(start) + float(first) - parse_rfc3339(created).timestamp()
-    return max(0.0, latency)
-
-
 def running_session_timeout_ms(pods: Iterable[Mapping[str, Any]]) -> int | None:
     """The shortest session timeout a live member joined with (the broker holds it to it)."""
     values = []
@@ -362,10 +275,53 @@ def running_session_timeout_ms(pods: Iterable[Mapping[str, Any]]) -> int | None:
         meta = pod.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             continue
-        raw = (meta.get("annotations") or {}).get(builders.SESSION_ANNOTATION)
+        raw = (meta.get("annotations") or {}).get(SESSION_ANNOTATION)
         if raw and str(raw).isdigit():
             values.append(int(raw))
     return min(values) if values else None
+
+
+@dataclass(frozen=True)
+class ObservedMember:
+    """One member ordinal as observed this pass (pod from Kubernetes, group from the broker)."""
+
+    ordinal: int
+    pod_exists: bool = True
+    revision: str | None = None
+    ready: bool = False
+    stopped_at: datetime | None = None
+    """When the pod's deletion was requested (its deletionTimestamp), if it is being deleted."""
+    in_group: bool = False
+    """The broker lists its instance id with a non-empty assignment."""
+    pod_name: str | None = None
+    pod_phase: str | None = None
+    member_id: str | None = None
+    assignment: tuple[tuple[str, int], ...] = ()
+    pod_uid: str | None = None
+    restart_reasons: tuple[RestartReason, ...] = ()
+    """Why its pod must be restarted to run the update revision (`reasons.restart_reasons`,
+    computed once per pass); empty when it runs it. No reasons, no restart."""
+    standby_state: str | None = None
+    """What its process says in /status `standby`: "warming" or "ready" while it waits for
+    activation (a warm handoff's replacement), None when active or not answering."""
+    failure: str | None = None
+    """Its member container's last failed exit, while it is not running again."""
+    standby_ready_at: datetime | None = None
+    first_batch_at: datetime | None = None
+    """When its process finished its first batch (from /status)."""
+    first_assignment_at: datetime | None = None
+    """When its process was first assigned partitions (from /status: its own clock)."""
+    answers: bool = False
+    """Its process answered /status this pass."""
+    standby: ObservedMember | None = None
+    """A newer live pod of this ordinal beside it: a warm handoff's replacement."""
+    crash: str | None = None
+    """Its member container's last failed exit, even when it runs again (a crash loop)."""
+    pod_failed: str | None = None
+    """Its pod ended for good (phase Failed: evicted, node shutdown): why, from its status."""
+    left: bool = False
+    """Its process was asked to leave the group (`/status` `leaving`): it leaves, or left, and
+    never joins again; it waits for its pod to be deleted."""
 
 
 @dataclass(frozen=True)
@@ -474,7 +430,7 @@ class _Seen:
         """Member `ordinal` as its pod `pod` shows it (`is_live`: not being deleted, not ended)."""
         meta = pod["metadata"]
         st = self.statuses.get(meta["uid"]) or {}
-        gm = self.by_instance.get(builders.instance_id(self.spec, ordinal))
+        gm = self.by_instance.get(instance_id(self.spec, ordinal))
         if gm is None and st.get("memberId"):
             gm = self.by_member_id.get(str(st["memberId"]))  # dynamic membership (tests)
         # The broker keeps an absent static member's registration (and partitions) until its

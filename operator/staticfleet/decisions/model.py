@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from staticfleet.decisions import kafkaspec, podsecurity
-from staticfleet.decisions.autoscaling import AutoscalingSpec, parse_autoscaling
+from staticfleet.decisions.autoscalingspec import AutoscalingSpec, parse_autoscaling
 from staticfleet.decisions.kafkaspec import KafkaSpec
 from staticfleet.decisions.specfields import (
     SpecError,

@@ -41,7 +41,8 @@ from staticfleet.decisions.problems import (
     member_problems,
     problem_events,
 )
-from staticfleet.decisions.rollactions import PHASES_IN_PROGRESS, Roll, current_spec, rollout_step
+from staticfleet.decisions.rollactions import Roll, current_spec, rollout_step
+from staticfleet.decisions.rollstate import PHASES_IN_PROGRESS
 from staticfleet.decisions.settings import ALLOW_TESTING_ANNOTATIONS_ENV
 from staticfleet.decisions.snapshot import Problem, Snapshot
 from staticfleet.decisions.stalls import stalled_condition
@@ -158,8 +159,8 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Mea
     """The status after this pass, but for `currentSpec`."""
     previous = snap.previous
     extra = (unowned.condition, bounds_condition(snap, spec),
-             stalled_condition(spec, changes.stalls, changes.stalled_restart, roll,
-                               changes.stall_memory),
+             stalled_condition(spec, changes.stalls, changes.stalled_restart,
+                               changes.stall_memory, restart_safe=roll.restart_safe),
              *(((c.AUTOSCALING, scaled.condition),) if scaled else ()),
              *_testing_condition(spec))
     conds = st.derive_conditions(
@@ -249,7 +250,7 @@ def _member_network_policy(snap: Snapshot,
     return () if sources is None else (builders.build_member_network_policy(spec, sources),)
 
 
-def _testing_condition(spec: ConsumerGroupSpec) -> tuple[tuple[str, st.Cond], ...]:
+def _testing_condition(spec: ConsumerGroupSpec) -> tuple[tuple[str, c.Cond], ...]:
     """TestingAnnotations=False while the group sets a test-only annotation this operator does
     not honour (`model.TESTING_ANNOTATIONS`)."""
     ignored = spec.ignored_testing_annotations

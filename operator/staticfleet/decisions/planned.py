@@ -35,8 +35,7 @@ from staticfleet.decisions.actions import Event, MemberCall, PodDelete
 from staticfleet.decisions.members import MemberTable
 from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.rebalances import RebalanceCount, count_rebalances
-from staticfleet.decisions.rollactions import PHASES_IN_PROGRESS
-from staticfleet.decisions.rollstate import RolloutState
+from staticfleet.decisions.rollstate import PHASES_IN_PROGRESS, RolloutState
 from staticfleet.decisions.snapshot import GroupView, Snapshot
 
 PLANNED_WINDOW_S = 60.0
@@ -221,7 +220,7 @@ def rejoin(snap: Snapshot, table: MemberTable, spec: ConsumerGroupSpec,
 
 def unassigned_condition(missing: tuple[tuple[str, int], ...], since: datetime | None,
                          rejoin: Rejoin | None, last: PlannedRebalance | None
-                          ) -> tuple[str, st.Cond]:
+                          ) -> tuple[str, c.Cond]:
     if not missing:
         return c.UNASSIGNED_PARTITIONS, ("False", c.ALL_PARTITIONS_ASSIGNED,
                                          "every partition has an owner (or the group is not "
@@ -291,7 +290,7 @@ class Unowned:
     missing: tuple[tuple[str, int], ...]
     since: datetime | None
     rejoin: Rejoin | None
-    condition: tuple[str, st.Cond]
+    condition: tuple[str, c.Cond]
 
 
 def unowned(snap: Snapshot, spec: ConsumerGroupSpec, group: GroupView,

@@ -35,15 +35,19 @@ from staticfleet.decisions.actions import (
 )
 from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.members import (
-    JOINED_AS_NEW_ANNOTATION,
     TERMINAL_PHASES,
     MemberTable,
     ended_reason,
     observe_members,
-    ordinal_of,
     still_running,
 )
 from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.names import (
+    ACTIVATED_ANNOTATION,
+    JOINED_AS_NEW_ANNOTATION,
+    instance_id,
+    ordinal_of,
+)
 from staticfleet.decisions.reasons import MemberSpecView
 from staticfleet.decisions.rollactions import Roll, RollbackSource
 from staticfleet.decisions.snapshot import GroupView, Snapshot
@@ -96,7 +100,7 @@ def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
         else:
             why = WHY_MISSING
         pod = builders.build_member_pod(spec, ordinal, view, effective.session_timeout_ms)
-        if why == WHY_NEW:  # its start is a join, not a restart (`members.cold_start_s`)
+        if why == WHY_NEW:  # its start is a join, not a restart (`measurements.cold_start_s`)
             pod["metadata"].setdefault("annotations", {})[JOINED_AS_NEW_ANNOTATION] = "true"
         out.append(PodCreate(ordinal, pod, why))
     names = {p["metadata"]["name"] for p in snap.pods}
@@ -137,10 +141,10 @@ def ended(spec: ConsumerGroupSpec, table: MemberTable,
                 then = "no replacement: the member is beyond spec.replicas"
             elif live is not None:
                 then = (f"pod {live['metadata']['name']} runs instance id "
-                        f"{builders.instance_id(spec, ordinal)}")
+                        f"{instance_id(spec, ordinal)}")
             else:
                 then = ("its replacement is created with the same instance id "
-                        f"{builders.instance_id(spec, ordinal)} once it is gone")
+                        f"{instance_id(spec, ordinal)} once it is gone")
             said = ended_reason(pod)
             out.append((
                 PodDelete(ordinal, meta["name"], meta["uid"], f"{WHY_ENDED}: {said}"),
@@ -192,17 +196,17 @@ def activations(snap: Snapshot, table: MemberTable,
 
 def marked_activated(table: MemberTable,
                      activations: Sequence[MemberCall]) -> tuple[PodAnnotate, ...]:
-    """Each pod about to be activated, marked so first (`builders.ACTIVATED_ANNOTATION`)."""
+    """Each pod about to be activated, marked so first (`names.ACTIVATED_ANNOTATION`)."""
     out = []
     for call in activations:
         pod = table.live.get(call.ordinal)
         if pod is None or pod["metadata"]["name"] != call.pod:
             continue
         if (pod["metadata"].get("annotations") or {}).get(
-                builders.ACTIVATED_ANNOTATION) == "true":
+                ACTIVATED_ANNOTATION) == "true":
             continue  # marked in an earlier pass; its activation did not take (yet)
         out.append(PodAnnotate(call.ordinal, call.pod, pod["metadata"]["uid"],
-                               {builders.ACTIVATED_ANNOTATION: "true"}, WHY_ACTIVATED))
+                               {ACTIVATED_ANNOTATION: "true"}, WHY_ACTIVATED))
     return tuple(out)
 
 
@@ -271,7 +275,8 @@ def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                              restarting=tuple(f.ordinal for f in roll.state.in_flight),
                              leaderless=snap.leaderless)
     memory = Recovery.from_status(previous.get("stallRecovery"))
-    restart = stalled_restart(spec, stalls, roll, table, delete, memory)
+    restart = stalled_restart(spec, stalls, table, delete, memory,
+                              rollout_under_way=roll.under_way, restart_safe=roll.restart_safe)
     delete += restart
     recovery = recovery_memory(
         previous.get("stallRecovery"), stalls, restart,

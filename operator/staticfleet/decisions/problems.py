@@ -14,8 +14,9 @@ from typing import Any
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Event, PodDelete
-from staticfleet.decisions.members import MemberTable, member_failure, ordinal_of, refusal_line
+from staticfleet.decisions.members import MemberTable, member_failure, refusal_line
 from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.names import ordinal_of
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
 
 STUCK_AFTER_S = 60.0

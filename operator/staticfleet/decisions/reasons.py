@@ -34,9 +34,7 @@ from staticfleet.decisions.conditions import (
     SPARK_CONF_CHANGED,
     TEMPLATE_CHANGED,
 )
-
-REVISION_ANNOTATION = "staticfleet.io/revision"
-FINGERPRINT_ANNOTATION = "staticfleet.io/fingerprint"
+from staticfleet.decisions.names import FINGERPRINT_ANNOTATION, REVISION_ANNOTATION
 
 FINGERPRINT_PARTS = (
     "image",

@@ -24,22 +24,22 @@ from typing import Any
 
 from staticfleet.decisions import builders, rollout, rollrecord, rollstate, rollsteps
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import Event, PodDelete, Switchover
 from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.measurements import sample, slowest_cold_start, slowest_text
-from staticfleet.decisions.members import (
-    MemberTable,
-    last_batch_at,
-    ordinal_of,
-    running_session_timeout_ms,
+from staticfleet.decisions.measurements import (
+    sample,
+    slowest_cold_start,
+    slowest_restart,
+    slowest_text,
 )
+from staticfleet.decisions.members import MemberTable, last_batch_at, running_session_timeout_ms
 from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION, ConsumerGroupSpec
+from staticfleet.decisions.names import ordinal_of, replacement_name
 from staticfleet.decisions.reasons import MemberSpecView, RestartReason
+from staticfleet.decisions.rollstate import PHASES_IN_PROGRESS
 from staticfleet.decisions.snapshot import Snapshot
 from staticfleet.decisions.specfields import SpecError
 
-PHASES_IN_PROGRESS = ("Rolling", "AtRisk")
 WHY_RESTART = "restart"
 WHY_HANDOFF = "restart: its standby replacement is ready (warm handoff)"
 WHY_HANDOFF_ABORTED = "warm handoff abandoned: the replacement is deleted"
@@ -83,6 +83,16 @@ class Roll:
     """The spec every member last ran, which a failed member is handed back to (read once per
     pass: `rollback_source`)."""
 
+    @property
+    def under_way(self) -> bool:
+        """Members are in flight, or the rollout is rolling (`PHASES_IN_PROGRESS`)."""
+        return bool(self.state.in_flight) or self.state.phase in PHASES_IN_PROGRESS
+
+    @property
+    def restart_safe(self) -> bool | None:
+        """Restarts fit in the session timeout (None: the limits are not known)."""
+        return None if self.limits is None else self.limits.restart_safe
+
 
 def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                  effective: EffectiveTimeouts, table: MemberTable, group_state: str,
@@ -96,7 +106,7 @@ def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     # config the broker applies at once.
     running = (running_session_timeout_ms(snap.pods)
                if spec.membership.protocol == "classic" else None)
-    which = slowest_text(st.slowest_restart(snap.previous.get("measurements")),
+    which = slowest_text(slowest_restart(snap.previous.get("measurements")),
                          slowest_cold_start(snap))
     limits = rollstate.RolloutLimits.from_timeouts(effective, spec.rollout, running, which,
                                             float(spec.template.termination_grace_period_seconds))
@@ -107,13 +117,13 @@ def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
         replicas=spec.replicas,
         last_batches={**{uid: at for uid, st_ in snap.statuses.items()
                          if (at := last_batch_at(st_)) is not None}, **snap.final_batches},
-        replacement_names={o: builders.replacement_name(spec, o, view.revision)
+        replacement_names={o: replacement_name(spec, o, view.revision)
                            for o in range(spec.replicas)},
         lag=snap.lag, lag_age_s=snap.lag_age_s, last_seen=snap.last_answers,
         refused=snap.refused, activating=activating,
         rollback_revision=(back.view.revision if back is not None
                            and back.view.revision != view.revision else None),
-        rollback_names=({o: builders.replacement_name(back.spec, o, back.view.revision)
+        rollback_names=({o: replacement_name(back.spec, o, back.view.revision)
                          for o in range(spec.replicas)} if back is not None else {}))
     decided = rollout.next_step(state, obs, view.revision, limits, now)
     after = rollrecord.record_step(state, decided, obs, view.revision, now)
@@ -230,7 +240,7 @@ def _on_start(ordinals: tuple[int, ...], warm: bool, s: _Step, roll: Roll) -> Ro
         if warm:
             events.append(Event("Normal", c.HANDOFF_STARTED, (
                 f"starting the replacement of member {ordinal} in standby (pod "
-                f"{builders.replacement_name(s.spec, ordinal, s.view.revision)}; {said}")))
+                f"{replacement_name(s.spec, ordinal, s.view.revision)}; {said}")))
         else:
             events.append(Event("Normal", c.MEMBER_RESTARTING,
                                 f"restarting member {ordinal} ({said}"))
@@ -339,7 +349,8 @@ def _on_done(decided: rollsteps.MarkMemberDone, s: _Step, roll: Roll) -> Roll:
     if s.after.phase == "RolledBack":
         events.append(Event("Warning", c.ROLLED_BACK, s.after.reason))
     return replace(roll, requeue_after_s=0.5, events=tuple(events),
-                   restarts=(sample(s.table, decided.ordinal, decided.absence_s),),
+                   restarts=(sample(s.table.live.get(decided.ordinal), decided.ordinal,
+                                    decided.absence_s),),
                    gaps=(() if decided.processing_gap_s is None
                          else (decided.processing_gap_s,)),
                    finished=(_finished(s) if s.after.phase == "RolledBack" else None))
@@ -363,7 +374,8 @@ def _on_failed(decided: rollsteps.MemberFailed, s: _Step, roll: Roll) -> Roll:
 def _on_at_risk(decided: rollsteps.StopAtRisk, s: _Step, roll: Roll) -> Roll:
     reason = c.SESSION_TIMEOUT_EXCEEDED if decided.expired else c.RESTART_RUNNING_LATE
     return replace(roll, requeue_after_s=1.0,
-                   restarts=((sample(s.table, decided.ordinal, decided.absence_s),)
+                   restarts=((sample(s.table.live.get(decided.ordinal), decided.ordinal,
+                                     decided.absence_s),)
                              if decided.expired else ()),
                    events=(Event("Warning", reason, decided.message),))
 

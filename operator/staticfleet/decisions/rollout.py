@@ -68,6 +68,7 @@ from staticfleet.decisions.conditions import (
     WAIT_UP_TO_DATE,
 )
 from staticfleet.decisions.gates import GateContext
+from staticfleet.decisions.members import ObservedMember
 from staticfleet.decisions.rollstate import (
     MAX_RECHECK_S,
     STABLE_STATES,
@@ -75,7 +76,6 @@ from staticfleet.decisions.rollstate import (
     Blocker,
     GroupObservation,
     InFlight,
-    ObservedMember,
     RolloutLimits,
     RolloutState,
 )

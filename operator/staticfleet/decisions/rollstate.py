@@ -1,5 +1,5 @@
 """The roller's inputs and memory, typed: what one pass observed of the group
-(`ObservedMember`, `GroupObservation`), what bounds the roller (`RolloutLimits`), and
+(`GroupObservation`, of `members.ObservedMember`s), what bounds the roller (`RolloutLimits`), and
 `status.rollout` (`RolloutState`, with its members in flight and their `Handoff` figures).
 
 `rollout` (and `rollwarm`) decide from these, `rollrecord` writes the state after a step;
@@ -15,11 +15,14 @@ from typing import Any, Literal
 
 from staticfleet.decisions.conditions import parse_optional, rfc3339, rfc3339_ms
 from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
+from staticfleet.decisions.members import ObservedMember
 from staticfleet.decisions.model import RolloutSpec
-from staticfleet.decisions.reasons import RestartReason
 
 Phase = Literal["Idle", "Pending", "Rolling", "Paused", "AtRisk", "Stopped", "Halted",
                 "RolledBack", "Complete"]
+
+PHASES_IN_PROGRESS = ("Rolling", "AtRisk")
+"""The phases of a rollout under way: it has members to restart and restarts them."""
 
 STABLE_STATES = frozenset({"Stable"})
 STARTABLE_STATES = frozenset({"Stable", "Empty"})
@@ -46,49 +49,6 @@ class Blocker:
 
     def to_status(self) -> dict[str, str]:
         return {"name": self.name, "message": self.message}
-
-
-@dataclass(frozen=True)
-class ObservedMember:
-    """One member ordinal as observed this pass (pod from Kubernetes, group from the broker)."""
-
-    ordinal: int
-    pod_exists: bool = True
-    revision: str | None = None
-    ready: bool = False
-    stopped_at: datetime | None = None
-    """When the pod's deletion was requested (its deletionTimestamp), if it is being deleted."""
-    in_group: bool = False
-    """The broker lists its instance id with a non-empty assignment."""
-    pod_name: str | None = None
-    pod_phase: str | None = None
-    member_id: str | None = None
-    assignment: tuple[tuple[str, int], ...] = ()
-    pod_uid: str | None = None
-    restart_reasons: tuple[RestartReason, ...] = ()
-    """Why its pod must be restarted to run the update revision (`reasons.restart_reasons`,
-    computed once per pass); empty when it runs it. No reasons, no restart."""
-    standby_state: str | None = None
-    """What its process says in /status `standby`: "warming" or "ready" while it waits for
-    activation (a warm handoff's replacement), None when active or not answering."""
-    failure: str | None = None
-    """Its member container's last failed exit, while it is not running again."""
-    standby_ready_at: datetime | None = None
-    first_batch_at: datetime | None = None
-    """When its process finished its first batch (from /status)."""
-    first_assignment_at: datetime | None = None
-    """When its process was first assigned partitions (from /status: its own clock)."""
-    answers: bool = False
-    """Its process answered /status this pass."""
-    standby: ObservedMember | None = None
-    """A newer live pod of this ordinal beside it: a warm handoff's replacement."""
-    crash: str | None = None
-    """Its member container's last failed exit, even when it runs again (a crash loop)."""
-    pod_failed: str | None = None
-    """Its pod ended for good (phase Failed: evicted, node shutdown): why, from its status."""
-    left: bool = False
-    """Its process was asked to leave the group (`/status` `leaving`): it leaves, or left, and
-    never joins again; it waits for its pod to be deleted."""
 
 
 @dataclass(frozen=True)
@@ -406,7 +366,6 @@ class RolloutLimits:
             fallback=rollout.fallback,
             termination_grace_s=float(termination_grace_s),
         )
-
 
 
 def _in_flight_status(f: InFlight) -> dict[str, Any]:

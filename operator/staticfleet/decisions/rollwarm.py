@@ -14,7 +14,8 @@ from dataclasses import replace
 from staticfleet.decisions import gates
 from staticfleet.decisions.conditions import WAIT_MEMBER
 from staticfleet.decisions.gates import GateContext, replacement_of
-from staticfleet.decisions.rollstate import ACTIVATION_GIVE_UP_S, Blocker, InFlight, ObservedMember
+from staticfleet.decisions.members import ObservedMember
+from staticfleet.decisions.rollstate import ACTIVATION_GIVE_UP_S, Blocker, InFlight
 from staticfleet.decisions.rollsteps import (
     FallBackCold,
     HandoffFailed,

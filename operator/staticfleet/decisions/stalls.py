@@ -36,11 +36,9 @@ from datetime import datetime
 from typing import Any
 
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import PodDelete
 from staticfleet.decisions.members import MemberTable
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollactions import PHASES_IN_PROGRESS, Roll
 
 MIN_BOUND_S = 60.0
 MAX_STALL_RESTARTS = 3
@@ -196,17 +194,17 @@ def recovery_memory(previous: Any, stalls: Sequence[Stall], restart: Sequence[Po
     return [memory[o].to_status() for o in sorted(memory)] or None
 
 
-def stalled_restart(spec: ConsumerGroupSpec, stalls: Sequence[Stall], roll: Roll,
-                    table: MemberTable, deletes: Sequence[PodDelete],
-                    memory: Mapping[int, Recovery] | None = None) -> tuple[PodDelete, ...]:
+def stalled_restart(spec: ConsumerGroupSpec, stalls: Sequence[Stall], table: MemberTable,
+                    deletes: Sequence[PodDelete], memory: Mapping[int, Recovery] | None = None,
+                    *, rollout_under_way: bool, restart_safe: bool | None
+                    ) -> tuple[PodDelete, ...]:
     """The first stalled member's pod that may be restarted (`_backed_off`), deleted so that it
     is made again with the same instance id (a static rejoin, no rebalance): only with
     spec.recovery.restartStalledMembers, no rollout under way, no member pod going away, and
-    restarts that fit in the session timeout. One member at a time."""
-    if (not stalls or not spec.recovery.restart_stalled_members or roll.state.in_flight
-            or roll.state.phase in PHASES_IN_PROGRESS or deletes
-            or any(m.stopped_at is not None for m in table.members)
-            or roll.limits is None or not roll.limits.restart_safe):
+    restarts that fit in the session timeout (`restart_safe`; None: not known)."""
+    if (not stalls or not spec.recovery.restart_stalled_members or rollout_under_way
+            or deletes or any(m.stopped_at is not None for m in table.members)
+            or not restart_safe):
         return ()
     first = next((s for s in stalls if _backed_off(s, memory or {})), None)
     if first is None:
@@ -216,8 +214,9 @@ def stalled_restart(spec: ConsumerGroupSpec, stalls: Sequence[Stall], roll: Roll
 
 
 def stalled_condition(spec: ConsumerGroupSpec, stalls: Sequence[Stall],
-                      restart: Sequence[PodDelete], roll: Roll,
-                      memory: Mapping[int, Recovery] | None = None) -> tuple[str, st.Cond]:
+                      restart: Sequence[PodDelete],
+                      memory: Mapping[int, Recovery] | None = None,
+                      *, restart_safe: bool | None) -> tuple[str, c.Cond]:
     if not stalls:
         return c.MEMBERS_STALLED, ("False", c.MEMBERS_PROGRESSING,
                                    "no member holds partitions with records waiting that it "
@@ -243,7 +242,7 @@ def stalled_condition(spec: ConsumerGroupSpec, stalls: Sequence[Stall],
     elif not spec.recovery.restart_stalled_members:
         then = ("spec.recovery.restartStalledMembers is false: restart it yourself "
                 "(delete its pod) or find out why it does not fetch")
-    elif roll.limits is not None and not roll.limits.restart_safe:
+    elif restart_safe is False:
         then = "it is not restarted: a restart would not fit in the session timeout"
     elif any(not s.leaderless and s.ordinal in memory for s in stalls):
         then = ("it was restarted before and is restarted again only once idle for twice the "

@@ -1,8 +1,8 @@
 """The ConsumerGroup status, rebuilt from what is observed on every pass (pure).
 
 `build_status` assembles the whole `status` object; `derive_conditions` computes the standard
-conditions from the same observations; `record_restart` keeps the restart measurements that feed
-`timeouts.compute_timeouts`.
+conditions from the same observations. The restart measurements that feed
+`timeouts.compute_timeouts` are kept by `measurements` (`record_restart`).
 """
 
 from __future__ import annotations
@@ -12,16 +12,12 @@ from datetime import datetime
 from typing import Any
 
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions.builders import instance_id, member_name, selector_string
 from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
+from staticfleet.decisions.members import ObservedMember
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollstate import GroupObservation, ObservedMember, RolloutState
+from staticfleet.decisions.names import instance_id, member_name, selector_string
+from staticfleet.decisions.rollstate import GroupObservation, RolloutState
 from staticfleet.decisions.scaling import idle_members
-from staticfleet.decisions.timeouts import Measurements
-
-RECENT_RESTARTS_KEPT = 10
-
-Cond = tuple[c.Status, str, str]
 
 
 def member_entry(group: ConsumerGroupSpec, member: ObservedMember) -> dict[str, Any]:
@@ -93,7 +89,7 @@ def derive_conditions(
     now: datetime,
     refusal: str | None = None,
     problems: Sequence[tuple[str, str]] = (),
-    extra: Sequence[tuple[str, Cond]] = (),
+    extra: Sequence[tuple[str, c.Cond]] = (),
 ) -> list[dict[str, Any]]:
     """The conditions from this pass's observations, one function per type (`extra`: the ones
     other modules derive: UnassignedPartitions in `planned`, BrokerBoundsKnown in `tuning`,
@@ -102,7 +98,7 @@ def derive_conditions(
     else this pass found wrong, the first of which is Degraded."""
     refused = refusal is not None or (
         rollout.phase == "Pending" and timeouts is not None and not timeouts.restart_safe)
-    derived: tuple[tuple[str, Cond], ...] = (
+    derived: tuple[tuple[str, c.Cond], ...] = (
         (c.READY, _ready(group, observed, partitions)),
         (c.PROGRESSING, _progressing(rollout, refused)),
         (c.DEGRADED, _degraded(rollout, timeouts, refusal, problems)),
@@ -116,7 +112,7 @@ def derive_conditions(
     return out
 
 
-def _ready(group: ConsumerGroupSpec, observed: GroupObservation, partitions: int | None) -> Cond:
+def _ready(group: ConsumerGroupSpec, observed: GroupObservation, partitions: int | None) -> c.Cond:
     """Ready: every wanted member serves in a Stable group."""
     wanted = group.replicas
     # A member beyond the partition count is in the group without an assignment (idle): it
@@ -153,7 +149,7 @@ PHASE_PROGRESS: Mapping[str, tuple[c.Status, str]] = {
 """Progressing's status and reason in each rollout phase (a refused Pending is RolloutRefused)."""
 
 
-def _progressing(rollout: RolloutState, refused: bool) -> Cond:
+def _progressing(rollout: RolloutState, refused: bool) -> c.Cond:
     """Progressing: the rollout's phase, with its reason as the message."""
     status, reason = PHASE_PROGRESS[rollout.phase]
     if rollout.phase == "Pending" and refused:
@@ -162,7 +158,7 @@ def _progressing(rollout: RolloutState, refused: bool) -> Cond:
 
 
 def _degraded(rollout: RolloutState, timeouts: EffectiveTimeouts | None, refusal: str | None,
-              problems: Sequence[tuple[str, str]]) -> Cond:
+              problems: Sequence[tuple[str, str]]) -> c.Cond:
     """Degraded: the first problem of the pass, a rollout that ended badly, or restarts that
     do not fit the session timeout."""
     if problems:
@@ -181,7 +177,7 @@ def _degraded(rollout: RolloutState, timeouts: EffectiveTimeouts | None, refusal
     return ("False", c.AS_EXPECTED, "")
 
 
-def _at_risk(rollout: RolloutState, refused: bool) -> Cond:
+def _at_risk(rollout: RolloutState, refused: bool) -> c.Cond:
     """RolloutAtRisk: a restart runs late, ran past the session timeout, or would not fit it."""
     if rollout.phase == "AtRisk":
         return ("True", c.RESTART_RUNNING_LATE, rollout.reason)
@@ -192,7 +188,7 @@ def _at_risk(rollout: RolloutState, refused: bool) -> Cond:
     return ("False", c.RESTARTS_ON_TIME, "restarts fit the session timeout")
 
 
-def _idle(wanted: int, partitions: int | None) -> Cond:
+def _idle(wanted: int, partitions: int | None) -> c.Cond:
     """IdleMembers: more members than partitions."""
     if partitions is None:
         return ("Unknown", c.PARTITIONS_UNKNOWN, "the partition count is not known yet")
@@ -204,64 +200,12 @@ def _idle(wanted: int, partitions: int | None) -> Cond:
 
 
 def _put(
-    out: list[dict[str, Any]], type_: str, cond: Cond, now: datetime, gen: int
+    out: list[dict[str, Any]], type_: str, cond: c.Cond, now: datetime, gen: int
 ) -> list[dict[str, Any]]:
     return c.set_condition(out, type_, cond[0], cond[1], cond[2], now, gen)
 
 
-def record_restart(
-    measurements: Mapping[str, Any] | None, absence_s: float, member: int | None = None,
-    keep: int = RECENT_RESTARTS_KEPT,
-) -> dict[str, Any]:
-    """`status.measurements` after one more measured restart (kept: the `keep` most recent, so an
-    old slow restart eventually stops driving the automatic session timeout), with the member
-    each was measured on."""
-    m = dict(measurements or {})
-    recent = [*list(m.get("restartSecondsRecent") or []), round(absence_s, 3)]
-    members = list(m.get("restartMembersRecent") or [])
-    members = [*([None] * (len(recent) - 1 - len(members))), *members, member][-keep:]
-    recent = recent[-keep:]
-    m["restartSecondsRecent"] = recent
-    m["restartMembersRecent"] = [-1 if x is None else x for x in members]
-    m["restartSecondsMax"] = max(recent)
-    m["restartSamples"] = int(m.get("restartSamples") or 0) + 1
-    return m
-
-
-def ignore_restart(measurements: Mapping[str, Any] | None, absence_s: float, member: int,
-                   why: str, keep: int = 5) -> dict[str, Any]:
-    """`status.measurements` noting a restart that is not a sample of the roller's restarts."""
-    m = dict(measurements or {})
-    ignored = [*list(m.get("ignoredRestarts") or []),
-               {"member": member, "seconds": round(absence_s, 3), "why": why}]
-    m["ignoredRestarts"] = ignored[-keep:]
-    return m
-
-
-def slowest_restart(measurements: Mapping[str, Any] | None) -> tuple[int | None, float] | None:
-    """(member, seconds) of the slowest recent restart, if any."""
-    m = measurements or {}
-    recent = [float(x) for x in m.get("restartSecondsRecent") or ()]
-    if not recent:
-        return None
-    members = list(m.get("restartMembersRecent") or [])
-    members = [None] * (len(recent) - len(members)) + members
-    i = max(range(len(recent)), key=lambda k: recent[k])
-    member = members[i]
-    return (None if member is None or member < 0 else int(member)), recent[i]
-
-
-def measurements_from_status(measurements: Mapping[str, Any] | None) -> Measurements:
-    """The `timeouts.Measurements` input from `status.measurements`."""
-    m = measurements or {}
-    batch = m.get("batchSecondsMax")
-    return Measurements(
-        restart_seconds=tuple(float(x) for x in m.get("restartSecondsRecent") or ()),
-        batch_seconds_max=float(batch) if batch is not None else None,
-    )
-
-
-def kept_condition(previous: Mapping[str, Any], type_: str) -> tuple[str, Cond] | None:
+def kept_condition(previous: Mapping[str, Any], type_: str) -> tuple[str, c.Cond] | None:
     """The condition `type_` as the previous status said it."""
     cond = c.get_condition(previous.get("conditions") or [], type_)
     if not cond:

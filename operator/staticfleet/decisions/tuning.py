@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 
 from staticfleet.decisions import builders, rollstate, timeouts
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import Event
 from staticfleet.decisions.effectivetimeouts import HEARTBEAT, MAX_POLL, SESSION, EffectiveTimeouts
 from staticfleet.decisions.measurements import timeout_notes
@@ -88,7 +87,7 @@ def rollout_requested(snap: Snapshot, spec: ConsumerGroupSpec,
                if not p["metadata"].get("deletionTimestamp"))
 
 
-def bounds_condition(snap: Snapshot, spec: ConsumerGroupSpec) -> tuple[str, st.Cond]:
+def bounds_condition(snap: Snapshot, spec: ConsumerGroupSpec) -> tuple[str, c.Cond]:
     if snap.bounds_denied is None:
         return c.BROKER_BOUNDS_KNOWN, ("True", c.READ_FROM_BROKER,
                                        "the group session and heartbeat bounds were read from "

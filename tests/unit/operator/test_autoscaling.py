@@ -10,7 +10,6 @@ import pytest
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.autoscaling import (
-    AutoscalingSpec,
     Load,
     MemberLoad,
     Situation,
@@ -18,6 +17,7 @@ from staticfleet.decisions.autoscaling import (
     members_needed,
     valid_replicas,
 )
+from staticfleet.decisions.autoscalingspec import AutoscalingSpec
 
 pytestmark = pytest.mark.unit
 

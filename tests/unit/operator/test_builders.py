@@ -16,14 +16,11 @@ from staticfleet.decisions.builders import (
     build_member_token_secret,
     build_pdb,
     config_json,
-    instance_id,
-    member_name,
     member_spec_view,
-    selector_labels,
-    selector_string,
 )
 from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.names import instance_id, member_name, selector_labels, selector_string
 from tests.unit.operator.support import body, with_path
 
 TIMEOUTS = EffectiveTimeouts(

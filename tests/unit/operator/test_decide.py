@@ -22,6 +22,13 @@ from staticfleet.decisions import builders
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan
 from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.names import (
+    ACTIVATED_ANNOTATION,
+    MEMBER_CONTAINER,
+    ORDINAL_LABEL,
+    SESSION_ANNOTATION,
+    instance_id,
+)
 from staticfleet.decisions.plan import decide, without_nulls
 from staticfleet.decisions.planned import WHY_SCALE_DOWN, WHY_TAKEN_BACK
 from staticfleet.decisions.pods import (
@@ -71,12 +78,12 @@ def snapshot(cg: dict[str, Any], pods: list[dict[str, Any]] | None = None, *,
     spec = ConsumerGroupSpec.from_body(cg, allow_testing=settings.allow_testing_annotations)
     parts = partitions or PARTITIONS
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    listed = sorted({int(p["metadata"]["labels"][builders.ORDINAL_LABEL]) for p in live})
+    listed = sorted({int(p["metadata"]["labels"][ORDINAL_LABEL]) for p in live})
     if in_group is not None:
         listed = [o for o in listed if o in in_group]
     topic, count = next(iter(parts.items()))
     members = tuple(
-        GroupMemberView(member_id=f"m-{o}", instance_id=builders.instance_id(spec, o),
+        GroupMemberView(member_id=f"m-{o}", instance_id=instance_id(spec, o),
                         client_id="c", host="h",
                         partitions=tuple((topic, p) for p in range(count) if p % len(listed) == i))
         for i, o in enumerate(sorted(listed)))
@@ -91,7 +98,7 @@ def snapshot(cg: dict[str, Any], pods: list[dict[str, Any]] | None = None, *,
 
 
 def _ordinal(pod: dict[str, Any]) -> int:
-    return int(pod["metadata"]["labels"][builders.ORDINAL_LABEL])
+    return int(pod["metadata"]["labels"][ORDINAL_LABEL])
 
 
 def running(plan: Plan, *, ready: bool = True, tag: str = "a") -> list[dict[str, Any]]:
@@ -148,7 +155,7 @@ def test_a_new_group_creates_every_member_and_no_rollout() -> None:
     assert plan.status["rollout"]["phase"] == "Idle"
     assert [ch["kind"] for ch in plan.children] == ["ConfigMap", "Service", "PodDisruptionBudget"]
     pod = plan.create[0].pod
-    assert pod["metadata"]["annotations"][builders.SESSION_ANNOTATION] == str(
+    assert pod["metadata"]["annotations"][SESSION_ANNOTATION] == str(
         plan.status["timeouts"]["sessionTimeoutMs"])
 
 
@@ -394,7 +401,7 @@ def evicted(pod: dict[str, Any]) -> dict[str, Any]:
     out["status"] = {**out["status"], "phase": "Failed", "reason": "Evicted",
                      "message": EVICTION,
                      "conditions": [{"type": "Ready", "status": "False"}],
-                     "containerStatuses": [{"name": builders.MEMBER_CONTAINER, "state": {
+                     "containerStatuses": [{"name": MEMBER_CONTAINER, "state": {
                          "terminated": {"exitCode": 137, "reason": "Error"}}}]}
     return out
 
@@ -770,7 +777,7 @@ def test_a_restart_that_fits_the_new_timeout_but_not_the_running_one_is_refused(
     """Measured restarts of 60 s raise the automatic timeout to 92 s, but the members joined
     with 45 s: the broker would evict a restarting member at 45 s."""
     pods, status = settled(CG)
-    assert all(p["metadata"]["annotations"][builders.SESSION_ANNOTATION] == "45000"
+    assert all(p["metadata"]["annotations"][SESSION_ANNOTATION] == "45000"
                for p in pods)
     status["measurements"] = {"restartSecondsRecent": [60.0], "restartSecondsMax": 60.0}
     plan = decide(snapshot(NEW_IMAGE, pods, previous=status))
@@ -799,7 +806,7 @@ def crashed(pod: dict[str, Any], *, restarts: int, age_s: float) -> dict[str, An
     """A pod `age_s` old whose member container restarted in place `restarts` times."""
     out = copy.deepcopy(pod)
     out["metadata"]["creationTimestamp"] = builders_time(-age_s)
-    out["status"]["containerStatuses"] = [{"name": builders.MEMBER_CONTAINER,
+    out["status"]["containerStatuses"] = [{"name": MEMBER_CONTAINER,
                                            "restartCount": restarts, "state": {"running": {
                                                "startedAt": builders_time(-10)}}}]
     return out
@@ -857,7 +864,7 @@ def test_a_roller_restart_is_measured_from_the_old_process_close(
 @pytest.mark.parametrize(("change", "why"), [
     (lambda p: crashed(p, restarts=1, age_s=9), "restarted in place"),
     (lambda p: {**p, "status": {**p["status"], "containerStatuses": [
-        {"name": builders.MEMBER_CONTAINER, "restartCount": 0,
+        {"name": MEMBER_CONTAINER, "restartCount": 0,
          "state": {"running": {"startedAt": builders_time(7)}}}]},
         "metadata": {**p["metadata"], "creationTimestamp": builders_time(-20)}},
      "waited 27.0 s for scheduling or an image pull"),
@@ -896,7 +903,7 @@ def started(pods: list[dict[str, Any]], start_s: dict[int, float], restarts: int
         o = _ordinal(pod)
         pod = copy.deepcopy(pod)
         pod["status"]["containerStatuses"] = [{
-            "name": builders.MEMBER_CONTAINER, "restartCount": restarts,
+            "name": MEMBER_CONTAINER, "restartCount": restarts,
             "state": {"running": {"startedAt": builders_time(-60)}}}]
         out.append(pod)
         statuses[pod["metadata"]["uid"]] = {
@@ -1123,7 +1130,7 @@ def member_0_crash_looping(restarts: int, terminated: dict[str, Any]) -> tuple[P
     failing = copy.deepcopy(next(p for p in pods if _ordinal(p) == 0))
     failing["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     failing["status"]["containerStatuses"] = [{
-        "name": builders.MEMBER_CONTAINER, "restartCount": restarts,
+        "name": MEMBER_CONTAINER, "restartCount": restarts,
         "state": {"waiting": {"reason": "CrashLoopBackOff"}},
         "lastState": {"terminated": terminated}}]
     others = [p for p in pods if _ordinal(p) != 0]
@@ -1178,7 +1185,7 @@ def test_a_failing_member_is_quoted_by_its_own_error_never_a_stack_frame(
     failing = copy.deepcopy(next(p for p in pods if _ordinal(p) == 0))
     failing["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     failing["status"]["containerStatuses"] = [{
-        "name": builders.MEMBER_CONTAINER, "restartCount": 1,
+        "name": MEMBER_CONTAINER, "restartCount": 1,
         "state": {"waiting": {"reason": "CrashLoopBackOff"}},
         "lastState": {"terminated": {"exitCode": 1, "message": message}}}]
     others = [p for p in pods if _ordinal(p) != 0]
@@ -1648,12 +1655,12 @@ def test_a_standby_is_marked_activated_before_it_is_asked_to_activate() -> None:
     (mark,) = asked.annotate
     assert call.action == "activate"
     assert (mark.ordinal, mark.name, mark.uid) == (2, call.pod, roll.standby["metadata"]["uid"])
-    assert mark.annotations == {builders.ACTIVATED_ANNOTATION: "true"}
+    assert mark.annotations == {ACTIVATED_ANNOTATION: "true"}
     lines = list(summarize(asked))
     said = [i for i, line in enumerate(lines) if line.startswith(f"annotate pod {call.pod}")]
     assert said and said[0] < lines.index(f"ask member 2 (pod {call.pod}) to activate: {call.why}")
     # Marked (the watch shows it): a pass that asks again does not mark it again.
-    roll.standby["metadata"]["annotations"][builders.ACTIVATED_ANNOTATION] = "true"
+    roll.standby["metadata"]["annotations"][ACTIVATED_ANNOTATION] = "true"
     again = roll.step(0.5, standby="ready")
     assert again.annotate == ()
 
@@ -1665,7 +1672,7 @@ def test_a_replacement_that_never_gets_standby_ready_stops_the_rollout_and_keeps
     roll.standby = running(roll.step(1), ready=False, tag="b")[0]
     if how == "replacement exits":
         roll.standby["status"]["containerStatuses"] = [{
-            "name": builders.MEMBER_CONTAINER, "restartCount": 0,
+            "name": MEMBER_CONTAINER, "restartCount": 0,
             "state": {"terminated": {"exitCode": 2, "message": (
                 "consumer_runtime: configuration refused: processing.transform: cannot "
                 "import module 'shop.jobs'")}}}]

@@ -13,6 +13,7 @@ import pytest
 
 from staticfleet.decisions import gates
 from staticfleet.decisions.conditions import TEMPLATE_CHANGED
+from staticfleet.decisions.members import ObservedMember
 from staticfleet.decisions.reasons import RestartReason
 from staticfleet.decisions.rollout import (
     next_step,
@@ -24,7 +25,6 @@ from staticfleet.decisions.rollstate import (
     ACTIVATION_GIVE_UP_S,
     GroupObservation,
     InFlight,
-    ObservedMember,
     RolloutLimits,
     RolloutState,
 )

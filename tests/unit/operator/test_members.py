@@ -7,9 +7,17 @@ from typing import Any
 
 import pytest
 
-from staticfleet.decisions import builders, members
+from staticfleet.decisions import members
+from staticfleet.decisions.measurements import cold_start_s, join_latency_s
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.reasons import REVISION_ANNOTATION, MemberSpecView
+from staticfleet.decisions.names import (
+    JOINED_AS_NEW_ANNOTATION,
+    MEMBER_CONTAINER,
+    ORDINAL_LABEL,
+    REVISION_ANNOTATION,
+    SESSION_ANNOTATION,
+)
+from staticfleet.decisions.reasons import MemberSpecView
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView
 from tests.unit.operator.support import body
 
@@ -22,9 +30,9 @@ def pod(ordinal: int, *, revision: str = "old", ready: bool = True, ip: str = "1
         created: str = "2026-01-01T11:59:50Z") -> dict[str, Any]:
     annotations = {REVISION_ANNOTATION: revision}
     if session:
-        annotations[builders.SESSION_ANNOTATION] = session
+        annotations[SESSION_ANNOTATION] = session
     meta: dict[str, Any] = {"name": f"orders-{ordinal}", "uid": f"uid-{ordinal}-{revision}",
-                            "labels": {builders.ORDINAL_LABEL: str(ordinal)},
+                            "labels": {ORDINAL_LABEL: str(ordinal)},
                             "annotations": annotations, "creationTimestamp": created}
     if deleting:
         meta["deletionTimestamp"] = deleting
@@ -99,7 +107,7 @@ def test_running_session_timeout_is_the_shortest_a_member_joined_with(
 ])
 def test_join_latency_counts_from_pod_creation(status: dict[str, Any] | None,
                                                expected: float | None) -> None:
-    value = members.join_latency_s(pod(0), status)
+    value = join_latency_s(pod(0), status)
     assert value == (pytest.approx(expected) if expected is not None else None)
 
 
@@ -130,15 +138,15 @@ def test_a_standby_process_start_leaves_out_its_wait_for_the_activation() -> Non
     standby wait included) was taken as its cold start and refused the next rollout."""
     p = pod(1)
     p["status"]["containerStatuses"] = [{
-        "name": builders.MEMBER_CONTAINER, "restartCount": 0,
+        "name": MEMBER_CONTAINER, "restartCount": 0,
         "state": {"running": {"startedAt": "2026-01-01T12:00:00Z"}}}]
     start = datetime(2026, 1, 1, 12, 0, 1, tzinfo=UTC).timestamp()
     cold = {"processStart": start, "startupSeconds": {"firstAssignment": 2.5}}
     warm = {"processStart": start, "startupSeconds": {
         "consumerMade": 1.5, "standbyReady": 12.0, "activated": 19.5, "firstAssignment": 19.6}}
-    assert members.cold_start_s(p, cold) == 3.5
-    assert members.cold_start_s(p, warm) == pytest.approx(2.6)
-    assert members.join_latency_s(p, warm) is None
+    assert cold_start_s(p, cold) == 3.5
+    assert cold_start_s(p, warm) == pytest.approx(2.6)
+    assert join_latency_s(p, warm) is None
 
 
 @pytest.mark.parametrize(("joined_as_new", "phases", "expected"), [
@@ -156,12 +164,12 @@ def test_only_a_member_coming_back_is_a_restart_sample(
     assignment; that wait is no restart's."""
     p = pod(1)
     if joined_as_new:
-        p["metadata"].setdefault("annotations", {})[members.JOINED_AS_NEW_ANNOTATION] = "true"
+        p["metadata"].setdefault("annotations", {})[JOINED_AS_NEW_ANNOTATION] = "true"
     p["status"]["containerStatuses"] = [{
-        "name": builders.MEMBER_CONTAINER, "restartCount": 0,
+        "name": MEMBER_CONTAINER, "restartCount": 0,
         "state": {"running": {"startedAt": "2026-01-01T12:00:00Z"}}}]
     start = datetime(2026, 1, 1, 12, 0, 1, tzinfo=UTC).timestamp()
-    assert members.cold_start_s(p, {"processStart": start, "startupSeconds": phases}) == expected
+    assert cold_start_s(p, {"processStart": start, "startupSeconds": phases}) == expected
 
 
 def evicted(p: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +177,7 @@ def evicted(p: dict[str, Any]) -> dict[str, Any]:
     p["status"] = {**p["status"], "phase": "Failed", "reason": "Evicted",
                    "message": "The node was low on resource: memory. ",
                    "conditions": [{"type": "Ready", "status": "False"}],
-                   "containerStatuses": [{"name": builders.MEMBER_CONTAINER, "state": {
+                   "containerStatuses": [{"name": MEMBER_CONTAINER, "state": {
                        "terminated": {"exitCode": 137, "reason": "Error"}}}]}
     return p
 

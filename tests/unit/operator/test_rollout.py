@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from staticfleet.decisions.conditions import TEMPLATE_CHANGED
+from staticfleet.decisions.members import ObservedMember
 from staticfleet.decisions.reasons import RestartReason
 from staticfleet.decisions.rollout import (
     next_step,
@@ -17,13 +18,7 @@ from staticfleet.decisions.rollout import (
 from staticfleet.decisions.rollrecord import (
     record_step,
 )
-from staticfleet.decisions.rollstate import (
-    GroupObservation,
-    InFlight,
-    ObservedMember,
-    RolloutLimits,
-    RolloutState,
-)
+from staticfleet.decisions.rollstate import GroupObservation, InFlight, RolloutLimits, RolloutState
 from staticfleet.decisions.rollsteps import (
     Complete,
     MarkMemberDone,

@@ -9,14 +9,11 @@ import pytest
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
+from staticfleet.decisions.measurements import measurements_from_status, record_restart
+from staticfleet.decisions.members import ObservedMember
 from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollstate import GroupObservation, ObservedMember, RolloutState
-from staticfleet.decisions.status import (
-    build_status,
-    derive_conditions,
-    measurements_from_status,
-    record_restart,
-)
+from staticfleet.decisions.rollstate import GroupObservation, RolloutState
+from staticfleet.decisions.status import build_status, derive_conditions
 from tests.unit.operator.support import NOW, body
 
 GROUP = ConsumerGroupSpec.from_body(body())
