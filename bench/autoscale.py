@@ -60,7 +60,7 @@ from typing import Any
 
 from staticfleet import apply
 from staticfleet.decisions.autoscaling import Load, MemberLoad, Situation, decide_autoscaling
-from staticfleet.decisions.autoscalingspec import AutoscalingSpec
+from staticfleet.decisions.spec.autoscaling import AutoscalingSpec
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaSettings
 from staticfleet_dev.spark_connect import start_connect_server

@@ -52,7 +52,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from staticfleet.decisions.conditions import parse_rfc3339
-from staticfleet.decisions.model import STOP_HANDOFF_ANNOTATION
+from staticfleet.decisions.spec.model import STOP_HANDOFF_ANNOTATION
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaBroker, KafkaSettings
 from staticfleet_dev.spark_connect import start_connect_server

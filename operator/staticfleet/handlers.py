@@ -25,10 +25,10 @@ import kopf
 
 from staticfleet import apply, metrics, service
 from staticfleet.decisions.conditions import DEGRADED, GROUP_ID_IN_USE
-from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION
 from staticfleet.decisions.names import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
 from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, claim_key
+from staticfleet.decisions.spec.model import RESTARTED_AT_ANNOTATION
 
 GROUP, VERSION, PLURAL = "staticfleet.io", "v1alpha1", "consumergroups"
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))

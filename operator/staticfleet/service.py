@@ -31,20 +31,20 @@ from staticfleet import apply, failpoints, lagreads, metrics
 from staticfleet.decisions import autoscaling, builders, kafkaclient
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
-from staticfleet.decisions.kafkaspec import SecretKeyRef
-from staticfleet.decisions.members import (
+from staticfleet.decisions.members.observed import (
     member_closed_at,
     member_last_batch_at,
     pod_ended,
     static_leave_event,
     still_running,
 )
-from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.names import ACTIVATED_ANNOTATION, member_token_secret_name
 from staticfleet.decisions.plan import decide, degraded, without_nulls
 from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
-from staticfleet.decisions.specfields import SpecError
+from staticfleet.decisions.spec.fields import SpecError
+from staticfleet.decisions.spec.kafka import SecretKeyRef
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin, kafkareads, memberhttp
 from staticfleet.statuspatch import merge_patch
 
@@ -58,7 +58,7 @@ SECRET_RETRY_S = 15.0
 COORDINATOR_RETRY_S = 1.0
 ROLLOUT_LAG_AGE_S = 2.0
 """While members are in flight, the broker's figures of their group's lag are at most this old:
-the roller takes lag 0 read after a member came back as its progress (`rollout.progressed`);
+the roller takes lag 0 read after a member came back as its progress (`rollout.roller.progressed`);
 a minute-old figure would hold the rollout back that long."""
 AUTOSCALING_LAG_AGE_S = 15.0
 """With spec.autoscaling the broker's end offsets of the group's partitions are at most this
@@ -442,7 +442,7 @@ def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, deps: De
             # Write ahead: the handover is in the status before the old member is drained, so
             # an operator that dies (or a write that fails) between the drain and the old
             # pod's deletion leaves a journal the next pass resumes from (the roller finishes
-            # the switchover: `rollwarm`), not a Preparing handoff it would later fail.
+            # the switchover: `rollout.warm`), not a Preparing handoff it would later fail.
             snap = _journal(snap, plan, deps)
         _switch_over(snap, plan, deps)
         for new in plan.create:
@@ -559,7 +559,7 @@ def _switch_over(snap: Snapshot, plan: Plan, deps: Deps) -> None:
 def _post_leave_warning(snap: Snapshot, ordinal: int, pod: str,
                         leave: Mapping[str, Any] | None, deps: Deps) -> None:
     """A Warning when a drained member's static leave did not leave its instance id waiting
-    for the replacement (`members.static_leave_event`)."""
+    for the replacement (`members.observed.static_leave_event`)."""
     warning = static_leave_event(ordinal, pod, leave)
     if warning is None:
         return

@@ -27,7 +27,7 @@ class OperatorProcess:
     output in `log`. `source`: a source tree (an earlier commit's worktree) whose packages run
     instead of the installed ones. `env`: a local environment to register the process with, so
     that `staticfleet env down` stops it too. `allow_testing_annotations`: honour the test-only
-    annotations (`staticfleet.decisions.model.TESTING_ANNOTATIONS`), which an operator
+    annotations (`staticfleet.decisions.spec.model.TESTING_ANNOTATIONS`), which an operator
     installed by the chart ignores."""
 
     kubeconfig: Path

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from staticfleet.decisions.model import STOP_HANDOFF_ANNOTATION
+from staticfleet.decisions.spec.model import STOP_HANDOFF_ANNOTATION
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups

@@ -26,8 +26,8 @@ from confluent_kafka.admin import (
 )
 
 from staticfleet.decisions import builders, kafkaclient
-from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.names import instance_id
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import KafkaBroker, KafkaSettings, start_kafka
 from staticfleet_dev.procs import ServerFailed, stop

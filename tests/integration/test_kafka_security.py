@@ -27,9 +27,9 @@ from consumer_runtime.config import parse_config
 from consumer_runtime.membership import connection_settings
 from consumer_runtime.staticleave import StaticLeave
 from staticfleet.decisions import builders, kafkaclient
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.names import instance_id
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import SECURED_LISTENERS
 from staticfleet_dev.testkit import groups

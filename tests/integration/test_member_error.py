@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from staticfleet.decisions import builders
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.members import member_failure, refusal_line
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.members.observed import member_failure, refusal_line
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.procs import ProcessRecord
 from staticfleet_dev.testkit.kube import create_namespace, kubectl, to_yaml

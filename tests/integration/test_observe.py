@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
 from staticfleet.decisions.snapshot import GroupView
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import TEST_SETTINGS, KafkaBroker
 from staticfleet_dev.testkit.poll import wait_for

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from staticfleet.decisions.builders import build_member_pod, member_spec_view
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 from staticfleet_dev.testkit.kube import create_namespace, kubectl
 from tests.conftest import unique
 

@@ -36,8 +36,8 @@ from consumer_runtime.config import RuntimeConfig, parse_config
 from consumer_runtime.groupview import GroupView
 from consumer_runtime.membership import NO_TOPIC, consumer_settings
 from staticfleet.decisions import builders
-from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.names import instance_id
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet_dev.kafka import SECURED_LISTENERS, KafkaBroker, KafkaCluster
 from staticfleet_dev.procs import free_port
 from staticfleet_dev.testkit.consumers import PolledMember

@@ -39,7 +39,7 @@ from typing import Any
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Event
-from staticfleet.decisions.autoscalingspec import AutoscalingSpec
+from staticfleet.decisions.spec.autoscaling import AutoscalingSpec
 
 FIELD_MANAGER = "staticfleet-autoscaler"
 """The field manager the autoscaler writes `spec.replicas` as."""

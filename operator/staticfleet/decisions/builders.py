@@ -14,9 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from staticfleet.decisions import kafkaclient, podsecurity
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions import kafkaclient
 from staticfleet.decisions.names import (
     ACTIVATED_ANNOTATION,
     FINGERPRINT_ANNOTATION,
@@ -37,6 +35,9 @@ from staticfleet.decisions.names import (
     service_name,
 )
 from staticfleet.decisions.reasons import FINGERPRINT_PARTS, MemberSpecView
+from staticfleet.decisions.spec import podsecurity
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 
 HTTP_PORT = 8080
 HTTP_PORT_NAME = "http"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from staticfleet.decisions.kafkaspec import KafkaSpec, SecretKeyRef, SecuritySpec
+from staticfleet.decisions.spec.kafka import KafkaSpec, SecretKeyRef, SecuritySpec
 
 
 @dataclass(frozen=True)

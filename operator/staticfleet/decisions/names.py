@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 
 MEMBER_CONTAINER = "member"
 """The member pod's container that runs the member process."""

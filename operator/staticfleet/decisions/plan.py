@@ -6,18 +6,19 @@ and to delete (each with why), members to call, Events, the new status and the m
 The service carries the plan out and decides nothing.
 
 `decide` reads as numbered steps, each decided by the module that owns its subject: the
-timeouts (`tuning`), the members as observed (`members`) and the rebalances (`planned`), the
-rollout's step (`rollactions`, over the roller in `rollout`), the member pods (`pods`), the
-partitions nobody owns (`planned`), the problems (`problems`); this module puts the status, the
+timeouts (`tuning`), the members as observed (`members.observed`) and the rebalances
+(`planned`), the rollout's step (`rollout.effects`, over the roller in `rollout.roller`), the
+member pods (`pods`), the partitions nobody owns (`planned`), the problems
+(`members.problems`); this module puts the status, the
 Events and the metrics of the pass together. `degraded` is the plan of a pass that cannot
 finish.
 
 A member restart goes from reason to replacement through these steps:
-`members.observe_members` computes each member's restart reasons once; the roller
-(`rollout.next_step`) picks whom to restart now, and only members with reasons; `rollactions`
-turns its step into pod deletions carrying those reasons; once the old pod is gone the member is
-missing, and `pods.creates` makes its replacement (same ordinal, same `group.instance.id`, the
-update revision), saying that it is one.
+`members.observed.observe_members` computes each member's restart reasons once; the roller
+(`rollout.roller.next_step`) picks whom to restart now, and only members with reasons;
+`rollout.effects` turns its step into pod deletions carrying those reasons; once the old pod is
+gone the member is missing, and `pods.creates` makes its replacement (same ordinal, same
+`group.instance.id`, the update revision), saying that it is one.
 """
 
 from __future__ import annotations
@@ -32,21 +33,21 @@ from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
 from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import AutoscalingFigures, Event, MetricValues, Plan, soonest
-from staticfleet.decisions.measurements import measure, recorded
-from staticfleet.decisions.members import MemberTable, observe_members
-from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.problems import (
+from staticfleet.decisions.members.observed import MemberTable, observe_members
+from staticfleet.decisions.members.problems import (
     group_id_holder,
     group_id_refusal,
     member_problems,
     problem_events,
 )
-from staticfleet.decisions.rollactions import Roll, current_spec, rollout_step
-from staticfleet.decisions.rollstate import PHASES_IN_PROGRESS
+from staticfleet.decisions.members.stalls import stalled_condition
+from staticfleet.decisions.rollout.effects import Roll, current_spec, rollout_step
+from staticfleet.decisions.rollout.state import PHASES_IN_PROGRESS
 from staticfleet.decisions.settings import ALLOW_TESTING_ANNOTATIONS_ENV
 from staticfleet.decisions.snapshot import Problem, Snapshot
-from staticfleet.decisions.stalls import stalled_condition
-from staticfleet.decisions.timeouts import Measurements
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts.measurements import measure, recorded
+from staticfleet.decisions.timeouts.rules import Measurements
 from staticfleet.decisions.tuning import METRIC_NAMES, Tuned, bounds_condition, tune
 
 MAX_BACKOFF_S = 60.0

@@ -32,11 +32,11 @@ from staticfleet.decisions import conditions as c
 from staticfleet.decisions import scaling
 from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import Event, MemberCall, PodDelete
-from staticfleet.decisions.members import MemberTable
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.members.observed import MemberTable
 from staticfleet.decisions.rebalances import RebalanceCount, count_rebalances
-from staticfleet.decisions.rollstate import PHASES_IN_PROGRESS, RolloutState
+from staticfleet.decisions.rollout.state import PHASES_IN_PROGRESS, RolloutState
 from staticfleet.decisions.snapshot import GroupView, Snapshot
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 
 PLANNED_WINDOW_S = 60.0
 """A rebalance seen this long after the operator asked for one is the one it asked for."""

@@ -4,7 +4,7 @@ which standby to activate.
 Every desired member without a pod gets one (`creates`), with why: a new member, a missing one,
 a rollout's replacement (same ordinal, same `group.instance.id`, the update revision) or the
 replacement of a pod that ended; and a warm handoff's standby, of the update revision or, for a
-rollback, of the revision every member last ran (`rollactions.rollback_source`, read once per
+rollback, of the revision every member last ran (`rollout.effects.rollback_source`, read once per
 pass and carried in the `Roll`). A pod that ended (evicted, its node shut down) is deleted with
 a Warning (`ended`); a standby no handoff waits for is deleted (`abandoned`). A standby that is
 its ordinal's only process once standby-ready is activated (`activations`), its pod marked
@@ -12,7 +12,7 @@ activated first (`marked_activated`); while the group's coordinator moves, that 
 steers (`handoffs_under_way`).
 
 `pod_changes` gathers every creation and deletion of a pass: these, the roller's (its steps
-delete pods in `rollactions`), the scale-down's (`planned`) and a stalled member's restart
+delete pods in `rollout.effects`), the scale-down's (`planned`) and a stalled member's restart
 (`stalls`), with their Events.
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from staticfleet.decisions import builders, rollstate, scaling
+from staticfleet.decisions import builders, scaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
 from staticfleet.decisions.actions import (
@@ -33,15 +33,20 @@ from staticfleet.decisions.actions import (
     PodDelete,
     soonest,
 )
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.members import (
+from staticfleet.decisions.members.observed import (
     TERMINAL_PHASES,
     MemberTable,
     ended_reason,
     observe_members,
     still_running,
 )
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.members.stalls import (
+    Recovery,
+    Stall,
+    recovery_memory,
+    stalled_members,
+    stalled_restart,
+)
 from staticfleet.decisions.names import (
     ACTIVATED_ANNOTATION,
     JOINED_AS_NEW_ANNOTATION,
@@ -49,15 +54,11 @@ from staticfleet.decisions.names import (
     ordinal_of,
 )
 from staticfleet.decisions.reasons import MemberSpecView
-from staticfleet.decisions.rollactions import Roll, RollbackSource
+from staticfleet.decisions.rollout.effects import Roll, RollbackSource
+from staticfleet.decisions.rollout.state import RolloutState
 from staticfleet.decisions.snapshot import GroupView, Snapshot
-from staticfleet.decisions.stalls import (
-    Recovery,
-    Stall,
-    recovery_memory,
-    stalled_members,
-    stalled_restart,
-)
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 
 WHY_NEW = "new member"
 WHY_MISSING = "its pod is missing (deleted outside a rollout, or lost with its node)"
@@ -76,7 +77,7 @@ WHY_ACTIVATED = ("it is activated now: a restart of its container joins the grou
 
 def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
             effective: EffectiveTimeouts, table: MemberTable,
-            state: rollstate.RolloutState, back: RollbackSource | None,
+            state: RolloutState, back: RollbackSource | None,
             last: pl.PlannedRebalance | None) -> tuple[PodCreate, ...]:
     """Each desired member without a pod (none of its pods is still terminating), and each
     standby a warm handoff waits for (`back`: the spec a rollback hands a member back to);
@@ -154,7 +155,7 @@ def ended(spec: ConsumerGroupSpec, table: MemberTable,
     return tuple(out)
 
 
-def abandoned(table: MemberTable, state: rollstate.RolloutState, replicas: int,
+def abandoned(table: MemberTable, state: RolloutState, replicas: int,
               deleting: set[str]) -> tuple[PodDelete, ...]:
     """Standby replacements no handoff waits for: of a revision the spec moved past while they
     prepared, or of a member scaled away. Left running they would hold a pod forever."""

@@ -1,4 +1,4 @@
-"""Why a member needs a restart (the roller in `rollout.py` decides when).
+"""Why a member needs a restart (the roller, `rollout.roller`, decides when).
 
 The builder records on every member pod, besides `staticfleet.io/revision`, the annotation
 `staticfleet.io/fingerprint`: a JSON object of one short hash per part of what requires a restart:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.settings import OperatorSettings
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 
 
 @dataclass(frozen=True)

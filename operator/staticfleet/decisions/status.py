@@ -2,7 +2,7 @@
 
 `build_status` assembles the whole `status` object; `derive_conditions` computes the standard
 conditions from the same observations. The restart measurements that feed
-`timeouts.compute_timeouts` are kept by `measurements` (`record_restart`).
+`timeouts.rules.compute_timeouts` are kept by `measurements` (`record_restart`).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from datetime import datetime
 from typing import Any
 
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.members import ObservedMember
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.members.observed import ObservedMember
 from staticfleet.decisions.names import instance_id, member_name, selector_string
-from staticfleet.decisions.rollstate import GroupObservation, RolloutState
+from staticfleet.decisions.rollout.state import GroupObservation, RolloutState
 from staticfleet.decisions.scaling import idle_members
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 
 
 def member_entry(group: ConsumerGroupSpec, member: ObservedMember) -> dict[str, Any]:

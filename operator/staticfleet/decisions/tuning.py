@@ -3,7 +3,7 @@
 `timeouts` holds the rules: what the three client timeouts must be, from the members'
 measurements and the broker's bounds. This module applies them to one pass: it computes the
 timeouts from what the members measured (`measurements.measure`); unless this pass starts a
-rollout the user asked for, a new value waits for the next one (`timeouts.riding`), since a
+rollout the user asked for, a new value waits for the next one (`timeouts.rules.riding`), since a
 timeout change is never a rollout of its own; restarts that were not taken as samples are noted
 in the reasons. What changed is told in an Event and, for a KIP-848 group, set as broker-side
 group configs. `bounds_condition` says whether the broker's bounds were read.
@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from staticfleet.decisions import builders, rollstate, timeouts
+from staticfleet.decisions import builders
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Event
-from staticfleet.decisions.effectivetimeouts import HEARTBEAT, MAX_POLL, SESSION, EffectiveTimeouts
-from staticfleet.decisions.measurements import timeout_notes
-from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.reasons import pod_revision
+from staticfleet.decisions.rollout.state import RolloutState
 from staticfleet.decisions.snapshot import Problem, Snapshot
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts import rules
+from staticfleet.decisions.timeouts.effective import HEARTBEAT, MAX_POLL, SESSION, EffectiveTimeouts
+from staticfleet.decisions.timeouts.measurements import timeout_notes
 
 METRIC_NAMES = {SESSION: "session", HEARTBEAT: "heartbeat", MAX_POLL: "max_poll"}
 
@@ -38,24 +40,24 @@ class Tuned:
 
 
 def tune(snap: Snapshot, spec: ConsumerGroupSpec,
-         measured: timeouts.Measurements) -> Tuned | Problem:
+         measured: rules.Measurements) -> Tuned | Problem:
     """The timeouts in force after this pass; a Problem when the explicit ones break a rule."""
     previous = snap.previous
     before = EffectiveTimeouts.from_status(previous.get("timeouts"))
     try:
-        effective = timeouts.compute_timeouts(
+        effective = rules.compute_timeouts(
             protocol=spec.membership.protocol, explicit=spec.membership.timeouts,
             measurements=measured,
-            bounds=timeouts.BrokerBounds.from_broker_config(
+            bounds=rules.BrokerBounds.from_broker_config(
                 spec.membership.protocol, snap.broker_config or {}),
             current=before, now=snap.now,
             margin_percent=spec.membership.auto_tuning.restart_margin_percent,
             auto_tuning=spec.membership.auto_tuning.enabled,
             max_auto_session_ms=spec.membership.auto_tuning.max_session_timeout_ms)
-    except timeouts.TimeoutRuleError as exc:
+    except rules.TimeoutRuleError as exc:
         return Problem(c.INVALID_TIMEOUTS, str(exc))
     if before is not None and not rollout_requested(snap, spec, before):
-        effective = timeouts.riding(effective, before, spec.membership.protocol)
+        effective = rules.riding(effective, before, spec.membership.protocol)
     effective = replace(effective, reasons=effective.reasons + timeout_notes(previous))
 
     events: list[Event] = []
@@ -81,7 +83,7 @@ def rollout_requested(snap: Snapshot, spec: ConsumerGroupSpec,
         if value is not None and value != in_force.value(name):
             return True
     revision = builders.member_spec_view(spec, in_force).revision
-    if rollstate.RolloutState.from_status(snap.previous.get("rollout")).revision == revision:
+    if RolloutState.from_status(snap.previous.get("rollout")).revision == revision:
         return False
     return any(pod_revision(p) != revision for p in snap.pods
                if not p["metadata"].get("deletionTimestamp"))
@@ -92,7 +94,7 @@ def bounds_condition(snap: Snapshot, spec: ConsumerGroupSpec) -> tuple[str, c.Co
         return c.BROKER_BOUNDS_KNOWN, ("True", c.READ_FROM_BROKER,
                                        "the group session and heartbeat bounds were read from "
                                        "the broker's configuration")
-    bounds = timeouts.BrokerBounds.from_broker_config(spec.membership.protocol, {})
+    bounds = rules.BrokerBounds.from_broker_config(spec.membership.protocol, {})
     return c.BROKER_BOUNDS_KNOWN, (
         "False", c.DESCRIBE_CONFIGS_DENIED,
         f"{snap.bounds_denied}: the timeouts are chosen inside Kafka's default bounds (session "

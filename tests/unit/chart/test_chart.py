@@ -169,8 +169,8 @@ def _member_pods() -> list[dict[str, Any]]:
     """Member pods as the operator builds them (a member and a warm-handoff standby), with
     podLabels of the user's own."""
     from staticfleet.decisions.builders import build_member_pod, member_spec_view
-    from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-    from staticfleet.decisions.model import ConsumerGroupSpec
+    from staticfleet.decisions.spec.model import ConsumerGroupSpec
+    from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
     from tests.unit.operator.support import body
 
     group = ConsumerGroupSpec.from_body(body(template={
@@ -185,8 +185,8 @@ def _operator_policy(out: Rendered) -> dict[str, Any] | None:
     """The NetworkPolicy the operator started by this rendering makes for a group (None: it
     makes none), from the operator's own reading of its environment."""
     from staticfleet.decisions.builders import build_member_network_policy
-    from staticfleet.decisions.model import ConsumerGroupSpec
     from staticfleet.decisions.settings import OperatorSettings
+    from staticfleet.decisions.spec.model import ConsumerGroupSpec
     from tests.unit.operator.support import body
 
     settings = OperatorSettings.from_env(_operator_env(out))

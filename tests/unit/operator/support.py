@@ -6,10 +6,10 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
-from staticfleet.decisions.rollout import members_in_flight, plan_rollout
-from staticfleet.decisions.rollrecord import record_step
-from staticfleet.decisions.rollstate import GroupObservation, RolloutState
-from staticfleet.decisions.rollsteps import Decided, Step
+from staticfleet.decisions.rollout.record import record_step
+from staticfleet.decisions.rollout.roller import members_in_flight, plan_rollout
+from staticfleet.decisions.rollout.state import GroupObservation, RolloutState
+from staticfleet.decisions.rollout.steps import Decided, Step
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -44,9 +44,9 @@ def with_path(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 def record_given(state: RolloutState, step: Step, observed: GroupObservation,
                  update_revision: str, now: datetime) -> RolloutState:
-    """`rollrecord.record_step` of a step the test gives itself, with what `rollout.next_step`
-    derives beside a step: the members in flight (of a new rollout, for a new revision) and
-    the order."""
+    """`rollout.record.record_step` of a step the test gives itself, with what
+    `rollout.roller.next_step` derives beside a step: the members in flight (of a new rollout,
+    for a new revision) and the order."""
     rollout = state if state.revision == update_revision else RolloutState()
     return record_step(state, Decided(step, members_in_flight(rollout, observed,
                                                                update_revision, now),

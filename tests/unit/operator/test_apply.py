@@ -14,7 +14,7 @@ from kubernetes.dynamic.exceptions import ConflictError
 
 from staticfleet import apply
 from staticfleet.decisions import builders
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from tests.unit.operator.support import body
 
 pytestmark = pytest.mark.unit

@@ -188,7 +188,7 @@ def test_a_clean_exits_report_gives_the_close_and_last_batch_to_the_millisecond(
     from datetime import UTC, datetime
 
     from consumer_runtime.termination import close_report
-    from staticfleet.decisions.members import member_closed_at, member_last_batch_at
+    from staticfleet.decisions.members.observed import member_closed_at, member_last_batch_at
 
     closed, last = 1795867201.437, 1795867200.912
     deps = service.Deps(kube=cast(apply.Kube, object()))

@@ -17,7 +17,7 @@ from staticfleet.decisions.autoscaling import (
     members_needed,
     valid_replicas,
 )
-from staticfleet.decisions.autoscalingspec import AutoscalingSpec
+from staticfleet.decisions.spec.autoscaling import AutoscalingSpec
 
 pytestmark = pytest.mark.unit
 

@@ -18,9 +18,9 @@ from staticfleet.decisions.builders import (
     config_json,
     member_spec_view,
 )
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.names import instance_id, member_name, selector_labels, selector_string
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 from tests.unit.operator.support import body, with_path
 
 TIMEOUTS = EffectiveTimeouts(

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollstate import InFlight, Phase, RolloutState
-from staticfleet.decisions.specfields import SpecError
+from staticfleet.decisions.rollout.state import InFlight, Phase, RolloutState
+from staticfleet.decisions.spec.fields import SpecError
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD = ROOT / "crds" / "consumergroups.staticfleet.io.yaml"
@@ -184,7 +184,7 @@ def test_transition_defaults_match_the_model() -> None:
 
 
 def test_operator_owned_client_properties_match_the_model(schema: dict[str, Any]) -> None:
-    from staticfleet.decisions.kafkaspec import OWNED_CLIENT_PROPERTIES
+    from staticfleet.decisions.spec.kafka import OWNED_CLIENT_PROPERTIES
 
     rules = " ".join(
         r["rule"] for r in at(schema, "spec.kafka.clientProperties")["x-kubernetes-validations"]
@@ -194,7 +194,7 @@ def test_operator_owned_client_properties_match_the_model(schema: dict[str, Any]
 
 
 def test_the_ssl_tuning_keys_match_the_model(schema: dict[str, Any]) -> None:
-    from staticfleet.decisions.kafkaspec import SSL_TUNING_PROPERTIES
+    from staticfleet.decisions.spec.kafka import SSL_TUNING_PROPERTIES
 
     rules = [r["rule"] for r in at(schema, "spec.kafka.clientProperties")[
         "x-kubernetes-validations"] if "'ssl.'" in r["rule"]]
@@ -204,7 +204,7 @@ def test_the_ssl_tuning_keys_match_the_model(schema: dict[str, Any]) -> None:
 
 
 def test_sasl_mechanisms_match_the_model(schema: dict[str, Any]) -> None:
-    from staticfleet.decisions.kafkaspec import SASL_MECHANISMS
+    from staticfleet.decisions.spec.kafka import SASL_MECHANISMS
 
     assert tuple(at(schema, "spec.kafka.security.sasl.mechanism")["enum"]) == SASL_MECHANISMS
 

@@ -21,7 +21,6 @@ import pytest
 from staticfleet.decisions import builders
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan
-from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.names import (
     ACTIVATED_ANNOTATION,
     MEMBER_CONTAINER,
@@ -38,9 +37,10 @@ from staticfleet.decisions.pods import (
     WHY_NEW,
     WHY_REPLACEMENT,
 )
-from staticfleet.decisions.rollactions import WHY_RESTART
+from staticfleet.decisions.rollout.effects import WHY_RESTART
 from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView, Problem, Snapshot
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.statuspatch import merge_patch
 from tests.unit.operator.support import NOW, with_path
 from tests.unit.operator.support import body as any_body
@@ -982,7 +982,7 @@ def test_a_scale_up_join_is_not_a_restart_sample() -> None:
 
 def fleet_for(cg: dict[str, Any], status: dict[str, Any]) -> list[dict[str, Any]]:
     """Running, ready pods of `cg` with the timeouts in force in `status` (a finished rollout)."""
-    from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
+    from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 
     spec = ConsumerGroupSpec.from_body(cg)
     in_force = EffectiveTimeouts.from_status(status["timeouts"])
@@ -1961,7 +1961,7 @@ def test_a_stalled_member_is_only_reported_when_restarts_are_off() -> None:
 
 
 def test_the_bound_grows_with_the_slowest_batch_and_the_batch_wait() -> None:
-    from staticfleet.decisions.stalls import bound_s
+    from staticfleet.decisions.members.stalls import bound_s
 
     assert bound_s(1000, 2.0) == 60.0
     assert bound_s(20000, 10.0) == 70.0

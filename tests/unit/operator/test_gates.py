@@ -11,24 +11,20 @@ from typing import Any
 
 import pytest
 
-from staticfleet.decisions import gates
 from staticfleet.decisions.conditions import TEMPLATE_CHANGED
-from staticfleet.decisions.members import ObservedMember
+from staticfleet.decisions.members.observed import ObservedMember
 from staticfleet.decisions.reasons import RestartReason
-from staticfleet.decisions.rollout import (
-    next_step,
-)
-from staticfleet.decisions.rollrecord import (
-    record_step,
-)
-from staticfleet.decisions.rollstate import (
+from staticfleet.decisions.rollout import gates
+from staticfleet.decisions.rollout.record import record_step
+from staticfleet.decisions.rollout.roller import next_step
+from staticfleet.decisions.rollout.state import (
     ACTIVATION_GIVE_UP_S,
     GroupObservation,
     InFlight,
     RolloutLimits,
     RolloutState,
 )
-from staticfleet.decisions.rollsteps import (
+from staticfleet.decisions.rollout.steps import (
     FallBackCold,
     HandoffFailed,
     HandOver,
@@ -517,8 +513,8 @@ def test_an_absence_first_seen_past_the_session_timeout_is_a_rebalance_not_a_rej
 def test_every_step_type_has_one_row_in_each_table() -> None:
     """The roller's steps are dispatched from tables: a new step adds a row to each, and a
     step without one fails here, not in a pass."""
-    from staticfleet.decisions import rollactions, rollrecord, rollsteps
+    from staticfleet.decisions.rollout import effects, record, steps
 
-    steps = set(typing.get_args(rollsteps.Step))
-    assert set(rollrecord.state_after.registry) - {object} == steps
-    assert set(rollactions.effects.registry) - {object} == steps
+    kinds = set(typing.get_args(steps.Step))
+    assert set(record.state_after.registry) - {object} == kinds
+    assert set(effects.effects.registry) - {object} == kinds

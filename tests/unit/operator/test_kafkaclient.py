@@ -13,9 +13,9 @@ from consumer_runtime.config import SECRET_ENV, ConfigError, parse_config
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import kafkaclient
 from staticfleet.decisions.builders import build_member_pod, config_json, member_spec_view
-from staticfleet.decisions.kafkaspec import SecretKeyRef
-from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.specfields import SpecError
+from staticfleet.decisions.spec.fields import SpecError
+from staticfleet.decisions.spec.kafka import SecretKeyRef
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin
 from staticfleet.service import kafka_problem
 from tests.unit.operator.support import body, with_path

@@ -7,9 +7,7 @@ from typing import Any
 
 import pytest
 
-from staticfleet.decisions import members
-from staticfleet.decisions.measurements import cold_start_s, join_latency_s
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.members import observed
 from staticfleet.decisions.names import (
     JOINED_AS_NEW_ANNOTATION,
     MEMBER_CONTAINER,
@@ -19,6 +17,8 @@ from staticfleet.decisions.names import (
 )
 from staticfleet.decisions.reasons import MemberSpecView
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts.measurements import cold_start_s, join_latency_s
 from tests.unit.operator.support import body
 
 SPEC = ConsumerGroupSpec.from_body(body())
@@ -49,8 +49,8 @@ def member(ordinal: int, instance: str | None, parts: int = 2) -> GroupMemberVie
 
 def collect(pods: list[dict[str, Any]], group: GroupView,
             statuses: dict[str, Any] | None = None,
-            partitions: int | None = None) -> members.MemberTable:
-    return members.observe_members(spec=SPEC, view=VIEW, pods=pods, statuses=statuses or {},
+            partitions: int | None = None) -> observed.MemberTable:
+    return observed.observe_members(spec=SPEC, view=VIEW, pods=pods, statuses=statuses or {},
                                    group=group, partitions=partitions)
 
 
@@ -96,7 +96,7 @@ def test_running_session_timeout_is_the_shortest_a_member_joined_with(
         sessions: list[str | None], expected: int | None) -> None:
     pods = [pod(i, session=s) for i, s in enumerate(sessions)]
     pods.append(pod(9, session="1000", deleting="2026-01-01T12:00:30Z"))
-    assert members.running_session_timeout_ms(pods) == expected
+    assert observed.running_session_timeout_ms(pods) == expected
 
 
 @pytest.mark.parametrize(("status", "expected"), [
@@ -224,14 +224,14 @@ def test_an_ended_member_is_unavailable_and_not_failing() -> None:
 
 
 def test_why_a_pod_ended_is_quoted_from_its_status() -> None:
-    assert members.ended_reason(evicted(pod(1))) == (
+    assert observed.ended_reason(evicted(pod(1))) == (
         "Failed (Evicted: The node was low on resource: memory.)")
     shutdown = pod(1)
     shutdown["status"] = {"phase": "Failed", "reason": "Terminated",
                           "message": "Pod was terminated in response to imminent node shutdown."}
-    assert members.ended_reason(shutdown).startswith("Failed (Terminated: Pod was terminated")
-    assert members.ended_reason({"status": {"phase": "Succeeded"}}) == "Succeeded"
-    assert not members.pod_ended(pod(1)) and members.pod_ended(evicted(pod(1)))
+    assert observed.ended_reason(shutdown).startswith("Failed (Terminated: Pod was terminated")
+    assert observed.ended_reason({"status": {"phase": "Succeeded"}}) == "Succeeded"
+    assert not observed.pod_ended(pod(1)) and observed.pod_ended(evicted(pod(1)))
 
 
 @pytest.mark.parametrize(("leave", "reason", "says"), [
@@ -247,7 +247,7 @@ def test_why_a_pod_ended_is_quoted_from_its_status() -> None:
 ])
 def test_a_drained_members_static_leave_is_a_warning_only_when_it_keeps_no_place(
         leave: dict[str, Any] | None, reason: str | None, says: str | None) -> None:
-    got = members.static_leave_event(2, "g-2", leave)
+    got = observed.static_leave_event(2, "g-2", leave)
     if reason is None:
         assert got is None
     else:

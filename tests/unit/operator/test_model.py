@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from staticfleet.decisions.model import DEFAULT_COMMAND, ConsumerGroupSpec
-from staticfleet.decisions.specfields import SpecError
+from staticfleet.decisions.spec.fields import SpecError
+from staticfleet.decisions.spec.model import DEFAULT_COMMAND, ConsumerGroupSpec
 from tests.unit.operator.support import body, with_path
 
 

@@ -54,7 +54,7 @@ def test_the_reasons_docs_api_lists_are_the_operators() -> None:
 
 
 @pytest.mark.parametrize(("module", "name"), [
-    ("staticfleet.decisions.timeouts", "restart_fits"),
+    ("staticfleet.decisions.timeouts.rules", "restart_fits"),
     ("staticfleet.decisions.conditions", "SCALING"),
     ("staticfleet.decisions.conditions", "MEMBER_ACTIVATING"),
     ("staticfleet.apply", "MEMBER_SELECTOR"),

@@ -8,8 +8,8 @@ import pytest
 
 from staticfleet.decisions import reasons as r
 from staticfleet.decisions.builders import build_member_pod, member_spec_view
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 from tests.unit.operator.support import body, with_path
 
 TIMEOUTS = EffectiveTimeouts(45000, 3000, 300000, sources={})

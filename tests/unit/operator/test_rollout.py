@@ -9,17 +9,17 @@ from typing import Any
 import pytest
 
 from staticfleet.decisions.conditions import TEMPLATE_CHANGED
-from staticfleet.decisions.members import ObservedMember
+from staticfleet.decisions.members.observed import ObservedMember
 from staticfleet.decisions.reasons import RestartReason
-from staticfleet.decisions.rollout import (
-    next_step,
-    plan_rollout,
+from staticfleet.decisions.rollout.record import record_step
+from staticfleet.decisions.rollout.roller import next_step, plan_rollout
+from staticfleet.decisions.rollout.state import (
+    GroupObservation,
+    InFlight,
+    RolloutLimits,
+    RolloutState,
 )
-from staticfleet.decisions.rollrecord import (
-    record_step,
-)
-from staticfleet.decisions.rollstate import GroupObservation, InFlight, RolloutLimits, RolloutState
-from staticfleet.decisions.rollsteps import (
+from staticfleet.decisions.rollout.steps import (
     Complete,
     MarkMemberDone,
     MemberRejoined,

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions.model import DYNAMIC_MEMBERSHIP_ANNOTATION, STOP_HANDOFF_ANNOTATION
 from staticfleet.decisions.plan import decide, without_nulls
 from staticfleet.decisions.settings import (
     ALLOW_TESTING_ANNOTATIONS_ENV,
@@ -19,6 +18,7 @@ from staticfleet.decisions.settings import (
     OperatorSettings,
     SettingsError,
 )
+from staticfleet.decisions.spec.model import DYNAMIC_MEMBERSHIP_ANNOTATION, STOP_HANDOFF_ANNOTATION
 from tests.unit.operator.support import with_path
 from tests.unit.operator.test_decide import (
     CG,

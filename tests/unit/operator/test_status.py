@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.measurements import measurements_from_status, record_restart
-from staticfleet.decisions.members import ObservedMember
-from staticfleet.decisions.model import ConsumerGroupSpec
-from staticfleet.decisions.rollstate import GroupObservation, RolloutState
+from staticfleet.decisions.members.observed import ObservedMember
+from staticfleet.decisions.rollout.state import GroupObservation, RolloutState
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.decisions.status import build_status, derive_conditions
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
+from staticfleet.decisions.timeouts.measurements import measurements_from_status, record_restart
 from tests.unit.operator.support import NOW, body
 
 GROUP = ConsumerGroupSpec.from_body(body())

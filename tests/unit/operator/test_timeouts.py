@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.model import TimeoutsSpec
-from staticfleet.decisions.timeouts import (
+from staticfleet.decisions.spec.model import TimeoutsSpec
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
+from staticfleet.decisions.timeouts.rules import (
     BrokerBounds,
     Measurements,
     TimeoutRuleError,

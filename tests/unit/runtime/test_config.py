@@ -235,8 +235,8 @@ def test_unknown_group_protocol_is_refused() -> None:
 def test_the_config_the_operator_builds_is_accepted(protocol: str) -> None:
     """Contract: what operator/staticfleet/decisions/builders.py puts in STATICFLEET_CONFIG."""
     from staticfleet.decisions.builders import runtime_config
-    from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-    from staticfleet.decisions.model import ConsumerGroupSpec
+    from staticfleet.decisions.spec.model import ConsumerGroupSpec
+    from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 
     spec = ConsumerGroupSpec.from_body({
         "apiVersion": "staticfleet.io/v1alpha1", "kind": "ConsumerGroup",

@@ -37,8 +37,8 @@ from typing import Any
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import PodDelete
-from staticfleet.decisions.members import MemberTable
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.members.observed import MemberTable
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 
 MIN_BOUND_S = 60.0
 MAX_STALL_RESTARTS = 3

@@ -1,18 +1,18 @@
 """When to restart which member: the roller's pure decision, `next_step`.
 
-The roller is five modules: this one decides the next step; `rollsteps` types the steps it may
-decide; `rollwarm` follows a warm handoff's own steps; `rollrecord` says what state follows a
-step; `rollstate` types the inputs and the memory (`status.rollout`). The "why" of a restart is
-in `reasons`, the safety checks in `gates`.
+The roller is the room `rollout/`: this module decides the next step; `steps` types the steps
+it may decide; `warm` follows a warm handoff's own steps; `record` says what state follows a
+step; `state` types the inputs and the memory (`status.rollout`). The "why" of a restart is
+in `decisions.reasons`, the safety checks in `gates`.
 
 State lives in `status.rollout` (`RolloutState.from_status` / `to_status`), so an operator restart
-resumes where it stopped. Each pass `rollactions.rollout_step` calls
+resumes where it stopped. Each pass `effects.rollout_step` calls
 
-    decided = rollout.next_step(state, observation, update_revision, limits, now)
-    state = rollrecord.record_step(state, decided, observation, update_revision, now)
+    decided = roller.next_step(state, observation, update_revision, limits, now)
+    state = record.record_step(state, decided, observation, update_revision, now)
 
 and turns the step into the plan's pod deletions, switchovers and Events (one row per step type
-in `rollactions.effects`, as `rollrecord.state_after` has one per step type for the state).
+in `effects.effects`, as `record.state_after` has one per step type for the state).
 `next_step` hands over what it derived (the members in flight, the order), so the record
 derives nothing again.
 
@@ -33,11 +33,11 @@ Rules:
   loop, an evicted pod) or that makes no progress within `progressDeadlineSeconds` fails the
   rollout before the next member is touched: `onFailure: Halt` leaves it (phase Halted);
   `Rollback` hands it back, by warm handoff, to the revision the others still run, then every
-  member this rollout restarted, newest first, one at a time (`rollrecord`; phase RolledBack
+  member this rollout restarted, newest first, one at a time (`record`; phase RolledBack
   once the last processes there). A new revision starts a new rollout.
 * Running late: a member away longer than `at_risk_fraction` of the session timeout -> AtRisk
   (no further member is touched); past the session timeout the broker has rebalanced -> Stopped.
-* A warm handoff (its own steps in `rollwarm`): the replacement starts in standby beside the old
+* A warm handoff (its own steps in `warm`): the replacement starts in standby beside the old
   member; once the predicates hold the old member is drained and the standby activated the
   moment the drain answers, then the old pod deleted (`actions.Switchover`: the old process's
   shutdown is off the critical path); without a drain (refused, no answer, no address) the old
@@ -58,7 +58,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from staticfleet.decisions import gates
 from staticfleet.decisions.conditions import (
     MEMBER_FAILING,
     NO_PROGRESS,
@@ -67,9 +66,10 @@ from staticfleet.decisions.conditions import (
     WAIT_STOPPED,
     WAIT_UP_TO_DATE,
 )
-from staticfleet.decisions.gates import GateContext
-from staticfleet.decisions.members import ObservedMember
-from staticfleet.decisions.rollstate import (
+from staticfleet.decisions.members.observed import ObservedMember
+from staticfleet.decisions.rollout import gates
+from staticfleet.decisions.rollout.gates import GateContext
+from staticfleet.decisions.rollout.state import (
     MAX_RECHECK_S,
     STABLE_STATES,
     WARM_HANDOFF,
@@ -79,7 +79,7 @@ from staticfleet.decisions.rollstate import (
     RolloutLimits,
     RolloutState,
 )
-from staticfleet.decisions.rollsteps import (
+from staticfleet.decisions.rollout.steps import (
     Complete,
     Decided,
     MarkMemberDone,
@@ -93,7 +93,7 @@ from staticfleet.decisions.rollsteps import (
     Wait,
     blocked_wait,
 )
-from staticfleet.decisions.rollwarm import follow_warm
+from staticfleet.decisions.rollout.warm import follow_warm
 
 ENDED_PHASES = ("AtRisk", "Stopped", "Halted", "RolledBack")
 """A rollout in one of these starts nobody new for its revision."""
@@ -185,7 +185,7 @@ def next_step(
     now: datetime,
 ) -> Decided:
     """What the roller should do now, with what it derived on the way: the members in flight
-    and the order of the restarts (`Decided`, which `rollrecord.record_step` records). Pure:
+    and the order of the restarts (`Decided`, which `record.record_step` records). Pure:
     same inputs, same step."""
     same_rollout = state.revision == update_revision
     in_flight = members_in_flight(state, observed, update_revision, now)

@@ -1,8 +1,9 @@
 """The roller's inputs and memory, typed: what one pass observed of the group
-(`GroupObservation`, of `members.ObservedMember`s), what bounds the roller (`RolloutLimits`), and
-`status.rollout` (`RolloutState`, with its members in flight and their `Handoff` figures).
+(`GroupObservation`, of `members.observed.ObservedMember`s), what bounds the roller
+(`RolloutLimits`), and `status.rollout` (`RolloutState`, with its members in flight and their
+`Handoff` figures).
 
-`rollout` (and `rollwarm`) decide from these, `rollrecord` writes the state after a step;
+`roller` (and `warm`) decide from these, `record` writes the state after a step;
 `gates` holds the safety checks over them. Nothing here decides.
 """
 
@@ -14,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from staticfleet.decisions.conditions import parse_optional, rfc3339, rfc3339_ms
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.members import ObservedMember
-from staticfleet.decisions.model import RolloutSpec
+from staticfleet.decisions.members.observed import ObservedMember
+from staticfleet.decisions.spec.model import RolloutSpec
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 
 Phase = Literal["Idle", "Pending", "Rolling", "Paused", "AtRisk", "Stopped", "Halted",
                 "RolledBack", "Complete"]

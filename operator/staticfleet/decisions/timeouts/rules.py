@@ -1,7 +1,7 @@
 """The one place that chooses the three client timeouts (pure; time is an argument):
 `compute_timeouts`, from the spec, the measurements and the broker's bounds, one rule after the
 other (`_session`, `_heartbeat`, `_max_poll`); `riding` holds a new choice back until the next
-rollout. What it chooses, with its status and client forms, is `effectivetimeouts`.
+rollout. What it chooses, with its status and client forms, is `effective`.
 
 Static membership (KIP-345) keeps a stopped member, and its partitions, for `session.timeout.ms`.
 A restart therefore causes no rebalance exactly when the member is back before its session expires,
@@ -47,14 +47,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from staticfleet.decisions.conditions import rfc3339
-from staticfleet.decisions.effectivetimeouts import (
+from staticfleet.decisions.spec.model import Protocol, TimeoutsSpec
+from staticfleet.decisions.timeouts.effective import (
     HEARTBEAT,
     MAX_POLL,
     SESSION,
     EffectiveTimeouts,
     Source,
 )
-from staticfleet.decisions.model import Protocol, TimeoutsSpec
 
 # librdkafka's own limits on these properties.
 CLIENT_MAX_SESSION_MS = 3600000

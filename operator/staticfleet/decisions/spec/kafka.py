@@ -12,14 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from staticfleet.decisions.specfields import (
-    SpecError,
-    as_obj,
-    opt_str,
-    req_str,
-    str_list,
-    str_map,
-)
+from staticfleet.decisions.spec.fields import SpecError, as_obj, opt_str, req_str, str_list, str_map
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 

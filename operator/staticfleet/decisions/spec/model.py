@@ -6,8 +6,8 @@ not pass through the API server's defaulting parses to the same model. Problems 
 catch (or that a body bypassing the API server could carry) raise `SpecError` with the field path.
 
 Here: the group's identity and annotations, and the sections template, membership, processing,
-rollout and recovery. `spec.kafka` is in `kafkaspec`; the typed field readers, and `SpecError`,
-in `specfields`.
+rollout and recovery. `spec.kafka` is in `kafka`; the typed field readers, and `SpecError`,
+in `fields`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from staticfleet.decisions import kafkaspec, podsecurity
-from staticfleet.decisions.autoscalingspec import AutoscalingSpec, parse_autoscaling
-from staticfleet.decisions.kafkaspec import KafkaSpec
-from staticfleet.decisions.specfields import (
+from staticfleet.decisions.spec import kafka, podsecurity
+from staticfleet.decisions.spec.autoscaling import AutoscalingSpec, parse_autoscaling
+from staticfleet.decisions.spec.fields import (
     SpecError,
     as_obj,
     choice,
@@ -32,6 +31,7 @@ from staticfleet.decisions.specfields import (
     str_list,
     str_map,
 )
+from staticfleet.decisions.spec.kafka import KafkaSpec
 
 API_GROUP = "staticfleet.io"
 API_VERSION = "v1alpha1"
@@ -107,7 +107,7 @@ class AutoTuningSpec:
     restart_margin_percent: int = 150
     max_session_timeout_ms: int | None = None
     """Cap of the automatic session timeout; None: 120 000 ms for classic groups, the broker's
-    maximum for KIP-848 groups (`timeouts.DEFAULT_CLASSIC_SESSION_CAP_MS`)."""
+    maximum for KIP-848 groups (`timeouts.rules.DEFAULT_CLASSIC_SESSION_CAP_MS`)."""
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,7 @@ class ConsumerGroupSpec:
             name=name,
             namespace=str(meta.get("namespace") or "default"),
             generation=int(meta.get("generation") or 0),
-            kafka=kafkaspec.parse(as_obj(spec.get("kafka"), "spec.kafka", required=True), name),
+            kafka=kafka.parse(as_obj(spec.get("kafka"), "spec.kafka", required=True), name),
             template=_parse_template(as_obj(spec.get("template"), "spec.template", required=True)),
             replicas=replicas,
             membership=_parse_membership(as_obj(spec.get("membership"), "spec.membership")),

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from staticfleet.decisions.conditions import parse_rfc3339, rfc3339
-from staticfleet.decisions.model import Protocol
+from staticfleet.decisions.spec.model import Protocol
 
 Source = Literal["explicit", "auto", "default"]
 

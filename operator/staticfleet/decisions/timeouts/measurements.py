@@ -3,7 +3,7 @@
 Restarts the roller made and measured (`status.measurements`, kept by `record_restart`), the
 members' slowest batch and their cold starts (container start -> first assignment,
 `cold_start_s`, from the pod and the member's `/status`) are what the session timeout is chosen
-from (`timeouts.compute_timeouts`). A container that restarts in place (a crash, an OOM kill, a
+from (`rules.compute_timeouts`). A container that restarts in place (a crash, an OOM kill, a
 liveness kill), a replacement that waited for scheduling or an image pull, or a pod's age is
 never a restart sample: `sample` says why not, and the timeouts' reasons say so
 (`timeout_notes`).
@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from staticfleet.decisions import timeouts
 from staticfleet.decisions.conditions import parse_rfc3339
 from staticfleet.decisions.names import (
     JOINED_AS_NEW_ANNOTATION,
@@ -22,6 +21,7 @@ from staticfleet.decisions.names import (
     ordinal_of,
 )
 from staticfleet.decisions.snapshot import Snapshot
+from staticfleet.decisions.timeouts.rules import Measurements
 
 START_WAIT_LIMIT_S = 10.0
 """A replacement pod that waited longer than this for scheduling or image pulls before its
@@ -111,7 +111,7 @@ def join_latency_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> 
     return max(0.0, latency)
 
 
-def measure(snap: Snapshot) -> timeouts.Measurements:
+def measure(snap: Snapshot) -> Measurements:
     """Restarts the roller made and measured (close of the old process to the replacement back
     in the group), and the slowest batch the members report. A container that restarts in place
     (a crash, an OOM kill, a liveness kill) or a pod's age is never a restart sample."""
@@ -120,7 +120,7 @@ def measure(snap: Snapshot) -> timeouts.Measurements:
     p99 = [float(s["batchSecondsP99"]) for s in snap.statuses.values()
            if s.get("batchSecondsP99") is not None]
     slowest_start = slowest_cold_start(snap)
-    return timeouts.Measurements(
+    return Measurements(
         restart_seconds=recorded.restart_seconds,
         batch_seconds_max=max(batch) if batch else None,
         batch_seconds_p99=max(p99) if p99 else None,
@@ -188,7 +188,7 @@ def timeout_notes(previous: Mapping[str, Any]) -> tuple[str, ...]:
                  f"{i.get('why')}" for i in ignored)
 
 
-def recorded(snap: Snapshot, measured: timeouts.Measurements,
+def recorded(snap: Snapshot, measured: Measurements,
              restarts: Sequence[tuple[int, float, str | None]]) -> dict[str, Any]:
     """`status.measurements` after this pass: the restarts measured in it (`sample`: taken, or
     ignored with why), the slowest first assignment and the slowest batch."""
@@ -247,11 +247,11 @@ def slowest_restart(measurements: Mapping[str, Any] | None) -> tuple[int | None,
     return (None if member is None or member < 0 else int(member)), recent[i]
 
 
-def measurements_from_status(measurements: Mapping[str, Any] | None) -> timeouts.Measurements:
-    """The `timeouts.Measurements` input from `status.measurements`."""
+def measurements_from_status(measurements: Mapping[str, Any] | None) -> Measurements:
+    """The `rules.Measurements` input from `status.measurements`."""
     m = measurements or {}
     batch = m.get("batchSecondsMax")
-    return timeouts.Measurements(
+    return Measurements(
         restart_seconds=tuple(float(x) for x in m.get("restartSecondsRecent") or ()),
         batch_seconds_max=float(batch) if batch is not None else None,
     )

@@ -1,8 +1,8 @@
 """The rollout state after a step (pure): `record_step`, one row per step type in
 `state_after` (a `functools.singledispatch`: each row is registered for its step type). Call it
-after the apply layer acted on the step `rollout.next_step` decided; the state it returns is
-what `status.rollout` records (`rollstate.RolloutState`). It derives nothing of its own: the
-members in flight and the order come with the step (`rollsteps.Decided`).
+after the apply layer acted on the step `roller.next_step` decided; the state it returns is
+what `status.rollout` records (`state.RolloutState`). It derives nothing of its own: the
+members in flight and the order come with the step (`steps.Decided`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from staticfleet.decisions.conditions import WAIT_PAUSED
-from staticfleet.decisions.rollstate import (
+from staticfleet.decisions.rollout.state import (
     WARM_HANDOFF,
     Blocker,
     GroupObservation,
@@ -21,7 +21,7 @@ from staticfleet.decisions.rollstate import (
     Phase,
     RolloutState,
 )
-from staticfleet.decisions.rollsteps import (
+from staticfleet.decisions.rollout.steps import (
     Complete,
     Decided,
     FallBackCold,
@@ -48,7 +48,7 @@ class Recording:
     update_revision: str
     now: datetime
     order: tuple[int, ...]
-    """The members that still need a restart, in order (`rollsteps.Decided.order`)."""
+    """The members that still need a restart, in order (`steps.Decided.order`)."""
 
 
 def record_step(

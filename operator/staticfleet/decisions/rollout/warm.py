@@ -1,22 +1,22 @@
-"""A warm handoff's own steps, for `rollout.next_step`: the replacement failed, cannot be
+"""A warm handoff's own steps, for `roller.next_step`: the replacement failed, cannot be
 made or is late (fall back, or stop), it is standby-ready (stop the old member once the
 predicates hold), or it does not take the activation (fall back to a cold start).
 
 A warm handoff: the replacement starts in standby beside the old member; once the predicates
 (`gates`) hold, the old member is drained and the standby activated, then the old pod deleted
-(`rollactions`, `actions.Switchover`).
+(`effects`, `actions.Switchover`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from staticfleet.decisions import gates
 from staticfleet.decisions.conditions import WAIT_MEMBER
-from staticfleet.decisions.gates import GateContext, replacement_of
-from staticfleet.decisions.members import ObservedMember
-from staticfleet.decisions.rollstate import ACTIVATION_GIVE_UP_S, Blocker, InFlight
-from staticfleet.decisions.rollsteps import (
+from staticfleet.decisions.members.observed import ObservedMember
+from staticfleet.decisions.rollout import gates
+from staticfleet.decisions.rollout.gates import GateContext, replacement_of
+from staticfleet.decisions.rollout.state import ACTIVATION_GIVE_UP_S, Blocker, InFlight
+from staticfleet.decisions.rollout.steps import (
     FallBackCold,
     HandoffFailed,
     HandOver,

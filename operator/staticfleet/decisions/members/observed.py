@@ -15,7 +15,6 @@ from typing import Any
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import reasons
 from staticfleet.decisions.conditions import parse_rfc3339
-from staticfleet.decisions.model import ConsumerGroupSpec
 from staticfleet.decisions.names import (
     MEMBER_CONTAINER,
     SESSION_ANNOTATION,
@@ -24,6 +23,7 @@ from staticfleet.decisions.names import (
 )
 from staticfleet.decisions.reasons import RestartReason
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 
 DEFAULT_GRACE_S = 30
 

@@ -1,7 +1,7 @@
 """Reading a ConsumerGroup body: typed readers of its plain-dict fields, each naming the
 offending field in a `SpecError` (`spec.template.env[2].name: is required`).
 
-`model` and `kafkaspec` parse the spec's sections with them.
+`model` and `kafka` parse the spec's sections with them.
 """
 
 from __future__ import annotations

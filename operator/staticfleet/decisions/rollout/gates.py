@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from staticfleet.decisions.members import ObservedMember
-from staticfleet.decisions.rollstate import (
+from staticfleet.decisions.members.observed import ObservedMember
+from staticfleet.decisions.rollout.state import (
     STARTABLE_STATES,
     Blocker,
     GroupObservation,

@@ -1,9 +1,9 @@
 """The roller's step as this pass's actions (pure): `rollout_step`.
 
-The roller's modules: `rollstate` types what the roller sees and remembers
-(`GroupObservation`, `RolloutLimits`, `RolloutState` in `status.rollout`); `rollout` decides
-when and how safely (`next_step`, a warm handoff's own steps in `rollwarm`), one of the steps
-typed in `rollsteps`; `rollrecord` says what state follows (`record_step`, one row per step
+The roller's modules: `state` types what the roller sees and remembers
+(`GroupObservation`, `RolloutLimits`, `RolloutState` in `status.rollout`); `roller` decides
+when and how safely (`next_step`, a warm handoff's own steps in `warm`), one of the steps
+typed in `steps`; `record` says what state follows (`record_step`, one row per step
 type in `state_after`). This module puts them to work in one pass: it builds the
 observation and the limits from the `Snapshot`, asks the roller for its step, and turns the step
 into the plan's pod deletions, switchovers and Events (one row per step type in `effects`, a
@@ -22,23 +22,35 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from staticfleet.decisions import builders, rollout, rollrecord, rollstate, rollsteps
+from staticfleet.decisions import builders
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Event, PodDelete, Switchover
-from staticfleet.decisions.effectivetimeouts import EffectiveTimeouts
-from staticfleet.decisions.measurements import (
+from staticfleet.decisions.members.observed import (
+    MemberTable,
+    last_batch_at,
+    running_session_timeout_ms,
+)
+from staticfleet.decisions.names import ordinal_of, replacement_name
+from staticfleet.decisions.reasons import MemberSpecView, RestartReason
+from staticfleet.decisions.rollout import steps
+from staticfleet.decisions.rollout.record import record_step
+from staticfleet.decisions.rollout.roller import next_step
+from staticfleet.decisions.rollout.state import (
+    PHASES_IN_PROGRESS,
+    GroupObservation,
+    RolloutLimits,
+    RolloutState,
+)
+from staticfleet.decisions.snapshot import Snapshot
+from staticfleet.decisions.spec.fields import SpecError
+from staticfleet.decisions.spec.model import RESTARTED_AT_ANNOTATION, ConsumerGroupSpec
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
+from staticfleet.decisions.timeouts.measurements import (
     sample,
     slowest_cold_start,
     slowest_restart,
     slowest_text,
 )
-from staticfleet.decisions.members import MemberTable, last_batch_at, running_session_timeout_ms
-from staticfleet.decisions.model import RESTARTED_AT_ANNOTATION, ConsumerGroupSpec
-from staticfleet.decisions.names import ordinal_of, replacement_name
-from staticfleet.decisions.reasons import MemberSpecView, RestartReason
-from staticfleet.decisions.rollstate import PHASES_IN_PROGRESS
-from staticfleet.decisions.snapshot import Snapshot
-from staticfleet.decisions.specfields import SpecError
 
 WHY_RESTART = "restart"
 WHY_HANDOFF = "restart: its standby replacement is ready (warm handoff)"
@@ -66,8 +78,8 @@ class Roll:
     """The rollout's part of a pass: its state after this pass's step, and what the step means
     for pods, Events, status and metrics."""
 
-    state: rollstate.RolloutState
-    observation: rollstate.GroupObservation
+    state: RolloutState
+    observation: GroupObservation
     deletes: tuple[PodDelete, ...] = ()
     events: tuple[Event, ...] = ()
     restarts: tuple[tuple[int, float, str | None], ...] = ()
@@ -75,7 +87,7 @@ class Roll:
     finished: tuple[float, str] | None = None
     requeue_after_s: float | None = None
     refusal: str | None = None
-    limits: rollstate.RolloutLimits | None = None
+    limits: RolloutLimits | None = None
     gaps: tuple[float, ...] = ()
     """Processing gaps measured this pass (warm handoffs)."""
     switchovers: tuple[Switchover, ...] = ()
@@ -97,21 +109,21 @@ class Roll:
 def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                  effective: EffectiveTimeouts, table: MemberTable, group_state: str,
                  rebalances: int, activating: frozenset[int] = frozenset()) -> Roll:
-    """One rollout step: the roller decides (`rollout.next_step`), `rollrecord.state_after` says
+    """One rollout step: the roller decides (`roller.next_step`), `record.state_after` says
     what state follows, and `effects` what it means for pods and Events (one row per step
     type)."""
     now = snap.now
-    state = rollstate.RolloutState.from_status(snap.previous.get("rollout"))
+    state = RolloutState.from_status(snap.previous.get("rollout"))
     # A classic member keeps the session timeout it joined with; a KIP-848 group's is a group
     # config the broker applies at once.
     running = (running_session_timeout_ms(snap.pods)
                if spec.membership.protocol == "classic" else None)
     which = slowest_text(slowest_restart(snap.previous.get("measurements")),
                          slowest_cold_start(snap))
-    limits = rollstate.RolloutLimits.from_timeouts(effective, spec.rollout, running, which,
+    limits = RolloutLimits.from_timeouts(effective, spec.rollout, running, which,
                                             float(spec.template.termination_grace_period_seconds))
     back = rollback_source(snap)
-    obs = rollstate.GroupObservation(
+    obs = GroupObservation(
         members=tuple(m for m in table.members if m.ordinal < spec.replicas),
         group_state=group_state, rebalances=rebalances, closed_by_pod=snap.closed_by_pod,
         replicas=spec.replicas,
@@ -125,12 +137,12 @@ def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                            and back.view.revision != view.revision else None),
         rollback_names=({o: replacement_name(back.spec, o, back.view.revision)
                          for o in range(spec.replicas)} if back is not None else {}))
-    decided = rollout.next_step(state, obs, view.revision, limits, now)
-    after = rollrecord.record_step(state, decided, obs, view.revision, now)
+    decided = next_step(state, obs, view.revision, limits, now)
+    after = record_step(state, decided, obs, view.revision, now)
     step = decided.step
-    if isinstance(step, rollsteps.Complete) and not state.started_at and not after.started_at:
+    if isinstance(step, steps.Complete) and not state.started_at and not after.started_at:
         # Nothing was ever restarted for this revision (first creation, scale-up): no rollout.
-        after = rollstate.RolloutState(revision=view.revision, phase="Idle",
+        after = RolloutState(revision=view.revision, phase="Idle",
                                        reason=f"every member runs revision {view.revision}")
     return effects(step, _Step(snap, spec, view, table, limits, state, after, rebalances),
                    Roll(state=after, observation=obs, limits=limits, rollback=back))
@@ -191,9 +203,9 @@ class _Step:
     spec: ConsumerGroupSpec
     view: MemberSpecView
     table: MemberTable
-    limits: rollstate.RolloutLimits
-    before: rollstate.RolloutState
-    after: rollstate.RolloutState
+    limits: RolloutLimits
+    before: RolloutState
+    after: RolloutState
     rebalances: int
 
 
@@ -206,19 +218,19 @@ def _restart_reasons_text(table: MemberTable, ordinal: int) -> tuple[tuple[Resta
 
 
 @functools.singledispatch
-def effects(decided: rollsteps.Step, s: _Step, roll: Roll) -> Roll:
+def effects(decided: steps.Step, s: _Step, roll: Roll) -> Roll:
     """What the step `decided` means for pods, Events, status and metrics (`roll` holds the
     state after it): one row per step type, registered below."""
     raise TypeError(f"no row in effects for the step {type(decided).__name__}")
 
 
 @effects.register
-def _on_restart(decided: rollsteps.RestartMembers, s: _Step, roll: Roll) -> Roll:
+def _on_restart(decided: steps.RestartMembers, s: _Step, roll: Roll) -> Roll:
     return _on_start(decided.ordinals, False, s, roll)
 
 
 @effects.register
-def _on_prepare(decided: rollsteps.PrepareReplacements, s: _Step, roll: Roll) -> Roll:
+def _on_prepare(decided: steps.PrepareReplacements, s: _Step, roll: Roll) -> Roll:
     return _on_start(decided.ordinals, True, s, roll)
 
 
@@ -259,7 +271,7 @@ def _stop_old(s: _Step, ordinal: int, uid: str | None, why: str) -> tuple[PodDel
 
 
 @effects.register
-def _on_hand_over(decided: rollsteps.HandOver, s: _Step, roll: Roll) -> Roll:
+def _on_hand_over(decided: steps.HandOver, s: _Step, roll: Roll) -> Roll:
     flight = next((f for f in s.after.in_flight if f.ordinal == decided.ordinal), None)
     warm_s = ((decided.standby_ready_at - flight.prepared_at).total_seconds()
               if flight and flight.prepared_at and decided.standby_ready_at else None)
@@ -296,20 +308,20 @@ def _on_hand_over(decided: rollsteps.HandOver, s: _Step, roll: Roll) -> Roll:
 
 
 @effects.register
-def _on_recreate_instead(decided: rollsteps.RecreateInstead, s: _Step, roll: Roll) -> Roll:
+def _on_recreate_instead(decided: steps.RecreateInstead, s: _Step, roll: Roll) -> Roll:
     return replace(roll, deletes=_stop_old(s, decided.ordinal, decided.delete_uid, WHY_RESTART),
                    requeue_after_s=1.0,
                    events=(Event("Warning", c.HANDOFF_FALLBACK, decided.message),))
 
 
 @effects.register
-def _on_handoff_failed(decided: rollsteps.HandoffFailed, s: _Step, roll: Roll) -> Roll:
+def _on_handoff_failed(decided: steps.HandoffFailed, s: _Step, roll: Roll) -> Roll:
     return _abandon((decided.ordinal, *decided.ordinals), c.HANDOFF_FAILED, decided.message,
                     s, roll)
 
 
 @effects.register
-def _on_fall_back(decided: rollsteps.FallBackCold, s: _Step, roll: Roll) -> Roll:
+def _on_fall_back(decided: steps.FallBackCold, s: _Step, roll: Roll) -> Roll:
     return _abandon((decided.ordinal,), c.HANDOFF_FALLBACK, decided.message, s, roll)
 
 
@@ -327,7 +339,7 @@ def _abandon(dropped: tuple[int, ...], reason: str, message: str, s: _Step, roll
 
 
 @effects.register
-def _on_rejoined(decided: rollsteps.MemberRejoined, s: _Step, roll: Roll) -> Roll:
+def _on_rejoined(decided: steps.MemberRejoined, s: _Step, roll: Roll) -> Roll:
     return replace(roll, requeue_after_s=0.5, events=(Event(
         "Normal", c.MEMBER_BACK,
         f"member {decided.ordinal} back in the group with its partitions after "
@@ -335,7 +347,7 @@ def _on_rejoined(decided: rollsteps.MemberRejoined, s: _Step, roll: Roll) -> Rol
 
 
 @effects.register
-def _on_done(decided: rollsteps.MarkMemberDone, s: _Step, roll: Roll) -> Roll:
+def _on_done(decided: steps.MarkMemberDone, s: _Step, roll: Roll) -> Roll:
     warm = any(f.ordinal == decided.ordinal and f.mode == "warm" for f in s.before.in_flight)
     if decided.processing_gap_s is not None:
         gap = (f" (processing gap {decided.processing_gap_s:.1f} s: the old process's last "
@@ -357,7 +369,7 @@ def _on_done(decided: rollsteps.MarkMemberDone, s: _Step, roll: Roll) -> Roll:
 
 
 @effects.register
-def _on_failed(decided: rollsteps.MemberFailed, s: _Step, roll: Roll) -> Roll:
+def _on_failed(decided: steps.MemberFailed, s: _Step, roll: Roll) -> Roll:
     """A failed member halts the rollout, or is handed back (its standby of the last revision
     is created by `pods.creates`); standbys still preparing are dropped (`pods.abandoned`)."""
     reason = c.ROLLOUT_HALTED if s.after.phase == "Halted" else c.ROLLING_BACK
@@ -371,7 +383,7 @@ def _on_failed(decided: rollsteps.MemberFailed, s: _Step, roll: Roll) -> Roll:
 
 
 @effects.register
-def _on_at_risk(decided: rollsteps.StopAtRisk, s: _Step, roll: Roll) -> Roll:
+def _on_at_risk(decided: steps.StopAtRisk, s: _Step, roll: Roll) -> Roll:
     reason = c.SESSION_TIMEOUT_EXCEEDED if decided.expired else c.RESTART_RUNNING_LATE
     return replace(roll, requeue_after_s=1.0,
                    restarts=((sample(s.table.live.get(decided.ordinal), decided.ordinal,
@@ -381,7 +393,7 @@ def _on_at_risk(decided: rollsteps.StopAtRisk, s: _Step, roll: Roll) -> Roll:
 
 
 @effects.register
-def _on_complete(decided: rollsteps.Complete, s: _Step, roll: Roll) -> Roll:
+def _on_complete(decided: steps.Complete, s: _Step, roll: Roll) -> Roll:
     if s.after.phase != "Complete":
         return roll
     return replace(roll, finished=_finished(s), events=(
@@ -398,7 +410,7 @@ def _finished(s: _Step) -> tuple[float, str]:
 
 
 @effects.register
-def _on_refusal(decided: rollsteps.RefuseToStart, s: _Step, roll: Roll) -> Roll:
+def _on_refusal(decided: steps.RefuseToStart, s: _Step, roll: Roll) -> Roll:
     roll = replace(roll, refusal=decided.message)
     if s.before.reason != decided.message:
         return replace(roll, events=(Event("Warning", c.RESTART_UNSAFE, decided.message),))
@@ -406,7 +418,7 @@ def _on_refusal(decided: rollsteps.RefuseToStart, s: _Step, roll: Roll) -> Roll:
 
 
 @effects.register
-def _on_wait(decided: rollsteps.Wait, s: _Step, roll: Roll) -> Roll:
+def _on_wait(decided: steps.Wait, s: _Step, roll: Roll) -> Roll:
     if decided.recheck_after_s is None:
         return roll
     return replace(roll, requeue_after_s=decided.recheck_after_s)

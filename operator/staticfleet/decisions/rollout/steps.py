@@ -1,9 +1,9 @@
-"""The roller's steps: what `rollout.next_step` may decide, one frozen dataclass per kind
+"""The roller's steps: what `roller.next_step` may decide, one frozen dataclass per kind
 (`Step` is their union), the reasons a `Wait` or a `MemberFailed` names, and `Decided`: the
 step with what the roller derived on the way to it.
 
 Each step type is consumed by one row in each of two tables, both `functools.singledispatch`
-functions: `rollrecord.state_after` (the rollout state after it) and `rollactions.effects` (the
+functions: `record.state_after` (the rollout state after it) and `effects.effects` (the
 pods and Events it means). A new step type is a class here plus one row in each.
 """
 
@@ -18,7 +18,7 @@ from staticfleet.decisions.conditions import (
     WAIT_GROUP,
     WAIT_PAUSED,
 )
-from staticfleet.decisions.rollstate import Blocker, InFlight
+from staticfleet.decisions.rollout.state import Blocker, InFlight
 
 WAIT_REASONS = {"NotPaused": WAIT_PAUSED, "GroupStable": WAIT_GROUP,
                 "EnoughAvailable": WAIT_AVAILABILITY}
@@ -61,7 +61,7 @@ class HandOver:
     delete_uid: str | None
     standby_ready_at: datetime | None
     resumed: bool = False
-    """A switchover the status recorded and an earlier pass did not finish (`rollwarm`)."""
+    """A switchover the status recorded and an earlier pass did not finish (`warm`)."""
 
 
 @dataclass(frozen=True)
@@ -159,16 +159,16 @@ Step = (Wait | RestartMembers | PrepareReplacements | HandOver | HandoffFailed |
 
 @dataclass(frozen=True)
 class Decided:
-    """What `rollout.next_step` decided, with what it derived on the way that the state after
-    the step records (`rollrecord.record_step`), so nothing is derived twice."""
+    """What `roller.next_step` decided, with what it derived on the way that the state after
+    the step records (`record.record_step`), so nothing is derived twice."""
 
     step: Step
     in_flight: tuple[InFlight, ...]
     """The members in flight of the rollout the step belongs to, oldest first, with what this
-    pass saw of them (`rollout.members_in_flight`)."""
+    pass saw of them (`roller.members_in_flight`)."""
     order: tuple[int, ...]
     """The members that still need a restart, in the order they will be restarted
-    (`rollout.plan_rollout`)."""
+    (`roller.plan_rollout`)."""
 
 
 def blocked_wait(blocked: tuple[Blocker, ...], recheck: float = 2.0) -> Wait:

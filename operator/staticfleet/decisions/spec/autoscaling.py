@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from staticfleet.decisions.specfields import SpecError, as_obj, int_or
+from staticfleet.decisions.spec.fields import SpecError, as_obj, int_or
 
 
 @dataclass(frozen=True)

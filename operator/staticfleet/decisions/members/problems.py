@@ -14,10 +14,10 @@ from typing import Any
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Event, PodDelete
-from staticfleet.decisions.members import MemberTable, member_failure, refusal_line
-from staticfleet.decisions.model import ConsumerGroupSpec
+from staticfleet.decisions.members.observed import MemberTable, member_failure, refusal_line
 from staticfleet.decisions.names import ordinal_of
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
 
 STUCK_AFTER_S = 60.0
 """A member pod still there this long after its grace period ended is stuck (its node is gone,
