@@ -29,6 +29,7 @@ from staticfleet.decisions.names import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
 from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, claim_key
 from staticfleet.decisions.spec.model import RESTARTED_AT_ANNOTATION
+from staticfleet.memory import Memory
 
 GROUP, VERSION, PLURAL = "staticfleet.io", "v1alpha1", "consumergroups"
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))
@@ -51,7 +52,8 @@ def _plain(value: Any) -> Any:
 class Runner:
     """Runs passes in worker threads; wakes the daemons of groups whose pass is due."""
 
-    deps: service.Deps
+    clients: service.Clients
+    memory: Memory = field(default_factory=Memory)
     pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(WORKERS, thread_name_prefix="reconcile"))
     wakeups: dict[Key, asyncio.Event] = field(default_factory=dict)
@@ -74,13 +76,13 @@ class Runner:
         async with slots:
             loop = asyncio.get_running_loop()
             plan = await loop.run_in_executor(
-                self.pool, service.reconcile, body, pods, self.deps, datetime.now(UTC),
-                claimants)
+                self.pool, service.reconcile, body, pods, self.clients, self.memory,
+                datetime.now(UTC), claimants)
         return plan.requeue_after_s if plan.requeue_after_s is not None else RESYNC_S
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
-        self.deps.close()
+        self.clients.close()
 
 
 def _change_key(body: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -100,7 +102,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    memo.runner = Runner(service.Deps(
+    memo.runner = Runner(service.Clients(
         kube=apply.Kube(apply.load_client(os.environ.get("KUBECONFIG"))),
         settings=OperatorSettings.from_env(os.environ)))
 
@@ -148,7 +150,7 @@ async def member_pod_changed(namespace: str | None, labels: Mapping[str, str],
                              body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A member pod changed (ready, deleted, ...): its ConsumerGroup's pass is due. When its
     process closed is kept, because the pod may be gone before that pass."""
-    memo.runner.deps.note_closed(_plain(body))
+    memo.runner.memory.exits.note_closed(_plain(body))
     memo.runner.wake((namespace or "", labels[GROUP_LABEL]))
 
 
@@ -204,4 +206,5 @@ def forget(namespace: str | None, name: str, uid: str, memo: kopf.Memo, **_: Any
     if namespace is None:
         return
     metrics.forget(namespace, name)
-    memo.runner.deps.forget(uid)
+    memo.runner.memory.forget(uid)
+    memo.runner.clients.forget(uid)

@@ -57,7 +57,7 @@ class PodDelete:
 
 @dataclass(frozen=True)
 class Switchover:
-    """A warm handoff's switch, carried out in one go (`service.execute`): drain the old member
+    """A warm handoff's switch, carried out in one go (`switchover`): drain the old member
     (`old`: its pod; it finishes and commits its batch and closes its consumer the static way,
     and answers), then, the moment it answers, mark the standby activated, activate it and
     delete the old pod once the replacement finished its first batch or `first_batch_wait_s`

@@ -16,6 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from staticfleet.decisions import builders
+
+MEMBER_PORT = builders.HTTP_PORT
+"""The port of the members' endpoints."""
+
 
 def read_member_status(host: str, port: int, timeout: float = 2.0) -> dict[str, Any] | None:
     """A member's `/status` JSON, or None when it does not answer (yet)."""

@@ -1,5 +1,5 @@
 """The operator's side of member control: `observe.memberhttp.ask_member` sends the group's token,
-and the one before it to a member whose mounted Secret is not updated yet; `Deps.member_tokens`
+and the one before it to a member whose mounted Secret is not updated yet; `memory.Tokens`
 keeps those two. The member is the runtime's own HTTP server, in process on a loopback port."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 
 from consumer_runtime.http import serve
 from consumer_runtime.metrics import Telemetry
-from staticfleet import apply, service
+from staticfleet import apply, service, switchover
+from staticfleet.memory import Memory
 from staticfleet.observe import memberhttp
 from staticfleet.observe.memberhttp import Refused
 
@@ -91,17 +92,14 @@ def test_no_answer_and_no_address(live: LiveMember) -> None:
 
 
 def test_the_operator_keeps_the_current_token_and_the_one_before() -> None:
-    deps = service.Deps(kube=cast(apply.Kube, None))
-    try:
-        assert deps.member_tokens("uid-a", "t1") == ("t1",)
-        assert deps.member_tokens("uid-a", "t1") == ("t1",)
-        assert deps.member_tokens("uid-a", "t2") == ("t2", "t1")
-        assert deps.member_tokens("uid-a", "t3") == ("t3", "t2"), "at most two"
-        assert deps.member_tokens("uid-b", "b1") == ("b1",), "per ConsumerGroup"
-        deps.tokens.pop("uid-a")  # what Deps.forget does for a deleted group
-        assert deps.member_tokens("uid-a", "t3") == ("t3",)
-    finally:
-        deps.http_pool.shutdown()
+    tokens = Memory().tokens
+    assert tokens.member_tokens("uid-a", "t1") == ("t1",)
+    assert tokens.member_tokens("uid-a", "t1") == ("t1",)
+    assert tokens.member_tokens("uid-a", "t2") == ("t2", "t1")
+    assert tokens.member_tokens("uid-a", "t3") == ("t3", "t2"), "at most two"
+    assert tokens.member_tokens("uid-b", "b1") == ("b1",), "per ConsumerGroup"
+    tokens.forget("uid-a")  # a deleted group (`Memory.forget`)
+    assert tokens.member_tokens("uid-a", "t3") == ("t3",)
 
 
 
@@ -130,17 +128,17 @@ def test_a_drains_close_is_not_moved_later_by_the_pod_watch() -> None:
     (whole seconds, after the JVM's shutdown) must not replace it."""
     from datetime import UTC, datetime, timedelta
 
-    deps = service.Deps(kube=cast(apply.Kube, object()))
+    memory = Memory()
     drained = datetime(2026, 11, 24, 12, 0, 0, 250000, tzinfo=UTC)
-    deps.note_drained("uid-1", drained)
+    memory.note_drained("uid-1", drained)
     finished = (drained + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
     for uid in ("uid-1", "uid-2"):
-        deps.note_closed({"metadata": {"uid": uid, "deletionTimestamp": finished},
+        memory.exits.note_closed({"metadata": {"uid": uid, "deletionTimestamp": finished},
                            "status": {"containerStatuses": [{
                                "name": "member", "state": {"terminated": {
                                    "exitCode": 0, "finishedAt": finished}}}]}})
-    assert deps.closed_by_pod["uid-1"] == drained
-    assert deps.closed_by_pod["uid-2"] == drained.replace(microsecond=0) + timedelta(seconds=3)
+    assert memory.exits.closed["uid-1"] == drained
+    assert memory.exits.closed["uid-2"] == drained.replace(microsecond=0) + timedelta(seconds=3)
 
 
 def test_each_status_answer_is_stamped_with_its_own_read_time(
@@ -150,24 +148,24 @@ def test_each_status_answer_is_stamped_with_its_own_read_time(
     from datetime import UTC, datetime, timedelta
 
     monkeypatch.setattr(memberhttp, "read_member_status", lambda ip, port: {"memberId": "m"})
-    deps = service.Deps(kube=cast(apply.Kube, object()))
+    clients, memory = service.Clients(kube=cast(apply.Kube, object())), Memory()
     pod = {"metadata": {"uid": "uid-1"}, "status": {"podIP": "10.0.0.1"}}
     before = datetime.now(UTC)
-    statuses = service._member_statuses([pod], deps)
-    answers = deps.note_answers(list(statuses), [pod], before - timedelta(seconds=10))
+    statuses = service._member_statuses([pod], clients, memory)
+    answers = memory.note_answers(list(statuses), [pod], before - timedelta(seconds=10))
     assert answers["uid-1"] >= before
-    deps.http_pool.shutdown()
+    clients.http_pool.shutdown()
 
 
 def test_a_drains_answer_is_an_answer_kept_after_its_pod_is_gone() -> None:
     from datetime import UTC, datetime, timedelta
 
-    deps = service.Deps(kube=cast(apply.Kube, object()))
+    memory = Memory()
     pod = {"metadata": {"uid": "uid-1"}}
     start = datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC)
-    deps.note_answers(["uid-1"], [pod], start)
-    deps.note_drained("uid-1", start + timedelta(seconds=12))
-    assert deps.note_answers([], [], start + timedelta(seconds=13)) == {
+    memory.note_answers(["uid-1"], [pod], start)
+    memory.note_drained("uid-1", start + timedelta(seconds=12))
+    assert memory.note_answers([], [], start + timedelta(seconds=13)) == {
         "uid-1": start + timedelta(seconds=12)}
 
 
@@ -191,11 +189,11 @@ def test_a_clean_exits_report_gives_the_close_and_last_batch_to_the_millisecond(
     from staticfleet.decisions.members.observed import member_closed_at, member_last_batch_at
 
     closed, last = 1795867201.437, 1795867200.912
-    deps = service.Deps(kube=cast(apply.Kube, object()))
-    deps.note_closed(exited("uid-1", close_report(closed, last)))
-    assert deps.closed_by_pod["uid-1"] == datetime.fromtimestamp(closed, UTC)
-    assert deps.final_batches["uid-1"] == datetime.fromtimestamp(last, UTC)
-    assert deps.closed_by_pod["uid-1"].microsecond // 1000 == 437
+    memory = Memory()
+    memory.exits.note_closed(exited("uid-1", close_report(closed, last)))
+    assert memory.exits.closed["uid-1"] == datetime.fromtimestamp(closed, UTC)
+    assert memory.exits.final_batches["uid-1"] == datetime.fromtimestamp(last, UTC)
+    assert memory.exits.closed["uid-1"].microsecond // 1000 == 437
 
     never_batched = exited("uid-2", close_report(closed, None))
     assert member_closed_at(never_batched) == datetime.fromtimestamp(closed, UTC)
@@ -207,11 +205,11 @@ def test_a_clean_exits_report_gives_the_close_and_last_batch_to_the_millisecond(
         assert member_closed_at(pod) == datetime(2026, 11, 24, 12, 0, 4, tzinfo=UTC), message
         assert member_last_batch_at(pod) is None, message
     # A drain's answer came first: the exit's report neither moves its close nor its batch.
-    deps.note_drained("uid-4", datetime.fromtimestamp(closed - 5, UTC),
+    memory.note_drained("uid-4", datetime.fromtimestamp(closed - 5, UTC),
                       datetime.fromtimestamp(last - 5, UTC))
-    deps.note_closed(exited("uid-4", close_report(closed, last)))
-    assert deps.closed_by_pod["uid-4"] == datetime.fromtimestamp(closed - 5, UTC)
-    assert deps.final_batches["uid-4"] == datetime.fromtimestamp(last - 5, UTC)
+    memory.exits.note_closed(exited("uid-4", close_report(closed, last)))
+    assert memory.exits.closed["uid-4"] == datetime.fromtimestamp(closed - 5, UTC)
+    assert memory.exits.final_batches["uid-4"] == datetime.fromtimestamp(last - 5, UTC)
 
 
 class RecordingKube:
@@ -253,7 +251,7 @@ class Switching:
                             session_timeout_s=30.0, max_poll_interval_s=60.0,
                             process_start=0.0, started_at=0.0)
             self.telemetry.append(tel)
-            self.servers.append(serve(tel, ip, service.MEMBER_PORT, self.request,
+            self.servers.append(serve(tel, ip, memberhttp.MEMBER_PORT, self.request,
                                       lambda: "token", drain))
 
     def drain(self, hold_s: float | None, wait_s: float) -> tuple[str | None, bool]:
@@ -279,16 +277,15 @@ class Switching:
 
 
 def _switch(members: Switching, first_batch_wait_s: float = 0.0) -> tuple[
-        RecordingKube, service.Deps, float]:
+        RecordingKube, Memory, float]:
     """Run one switchover of member 0 (pod g-0 -> standby g-0-abcde) against `members`; the
-    kube calls, the deps and when it began."""
+    kube calls, the memory and when it began."""
     from datetime import UTC, datetime
 
     from staticfleet.decisions.actions import Plan, PodDelete, Switchover
     from staticfleet.decisions.snapshot import Snapshot
 
-    kube = RecordingKube()
-    deps = service.Deps(kube=cast(apply.Kube, kube))
+    kube, memory = RecordingKube(), Memory()
     pods = tuple({"metadata": {"name": name, "uid": uid}, "status": {"podIP": ip}}
                  for name, uid, ip in (("g-0", "u-old", "127.0.9.2"),
                                        ("g-0-abcde", "u-new", "127.0.9.3")))
@@ -298,10 +295,11 @@ def _switch(members: Switching, first_batch_wait_s: float = 0.0) -> tuple[
                         hold_ms=22_500, wait_s=0.2, first_batch_wait_s=first_batch_wait_s)
     began = time.monotonic()
     try:
-        service._switch_over(snap, Plan(status={}, switchovers=(switch,)), deps)
+        switchover.switch_over(snap, Plan(status={}, switchovers=(switch,)),
+                               cast(apply.Kube, kube), memory)
     finally:
         members.close()
-    return kube, deps, began
+    return kube, memory, began
 
 
 @pytest.mark.parametrize("drained", [True, False])
@@ -311,15 +309,15 @@ def test_a_switchover_activates_the_standby_the_moment_the_drain_answers(
     deleted. Not drained in time (202): the old pod is deleted all the same and the standby is
     not activated (it is once its close is seen: test_decide)."""
     members = Switching(drained)
-    kube, deps, _ = _switch(members)
+    kube, memory, _ = _switch(members)
     if drained:
         assert members.order == ["drain hold=22.5", "activate"]
         assert kube.calls == [("annotate", "g-0-abcde"), ("delete", "g-0")]
-        assert "u-old" in deps.closed_by_pod
+        assert "u-old" in memory.exits.closed
     else:
         assert members.order == ["drain hold=22.5"]
         assert kube.calls == [("delete", "g-0")]
-        assert "u-old" not in deps.closed_by_pod
+        assert "u-old" not in memory.exits.closed
 
 
 def test_the_old_pod_is_deleted_once_the_replacement_processed_its_first_batch() -> None:
@@ -404,7 +402,7 @@ def _execute(members: Switching, refuse: tuple[str, ...] = ()) -> tuple[
     from staticfleet.decisions.snapshot import Snapshot
 
     kube = JournalingKube(members.order, refuse)
-    deps = service.Deps(kube=cast(apply.Kube, kube))
+    clients = service.Clients(kube=cast(apply.Kube, kube))
     pods = tuple({"metadata": {"name": name, "uid": uid}, "status": {"podIP": ip}}
                  for name, uid, ip in (("g-0", "u-old", "127.0.9.2"),
                                        ("g-0-abcde", "u-new", "127.0.9.3")))
@@ -418,8 +416,8 @@ def _execute(members: Switching, refuse: tuple[str, ...] = ()) -> tuple[
     switch = Switchover(0, PodDelete(0, "g-0", "u-old", "restart"), "g-0-abcde", "u-new",
                         hold_ms=2500, wait_s=0.2)
     try:
-        done = service.execute(snap, Plan(status=journal, switchovers=(switch,)), None, deps,
-                               time.monotonic())
+        done = service.execute(snap, Plan(status=journal, switchovers=(switch,)), None,
+                               clients, Memory(), time.monotonic())
     finally:
         members.close()
     return kube, done

@@ -1473,7 +1473,7 @@ def test_a_warm_handoff_whose_standby_has_no_address_stops_the_old_member_instea
 
 def test_after_a_switchover_the_drain_is_the_close_and_a_refused_activation_is_sent_again(
         ) -> None:
-    """The switch's drain answer is recorded as the old process's close (`Deps.note_drained`).
+    """The switch's drain answer is recorded as the old process's close (`Memory.note_drained`).
     Next pass: a standby that took the activation is followed to its rejoin (nothing sent
     again); one that still says standby-ready is asked again; and an operator that restarted
     before it wrote the Stopping status switches over again (a drained member answers a
@@ -1563,13 +1563,11 @@ def test_a_long_drain_is_not_absence(drain_s: float, old_pod_seen_next: bool) ->
     """Issue 34 item 6: drains of 6 s and 12 s were recorded as absences of 6,050 and
     12,050 ms: the last /status answer was the switchover pass's read, the close the drain's
     answer, more than 5 s apart, so the old process was taken as frozen. The drain's answer is
-    an answer (`Deps.note_drained`), stamped with its own time, and is kept after the old pod
+    an answer (`Memory.note_drained`), stamped with its own time, and is kept after the old pod
     is gone; the member was in the group throughout: 50 ms away."""
-    from typing import cast
+    from staticfleet.memory import Memory
 
-    from staticfleet import apply, service
-
-    deps = service.Deps(kube=cast(apply.Kube, object()))
+    memory = Memory()
     roll = WarmRoll()
     roll.standby = running(roll.step(1), ready=False, tag="b")[0]
     roll.t += 5
@@ -1578,11 +1576,11 @@ def test_a_long_drain_is_not_absence(drain_s: float, old_pod_seen_next: bool) ->
     switch_at = NOW + timedelta(seconds=roll.t)
     plan = decide(replace(snapshot(
         WARM_NEW, pods, previous=roll.status, in_group=(0, 1, 2), now_offset_s=roll.t,
-        statuses=statuses), last_answers=deps.note_answers(list(statuses), pods, switch_at)))
+        statuses=statuses), last_answers=memory.note_answers(list(statuses), pods, switch_at)))
     (switch,) = plan.switchovers
     roll.status = without_nulls(dict(plan.status))
     closed = switch_at + timedelta(seconds=drain_s)  # the drain's answer
-    deps.note_drained(switch.old.uid, closed, closed - timedelta(seconds=0.2))
+    memory.note_drained(switch.old.uid, closed, closed - timedelta(seconds=0.2))
     roll.pods = [deleting(p, 0) if p is roll.old2 else p for p in roll.pods]
     if not old_pod_seen_next:
         roll.pods = [p for p in roll.pods if p["metadata"]["uid"] != switch.old.uid]
@@ -1596,12 +1594,12 @@ def test_a_long_drain_is_not_absence(drain_s: float, old_pod_seen_next: bool) ->
         **{p["metadata"]["uid"]: member_status(_ordinal(p)) for p in roll.pods
            if not p["metadata"].get("deletionTimestamp")}}
     for pod in pods:
-        deps.note_closed(pod)
+        memory.exits.note_closed(pod)
     plan = decide(replace(snapshot(
         WARM_NEW, pods, previous=roll.status, in_group=(0, 1, 2), now_offset_s=roll.t,
-        statuses=statuses), closed_by_pod=dict(deps.closed_by_pod),
-        final_batches=dict(deps.final_batches),
-        last_answers=deps.note_answers(list(statuses), pods, NOW + timedelta(seconds=roll.t))))
+        statuses=statuses), closed_by_pod=dict(memory.exits.closed),
+        final_batches=dict(memory.exits.final_batches),
+        last_answers=memory.note_answers(list(statuses), pods, NOW + timedelta(seconds=roll.t))))
     status = without_nulls(dict(plan.status))
     (handoff,) = status["rollout"]["handoffs"]
     assert handoff["absenceMs"] == 50, handoff

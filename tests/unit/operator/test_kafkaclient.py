@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from consumer_runtime.config import SECRET_ENV, ConfigError, parse_config
+from staticfleet.credentials import kafka_problem
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import kafkaclient
 from staticfleet.decisions.builders import build_member_pod, config_json, member_spec_view
@@ -17,7 +18,6 @@ from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.kafka import SecretKeyRef
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin
-from staticfleet.service import kafka_problem
 from tests.unit.operator.support import body, with_path
 from tests.unit.operator.test_builders import TIMEOUTS, env_of
 

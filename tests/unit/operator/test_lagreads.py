@@ -163,19 +163,12 @@ def test_a_partition_that_just_moved_gets_the_groups_committed_offsets_read_agai
     assert reads["committed"] == ["g", "g"], "read again once, not every pass"
 
 
-class ForgettingKube:
-    def forget(self, uid: str) -> None:
-        pass
-
-
 def test_a_deleted_groups_cached_offsets_are_forgotten(reads: dict[str, Any]) -> None:
     """Issue 34 item 10: `LagReads.forget` was never called, so a deleted group's committed
     offsets stayed cached for the operator's lifetime. The pass reads the lag for its
-    ConsumerGroup (`owner`, its uid); the delete handler's `Deps.forget` forgets it, and only
+    ConsumerGroup (`owner`, its uid); the delete handler's `Memory.forget` forgets it, and only
     it."""
-    from typing import cast
-
-    from staticfleet import apply, service
+    from staticfleet.memory import Caches, Memory
 
     book = lagreads.LagReads(clock=Clock())
     admin: Any = Admin()
@@ -184,10 +177,9 @@ def test_a_deleted_groups_cached_offsets_are_forgotten(reads: dict[str, Any]) ->
     book.lag(admin, "g", {"t": 1}, owner="uid-g")
     book.lag(admin, "h", {"t": 1}, owner="uid-h")
     assert set(book.committed) == {("cluster-a", "g"), ("cluster-a", "h")}
-    deps = service.Deps(kube=cast(apply.Kube, ForgettingKube()), lag_reads=book)
-    deps.forget("uid-g")
+    memory = Memory(caches=Caches(lag_reads=book))
+    memory.forget("uid-g")
     assert set(book.committed) == {("cluster-a", "h")}
     assert set(book.reported_before) == {("cluster-a", "h")}
-    deps.forget("uid-h")
+    memory.forget("uid-h")
     assert book.committed == {} and book.reported_before == {}
-    deps.http_pool.shutdown()

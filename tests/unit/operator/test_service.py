@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from staticfleet.service import overlay_own_writes
+from staticfleet.memory import overlay_own_writes
 
 pytestmark = pytest.mark.unit
 
@@ -93,19 +93,21 @@ def test_a_refused_create_is_remembered_and_the_rest_of_the_plan_runs(standby: b
     from staticfleet import apply, service
     from staticfleet.decisions.actions import Plan, PodCreate, PodDelete
     from staticfleet.decisions.snapshot import Snapshot
+    from staticfleet.memory import Memory
 
-    kube = RefusingKube()
-    deps = service.Deps(kube=cast(apply.Kube, kube))
+    kube, memory = RefusingKube(), Memory()
     body = {"apiVersion": "staticfleet.io/v1alpha1", "kind": "ConsumerGroup",
             "metadata": {"name": "g", "namespace": "ns", "uid": "cg"}}
     snap = Snapshot(body=body, now=datetime.now(UTC))
     new = {"metadata": {"name": "g-3"}, "spec": {}}
     plan = Plan(status={"replicas": 4}, create=(PodCreate(3, new, "new member", standby),),
                 delete=(PodDelete(5, "g-5", "u5", "scale-down"),))
-    done = service.execute(snap, plan, None, deps, time.monotonic())
+    done = service.execute(snap, plan, None, service.Clients(kube=cast(apply.Kube, kube)),
+                           memory, time.monotonic())
     assert kube.calls[:2] == [("create", "g-3"), ("delete", "g-5")]
     assert not any(x.get("type") == "Degraded" for x in done.status.get("conditions") or [])
-    remembered = deps.refusals("cg", [], standby=standby)
+    remembered = memory.refusals.unanswered("cg", [], standby=standby)
     assert "exceeded quota" in remembered["g-3"]
-    assert deps.refusals("cg", [], standby=not standby) == {}
-    assert deps.refusals("cg", [new], standby=standby) == {}, "a pod of that name forgets it"
+    assert memory.refusals.unanswered("cg", [], standby=not standby) == {}
+    assert memory.refusals.unanswered("cg", [new], standby=standby) == {}, (
+        "a pod of that name forgets it")
