@@ -13,7 +13,7 @@ keeps only what they do not tell it yet, or not cheaply, and each part says how 
 * `Refusals`: the pods the API server refused to create, until a pod of that name exists.
 * `Answers`: when each member's process last answered. Bound: the `CLOSED_KEPT` latest pods.
 * `Caches`: the brokers' timeout bounds (per cluster, `BOUNDS_TTL_S`) and the lag reads
-  (`lagreads.LagReads`, its own intervals).
+  (`observe.lagreads.LagReads`, its own intervals).
 
 The parts kept by ConsumerGroup forget it when it is deleted (`Memory.forget`, each part's
 `forget`); the parts kept by pod forget by their bound. Each part holds its own lock: passes of
@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from staticfleet import lagreads
 from staticfleet.decisions.members.observed import member_closed_at, member_last_batch_at
-from staticfleet.observe import kafkaadmin, kafkareads
+from staticfleet.observe import kafkaadmin, kafkareads, lagreads
 
 CLOSED_KEPT = 10000
 """How many pods' moments `MemberExits` and `Answers` keep (the latest)."""

@@ -47,16 +47,6 @@ from staticfleet.statuspatch import merge_patch
 TOPIC_RETRY_S = 10.0
 COORDINATOR_RETRY_S = 1.0
 """A moving coordinator is asked again soon (it answers within seconds), not with a backoff."""
-ROLLOUT_LAG_AGE_S = 2.0
-"""While members are in flight, the broker's figures of their group's lag are at most this old:
-the roller takes lag 0 read after a member came back as its progress (`rollout.roller.progressed`);
-a minute-old figure would hold the rollout back that long."""
-AUTOSCALING_LAG_AGE_S = 15.0
-"""With spec.autoscaling the broker's end offsets of the group's partitions are at most this
-old: the lag is the larger of the members' own figure and the end offset minus their commit,
-and the arrival rate is the end offsets' growth. `bench/autoscale.py --real` saw the members'
-own figures (librdkafka's statistics) stay under half the target through a 4x load step while
-the group fell about 20,000 records behind, which the broker showed once a member left."""
 
 log = logging.getLogger("staticfleet")
 
@@ -158,10 +148,10 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
     lag = None
     if group is not None:
         rolling = bool(((body.get("status") or {}).get("rollout") or {}).get("inFlight"))
-        fresh = (ROLLOUT_LAG_AGE_S if rolling
-                 else AUTOSCALING_LAG_AGE_S if spec.autoscaling is not None else None)
-        lag = memory.caches.lag_reads.lag(admin, spec.kafka.group_id, partitions, statuses.values(),
-                                 known=group.state != "Dead", fresh_within_s=fresh, owner=uid)
+        lag = memory.caches.lag_reads.lag(
+            admin, spec.kafka.group_id, partitions, statuses.values(),
+            known=group.state != "Dead", rolling=rolling,
+            autoscaling=spec.autoscaling is not None, owner=uid)
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=statuses, group=group, partitions=partitions,
                     closed_by_pod=closed_by_pod, final_batches=final_batches,

@@ -28,7 +28,7 @@ from confluent_kafka.admin import (
 from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions.names import instance_id
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
-from staticfleet.observe import kafkaadmin, kafkareads
+from staticfleet.observe import kafkaadmin, kafkareads, lagreads
 from staticfleet_dev.kafka import KafkaBroker, KafkaSettings, start_kafka
 from staticfleet_dev.procs import ServerFailed, stop
 from staticfleet_dev.testkit import groups
@@ -195,8 +195,9 @@ def test_with_adminsecurity_members_need_only_their_group_and_topic(
                 g := kafkareads.describe_group(ops, group_id)).state == "Stable" and g,
                 timeout=30)
             assert [m.instance_id for m in group.members] == [instance]
-            assert wait_for("its offsets committed to the end", lambda: kafkareads.group_lag(
-                ops, group_id, {topic: 2}) == {(topic, 0): 0, (topic, 1): 0}, timeout=30)
+            assert wait_for("its offsets committed to the end", lambda: lagreads.LagReads(
+                interval_s=0.0).lag(ops, group_id, {topic: 2}).by_partition == {
+                    (topic, 0): 0, (topic, 1): 0}, timeout=30)
         as_member = pool.get({"bootstrap.servers": acl_broker.bootstrap, **sasl("member")})
         with pytest.raises(kafkareads.BoundsDenied):
             kafkareads.broker_bounds(as_member)

@@ -3,7 +3,7 @@ dies, comes back and moves again (issue 22). Real brokers, a real static member.
 
 librdkafka aborts a process whose coordinator-bound admin request loses its coordinator
 (confluentinc/librdkafka#4605): this test runs those reads in its own process, as the operator
-does, so an abort would end the test run; the reads go through `staticfleet.coordinated`'s
+does, so an abort would end the test run; the reads go through `staticfleet.observe.coordinated`'s
 child process, which may abort and is replaced."""
 
 from __future__ import annotations

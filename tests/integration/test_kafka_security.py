@@ -30,7 +30,7 @@ from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions.names import instance_id
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
-from staticfleet.observe import kafkaadmin, kafkareads
+from staticfleet.observe import kafkaadmin, kafkareads, lagreads
 from staticfleet_dev.kafka import SECURED_LISTENERS
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import kubectl, to_yaml
@@ -111,9 +111,9 @@ def test_a_member_processes_and_the_operator_reads_over_each_listener(
             assert [m.instance_id for m in group.members] == [instance]
             assert group.members[0].partitions == ((topic, 0), (topic, 1))
             assert kafkareads.broker_bounds(admin)["group.min.session.timeout.ms"] == 1000
-            lag = wait_for("the offsets committed to the end", lambda: kafkareads.group_lag(
-                admin, group_id, {topic: PARTITIONS}) == {(topic, 0): 0, (topic, 1): 0},
-                timeout=30)
+            lag = wait_for("the offsets committed to the end", lambda: lagreads.LagReads(
+                interval_s=0.0).lag(admin, group_id, {topic: PARTITIONS}).by_partition == {
+                    (topic, 0): 0, (topic, 1): 0}, timeout=30)
             assert lag
             # A KIP-848 member's own static leave (consumer_runtime/staticleave.py, kafka-python's
             # client) goes over the same listener with the member's settings and credentials.

@@ -9,7 +9,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from staticfleet.decisions.snapshot import GroupView
 from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
-from staticfleet.observe import kafkaadmin, kafkareads
+from staticfleet.observe import kafkaadmin, kafkareads, lagreads
 from staticfleet_dev.kafka import TEST_SETTINGS, KafkaBroker
 from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.testkit.probe import ProbeMember
@@ -97,6 +97,13 @@ def test_unreachable_cluster_is_a_clear_error() -> None:
         kafkareads.broker_bounds(admin)
 
 
+def broker_lag(admin: kafkaadmin.Admin, group: str,
+               partitions: dict[str, int]) -> dict[tuple[str, int], int]:
+    """The group's lag as the operator reads it with no member reporting: from the brokers'
+    committed and end offsets alone, nothing cached (`lagreads.LagReads`, interval 0)."""
+    return dict(lagreads.LagReads(interval_s=0.0).lag(admin, group, partitions).by_partition)
+
+
 def test_lag_is_end_offset_minus_committed_for_committed_partitions(
         admin: kafkaadmin.Admin, kafka: KafkaBroker, make_topic: Callable[..., str]) -> None:
     """Read from the broker alone (no member runs): a group that committed 3 of the 10 records
@@ -108,8 +115,8 @@ def test_lag_is_end_offset_minus_committed_for_committed_partitions(
     for i in range(14):
         producer.produce(topic, value=b"%d" % i, partition=0 if i < 10 else 1)
     assert producer.flush(10) == 0
-    assert kafkareads.group_lag(admin, group, {topic: 2}) == {}, "nothing committed yet"
+    assert broker_lag(admin, group, {topic: 2}) == {}, "nothing committed yet"
     done = admin.client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
         group, [TopicPartition(topic, 0, 3)])])[group].result(timeout=10)
     assert [tp.error for tp in done.topic_partitions] == [None]
-    assert kafkareads.group_lag(admin, group, {topic: 2}) == {(topic, 0): 7}
+    assert broker_lag(admin, group, {topic: 2}) == {(topic, 0): 7}

@@ -2,11 +2,19 @@
 the admin client, and the members' own `/status` endpoints, and what it asks of members
 (`/leave`, `/rejoin`, `/activate`, `/drain`, with their group's bearer token).
 
+Every read of the world outside Kubernetes is here (the Kubernetes API is `apply`'s), in
+layers (.importlinter, `observe-layers`):
+
+* `lagreads`: each group's lag, from what the members report and, where they do not, from the
+  brokers' offsets, read at most once per interval; how fresh a group's figures must be
+  (`max_age_s`: a rollout in flight, an autoscaler) is decided next to that interval.
+* `memberhttp`: the members' HTTP endpoints: `/status` read, `/drain` and the other requests asked.
+* `kafkareads`: what the operator reads from the cluster (the group, its committed and end
+  offsets, the topics, the brokers' timeout bounds) and the group configs it sets there.
 * `kafkaadmin`: the admin clients, one per cluster configuration (`AdminPool`), and how a
   request's answer or failure becomes the operator's own errors (`KafkaUnavailable`, ...).
-* `kafkareads`: what the operator reads from the cluster (the group, its lag, the topics, the
-  brokers' timeout bounds) and the group configs it sets there.
-* `memberhttp`: the members' HTTP endpoints: `/status` read, `/drain` and the other requests asked.
+* `coordinated`: the requests to a group's coordinator, made by a child process per cluster
+  (librdkafka aborts the process on some of their failures).
 
 Everything here blocks; the service calls it from a worker thread.
 """

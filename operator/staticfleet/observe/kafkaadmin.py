@@ -4,7 +4,7 @@ configuration, shared by all groups (`AdminPool`), and how a request's answer or
 
 A cluster that did not answer is not asked again for a while (`AdminPool.check`): its groups fail
 fast instead of each holding a worker for the whole admin timeout. Requests to a group's
-coordinator are made by a child process of the cluster's own (`staticfleet.coordinated`:
+coordinator are made by a child process of the cluster's own (`observe.coordinated`:
 librdkafka aborts the process on some of their failures, and a stuck one is restarted, without
 touching the other clusters' requests) and asked again while the coordinator moves
 (`group_request`). `kafkareads` makes its reads through these.
@@ -23,7 +23,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from staticfleet.coordinated import ChildDied, CoordinatedAdmin, RequestFailed
+from staticfleet.observe.coordinated import ChildDied, CoordinatedAdmin, RequestFailed
 
 ADMIN_TIMEOUT_S = 10.0
 
@@ -114,7 +114,7 @@ class AdminPool:
     def coordinated(self, admin: Admin, op: str, args: tuple[Any, ...],
                     timeout: float) -> Future[Any]:
         """Start a coordinator-bound request of `admin`'s cluster in its child process
-        (`staticfleet.coordinated`: librdkafka aborts the process on some of their failures)."""
+        (`observe.coordinated`: librdkafka aborts the process on some of their failures)."""
         return self.child(admin.key).submit(admin.key, {**admin.conf, **CLIENT_SETTINGS}, op,
                                             args, timeout)
 
@@ -305,7 +305,7 @@ CHILD_START_S = 10.0
 def group_request(admin: Admin, what: str, op: str, args: tuple[Any, ...],
                    optional: bool = False) -> Any:
     """The answer of a request to the group's coordinator, made by the cluster's child process
-    (`staticfleet.coordinated`). While the coordinator moves (a coordinator error, no answer
+    (`observe.coordinated`). While the coordinator moves (a coordinator error, no answer
     while the cluster answers, or the child aborted), asks again after `GROUP_RETRIES_S`, each
     time from a new child, which looks the coordinator up afresh; then raises
     `CoordinatorMoving`. An `optional` read is asked once: it fails the read, never the

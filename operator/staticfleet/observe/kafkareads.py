@@ -1,7 +1,8 @@
 """What the operator reads from the Kafka cluster, and the configs it sets there: the group
-(`describe_group`), its lag (`group_lag`: committed and end offsets), the topics' partition counts,
-the brokers' group-coordinator bounds (`broker_bounds`) and a KIP-848 group's own configs
-(`set_group_configs`). Each request goes through `kafkaadmin`, which turns its failures into
+(`describe_group`), its committed and end offsets (`committed_offsets`, `end_offsets`; the
+lag is made of them, and of what the members report, by `lagreads`), the topics' partition
+counts, the brokers' group-coordinator bounds (`broker_bounds`) and a KIP-848 group's own
+configs (`set_group_configs`). Each request goes through `kafkaadmin`, which turns its failures into
 `KafkaUnavailable`; a topic the spec names that does not exist is `TopicMissing`, bounds the
 principal may not read are `BoundsDenied`.
 """
@@ -72,17 +73,6 @@ def describe_group(admin: Admin, group_id: str, protocol: str = "classic") -> Gr
         for member_id, instance_id, client_id, host, partitions in desc["members"])
     return GroupView(state=_state_name(desc["state"]), protocol=str(desc["type"]).lower(),
                      members=members)
-
-
-def group_lag(admin: Admin, group_id: str,
-              partitions: Mapping[str, int]) -> dict[tuple[str, int], int]:
-    """Each subscribed partition's lag as the broker sees it: its end offset minus the group's
-    committed offset (partitions the group never committed are left out, as kafka_exporter
-    does). Two admin requests, whatever the members are doing: lag shows while all are down."""
-    tps = [(t, p) for t, count in sorted(partitions.items()) for p in range(count)]
-    committed = committed_offsets(admin, group_id, tps)
-    ends = end_offsets(admin, committed) if committed else {}
-    return {tp: max(0, ends[tp] - offset) for tp, offset in committed.items() if tp in ends}
 
 
 def committed_offsets(admin: Admin, group_id: str, tps: Iterable[tuple[str, int]]

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from staticfleet.coordinated import RequestFailed
 from staticfleet.observe import kafkaadmin
+from staticfleet.observe.coordinated import RequestFailed
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from staticfleet.coordinated import ChildDied, CoordinatedAdmin, RequestFailed
+from staticfleet.observe.coordinated import ChildDied, CoordinatedAdmin, RequestFailed
 from staticfleet_dev.procs import free_port
 
 pytestmark = pytest.mark.unit

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from staticfleet import lagreads
-from staticfleet.observe import kafkaadmin, kafkareads
+from staticfleet.observe import kafkaadmin, kafkareads, lagreads
 
 
 class Clock:
@@ -118,7 +117,7 @@ def test_a_group_the_brokers_do_not_know_costs_no_read(reads: dict[str, Any]) ->
 
 def test_a_group_in_a_rollout_gets_figures_no_older_than_asked(reads: dict[str, Any]) -> None:
     """The roller takes lag 0 read after a member came back as its progress: while members are
-    in flight the group's broker figures are read again once older than `fresh_within_s`; the
+    in flight the group's broker figures are read again once older than `ROLLOUT_AGE_S`; the
     other groups of the cluster keep the interval."""
     clock = Clock()
     book = lagreads.LagReads(clock=clock)
@@ -129,11 +128,25 @@ def test_a_group_in_a_rollout_gets_figures_no_older_than_asked(reads: dict[str, 
     book.lag(admin, "g2", {"b": 1})
     clock.t += 3
     reads["offsets"][("g1", ("a", 0))] = 9
-    rolling = book.lag(admin, "g1", {"a": 1}, fresh_within_s=2.0)
+    rolling = book.lag(admin, "g1", {"a": 1}, rolling=True)
     assert rolling.by_partition == {("a", 0): 0} and rolling.age_s == 0.0
     assert reads["committed"] == ["g1", "g2", "g1"] and reads["ends"][-1] == [("a", 0)]
     assert book.lag(admin, "g2", {"b": 1}).age_s == 3.0, "the other group's figures stay"
     assert reads["committed"] == ["g1", "g2", "g1"]
+
+
+@pytest.mark.parametrize(("rolling", "autoscaling", "interval", "expected"), [
+    (False, False, lagreads.READ_INTERVAL_S, lagreads.READ_INTERVAL_S),
+    (True, False, lagreads.READ_INTERVAL_S, lagreads.ROLLOUT_AGE_S),
+    (False, True, lagreads.READ_INTERVAL_S, lagreads.AUTOSCALING_AGE_S),
+    (True, True, lagreads.READ_INTERVAL_S, lagreads.ROLLOUT_AGE_S),
+    (True, False, 1.0, 1.0),
+])
+def test_how_fresh_a_groups_broker_figures_must_be(rolling: bool, autoscaling: bool,
+                                                   interval: float, expected: float) -> None:
+    """The freshness policy, next to the read interval: a rollout in flight wants the newest
+    figures, an autoscaler fresher ones than the interval, never older than the interval."""
+    assert lagreads.max_age_s(rolling, autoscaling, interval) == expected
 
 
 def test_a_partition_that_just_moved_gets_the_groups_committed_offsets_read_again(

@@ -58,10 +58,11 @@ def test_the_reasons_docs_api_lists_are_the_operators() -> None:
     ("staticfleet.decisions.conditions", "SCALING"),
     ("staticfleet.decisions.conditions", "MEMBER_ACTIVATING"),
     ("staticfleet.apply", "MEMBER_SELECTOR"),
-    ("staticfleet.coordinated", "START_TIMEOUT_S"),
+    ("staticfleet.observe.coordinated", "START_TIMEOUT_S"),
     ("staticfleet_dev.procs", "ensure_port_free"),
     ("staticfleet_dev.localnode.podstatus", "OWNED_CONDITIONS"),
     ("staticfleet.observe.kafkareads", "partition_counts"),
+    ("staticfleet.observe.kafkareads", "group_lag"),
 ])
 def test_dead_names_stay_removed(module: str, name: str) -> None:
     """Issue 34 item 10: names nothing used, removed."""

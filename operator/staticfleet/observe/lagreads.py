@@ -5,7 +5,8 @@ the pass reads anyway: for a partition an answering member reports, that is the 
 Kafka is not asked. The brokers are asked only for the other partitions (every member down, a
 partition nobody owns), and not every pass: a group's committed offsets at most once per
 `READ_INTERVAL_S`, and the end offsets once per interval per cluster, in one request for all
-its groups. A read that fails keeps the figures it had, and their age says so.
+its groups; a group whose figures matter sooner gets them read sooner (`max_age_s`: a rollout
+in flight, an autoscaler). A read that fails keeps the figures it had, and their age says so.
 """
 
 from __future__ import annotations
@@ -19,10 +20,28 @@ from typing import Any
 from staticfleet.observe import kafkaadmin, kafkareads
 
 READ_INTERVAL_S = 60.0
+"""How often the brokers are asked for a group's committed offsets and a cluster's end offsets."""
+ROLLOUT_AGE_S = 2.0
+"""While members are in flight, the broker's figures of their group's lag are at most this old:
+the roller takes lag 0 read after a member came back as its progress (`rollout.roller.progressed`);
+a minute-old figure would hold the rollout back that long."""
+AUTOSCALING_AGE_S = 15.0
+"""With spec.autoscaling the broker's end offsets of the group's partitions are at most this
+old: the lag is the larger of the members' own figure and the end offset minus their commit,
+and the arrival rate is the end offsets' growth. `bench/autoscale.py --real` saw the members'
+own figures (librdkafka's statistics) stay under half the target through a 4x load step while
+the group fell about 20,000 records behind, which the broker showed once a member left."""
 REPORT_AGE_S = 5.0
 """How old a member's reported lag may be (its statistics interval)."""
 
 TP = tuple[str, int]
+
+
+def max_age_s(rolling: bool, autoscaling: bool, interval_s: float = READ_INTERVAL_S) -> float:
+    """How old the brokers' figures of a group's lag may be: the read interval, shorter while
+    its members are in flight (`ROLLOUT_AGE_S`) or with spec.autoscaling (`AUTOSCALING_AGE_S`)."""
+    fresh = ROLLOUT_AGE_S if rolling else AUTOSCALING_AGE_S if autoscaling else None
+    return interval_s if fresh is None else min(interval_s, fresh)
 
 
 @dataclass(frozen=True)
@@ -89,21 +108,20 @@ class LagReads:
 
     def lag(self, admin: kafkaadmin.Admin, group_id: str, partitions: Mapping[str, int],
             statuses: Iterable[Mapping[str, Any]] = (), known: bool = True,
-            fresh_within_s: float | None = None, owner: str | None = None) -> Lag:
+            rolling: bool = False, autoscaling: bool = False, owner: str | None = None) -> Lag:
         """The group's lag: the larger of what its members report (their statistics) and the
         end offsets (read once per interval for the whole cluster) minus the committed offsets
         (the members' own commits; the brokers' for partitions no member reports, read at most
         once per interval; not at all for a group the brokers do not know, `known` False:
-        it has no offsets). With `fresh_within_s` (a rollout waits for a member's progress)
-        the broker's figures of this group are read again once older than that. `owner`: the
+        it has no offsets). `rolling` (members in flight) and `autoscaling` (spec.autoscaling)
+        have the broker's figures of this group read again sooner (`max_age_s`). `owner`: the
         ConsumerGroup's uid, whose deletion forgets what is cached of the group (`forget`)."""
         statuses = list(statuses)
         reported, committed = reported_lag(statuses), reported_committed(statuses)
         wanted = [(t, p) for t, count in sorted(partitions.items()) for p in range(count)]
         now = self.clock()
         age = REPORT_AGE_S if reported else 0.0
-        max_age = (self.interval_s if fresh_within_s is None
-                   else min(self.interval_s, fresh_within_s))
+        max_age = max_age_s(rolling, autoscaling, self.interval_s)
         unknown = [tp for tp in wanted if tp not in reported and tp not in committed]
         with self.lock:
             if owner is not None:
