@@ -59,7 +59,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from staticfleet import apply
-from staticfleet.decisions.autoscaling import Load, MemberLoad, Situation, decide_autoscaling
+from staticfleet.decisions.autoscaling import Situation, decide_autoscaling
+from staticfleet.decisions.load import Load, MemberLoad
 from staticfleet.decisions.spec.autoscaling import AutoscalingSpec
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaSettings

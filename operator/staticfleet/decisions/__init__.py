@@ -19,8 +19,9 @@ what stands below it):
 * `rollout/`: the roller (`state`, `gates`, `steps`, `warm`, `roller`, `record`, `effects`; its
   own map is its `__init__`);
 * `status` (the status and its conditions), `tuning` (the timeouts one pass puts in force),
-  `autoscaling` (the autoscaler), `planned` (the rebalances the operator asks for: scale-down,
-  rejoin), `pods` (pods to create, to delete, standbys to activate), and `plan` over them all;
+  `autoscaling` (the autoscaler; the load it decides on, measured, in `load`), `planned` (the
+  rebalances the operator asks for: scale-down, rejoin), `pods` (pods to create, to delete,
+  standbys to activate), and `plan` over them all;
 * beneath everything: `conditions` (types, reasons, helpers), `scaling` (which ordinals exist,
   which go first), `rebalances` (counting them), `settings`.
 

@@ -33,6 +33,7 @@ from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
 from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import AutoscalingFigures, Event, MetricValues, Plan, soonest
+from staticfleet.decisions.load import Load, MemberLoad
 from staticfleet.decisions.members.observed import MemberTable, observe_members
 from staticfleet.decisions.members.problems import (
     group_id_holder,
@@ -46,8 +47,8 @@ from staticfleet.decisions.rollout.state import PHASES_IN_PROGRESS
 from staticfleet.decisions.settings import ALLOW_TESTING_ANNOTATIONS_ENV
 from staticfleet.decisions.snapshot import Problem, Snapshot
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts.inputs import Measurements
 from staticfleet.decisions.timeouts.measurements import measure, recorded
-from staticfleet.decisions.timeouts.rules import Measurements
 from staticfleet.decisions.tuning import METRIC_NAMES, Tuned, bounds_condition, tune
 
 MAX_BACKOFF_S = 60.0
@@ -122,13 +123,12 @@ def _autoscale(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable, roll
     if spec.autoscaling is None:
         return None
     assert snap.group is not None and snap.partitions is not None
-    loads = tuple(au.MemberLoad(float(t["recordsPerSecond"]), float(t["busyRatio"]),
-                                t.get("capacityRecordsPerSecond"))
+    loads = tuple(MemberLoad(float(t["recordsPerSecond"]), float(t["busyRatio"]),
+                             t.get("capacityRecordsPerSecond"))
                   for s in snap.statuses.values()
                   if s.get("assignment") and isinstance(t := s.get("throughput"), Mapping))
-    load = au.Load(lag_records=sum(snap.lag.values()) if snap.lag is not None else None,
-                   lag_age_s=snap.lag_age_s, members=loads,
-                   end_offsets=snap.end_offsets or None)
+    load = Load(lag_records=sum(snap.lag.values()) if snap.lag is not None else None,
+                lag_age_s=snap.lag_age_s, members=loads, end_offsets=snap.end_offsets or None)
     situation = au.Situation(
         replicas=spec.replicas, ready=table.ready_count(spec.replicas),
         group_state=snap.group.state,

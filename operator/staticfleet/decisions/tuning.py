@@ -20,7 +20,7 @@ from staticfleet.decisions.reasons import pod_revision
 from staticfleet.decisions.rollout.state import RolloutState
 from staticfleet.decisions.snapshot import Problem, Snapshot
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
-from staticfleet.decisions.timeouts import rules
+from staticfleet.decisions.timeouts import inputs, rules
 from staticfleet.decisions.timeouts.effective import HEARTBEAT, MAX_POLL, SESSION, EffectiveTimeouts
 from staticfleet.decisions.timeouts.measurements import timeout_notes
 
@@ -40,7 +40,7 @@ class Tuned:
 
 
 def tune(snap: Snapshot, spec: ConsumerGroupSpec,
-         measured: rules.Measurements) -> Tuned | Problem:
+         measured: inputs.Measurements) -> Tuned | Problem:
     """The timeouts in force after this pass; a Problem when the explicit ones break a rule."""
     previous = snap.previous
     before = EffectiveTimeouts.from_status(previous.get("timeouts"))
@@ -48,7 +48,7 @@ def tune(snap: Snapshot, spec: ConsumerGroupSpec,
         effective = rules.compute_timeouts(
             protocol=spec.membership.protocol, explicit=spec.membership.timeouts,
             measurements=measured,
-            bounds=rules.BrokerBounds.from_broker_config(
+            bounds=inputs.BrokerBounds.from_broker_config(
                 spec.membership.protocol, snap.broker_config or {}),
             current=before, now=snap.now,
             margin_percent=spec.membership.auto_tuning.restart_margin_percent,
@@ -94,7 +94,7 @@ def bounds_condition(snap: Snapshot, spec: ConsumerGroupSpec) -> tuple[str, c.Co
         return c.BROKER_BOUNDS_KNOWN, ("True", c.READ_FROM_BROKER,
                                        "the group session and heartbeat bounds were read from "
                                        "the broker's configuration")
-    bounds = rules.BrokerBounds.from_broker_config(spec.membership.protocol, {})
+    bounds = inputs.BrokerBounds.from_broker_config(spec.membership.protocol, {})
     return c.BROKER_BOUNDS_KNOWN, (
         "False", c.DESCRIBE_CONFIGS_DENIED,
         f"{snap.bounds_denied}: the timeouts are chosen inside Kafka's default bounds (session "

@@ -10,13 +10,12 @@ import pytest
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.autoscaling import (
-    Load,
-    MemberLoad,
     Situation,
     decide_autoscaling,
     members_needed,
     valid_replicas,
 )
+from staticfleet.decisions.load import Load, MemberLoad
 from staticfleet.decisions.spec.autoscaling import AutoscalingSpec
 
 pytestmark = pytest.mark.unit

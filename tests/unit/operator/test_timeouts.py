@@ -10,9 +10,8 @@ from hypothesis import strategies as st
 
 from staticfleet.decisions.spec.model import TimeoutsSpec
 from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
+from staticfleet.decisions.timeouts.inputs import BrokerBounds, Measurements
 from staticfleet.decisions.timeouts.rules import (
-    BrokerBounds,
-    Measurements,
     TimeoutRuleError,
     compute_timeouts,
     needed_session_timeout_ms,

@@ -1,7 +1,8 @@
 """The timeouts (pure): `rules` (how the session, heartbeat and poll timeouts are chosen from
-the spec, the broker's bounds and the measurements), `effective` (what they chose, in each form
-it is written: client properties, group configs, status) and `measurements` (what the members
-measured, and the readers of it: their pods, their `/status`, `status.measurements`).
+the spec, the broker's bounds and the measurements), `inputs` (what the rules choose from: the
+broker's bounds, the measurements, the rules' constants), `effective` (what they chose, in each
+form it is written: client properties, group configs, status) and `measurements` (what the
+members measured, and the readers of it: their pods, their `/status`, `status.measurements`).
 
 The pass's step that puts the timeouts in force is `decisions.tuning`: it needs the members'
 revision and the rollout, which sit above this room (`.importlinter`).

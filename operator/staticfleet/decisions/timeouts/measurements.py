@@ -21,7 +21,7 @@ from staticfleet.decisions.names import (
     ordinal_of,
 )
 from staticfleet.decisions.snapshot import Snapshot
-from staticfleet.decisions.timeouts.rules import Measurements
+from staticfleet.decisions.timeouts.inputs import Measurements
 
 START_WAIT_LIMIT_S = 10.0
 """A replacement pod that waited longer than this for scheduling or image pulls before its
@@ -248,7 +248,7 @@ def slowest_restart(measurements: Mapping[str, Any] | None) -> tuple[int | None,
 
 
 def measurements_from_status(measurements: Mapping[str, Any] | None) -> Measurements:
-    """The `rules.Measurements` input from `status.measurements`."""
+    """The `inputs.Measurements` input from `status.measurements`."""
     m = measurements or {}
     batch = m.get("batchSecondsMax")
     return Measurements(
