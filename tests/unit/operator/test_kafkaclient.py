@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from consumer_runtime.config import SECRET_ENV, ConfigError, parse_config
+from consumer_runtime.config import ConfigError, parse_config
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import kafkaclient
 from staticfleet.decisions.builders import build_member_pod, config_json, member_spec_view
@@ -100,12 +100,6 @@ def test_a_member_without_its_oauth_client_secret_says_which_variable() -> None:
     env = {k: v for k, v in member_env(g).items() if k != "STATICFLEET_OAUTHBEARER_CLIENT_SECRET"}
     with pytest.raises(ConfigError, match="STATICFLEET_OAUTHBEARER_CLIENT_SECRET: not set"):
         parse_config(json.loads(config_json(g, TIMEOUTS)), env)
-
-
-def test_the_runtime_maps_every_secret_variable_the_operator_sets() -> None:
-    for security in (SCRAM, OAUTH, MTLS):
-        for sp in kafkaclient.secret_properties(group(security).kafka.security):
-            assert SECRET_ENV[sp.env] == sp.prop
 
 
 @pytest.mark.parametrize(("security", "mechanism", "credentials"), [
