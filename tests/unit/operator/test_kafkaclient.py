@@ -18,8 +18,7 @@ from staticfleet.decisions.spec.kafka import SecretKeyRef
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin
 from staticfleet.service import kafka_problem
-from tests.unit.operator.support import body, with_path
-from tests.unit.operator.test_builders import TIMEOUTS, env_of
+from tests.unit.operator.support import TIMEOUTS, body, env_of, with_path
 
 SECRETS = {("creds", "username"): "member", ("creds", "password"): "pa55word-x",
            ("oauth", "id"): "client-7", ("oauth", "secret"): "oauth-s3cret",

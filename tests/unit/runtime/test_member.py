@@ -38,7 +38,7 @@ from consumer_runtime.termination import (
 )
 from member_contract import LEAVE_LEFT, TERMINATION_MESSAGE_PATH_ENV
 from tests.unit.runtime.fakes import Rec
-from tests.unit.runtime.test_config import base
+from tests.unit.runtime.support import base
 
 pytestmark = pytest.mark.unit
 
