@@ -11,7 +11,7 @@ demo: setup
 	staticfleet demo $(DEMO_ARGS)
 
 lint:
-	ruff check operator consumer_runtime staticfleet_dev tests bench scripts
+	ruff check operator consumer_runtime member_contract staticfleet_dev tests bench scripts
 	mypy
 	lint-imports
 	python scripts/sync-crds.py --check

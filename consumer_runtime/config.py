@@ -14,6 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from member_contract import (
+    ACTIVATED_ENV,
+    CONFIG_ENV,
+    CONFIG_FILE_ENV,
+    GROUP_INSTANCE_ID_ENV,
+    HTTP_HOST_ENV,
+    HTTP_PORT,
+    HTTP_PORT_ENV,
+    MECHANISM_CREDENTIALS,
+    POD_NAME_ENV,
+    POD_NAMESPACE_ENV,
+    SECRET_ENV,
+    STANDBY_ENV,
+)
+
 # librdkafka properties the runtime sets itself; a config that sets them is refused.
 RUNTIME_OWNED = (
     "bootstrap.servers", "group.id", "group.instance.id", "enable.auto.commit",
@@ -33,17 +48,6 @@ BROKER_OWNED = {
                                      "broker config group.consumer.assignors)",
 }
 """Properties librdkafka refuses with group.protocol consumer (KIP-848), and who owns them."""
-SECRET_ENV = {
-    "STATICFLEET_SASL_USERNAME": "sasl.username",
-    "STATICFLEET_SASL_PASSWORD": "sasl.password",
-    "STATICFLEET_SSL_CA_PEM": "ssl.ca.pem",
-    "STATICFLEET_SSL_CERT_PEM": "ssl.certificate.pem",
-    "STATICFLEET_SSL_KEY_PEM": "ssl.key.pem",
-    "STATICFLEET_OAUTHBEARER_CLIENT_ID": "sasl.oauthbearer.client.id",
-    "STATICFLEET_OAUTHBEARER_CLIENT_SECRET": "sasl.oauthbearer.client.secret",
-}
-"""Credentials the operator gives a member from Secrets, as environment variables, and the
-librdkafka property each fills (the operator's `decisions.kafkaclient` writes the same table)."""
 SINK_TYPES = ("kafka", "parquet", "null")
 SPARK_MODES = ("local", "connect")
 TRANSFORM_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -146,14 +150,14 @@ def load_config(env: Mapping[str, str],
 
 
 def _config_json(env: Mapping[str, str], read_file: Callable[[str], str]) -> Any:
-    text = env.get("STATICFLEET_CONFIG", "")
-    source = "STATICFLEET_CONFIG"
+    text = env.get(CONFIG_ENV, "")
+    source = CONFIG_ENV
     if not text.strip():
-        path = env.get("STATICFLEET_CONFIG_FILE", "")
+        path = env.get(CONFIG_FILE_ENV, "")
         if not path:
-            raise ConfigError("STATICFLEET_CONFIG: not set; set it to the config JSON, or set "
-                              "STATICFLEET_CONFIG_FILE to a file holding it")
-        source = f"STATICFLEET_CONFIG_FILE ({path})"
+            raise ConfigError(f"{CONFIG_ENV}: not set; set it to the config JSON, or set "
+                              f"{CONFIG_FILE_ENV} to a file holding it")
+        source = f"{CONFIG_FILE_ENV} ({path})"
         try:
             text = read_file(path)
         except OSError as exc:
@@ -175,15 +179,15 @@ def parse_config(raw: Any, env: Mapping[str, str]) -> RuntimeConfig:
     _known(processing, "processing.", ("transform", "spark", "batch", "sink", "deadLetterTopic",
                                        "retry"))
     topics, pattern = _subscription(top)
-    instance_id = env.get("STATICFLEET_GROUP_INSTANCE_ID", "").strip() or None
-    standby = _flag(env.get("STATICFLEET_STANDBY", ""), "STATICFLEET_STANDBY")
-    activated = _flag(env.get("STATICFLEET_ACTIVATED", ""), "STATICFLEET_ACTIVATED")
+    instance_id = env.get(GROUP_INSTANCE_ID_ENV, "").strip() or None
+    standby = _flag(env.get(STANDBY_ENV, ""), STANDBY_ENV)
+    activated = _flag(env.get(ACTIVATED_ENV, ""), ACTIVATED_ENV)
     return RuntimeConfig(
         bootstrap_servers=_text(top.get("bootstrapServers"), "bootstrapServers"),
         group_id=_text(top.get("groupId"), "groupId"),
         topics=topics,
         topic_pattern=pattern,
-        namespace=env.get("POD_NAMESPACE") or _text(top.get("namespace", "default"), "namespace"),
+        namespace=env.get(POD_NAMESPACE_ENV) or _text(top.get("namespace", "default"), "namespace"),
         consumer=_consumer(top.get("consumer"), env),
         transform=_transform(processing.get("transform")),
         spark=_spark(processing.get("spark", {"mode": "local"})),
@@ -193,9 +197,9 @@ def parse_config(raw: Any, env: Mapping[str, str]) -> RuntimeConfig:
                                          "processing.deadLetterTopic"),
         retry=_retry(processing.get("retry", {})),
         group_instance_id=instance_id,
-        pod_name=env.get("POD_NAME") or None,
-        http_host=env.get("STATICFLEET_HTTP_HOST") or "0.0.0.0",
-        http_port=_port(env.get("STATICFLEET_HTTP_PORT", "8080")),
+        pod_name=env.get(POD_NAME_ENV) or None,
+        http_host=env.get(HTTP_HOST_ENV) or "0.0.0.0",
+        http_port=_port(env.get(HTTP_PORT_ENV, str(HTTP_PORT))),
         standby=standby and not activated,
         pod_activated=standby and activated,
     )
@@ -297,8 +301,7 @@ def _consumer(value: Any, env: Mapping[str, str]) -> dict[str, str | int | float
         if env.get(env_key):
             merged[prop] = env[env_key]
     if merged.get("sasl.oauthbearer.method") == "oidc":
-        for env_key in ("STATICFLEET_OAUTHBEARER_CLIENT_ID",
-                        "STATICFLEET_OAUTHBEARER_CLIENT_SECRET"):
+        for env_key in MECHANISM_CREDENTIALS["OAUTHBEARER"]:
             if SECRET_ENV[env_key] not in merged:
                 raise ConfigError(f"{env_key}: not set, and OAUTHBEARER (oidc) needs it; the "
                                   "operator sets it from spec.kafka.security.sasl.oauthbearer")
@@ -382,6 +385,6 @@ def _retry(value: Any) -> RetrySettings:
 
 def _port(value: str) -> int:
     if not value.isdigit() or not 0 <= int(value) <= 65535:
-        raise ConfigError(f"STATICFLEET_HTTP_PORT: must be a port number 0-65535, got "
+        raise ConfigError(f"{HTTP_PORT_ENV}: must be a port number 0-65535, got "
                           f"{value!r}; fix the environment")
     return int(value)

@@ -21,9 +21,10 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from member_contract import MEMBER_TOKEN_FILE_ENV
+
 log = logging.getLogger(__name__)
 
-TOKEN_FILE_ENV = "STATICFLEET_MEMBER_TOKEN_FILE"
 LOG_EVERY_S = 10.0
 CALLERS_NAMED = 5
 """At most this many distinct addresses are named in one summary line."""
@@ -47,8 +48,8 @@ MISSING = Refusal(401, "missing", "this request changes the member: it needs the
                                   "token (Authorization: Bearer <token>)")
 WRONG = Refusal(403, "wrong", "the bearer token is not this member's group token")
 UNCONFIGURED = Refusal(403, "unconfigured", "this member has no token to check a request "
-                                            f"against ({TOKEN_FILE_ENV} is unset or its file "
-                                            "cannot be read): it takes no control request")
+                                            f"against ({MEMBER_TOKEN_FILE_ENV} is unset or its "
+                                            "file cannot be read): it takes no control request")
 
 
 def bearer(header: str | None) -> str | None:

@@ -27,9 +27,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from consumer_runtime import control
 from consumer_runtime.metrics import Telemetry
+from member_contract import DRAIN, HEALTHZ, METRICS, READYZ, REQUESTS, STATUS
 
 log = logging.getLogger(__name__)
-REQUESTS = ("leave", "rejoin", "activate", "drain")
 DRAIN_WAIT_MS = 30_000
 """How long POST /drain waits for the drain before answering 202, unless it says (`waitMs`)."""
 Drain = Callable[[float | None, float], tuple[str | None, bool]]
@@ -105,16 +105,16 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         now = time.monotonic()
         path = self.path.split("?", 1)[0]
-        if path == "/healthz":
+        if path == HEALTHZ:
             ok = self.served.telemetry.healthy(now)
             self._send(200 if ok else 503, b"ok\n" if ok else b"poll loop stalled\n")
-        elif path == "/readyz":
+        elif path == READYZ:
             ok = self.served.telemetry.ready(now)
             self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
-        elif path == "/status":
+        elif path == STATUS:
             body = json.dumps(self.served.telemetry.status(now)).encode()
             self._send(200, body, "application/json")
-        elif path == "/metrics":
+        elif path == METRICS:
             self._send(200, generate_latest(self.served.telemetry.registry), CONTENT_TYPE_LATEST)
         else:
             self._send(404, b"not found\n")
@@ -134,10 +134,10 @@ class _Handler(BaseHTTPRequestHandler):
         if refusal is not None:
             self._refuse(action, refusal)
             return
-        if action not in REQUESTS or (action == "drain" and self.served.drain is None):
+        if action not in REQUESTS or (action == DRAIN and self.served.drain is None):
             self._send(404, b"not found\n")
             return
-        if action == "drain":
+        if action == DRAIN:
             assert self.served.drain is not None
             self._drain(self.served.drain)
             return
@@ -162,11 +162,11 @@ class _Handler(BaseHTTPRequestHandler):
         refused, drained = drain(hold_s, wait_s)
         if refused is not None:
             log.info("http: drain refused: %s", refused)
-            self._send(409, json.dumps({"refused": "drain", "reason": refused}).encode(),
+            self._send(409, json.dumps({"refused": DRAIN, "reason": refused}).encode(),
                        "application/json")
             return
         st = self.served.telemetry.status(time.monotonic())
-        body = {"accepted": "drain", "drained": drained, "drainedAt": st["drainedAt"],
+        body = {"accepted": DRAIN, "drained": drained, "drainedAt": st["drainedAt"],
                 "lastBatchAt": st["lastBatchAt"], "instanceId": st["instanceId"],
                 "staticLeave": st["staticLeave"] if drained else None}
         log.info("http: drain %s", "done" if drained else "accepted, still draining")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaException
 
 from consumer_runtime.config import ConfigError, RuntimeConfig, load_config
-from consumer_runtime.control import TOKEN_FILE_ENV, TokenFile
+from consumer_runtime.control import TokenFile
 from consumer_runtime.http import serve
 from consumer_runtime.member import Member
 from consumer_runtime.metrics import Telemetry
@@ -38,6 +38,7 @@ from consumer_runtime.termination import (
     write_termination_message,
 )
 from consumer_runtime.timeline import Timeline
+from member_contract import MEMBER_TOKEN_FILE_ENV
 
 if TYPE_CHECKING:
     from consumer_runtime.spark import SparkBatch, Transform
@@ -91,10 +92,10 @@ def main(env: Mapping[str, str] | None = None) -> int:
             return "the member is still starting", False
         return member.drain(hold_s, wait_s)
 
-    token = TokenFile(env.get(TOKEN_FILE_ENV))
+    token = TokenFile(env.get(MEMBER_TOKEN_FILE_ENV))
     if token.path is None:
         log.warning("no control token (%s unset): POST /leave, /rejoin, /activate and /drain "
-                    "are all refused", TOKEN_FILE_ENV)
+                    "are all refused", MEMBER_TOKEN_FILE_ENV)
     else:
         token.current()  # says at the start whether it can be read
     replaced = read_replaced(env, config.group_id, config.group_instance_id)

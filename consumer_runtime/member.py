@@ -52,6 +52,7 @@ from consumer_runtime.records import Batch, next_offsets
 from consumer_runtime.records import TopicPartition as TP
 from consumer_runtime.steering import DRAIN, LEAVE, REJOIN, STOP, Requests
 from consumer_runtime.timeline import POLL, Timeline
+from member_contract import LEAVE_LEFT, LEAVE_UNCONFIRMED
 
 if TYPE_CHECKING:  # kafka-python's clients, imported when a leave or a drain first needs one
     from consumer_runtime.groupview import GroupView
@@ -86,13 +87,11 @@ def _log_error(err: KafkaError) -> None:
 
 
 def _log_leave(result: LeaveResult, instance_id: str) -> None:
-    from consumer_runtime.staticleave import LEFT, UNCONFIRMED
-
-    if result.outcome == LEFT:
+    if result.outcome == LEAVE_LEFT:
         log.info("static leave confirmed by the coordinator in %.3f s (%d %s): instance id %s "
                  "waits for its replacement", result.seconds, result.tries,
                  "try" if result.tries == 1 else "tries", instance_id)
-    elif result.outcome == UNCONFIRMED:
+    elif result.outcome == LEAVE_UNCONFIRMED:
         log.warning("static leave not confirmed after %.1f s and %d tries (%s): a replacement "
                     "is refused until the broker's session for this member times out",
                     result.seconds, result.tries, result.detail or "no answer")

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from consumer_runtime.records import TopicPartition
 from consumer_runtime.timeline import STAGES, Span
+from member_contract import LEAVE_OUTCOMES, REQUESTS
 
 READY_POLL_AGE = 10.0
 THROUGHPUT_WINDOW_S = 60.0
@@ -31,12 +32,9 @@ CAPACITY_MEMORY_S = 900.0
 BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 FAST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 LABELS = ("namespace", "group", "member")
-CONTROL_ACTIONS = ("leave", "rejoin", "activate", "drain")
 CONTROL_REFUSALS = ("missing", "wrong", "unconfigured")
 """`reason` of a refused control request (`consumer_runtime.control`): no bearer token, another
 token than the group's, no token on the member to compare with."""
-LEAVE_OUTCOMES = ("left", "taken", "gone", "unconfirmed")
-"""`outcome` of a static leave the member confirmed (`consumer_runtime.staticleave`)."""
 
 
 class Telemetry:
@@ -169,7 +167,7 @@ class Telemetry:
                                "(consumer_runtime/staticleave.py)", ("outcome",))
         for outcome in LEAVE_OUTCOMES:
             self.m_leaves.labels(**self.ids, outcome=outcome)
-        for action in (*CONTROL_ACTIONS, "other"):
+        for action in (*REQUESTS, "other"):
             for reason in CONTROL_REFUSALS:
                 self.m_refused.labels(**self.ids, action=action, reason=reason)
         metric(Gauge, "staticfleet_member_max_poll_interval_seconds",

@@ -27,7 +27,7 @@ the group for `groupview.GroupView`: the member makes no librdkafka admin reques
 
 Nothing the leave meets escapes it: settings kafka-python cannot take are refused as the client
 is made (StaticLeaveError), and any other failure, of the settings or of a try, is an
-UNCONFIRMED result that names it. Key material given as PEM text is read from memory, never
+unconfirmed result that names it. Key material given as PEM text is read from memory, never
 written to a file.
 """
 
@@ -61,19 +61,19 @@ from kafka.protocol.types import (
 )
 from kafka.sasl.oauth import AbstractTokenProvider
 
+from member_contract import (
+    LEAVE_GONE,
+    LEAVE_LEFT,
+    LEAVE_TAKEN,
+    LEAVE_UNCONFIRMED,
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+)
+
 log = logging.getLogger(__name__)
 
 LEAVE_STATIC_EPOCH = -2
 """The member epoch of a static member's temporary leave (KIP-848)."""
-
-LEFT = "left"
-"""The coordinator holds the instance id for its return (member epoch -2)."""
-TAKEN = "taken"
-"""Another process holds the instance id (FENCED_INSTANCE_ID): the replacement is in."""
-GONE = "gone"
-"""The group does not know the instance id (its session expired, or the group is gone)."""
-UNCONFIRMED = "unconfirmed"
-"""No answer that says where the instance id stands, within the time given."""
 
 _NONE, _COORDINATOR_LOADING, _COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR = 0, 14, 15, 16
 _UNKNOWN_MEMBER_ID, _FENCED_INSTANCE_ID, GROUP_ID_NOT_FOUND = 25, 82, 69
@@ -90,14 +90,14 @@ def outcome(error_code: int, member_epoch: int) -> str | None:
     """Where the coordinator's answer to a static leave leaves the instance id; None: ask again
     (the coordinator is moving or loading)."""
     if error_code == _NONE:
-        return LEFT if member_epoch == LEAVE_STATIC_EPOCH else UNCONFIRMED
+        return LEAVE_LEFT if member_epoch == LEAVE_STATIC_EPOCH else LEAVE_UNCONFIRMED
     if error_code == _FENCED_INSTANCE_ID:
-        return TAKEN
+        return LEAVE_TAKEN
     if error_code in (_UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND):
-        return GONE
+        return LEAVE_GONE
     if error_code in COORDINATOR_MOVING:
         return None
-    return UNCONFIRMED
+    return LEAVE_UNCONFIRMED
 
 
 def retry_pause(tries: int) -> float:
@@ -107,7 +107,7 @@ def retry_pause(tries: int) -> float:
 
 @dataclass(frozen=True)
 class LeaveResult:
-    """What confirming a static leave came to: `outcome` (LEFT, TAKEN, GONE, UNCONFIRMED), the
+    """What confirming a static leave came to: `outcome` (one of `LEAVE_OUTCOMES`), the
     tries, the seconds it took and the last try's error (empty when it had none)."""
 
     outcome: str
@@ -212,18 +212,15 @@ def static_leave_request(group_id: str, member_id: str,
 
 # -- the client's settings, from the consumer's librdkafka properties ------------------------------
 
-_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-
 
 def client_config(props: Mapping[str, str], client_id: str) -> dict[str, Any]:
     """kafka-python's client settings for the consumer's connection properties (librdkafka
     names: bootstrap.servers, security.protocol, sasl.*, ssl.*); StaticLeaveError for what it
     cannot take."""
     protocol = str(props.get("security.protocol", "PLAINTEXT")).upper()
-    if protocol not in _PROTOCOLS:
+    if protocol not in SECURITY_PROTOCOLS:
         raise StaticLeaveError(f"security.protocol: {protocol!r} is not one of "
-                               f"{', '.join(_PROTOCOLS)}; use one of them")
+                               f"{', '.join(SECURITY_PROTOCOLS)}; use one of them")
     conf: dict[str, Any] = {
         "bootstrap_servers": str(props["bootstrap.servers"]).split(","),
         "client_id": client_id,
@@ -235,9 +232,9 @@ def client_config(props: Mapping[str, str], client_id: str) -> dict[str, Any]:
     }
     if protocol.startswith("SASL_"):
         mech = str(props.get("sasl.mechanism", props.get("sasl.mechanisms", "GSSAPI"))).upper()
-        if mech not in _SASL_MECHANISMS:
+        if mech not in SASL_MECHANISMS:
             raise StaticLeaveError(f"sasl.mechanism: {mech!r} is not one of "
-                                   f"{', '.join(_SASL_MECHANISMS)}; use one of them")
+                                   f"{', '.join(SASL_MECHANISMS)}; use one of them")
         conf["sasl_mechanism"] = mech
         if mech == "OAUTHBEARER":
             conf["sasl_oauth_token_provider"] = OidcToken.from_props(props)
@@ -435,7 +432,7 @@ class StaticLeave(GroupCoordinator):
     """One client for confirming a static member's leaves: `warm` connects and finds the
     coordinator ahead of the close (so the confirmation after it is one round trip), `confirm`
     sends the leave until the coordinator answers. Neither raises: whatever fails, `confirm`
-    says so as an UNCONFIRMED result with the error as its detail; the constructor raises only
+    says so as an unconfirmed result with the error as its detail; the constructor raises only
     StaticLeaveError (see `GroupCoordinator`)."""
 
     def warm(self, timeout_s: float = 5.0) -> None:
@@ -449,16 +446,17 @@ class StaticLeave(GroupCoordinator):
                 sleep: Callable[[float], None] = time.sleep) -> LeaveResult:
         """Send the static leave of `member_id` until the coordinator says where `instance_id`
         stands, or `deadline` (time.monotonic()) passes. Never raises: a failure of any kind
-        is an UNCONFIRMED result that names it; settings that failed to load are one at once
+        is an unconfirmed result that names it; settings that failed to load are one at once
         (no try can succeed)."""
         began = time.monotonic()
         if self.unusable:
-            return LeaveResult(UNCONFIRMED, 0, 0.0, f"the client's settings: {self.unusable}")
+            return LeaveResult(LEAVE_UNCONFIRMED, 0, 0.0,
+                               f"the client's settings: {self.unusable}")
         try:
             return self._confirm(member_id, instance_id, deadline, sleep, began)
         except Exception as exc:  # a close must not fail on its leave
             self.reset()
-            return LeaveResult(UNCONFIRMED, 0, time.monotonic() - began,
+            return LeaveResult(LEAVE_UNCONFIRMED, 0, time.monotonic() - began,
                                f"{type(exc).__name__}: {exc}")
 
     def _confirm(self, member_id: str, instance_id: str, deadline: float,
@@ -482,5 +480,5 @@ class StaticLeave(GroupCoordinator):
             if found is not None:
                 return LeaveResult(found, tries, now - began, detail)
             if now + retry_pause(tries) >= deadline:
-                return LeaveResult(UNCONFIRMED, tries, now - began, detail)
+                return LeaveResult(LEAVE_UNCONFIRMED, tries, now - began, detail)
             sleep(retry_pause(tries))

@@ -39,12 +39,9 @@ import threading
 import time
 
 from consumer_runtime.metrics import Telemetry
+from member_contract import ACTIVATE, DRAIN, LEAVE, REJOIN
 
 STOP = "stop"
-LEAVE = "leave"
-REJOIN = "rejoin"
-ACTIVATE = "activate"
-DRAIN = "drain"
 DRAIN_HOLD_S = 5.0
 """How long a drained process waits to be replaced before it subscribes again, when the request
 does not say (`holdMs`)."""

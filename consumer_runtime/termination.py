@@ -26,9 +26,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from member_contract import TERMINATION_MESSAGE_PATH_ENV
+
 log = logging.getLogger(__name__)
 
-TERMINATION_PATH_ENV = "STATICFLEET_TERMINATION_MESSAGE_PATH"
 DEFAULT_TERMINATION_PATH = "/dev/termination-log"
 MESSAGE_BYTES = 4096
 """What a kubelet reads of a termination message file."""
@@ -108,7 +109,7 @@ def termination_path(env: Mapping[str, str]) -> Path | None:
     """Where the termination message goes: the file `STATICFLEET_TERMINATION_MESSAGE_PATH`
     names, else `/dev/termination-log` when it exists (a kubelet mounts it into every
     container; a process run by hand has none, and then nothing is written)."""
-    named = env.get(TERMINATION_PATH_ENV, "").strip()
+    named = env.get(TERMINATION_MESSAGE_PATH_ENV, "").strip()
     if named:
         return Path(named)
     default = Path(DEFAULT_TERMINATION_PATH)
@@ -160,7 +161,7 @@ def replaced_path(env: Mapping[str, str]) -> Path | None:
     `STATICFLEET_TERMINATION_MESSAGE_PATH` names (the local node: a directory of the pod's own,
     kept across container starts), else in the pod's /tmp when a kubelet mounted
     /dev/termination-log; None for a process run by hand (nothing restarts it)."""
-    named = env.get(TERMINATION_PATH_ENV, "").strip()
+    named = env.get(TERMINATION_MESSAGE_PATH_ENV, "").strip()
     if named:
         return Path(named).with_name(REPLACED_FILE)
     return POD_TMP / REPLACED_FILE if Path(DEFAULT_TERMINATION_PATH).exists() else None

@@ -25,7 +25,8 @@ to the pod; `service_account_kubeconfig` the kubeconfig written for it; `with_ku
 `KUBECONFIG` at it unless the pod sets `KUBECONFIG` itself; `token_refresh_at` says when to renew.
 
 The termination message file: a kubelet mounts one at the container's `terminationMessagePath`;
-`with_termination_log` names the local node's stand-in in `TERMINATION_MESSAGE_ENV` instead.
+`with_termination_log` names the local node's stand-in in the member's
+`TERMINATION_MESSAGE_PATH_ENV` instead (the member writes its termination message there).
 
 Secret volumes (the only volumes this node projects): a process here cannot see anything at a
 `mountPath`, so `secret_mounts` lists the first container's mounts of `secret` volumes, the node
@@ -49,6 +50,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from member_contract import TERMINATION_MESSAGE_PATH_ENV
+
 PYTHON_NAMES = frozenset({"python", "python3"})
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 # What a kubelet asks for: the API server extends such tokens (to a year by default), so a
@@ -56,10 +59,6 @@ SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_EXPIRATION_SECONDS = 3607
 # The kubelet renews a projected token once 80% of its lifetime has passed.
 TOKEN_REFRESH_FRACTION = 0.8
-TERMINATION_MESSAGE_ENV = "STATICFLEET_TERMINATION_MESSAGE_PATH"
-"""A kubelet mounts a file at the container's `terminationMessagePath` and reads it when the
-container exits; this node cannot mount, so it names each container start's own file in this
-variable (the staticfleet member writes its termination message there, docs/contracts.md)."""
 
 
 class ConfigError(Exception):
@@ -476,6 +475,6 @@ def with_kubeconfig(pod_env: Mapping[str, str], path: str) -> dict[str, str]:
 
 
 def with_termination_log(pod_env: Mapping[str, str], path: str) -> dict[str, str]:
-    """The pod's environment with `TERMINATION_MESSAGE_ENV`=`path`, the file this node reads as
-    the container's termination message (the node's, as the mount is the kubelet's)."""
-    return {**pod_env, TERMINATION_MESSAGE_ENV: path}
+    """The pod's environment with `TERMINATION_MESSAGE_PATH_ENV`=`path`, the file this node reads
+    as the container's termination message (the node's, as the mount is the kubelet's)."""
+    return {**pod_env, TERMINATION_MESSAGE_PATH_ENV: path}

@@ -19,13 +19,13 @@ from typing import Any
 
 import yaml
 
+from member_contract import HTTP_PORT
 from staticfleet_dev import build
 from staticfleet_dev.procs import free_port
 from staticfleet_dev.tools import tail
 
 REPO = Path(__file__).resolve().parents[1]
 ALERT_RULES = REPO / "charts" / "staticfleet" / "rules" / "staticfleet-alerts.yaml"
-MEMBER_PORT = 8080
 
 
 def scrape_config(*, operator_target: str, kubeconfig: Path, rule_files: list[Path],
@@ -46,7 +46,7 @@ def scrape_config(*, operator_target: str, kubeconfig: Path, rule_files: list[Pa
                  {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"],
                   "regex": "staticfleet-member", "action": "keep"},
                  {"source_labels": ["__meta_kubernetes_pod_ip"], "regex": "(.+)",
-                  "target_label": "__address__", "replacement": f"${{1}}:{MEMBER_PORT}"},
+                  "target_label": "__address__", "replacement": f"${{1}}:{HTTP_PORT}"},
                  {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
              ]},
         ],

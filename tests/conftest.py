@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.secured import SecuredKafka
 from staticfleet_dev.testkit.secured import secured_kafka as secured_kafka_broker
 from staticfleet_dev.tools import tail
+from tests.support import MEMBER_INGRESS_FROM, unique
 
 
 @pytest.fixture(scope="session")
@@ -147,14 +147,6 @@ def crds(kubeconfig: Path) -> None:
     install_crds(kubeconfig)
 
 
-MEMBER_INGRESS_FROM = [
-    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "staticfleet-system"}},
-     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "staticfleet",
-                                     "app.kubernetes.io/instance": "staticfleet"}}}]
-"""The sources the session's operator admits to member ports, as the chart's default release
-`staticfleet` in `staticfleet-system` would give them (nothing enforces them here: no CNI)."""
-
-
 @pytest.fixture(scope="session")
 def operator(local_env: environment.LocalEnv, crds: None, local_node: ProcessRecord,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
@@ -192,11 +184,6 @@ def namespace(request: pytest.FixtureRequest, kubeconfig: Path,
         for log in sorted(local_env.pod_log_dir.glob(f"{name}_*.log")):
             print(f"--- {log.name} ---\n{tail(log, 40)}")
     kubectl(kubeconfig, "delete", "namespace", name, "--wait=false", check=False)
-
-
-def unique(prefix: str) -> str:
-    """A name no other test uses: topics, groups and namespaces are random per test."""
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

@@ -29,8 +29,9 @@ from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ApiException as DynamicApiException
 
+from staticfleet.decisions.spec.model import PLURAL
+
 FIELD_MANAGER = "staticfleet"
-PLURAL = "consumergroups"
 REAPPLY_S = 600.0
 SECRET_TTL_S = 60.0
 CREATE_ONLY = frozenset({("v1", "Secret")})

@@ -28,10 +28,18 @@ from staticfleet.decisions.conditions import DEGRADED, GROUP_ID_IN_USE
 from staticfleet.decisions.names import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
 from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, claim_key
+<<<<<<< HEAD
 from staticfleet.decisions.spec.model import RESTARTED_AT_ANNOTATION
 from staticfleet.memory import Memory
+=======
+from staticfleet.decisions.spec.model import (
+    API_GROUP,
+    API_VERSION,
+    PLURAL,
+    RESTARTED_AT_ANNOTATION,
+)
+>>>>>>> issue-36-contract
 
-GROUP, VERSION, PLURAL = "staticfleet.io", "v1alpha1", "consumergroups"
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))
 WORKERS = int(os.environ.get("STATICFLEET_WORKERS", "16"))
 PER_CLUSTER = max(1, WORKERS // 2)
@@ -95,9 +103,9 @@ def _change_key(body: Mapping[str, Any]) -> tuple[Any, ...]:
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix="staticfleet.io")
+        prefix=API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="staticfleet.io", key="last-handled-configuration")
+        prefix=API_GROUP, key="last-handled-configuration")
     # Our own Events carry the decisions; Kopf posts only its warnings and errors.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
@@ -127,7 +135,7 @@ def _claim_key(body: Mapping[str, Any]) -> tuple[str, str]:
                      str(kafka.get("groupId") or body["metadata"]["name"]))
 
 
-@kopf.index(GROUP, VERSION, PLURAL)
+@kopf.index(API_GROUP, API_VERSION, PLURAL)
 def group_ids(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Claimant]:
     """Every ConsumerGroup by the Kafka group it uses (cluster, group id)."""
     meta = body["metadata"]
@@ -154,7 +162,7 @@ async def member_pod_changed(namespace: str | None, labels: Mapping[str, str],
     memo.runner.wake((namespace or "", labels[GROUP_LABEL]))
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
 async def group_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """The spec or the restart annotation changed: a pass is due (a status write is not)."""
     meta = body["metadata"]
@@ -163,7 +171,7 @@ async def group_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         memo.runner.wake(key)
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
+@kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_timeout=5.0)
 async def keep_reconciled(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
                           **kwargs: Any) -> None:
     """One ConsumerGroup's passes, for as long as it exists."""
@@ -201,7 +209,7 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float)
             w.cancel()
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+@kopf.on.delete(API_GROUP, API_VERSION, PLURAL, optional=True)
 def forget(namespace: str | None, name: str, uid: str, memo: kopf.Memo, **_: Any) -> None:
     if namespace is None:
         return

@@ -14,7 +14,6 @@ GROUP = "orders"
 TOPIC = "orders"
 DLQ_TOPIC = "orders-dlq"
 PARTITIONS = 12
-MEMBER_PORT = 8080
 EXAMPLE = "consumergroup.yaml"
 
 

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from staticfleet_dev.demo.group import MEMBER_PORT, NAMESPACE
+from member_contract import HTTP_PORT
+from staticfleet_dev.demo.group import NAMESPACE
 from staticfleet_dev.demo.kube import DemoFailed, kubectl
 from staticfleet_dev.demo.samples import (
     Sample,
@@ -93,7 +94,7 @@ class Watcher:
         pods = [i for i in items if i.get("kind") == "Pod"]
         cg: dict[str, Any] = next((i for i in items if i.get("kind") == "ConsumerGroup"), {})
         statuses = {
-            p["metadata"]["uid"]: read_member_status(ip, MEMBER_PORT, timeout=1.0)
+            p["metadata"]["uid"]: read_member_status(ip, HTTP_PORT, timeout=1.0)
             for p in pods if (ip := (p.get("status") or {}).get("podIP"))
         }
         sample = Sample(t=t, members=member_samples(pods, statuses), rollout=rollout_view(cg))

@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from staticfleet.decisions.spec.model import API_GROUP, API_VERSION, KIND
 from staticfleet_dev.stream import committed_lag
 from staticfleet_dev.testkit.kube import kubectl, to_yaml
 from staticfleet_dev.testkit.poll import wait_for
@@ -51,7 +52,7 @@ def consumer_group(name: str, bootstrap: str, topic: str, *, replicas: int = 3,
     if command:
         template["command"] = command
     obj: dict[str, Any] = {
-        "apiVersion": "staticfleet.io/v1alpha1", "kind": "ConsumerGroup",
+        "apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND,
         "metadata": {"name": name, "annotations": {}},
         "spec": {
             "replicas": replicas,

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from staticfleet.decisions.spec.model import API_GROUP, PLURAL
 from staticfleet_dev.testkit.poll import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +47,7 @@ def install_crds(kubeconfig: Path) -> None:
     # `kubectl wait` fails outright while a new CRD has no conditions yet; poll instead.
     path = '{.status.conditions[?(@.type=="Established")].status}'
     wait_for("the ConsumerGroup CRD to be Established", lambda: kubectl(
-        kubeconfig, "get", "crd", "consumergroups.staticfleet.io", "-o", f"jsonpath={path}",
+        kubeconfig, "get", "crd", f"{PLURAL}.{API_GROUP}", "-o", f"jsonpath={path}",
         check=False).stdout.strip() == "True", timeout=60, interval=0.2)
 
 

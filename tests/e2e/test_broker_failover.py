@@ -40,8 +40,8 @@ from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import get_json, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import Poller, wait_for
-from tests.conftest import unique
-from tests.e2e.test_rollout import env_patch, trigger
+from tests.e2e.support import env_patch, trigger
+from tests.support import unique
 
 pytestmark = pytest.mark.e2e
 

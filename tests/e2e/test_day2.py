@@ -16,8 +16,6 @@ assertions (no timeout, revision or rollout change from a crash) hold on the who
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -27,59 +25,14 @@ import pytest
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups
-from staticfleet_dev.testkit.kube import get_json, kubectl
+from staticfleet_dev.testkit.kube import kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
-from staticfleet_dev.testkit.poll import wait_for
-from tests.conftest import unique
+from tests.e2e.support import crash, member_process
+from tests.support import unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
 REPLICAS = 3
-
-
-
-def member_process(namespace: str, pod: str) -> tuple[int, dict[str, str]]:
-    """The pid and environment of the member process running for `pod` (the local node runs
-    each container as a process with the pod's environment)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "environ").read_bytes()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"consumer_runtime" not in cmdline:
-            continue
-        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0")
-                   if "=" in item)
-        if env.get("POD_NAME") == pod and env.get("POD_NAMESPACE") == namespace:
-            return int(entry.name), env
-    raise AssertionError(f"no member process for pod {namespace}/{pod}")
-
-
-def restart_count(kubeconfig: Path, namespace: str, pod: str) -> int:
-    obj = get_json(kubeconfig, "-n", namespace, "pod", pod)
-    return sum(int(cs.get("restartCount") or 0)
-               for cs in (obj.get("status") or {}).get("containerStatuses") or ())
-
-
-def crash(kubeconfig: Path, namespace: str, pod: str) -> int:
-    """SIGKILL the member process of `pod`; returns the new process's pid once it is back."""
-    pid, _ = member_process(namespace, pod)
-    before = restart_count(kubeconfig, namespace, pod)
-    os.kill(pid, signal.SIGKILL)
-
-    def restarted() -> int:
-        if restart_count(kubeconfig, namespace, pod) <= before:
-            return 0
-        try:
-            new_pid, _ = member_process(namespace, pod)
-        except AssertionError:
-            return 0
-        return new_pid if new_pid != pid else 0
-
-    return int(wait_for(f"{pod}'s container restarted in place", restarted, timeout=120))
 
 
 def transform_of(env: dict[str, str]) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from staticfleet_dev import environment
-from tests.conftest import unique
+from tests.support import unique
 
 pytestmark = pytest.mark.e2e
 

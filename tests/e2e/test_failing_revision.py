@@ -35,8 +35,8 @@ from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.operator import OperatorProcess
-from tests.conftest import unique
-from tests.e2e.test_rollout import drain, trigger
+from tests.e2e.support import drain, trigger
+from tests.support import unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 

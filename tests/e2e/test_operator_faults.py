@@ -51,8 +51,8 @@ from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import create_namespace, get_json, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
-from tests.conftest import unique
-from tests.e2e.test_rollout import drain, env_patch, trigger
+from tests.e2e.support import drain, env_patch, trigger
+from tests.support import unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 

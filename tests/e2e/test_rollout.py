@@ -19,16 +19,15 @@ import pytest
 from staticfleet.decisions.builders import HTTP_PORT
 from staticfleet.decisions.names import ACTIVATED_ANNOTATION
 from staticfleet.observe import memberhttp
-from staticfleet_dev import dashboard, grafana_alerts
 from staticfleet_dev.kafka import KafkaBroker
-from staticfleet_dev.prometheus import Prometheus, dashboard_answers, legend_labels
+from staticfleet_dev.prometheus import Prometheus
 from staticfleet_dev.spark_connect import ConnectServer
-from staticfleet_dev.stream import read_all
 from staticfleet_dev.testkit import groups
-from staticfleet_dev.testkit.kube import get_json, kubectl
+from staticfleet_dev.testkit.kube import get_json
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import Poller, wait_for
-from tests.conftest import unique
+from tests.e2e.support import check_dashboard, drain, env_patch, switchovers, trigger
+from tests.support import unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
@@ -83,24 +82,6 @@ class AlertWatcher(Poller):
                     now[name] = state
                 self.first.setdefault((name, state), round(time.monotonic() - self.t0, 1))
         return now
-
-
-
-def trigger(kubeconfig: Path, namespace: str, name: str, patch: str) -> None:
-    kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=json", "-p", patch)
-
-
-def env_patch(value: str) -> str:
-    return ('[{"op": "add", "path": "/spec/template/env/-", '
-            f'"value": {{"name": "ROLLOUT_MARK", "value": "{value}"}}}}]')
-
-
-def drain(kafka: KafkaBroker, group: str, stream: dict[str, Any]) -> tuple[int, list[bytes]]:
-    """Stop producing, wait until the group committed everything, read the sink."""
-    produced = stream["producer"].stop()
-    assert not stream["producer"].failed, stream["producer"].failed
-    groups.wait_caught_up(kafka.bootstrap, group, [stream["topic"]])
-    return produced, read_all(kafka.bootstrap, stream["out"])
 
 
 @pytest.mark.parametrize("strategy", ["WarmHandoff", "Recreate"])
@@ -188,14 +169,6 @@ def test_static_rollout_costs_no_rebalance_and_loses_nothing(
     check_dashboard(prometheus, namespace, name, started)
 
 
-def switchovers(operator: OperatorProcess, namespace: str, name: str) -> list[str]:
-    """The operator's log lines of the group's switchovers: a member drained, then its standby
-    activated at once."""
-    return [line for line in operator.log.read_text(errors="replace").splitlines()
-            if f"{namespace}/{name}: member" in line and " drained in " in line
-            and " activated " in line]
-
-
 def kill9_with_the_operator_stopped(kafka: KafkaBroker, kubeconfig: Path,
                                     operator: OperatorProcess, prometheus: Prometheus,
                                     namespace: str, name: str, session_ms: int) -> None:
@@ -255,35 +228,6 @@ def kill9_with_the_operator_stopped(kafka: KafkaBroker, kubeconfig: Path,
         container["restartCount"] + 1), "restarted in place"
     assert kafka.generations(name) == generations, "the broker formed a new generation"
     assert len(kafka.rebalance_lines(name)) == rebalance_lines
-
-
-def check_dashboard(prometheus: Prometheus, namespace: str, group: str, started: float) -> None:
-    """The shipped dashboard's panels, asked of the Prometheus that scraped this rollout: each
-    panel shows data, with the labels its legends name; the rollout panel moved during it."""
-    answers = dashboard_answers(prometheus, namespace, group)
-    optional = {g.title for g in dashboard.graphs() if g.only_with}  # not set on this group
-    empty = [title for title, results in answers.items()
-             if not any(s for _, s in results) and title not in optional]
-    assert not empty, f"panels with no series for {namespace}/{group}: {empty}"
-    legends = {expr: legend for g in dashboard.graphs() for expr, legend in g.queries}
-    for title, results in answers.items():
-        for expr, series in results:
-            for one in series:
-                missing = legend_labels(legends[expr]) - set(one["metric"])
-                assert not missing, f"{title!r}: {expr} has no label {missing}: {one}"
-    print("dashboard queries with no series here (counters of events that did not happen):",
-          [expr for results in answers.values() for expr, s in results if not s])
-    panel = next(g for g in dashboard.graphs() if g.title == "Rollout in progress / at risk")
-    in_progress = prometheus.query_range(dashboard.substitute(
-        panel.queries[0][0], namespace, group), started, time.time())
-    values = {float(v) for series in in_progress for _, v in series["values"]}
-    assert values == {0.0, 1.0}, f"rollout in progress never moved: {in_progress}"
-    # The Grafana-managed rules' queries (the PrometheusRule's expressions as Grafana sends
-    # them): Prometheus takes each, and the rebalance ones find nothing after a static rollout.
-    for rule in grafana_alerts.provisioning()["groups"][0]["rules"]:
-        found = prometheus.query(rule["data"][0]["model"]["expr"])
-        if "Rebalance" in rule["title"]:
-            assert not [s for s in found if s["metric"].get("group") == group], (rule, found)
 
 
 def test_dynamic_rollout_rebalances_once_per_member_at_least(

@@ -22,9 +22,9 @@ from staticfleet_dev.stream import SteadyProducer, read_all
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.secured import SecuredKafka
-from tests.conftest import unique
-from tests.e2e.test_rollout import env_patch, trigger
-from tests.integration.test_kafka_security import apply_secrets
+from tests.e2e.support import env_patch, trigger
+from tests.integration.support import apply_secrets
+from tests.support import unique
 
 pytestmark = pytest.mark.e2e
 

@@ -35,16 +35,17 @@ from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
-from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import running
-from tests.integration.test_kafka_security import RECORDS, TIMEOUTS
-from tests.integration.test_operator import (
+from tests.integration.support import (
     PLACEHOLDER,
+    RECORDS,
+    TIMEOUTS,
     consumer_group,
     has_condition,
     member_pods,
     with_sasl_plain,
 )
+from tests.support import unique
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.testkit.probe import ProbeMember, group_state
-from tests.conftest import unique
+from tests.support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 

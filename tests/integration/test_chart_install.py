@@ -31,7 +31,7 @@ from staticfleet_dev.testkit.kube import REPO, create_namespace, get_json, kubec
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.tools import tail
-from tests.conftest import unique
+from tests.support import unique
 
 pytestmark = pytest.mark.integration
 

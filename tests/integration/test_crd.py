@@ -16,7 +16,7 @@ from staticfleet_dev.testkit.kube import (
     load_example,
     to_yaml,
 )
-from tests.conftest import unique
+from tests.support import unique
 
 pytestmark = pytest.mark.integration
 

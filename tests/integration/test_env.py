@@ -21,7 +21,7 @@ import pytest
 from staticfleet_dev import build, environment
 from staticfleet_dev.kafka import KafkaSettings, start_kafka
 from staticfleet_dev.procs import ServerFailed, is_alive, spawn, wait_until
-from tests.conftest import unique
+from tests.support import unique
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,6 @@ from staticfleet_dev.kafka import KafkaCluster
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit.consumers import PolledMember
 from staticfleet_dev.testkit.poll import wait_for
-from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import (
     produce,
     read_all,
@@ -29,9 +28,9 @@ from tests.integration.runtime_spark_helpers import (
     runtime_config,
     wait_committed_to_end,
 )
-from tests.integration.test_runtime_control import records as control_records
-from tests.integration.test_runtime_control import through
-from tests.integration.test_runtime_kip848 import kip848, set_group_timeouts
+from tests.integration.support import kip848, set_group_timeouts, through
+from tests.integration.support import records as control_records
+from tests.support import unique
 
 pytestmark = pytest.mark.integration
 DRAIN_SESSION_MS = 40000

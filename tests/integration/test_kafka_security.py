@@ -16,10 +16,8 @@ exercised here.
 
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,52 +27,34 @@ from consumer_runtime.staticleave import StaticLeave
 from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions.names import instance_id
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
+<<<<<<< HEAD
 from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 from staticfleet.observe import kafkaadmin, kafkareads, lagreads
+=======
+from staticfleet.observe import kafkaadmin, kafkareads
+>>>>>>> issue-36-contract
 from staticfleet_dev.kafka import SECURED_LISTENERS
 from staticfleet_dev.testkit import groups
-from staticfleet_dev.testkit.kube import kubectl, to_yaml
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.testkit.secured import Credentials, SecuredKafka
-from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import produce, running
-from tests.integration.test_operator import (
+from tests.integration.support import (
     PLACEHOLDER,
-    consumer_group,
+    RECORDS,
+    TIMEOUTS,
+    apply_secrets,
+    group_body,
     has_condition,
+    member_secret_env,
 )
+from tests.support import unique
 
 pytestmark = pytest.mark.integration
 
-RECORDS = 40
 PARTITIONS = 2
-TIMEOUTS = EffectiveTimeouts(
-    session_timeout_ms=10000, heartbeat_interval_ms=1000, max_poll_interval_ms=60000,
-    sources={"sessionTimeoutMs": "spec", "heartbeatIntervalMs": "spec",
-             "maxPollIntervalMs": "spec"})
 MECHANISMS = {"SSL": "SSL", "MTLS": "SSL with a client certificate (mutual TLS)",
               "SCRAM": "SASL_SSL/SCRAM-SHA-512", "OAUTH": "SASL_SSL/OAUTHBEARER"}
-
-
-def group_body(name: str, creds: Credentials, topic: str, group_id: str,
-               command: list[str] | None = None) -> dict[str, Any]:
-    cg = consumer_group(name, bootstrap=creds.bootstrap, topics=[topic], replicas=1,
-                        command=command)
-    cg["spec"]["kafka"]["groupId"] = group_id
-    cg["spec"]["kafka"]["security"] = copy.deepcopy(creds.security)
-    return cg
-
-
-def member_secret_env(spec: ConsumerGroupSpec, creds: Credentials) -> dict[str, str]:
-    """The member pod's Secret-backed variables, resolved as the kubelet resolves them."""
-    pod = builders.build_member_pod(spec, 0, builders.member_spec_view(spec, TIMEOUTS))
-    out = {}
-    for var in pod["spec"]["containers"][0]["env"]:
-        ref = (var.get("valueFrom") or {}).get("secretKeyRef")
-        if ref is not None:
-            out[var["name"]] = creds.secret_value(ref["name"], ref["key"])
-    return out
 
 
 def admin_for(pool: kafkaadmin.AdminPool, spec: ConsumerGroupSpec,
@@ -140,13 +120,6 @@ def test_a_member_processes_and_the_operator_reads_over_each_listener(
                 kafkareads.topics_seen(refused, [topic])
     finally:
         pool.close()
-
-
-def apply_secrets(kubeconfig: Path, namespace: str, creds: Credentials) -> None:
-    for name, data in creds.secrets.items():
-        kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-", input=to_yaml({
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-            "stringData": data}))
 
 
 def test_refused_credentials_are_degraded_naming_mechanism_and_secret(

@@ -25,7 +25,7 @@ from staticfleet_dev.localnode.podstatus import status_patch
 from staticfleet_dev.procs import ProcessRecord
 from staticfleet_dev.testkit import poll
 from staticfleet_dev.testkit.kube import create_namespace, get_json, kubectl, to_yaml
-from tests.conftest import unique
+from tests.support import unique
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 from staticfleet_dev.procs import ProcessRecord
 from staticfleet_dev.testkit.kube import create_namespace, get_json, kubectl, to_yaml
 from staticfleet_dev.testkit.poll import wait_for
-from tests.conftest import unique
+from tests.support import unique
 
 pytestmark = pytest.mark.integration
 

@@ -35,9 +35,8 @@ from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import get_json, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
-from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import produce, running, runtime_config
-from tests.integration.test_operator import (
+from tests.integration.support import (
     assigned_everywhere,
     consumer_group,
     member_ids,
@@ -46,6 +45,7 @@ from tests.integration.test_operator import (
     ready_and_stable,
     summary,
 )
+from tests.support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 

@@ -22,9 +22,9 @@ from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.procs import ProcessRecord
 from staticfleet_dev.testkit.kube import create_namespace, kubectl, to_yaml
 from staticfleet_dev.testkit.poll import wait_for
-from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import REPO, produce
 from tests.integration.spark_test_transforms import POISON
+from tests.support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 

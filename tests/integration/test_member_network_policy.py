@@ -26,7 +26,7 @@ from staticfleet_dev.testkit.groups import PLACEHOLDER_MEMBER
 from staticfleet_dev.testkit.kube import get_json, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
-from tests.conftest import MEMBER_INGRESS_FROM, unique
+from tests.support import MEMBER_INGRESS_FROM, unique
 
 pytestmark = pytest.mark.integration
 

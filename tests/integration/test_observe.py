@@ -13,7 +13,7 @@ from staticfleet.observe import kafkaadmin, kafkareads, lagreads
 from staticfleet_dev.kafka import TEST_SETTINGS, KafkaBroker
 from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.testkit.probe import ProbeMember
-from tests.conftest import unique
+from tests.support import unique
 
 pytestmark = pytest.mark.integration
 

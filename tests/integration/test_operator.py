@@ -10,7 +10,6 @@ Spark members run at once.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import time
@@ -25,86 +24,33 @@ from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.procs import free_port
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups
-from staticfleet_dev.testkit.groups import PLACEHOLDER_MEMBER
-from staticfleet_dev.testkit.kube import create_namespace, get_json, kubectl, load_example
+from staticfleet_dev.testkit.kube import create_namespace, get_json, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.testkit.probe import group_state
-from tests.conftest import unique
+from tests.integration.support import (
+    GROUP_LABEL,
+    PLACEHOLDER,
+    assigned_everywhere,
+    broker_assignment,
+    condition,
+    consumer_group,
+    has_condition,
+    member_ids,
+    member_pods,
+    patch_cg,
+    ready_and_stable,
+    summary,
+    with_sasl_plain,
+)
+from tests.support import unique
 
 pytestmark = pytest.mark.integration
 
-PLACEHOLDER = PLACEHOLDER_MEMBER
-GROUP_LABEL = "staticfleet.io/group"
 CHILD_KINDS = ("configmap", "service", "poddisruptionbudget")
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def consumer_group(name: str, *, bootstrap: str, topics: list[str], replicas: int = 3,
-                   sink: dict[str, Any] | None = None, dead_letter_topic: str | None = None,
-                   command: list[str] | None = None,
-                   connect_url: str | None = None) -> dict[str, Any]:
-    """examples/consumergroup.yaml pointed at the test broker and a test topic; its members'
-    Spark local (one core) or, with `connect_url`, the session's Spark Connect server (for the
-    tests whose subject is the operator's handling of pods, not the members' Spark: a member is
-    then a Python process and starts in seconds, where a local JVM took 20-40 s here)."""
-    cg = copy.deepcopy(load_example("consumergroup.yaml"))
-    cg["metadata"]["name"] = name
-    spec = cg["spec"]
-    spec["replicas"] = replicas
-    spec["kafka"]["bootstrapServers"] = bootstrap
-    spec["kafka"]["topics"] = topics
-    spec["processing"]["spark"] = ({"mode": "connect", "connectUrl": connect_url} if connect_url
-                                   else {"mode": "local", "master": "local[1]"})
-    spec["processing"]["sink"] = sink or {"type": "null"}
-    if dead_letter_topic is None:
-        spec["processing"].pop("deadLetterTopic", None)
-    else:
-        spec["processing"]["deadLetterTopic"] = dead_letter_topic
-    # The member polls often and stops fast on SIGTERM; a short grace keeps deletions quick.
-    spec["template"]["terminationGracePeriodSeconds"] = 10
-    if command is not None:
-        spec["template"]["command"] = command
-    return cg
-
-
-def with_sasl_plain(cg: dict[str, Any], secret: str) -> dict[str, Any]:
-    """SASL/PLAIN over plaintext, the user name and password read from `secret`."""
-    cg["spec"]["kafka"]["security"] = {"protocol": "SASL_PLAINTEXT", "sasl": {
-        "mechanism": "PLAIN",
-        "usernameSecretRef": {"name": secret, "key": "username"},
-        "passwordSecretRef": {"name": secret, "key": "password"}}}
-    return cg
-
-
-def patch_cg(kubeconfig: Path, namespace: str, name: str, patch: dict[str, Any]) -> None:
-    kubectl(kubeconfig, "-n", namespace, "patch", "consumergroup", name, "--type", "merge",
-            "-p", json.dumps(patch))
-
-
-def condition(cg: dict[str, Any], type_: str) -> dict[str, Any]:
-    for cond in (cg.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
-
-
-def has_condition(kubeconfig: Path, namespace: str, name: str, type_: str, status: str,
-                  reason: str | None = None) -> dict[str, Any] | None:
-    cond = condition(groups.get(kubeconfig, namespace, name), type_)
-    if cond.get("status") == status and (reason is None or cond.get("reason") == reason):
-        return cond
-    return None
-
-
-def member_pods(kubeconfig: Path, namespace: str, name: str,
-                include_terminating: bool = False) -> dict[str, dict[str, Any]]:
-    """The ConsumerGroup's member pods by name."""
-    items = get_json(kubeconfig, "-n", namespace, "pods", "-l", f"{GROUP_LABEL}={name}")["items"]
-    return {p["metadata"]["name"]: p for p in items
-            if include_terminating or not p["metadata"].get("deletionTimestamp")}
 
 
 def pod_env(pod: dict[str, Any]) -> dict[str, Any]:
@@ -119,57 +65,6 @@ def children(kubeconfig: Path, namespace: str, name: str) -> list[str]:
         items = get_json(kubeconfig, "-n", namespace, kind, "-l", f"{GROUP_LABEL}={name}")["items"]
         found += [f"{kind}/{i['metadata']['name']}" for i in items]
     return found
-
-
-def broker_assignment(admin: AdminClient, group_id: str) -> dict[str, list[tuple[str, int]]]:
-    """The broker's view of a group: instance id -> assigned partitions (empty when no group)."""
-    desc = admin.describe_consumer_groups([group_id])[group_id].result(timeout=10)
-    return {m.group_instance_id or m.member_id:
-            sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions or [])
-            for m in desc.members}
-
-
-def member_ids(admin: AdminClient, group_id: str) -> dict[str, str]:
-    """instance id -> the broker's member id."""
-    desc = admin.describe_consumer_groups([group_id])[group_id].result(timeout=10)
-    return {m.group_instance_id: m.member_id for m in desc.members if m.group_instance_id}
-
-
-def summary(kubeconfig: Path, namespace: str, name: str) -> str:
-    """The ConsumerGroup's status and its pods' readiness, for failure messages."""
-    st = groups.get(kubeconfig, namespace, name).get("status") or {}
-    keep = {k: st.get(k) for k in ("replicas", "readyReplicas", "groupState", "conditions",
-                                   "members", "rollout")}
-    pods = {n: [c["status"] for c in (p.get("status") or {}).get("conditions") or []
-                if c["type"] == "Ready"] for n, p in member_pods(kubeconfig, namespace,
-                                                                  name).items()}
-    return f"status: {json.dumps(keep, indent=1)}\npods ready: {pods}"
-
-
-def ready_and_stable(kubeconfig: Path, namespace: str, name: str,
-                     replicas: int) -> dict[str, Any] | None:
-    """The ConsumerGroup once Ready=True with `replicas` ready members, else None."""
-    cg = groups.get(kubeconfig, namespace, name)
-    st = cg.get("status") or {}
-    if (condition(cg, "Ready").get("status") == "True"
-            and st.get("readyReplicas") == replicas and st.get("groupState") == "Stable"
-            and len(st.get("members") or []) == replicas):
-        return cg
-    return None
-
-
-def assigned_everywhere(admin: AdminClient, group_id: str, instance_ids: list[str],
-                        partitions: int) -> dict[str, list[tuple[str, int]]] | None:
-    """The broker's assignment once exactly `instance_ids` are members, each holding at least
-    one partition, and together all `partitions`; else None."""
-    got = broker_assignment(admin, group_id)
-    if sorted(got) != sorted(instance_ids) or not all(got.values()):
-        return None
-    if sum(len(v) for v in got.values()) != partitions:
-        return None
-    if group_state(admin, group_id) != "STABLE":
-        return None
-    return got
 
 
 @pytest.fixture(autouse=True)
@@ -361,7 +256,6 @@ def test_scaling_keeps_surviving_identities(
 def says_idle(message: str) -> bool:
     """The message names the member count (3) and the partition count (2 partitions)."""
     return "3" in message and "2 partitions" in message and "member" in message
-
 
 
 def test_more_members_than_partitions(

@@ -21,7 +21,7 @@ from staticfleet.decisions.builders import build_member_pod, member_spec_view
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 from staticfleet_dev.testkit.kube import create_namespace, kubectl
-from tests.conftest import unique
+from tests.support import unique
 
 pytestmark = pytest.mark.integration
 

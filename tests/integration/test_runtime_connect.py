@@ -11,13 +11,13 @@ import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
-from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import (
     produce,
     running,
     runtime_config,
     wait_committed_to_end,
 )
+from tests.support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 

@@ -21,7 +21,6 @@ from confluent_kafka.admin import AdminClient
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit.groups import owners, wait_owned
-from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import (
     RuntimeProcess,
     committed,
@@ -32,7 +31,8 @@ from tests.integration.runtime_spark_helpers import (
     runtime_config,
     wait_committed_to_end,
 )
-from tests.integration.test_runtime_kip848 import kip848, set_group_timeouts
+from tests.integration.support import kip848, records, set_group_timeouts, through
+from tests.support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 SESSION_MS = 30000  # long, so a hand-over that waits for it cannot pass for a fast one
@@ -42,14 +42,6 @@ HANDOVER_LIMIT_S = 5.0
 def post(member: RuntimeProcess, path: str) -> tuple[int, dict[str, Any]]:
     """The operator's request: with the member's token."""
     return member.post(path)
-
-
-def through(server: ConnectServer) -> dict[str, Any]:
-    """A member's Spark settings for the session's Spark Connect server. The tests of the
-    operator's requests (leave, rejoin, drain) share it: their subject is the consumer's part,
-    and a member is then a Python process that starts in seconds (a local JVM took 15-25 s
-    here). The standby tests keep local Spark: a standby warming its own JVM is their subject."""
-    return {"mode": "connect", "connectUrl": server.url, "master": None, "conf": {}}
 
 
 def batches_of_100(admin: AdminClient, bootstrap: str, group: str, topic: str, out: str,
@@ -62,11 +54,6 @@ def batches_of_100(admin: AdminClient, bootstrap: str, group: str, topic: str, o
         config = kip848(config)
         set_group_timeouts(admin, group, SESSION_MS)
     return config
-
-
-def records(topic: str, first: int, n: int, partitions: int) -> list[tuple[bytes, bytes, int]]:
-    return [(b"k", f"{topic}:{i:06d}".encode(), i % partitions)
-            for i in range(first, first + n)]
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])

@@ -13,7 +13,6 @@ import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.testkit.poll import wait_for
-from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import (
     RuntimeProcess,
     committed,
@@ -24,6 +23,7 @@ from tests.integration.runtime_spark_helpers import (
     wait_committed_to_end,
 )
 from tests.integration.spark_test_transforms import POISON
+from tests.support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 

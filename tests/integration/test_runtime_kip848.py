@@ -13,14 +13,9 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
 )
 
 from staticfleet_dev.kafka import KafkaBroker
-from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import (
     produce,
     read_all,
@@ -28,29 +23,11 @@ from tests.integration.runtime_spark_helpers import (
     runtime_config,
     wait_committed_to_end,
 )
+from tests.integration.support import kip848, set_group_timeouts
+from tests.support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 SESSION_MS = 10000
-
-
-def kip848(config: dict[str, Any]) -> dict[str, Any]:
-    """A runtime config as the operator builds it for protocol consumer (builders.py)."""
-    consumer = config["consumer"]
-    for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
-        consumer.pop(key, None)
-    consumer["group.protocol"] = "consumer"
-    return config
-
-
-def set_group_timeouts(admin: AdminClient, group: str, session_ms: int,
-                       heartbeat_ms: int = 1000) -> None:
-    """The group configs the operator sets for a KIP-848 group."""
-    entries = [ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
-               for name, value in (("consumer.session.timeout.ms", session_ms),
-                                   ("consumer.heartbeat.interval.ms", heartbeat_ms))]
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(timeout=30)
 
 
 def records(first: int, n: int, partitions: int) -> list[tuple[bytes, bytes, int | None]]:

@@ -43,10 +43,15 @@ from staticfleet_dev.procs import free_port
 from staticfleet_dev.testkit.consumers import PolledMember
 from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.testkit.secured import SecuredKafka
-from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import runtime_config
-from tests.integration.test_kafka_security import TIMEOUTS, group_body, member_secret_env
-from tests.integration.test_runtime_kip848 import kip848, set_group_timeouts
+from tests.integration.support import (
+    TIMEOUTS,
+    group_body,
+    kip848,
+    member_secret_env,
+    set_group_timeouts,
+)
+from tests.support import unique
 
 pytestmark = pytest.mark.integration
 ON_THE_SESSION_BROKER = pytest.mark.usefixtures("dump_broker_log_on_failure")

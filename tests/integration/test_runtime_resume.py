@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
-from tests.conftest import unique
 from tests.integration.runtime_spark_helpers import produce, running, runtime_config
+from tests.support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 MAX_WAIT_MS = 20_000

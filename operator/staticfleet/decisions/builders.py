@@ -14,6 +14,21 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from member_contract import (
+    ACTIVATED_ENV,
+    CONFIG_ENV,
+    GROUP_INSTANCE_ID_ENV,
+    HEALTHZ,
+    HTTP_HOST_ENV,
+    HTTP_PORT,
+    HTTP_PORT_ENV,
+    HTTP_PORT_NAME,
+    MEMBER_TOKEN_FILE_ENV,
+    POD_NAME_ENV,
+    POD_NAMESPACE_ENV,
+    READYZ,
+    STANDBY_ENV,
+)
 from staticfleet.decisions import kafkaclient
 from staticfleet.decisions.names import (
     ACTIVATED_ANNOTATION,
@@ -39,18 +54,11 @@ from staticfleet.decisions.spec import podsecurity
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 
-HTTP_PORT = 8080
-HTTP_PORT_NAME = "http"
 CONFIG_KEY = "config.json"
 
-STANDBY_ENV = "STATICFLEET_STANDBY"
-ACTIVATED_ENV = "STATICFLEET_ACTIVATED"
 MEMBER_TOKEN_KEY = "token"
 MEMBER_TOKEN_VOLUME = "member-token"
 MEMBER_TOKEN_DIR = "/var/run/secrets/staticfleet.io/member-token"
-MEMBER_TOKEN_ENV = "STATICFLEET_MEMBER_TOKEN_FILE"
-"""The file the member reads the group's token from (the Secret volume's `token` key): every
-POST /leave, /rejoin and /activate must carry it as a bearer token."""
 
 
 # --- runtime configuration -----------------------------------------------------------------------
@@ -190,17 +198,17 @@ def _operator_env(
     `env` part has always hashed (the config's content is hashed in the `client`,
     `processing` and `spark` parts)."""
     config_env: dict[str, Any] = (
-        {"name": "STATICFLEET_CONFIG",
+        {"name": CONFIG_ENV,
          "valueFrom": {"configMapKeyRef": {"name": config_map_name(group), "key": CONFIG_KEY}}}
-        if config is None else {"name": "STATICFLEET_CONFIG", "value": config})
+        if config is None else {"name": CONFIG_ENV, "value": config})
     env: list[dict[str, Any]] = [config_env]
     if with_instance_id and not group.dynamic_membership_for_testing:
-        env.append({"name": "STATICFLEET_GROUP_INSTANCE_ID", "value": instance_id(group, ordinal)})
+        env.append({"name": GROUP_INSTANCE_ID_ENV, "value": instance_id(group, ordinal)})
     env += [
-        _field_env("POD_NAME", "metadata.name"),
-        _field_env("POD_NAMESPACE", "metadata.namespace"),
-        _field_env("STATICFLEET_HTTP_HOST", "status.podIP"),
-        {"name": "STATICFLEET_HTTP_PORT", "value": str(HTTP_PORT)},
+        _field_env(POD_NAME_ENV, "metadata.name"),
+        _field_env(POD_NAMESPACE_ENV, "metadata.namespace"),
+        _field_env(HTTP_HOST_ENV, "status.podIP"),
+        {"name": HTTP_PORT_ENV, "value": str(HTTP_PORT)},
     ]
     env += [_secret_env(sp.env, sp.ref.name, sp.ref.key)
             for sp in kafkaclient.secret_properties(group.kafka.security)]
@@ -223,7 +231,8 @@ def _member_token_env() -> list[dict[str, Any]]:
     updates in place, so a rotated token reaches the member without a restart (an env var from
     the Secret would keep the old one until then). Like the volume, not part of the revision: a
     pod made before the token existed gets it at its next rollout."""
-    return [{"name": MEMBER_TOKEN_ENV, "value": f"{MEMBER_TOKEN_DIR}/{MEMBER_TOKEN_KEY}"}]
+    return [{"name": MEMBER_TOKEN_FILE_ENV,
+             "value": f"{MEMBER_TOKEN_DIR}/{MEMBER_TOKEN_KEY}"}]
 
 
 def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
@@ -249,12 +258,12 @@ def _member_container(group: ConsumerGroupSpec, ordinal: int, view: MemberSpecVi
         # crash, an OOM kill) leaves the kubelet the end of its log instead.
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": "http"},
+            "httpGet": {"path": READYZ, "port": HTTP_PORT_NAME},
             "periodSeconds": 2,
             "failureThreshold": 3,
         },
         "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": "http"},
+            "httpGet": {"path": HEALTHZ, "port": HTTP_PORT_NAME},
             "initialDelaySeconds": 30,
             "periodSeconds": 10,
             "failureThreshold": 3,
@@ -368,7 +377,8 @@ def build_headless_service(group: ConsumerGroupSpec) -> dict[str, Any]:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": selector_labels(group),
-            "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [{"name": HTTP_PORT_NAME, "port": HTTP_PORT, "targetPort": HTTP_PORT_NAME,
+                       "protocol": "TCP"}],
         },
     }
 

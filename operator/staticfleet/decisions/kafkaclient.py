@@ -1,10 +1,11 @@
 """How a client of the group's cluster connects: `spec.kafka.security` as librdkafka properties.
 
-One table (`secret_properties`) says which librdkafka property each Secret reference fills and
-under which environment variable a member receives it; the member pod's env (builders), the
-operator's own admin client (`admin_conf`) and the messages that name the credentials
-(`credentials`) are all read from it. The member runtime maps the same variables back to the
-same properties (`consumer_runtime.config.SECRET_ENV`; a unit test keeps the two in step).
+`secret_properties` says which Secret reference fills which librdkafka property, under which
+environment variable a member receives it (the member contract's table,
+`member_contract.SECRET_ENV`, which the member runtime reads back the same way); the member
+pod's env (builders), the operator's own admin client (`admin_conf`) and the messages that name
+the credentials (`credentials`) are all read from it. A unit test holds each SASL mechanism's
+credentials to the contract's `MECHANISM_CREDENTIALS`.
 Secrets travel as PEM text and strings, never as files: a member pod mounts none.
 """
 
@@ -13,6 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from member_contract import (
+    OAUTHBEARER_CLIENT_ID_ENV,
+    OAUTHBEARER_CLIENT_SECRET_ENV,
+    SASL_PASSWORD_ENV,
+    SASL_USERNAME_ENV,
+    SECRET_ENV,
+    SSL_CA_PEM_ENV,
+    SSL_CERT_PEM_ENV,
+    SSL_KEY_PEM_ENV,
+)
 from staticfleet.decisions.spec.kafka import KafkaSpec, SecretKeyRef, SecuritySpec
 
 
@@ -31,31 +42,32 @@ class SecretProperty:
     """A secret proper (a password, a key): never shown, redacted from messages."""
 
 
+def _secret(env: str, ref: SecretKeyRef, what: str, sensitive: bool = True) -> SecretProperty:
+    """The Secret reference `ref` as the member's variable `env`, filling the property the
+    member contract gives that variable."""
+    return SecretProperty(env, SECRET_ENV[env], ref, what, sensitive)
+
+
 def secret_properties(security: SecuritySpec) -> list[SecretProperty]:
     """Every Secret reference of `security`, with its variable and property, in a stable order."""
     out: list[SecretProperty] = []
     sasl = security.sasl
     if sasl is not None and sasl.username is not None and sasl.password is not None:
-        out += [SecretProperty("STATICFLEET_SASL_USERNAME", "sasl.username", sasl.username,
-                               "SASL user name", sensitive=False),
-                SecretProperty("STATICFLEET_SASL_PASSWORD", "sasl.password", sasl.password,
-                               "SASL password")]
+        out += [_secret(SASL_USERNAME_ENV, sasl.username, "SASL user name", sensitive=False),
+                _secret(SASL_PASSWORD_ENV, sasl.password, "SASL password")]
     if sasl is not None and sasl.oauthbearer is not None:
         ob = sasl.oauthbearer
-        out += [SecretProperty("STATICFLEET_OAUTHBEARER_CLIENT_ID", "sasl.oauthbearer.client.id",
-                               ob.client_id, "OAuth client id", sensitive=False),
-                SecretProperty("STATICFLEET_OAUTHBEARER_CLIENT_SECRET",
-                               "sasl.oauthbearer.client.secret", ob.client_secret,
-                               "OAuth client secret")]
+        out += [_secret(OAUTHBEARER_CLIENT_ID_ENV, ob.client_id, "OAuth client id",
+                        sensitive=False),
+                _secret(OAUTHBEARER_CLIENT_SECRET_ENV, ob.client_secret, "OAuth client secret")]
     tls = security.tls
     if tls is not None:
-        for env, prop, ref, what, sensitive in (
-                ("STATICFLEET_SSL_CA_PEM", "ssl.ca.pem", tls.ca, "CA certificate", False),
-                ("STATICFLEET_SSL_CERT_PEM", "ssl.certificate.pem", tls.cert,
-                 "client certificate", False),
-                ("STATICFLEET_SSL_KEY_PEM", "ssl.key.pem", tls.key, "client key", True)):
+        for env, ref, what, sensitive in (
+                (SSL_CA_PEM_ENV, tls.ca, "CA certificate", False),
+                (SSL_CERT_PEM_ENV, tls.cert, "client certificate", False),
+                (SSL_KEY_PEM_ENV, tls.key, "client key", True)):
             if ref is not None:
-                out.append(SecretProperty(env, prop, ref, what, sensitive))
+                out.append(_secret(env, ref, what, sensitive))
     return out
 
 

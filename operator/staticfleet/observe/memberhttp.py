@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from staticfleet.decisions import builders
+from member_contract import HTTP_PORT
 
-MEMBER_PORT = builders.HTTP_PORT
+MEMBER_PORT = HTTP_PORT
 """The port of the members' endpoints."""
 
 

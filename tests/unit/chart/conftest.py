@@ -6,21 +6,16 @@ built, never skipped.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from staticfleet_dev import build, versions
+from staticfleet_dev import build
 
-REPO = Path(__file__).resolve().parents[3]
-CHART = REPO / "charts" / "staticfleet"
-# The API server version the project runs against; helm built from source does not know it.
-KUBE_VERSION = versions.KUBERNETES_VERSION.lstrip("v")
+from .support import CHART, KUBE_VERSION, Rendered, run
 
 
 @pytest.fixture(scope="session")
@@ -31,38 +26,6 @@ def helm() -> Path:
 @pytest.fixture(scope="session")
 def promtool() -> Path:
     return build.prometheus_bin() / "promtool"
-
-
-@dataclass
-class Rendered:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def docs(self) -> list[dict[str, Any]]:
-        assert self.returncode == 0, self.stderr
-        return [d for d in yaml.safe_load_all(self.stdout) if d]
-
-    def kinds(self) -> list[str]:
-        return sorted(d["kind"] for d in self.docs)
-
-    def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
-        found = [
-            d
-            for d in self.docs
-            if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
-        ]
-        assert len(found) == 1, (
-            f"{len(found)} {kind} named {name}: {[d['kind'] for d in self.docs]}"
-        )
-        return found[0]
-
-
-def run(cmd: list[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(c) for c in cmd], capture_output=True, text=True, timeout=120, check=False, **kwargs
-    )
 
 
 @pytest.fixture(scope="session")

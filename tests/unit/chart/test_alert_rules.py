@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import CHART, REPO, Rendered, run
 from .contract import contract_metrics, metric_names
+from .support import CHART, REPO, Rendered, run
 
 pytestmark = pytest.mark.unit
 

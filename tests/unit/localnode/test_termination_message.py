@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from member_contract import TERMINATION_MESSAGE_PATH_ENV
 from staticfleet_dev.localnode.podstatus import TERMINATION_MESSAGE_FILE_BYTES, termination_message
-from staticfleet_dev.podenv import TERMINATION_MESSAGE_ENV, with_termination_log
+from staticfleet_dev.podenv import with_termination_log
 
 pytestmark = pytest.mark.unit
 
@@ -32,5 +33,5 @@ def test_a_written_message_is_cut_where_a_kubelet_stops_reading() -> None:
 
 
 def test_the_node_names_its_file_in_the_environment_over_the_pods_own() -> None:
-    env = with_termination_log({"A": "1", TERMINATION_MESSAGE_ENV: "/elsewhere"}, "/w/tl")
-    assert env == {"A": "1", TERMINATION_MESSAGE_ENV: "/w/tl"}
+    env = with_termination_log({"A": "1", TERMINATION_MESSAGE_PATH_ENV: "/elsewhere"}, "/w/tl")
+    assert env == {"A": "1", TERMINATION_MESSAGE_PATH_ENV: "/w/tl"}

@@ -10,6 +10,7 @@ from staticfleet.decisions.rollout.record import record_step
 from staticfleet.decisions.rollout.roller import members_in_flight, plan_rollout
 from staticfleet.decisions.rollout.state import GroupObservation, RolloutState
 from staticfleet.decisions.rollout.steps import Decided, Step
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -52,3 +53,19 @@ def record_given(state: RolloutState, step: Step, observed: GroupObservation,
                                                                update_revision, now),
                                       plan_rollout(observed.members).ordinals),
                        observed, update_revision, now)
+
+
+TIMEOUTS = EffectiveTimeouts(
+    session_timeout_ms=45000,
+    heartbeat_interval_ms=3000,
+    max_poll_interval_ms=300000,
+    sources={
+        "sessionTimeoutMs": "default",
+        "heartbeatIntervalMs": "default",
+        "maxPollIntervalMs": "default",
+    },
+)
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}

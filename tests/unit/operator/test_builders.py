@@ -21,26 +21,11 @@ from staticfleet.decisions.builders import (
 from staticfleet.decisions.names import instance_id, member_name, selector_labels, selector_string
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
-from tests.unit.operator.support import body, with_path
-
-TIMEOUTS = EffectiveTimeouts(
-    session_timeout_ms=45000,
-    heartbeat_interval_ms=3000,
-    max_poll_interval_ms=300000,
-    sources={
-        "sessionTimeoutMs": "default",
-        "heartbeatIntervalMs": "default",
-        "maxPollIntervalMs": "default",
-    },
-)
+from tests.unit.operator.support import TIMEOUTS, body, env_of, with_path
 
 
 def group(b: dict[str, Any] | None = None) -> ConsumerGroupSpec:
     return ConsumerGroupSpec.from_body(b or body())
-
-
-def env_of(pod: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
 
 
 def pod_for(b: dict[str, Any] | None = None, ordinal: int = 1) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from member_contract import SASL_MECHANISMS, SECURITY_PROTOCOLS
 from staticfleet.decisions.rollout.state import InFlight, Phase, RolloutState
 from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
@@ -203,10 +204,12 @@ def test_the_ssl_tuning_keys_match_the_model(schema: dict[str, Any]) -> None:
         "[" + ", ".join(f"'{k}'" for k in SSL_TUNING_PROPERTIES) + "])"), rules[0]
 
 
-def test_sasl_mechanisms_match_the_model(schema: dict[str, Any]) -> None:
-    from staticfleet.decisions.spec.kafka import SASL_MECHANISMS
-
-    assert tuple(at(schema, "spec.kafka.security.sasl.mechanism")["enum"]) == SASL_MECHANISMS
+@pytest.mark.parametrize("security", ["security", "adminSecurity"])
+def test_protocols_and_sasl_mechanisms_match_the_member_contract(schema: dict[str, Any],
+                                                                 security: str) -> None:
+    path = f"spec.kafka.{security}"
+    assert tuple(at(schema, f"{path}.protocol")["enum"]) == SECURITY_PROTOCOLS
+    assert tuple(at(schema, f"{path}.sasl.mechanism")["enum"]) == SASL_MECHANISMS
 
 
 def test_defaults_match_the_model(schema: dict[str, Any]) -> None:

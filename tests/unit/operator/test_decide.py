@@ -24,9 +24,7 @@ from staticfleet.decisions.actions import Plan
 from staticfleet.decisions.names import (
     ACTIVATED_ANNOTATION,
     MEMBER_CONTAINER,
-    ORDINAL_LABEL,
     SESSION_ANNOTATION,
-    instance_id,
 )
 from staticfleet.decisions.plan import decide, without_nulls
 from staticfleet.decisions.planned import WHY_SCALE_DOWN, WHY_TAKEN_BACK
@@ -38,91 +36,28 @@ from staticfleet.decisions.pods import (
     WHY_REPLACEMENT,
 )
 from staticfleet.decisions.rollout.effects import WHY_RESTART
-from staticfleet.decisions.settings import OperatorSettings
-from staticfleet.decisions.snapshot import GroupMemberView, GroupView, Problem, Snapshot
+from staticfleet.decisions.snapshot import Problem, Snapshot
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.statuspatch import merge_patch
+from tests.unit.operator.snapshots import (
+    CG,
+    WARM,
+    WARM_NEW,
+    WarmRoll,
+    body,
+    builders_time,
+    member_status,
+    ordinal_of,
+    running,
+    settled,
+    snapshot,
+)
 from tests.unit.operator.support import NOW, with_path
-from tests.unit.operator.support import body as any_body
 
 pytestmark = pytest.mark.unit
 
 
-def body(**spec: Any) -> dict[str, Any]:
-    """A ConsumerGroup rolled with `Recreate` unless the case says otherwise (warm handoffs
-    have their own cases below)."""
-    rollout = {"strategy": "Recreate", **(spec.pop("rollout", None) or {})}
-    return any_body(rollout=rollout, **spec)
-
-PARTITIONS = {"orders": 6}
-NO_SETTINGS = OperatorSettings()
-
-
 # --- building snapshots ---------------------------------------------------------------------
-
-
-def snapshot(cg: dict[str, Any], pods: list[dict[str, Any]] | None = None, *,
-             state: str = "Stable", previous: dict[str, Any] | None = None,
-             partitions: dict[str, int] | None = None, statuses: dict[str, Any] | None = None,
-             in_group: tuple[int, ...] | None = None, now_offset_s: float = 0,
-             broker_config: dict[str, int] | None = None,
-             lag: dict[tuple[str, int], int] | None = None,
-             settings: OperatorSettings = NO_SETTINGS) -> Snapshot:
-    """A gathered snapshot; `in_group`: ordinals the broker lists (default: every live pod);
-    `lag`: the broker's lag per partition (default: read, and no record waits anywhere);
-    `settings`: the operator's (default: none set)."""
-    pods = pods or []
-    cg = copy.deepcopy(cg)
-    if previous is not None:
-        cg["status"] = previous
-    spec = ConsumerGroupSpec.from_body(cg, allow_testing=settings.allow_testing_annotations)
-    parts = partitions or PARTITIONS
-    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    listed = sorted({int(p["metadata"]["labels"][ORDINAL_LABEL]) for p in live})
-    if in_group is not None:
-        listed = [o for o in listed if o in in_group]
-    topic, count = next(iter(parts.items()))
-    members = tuple(
-        GroupMemberView(member_id=f"m-{o}", instance_id=instance_id(spec, o),
-                        client_id="c", host="h",
-                        partitions=tuple((topic, p) for p in range(count) if p % len(listed) == i))
-        for i, o in enumerate(sorted(listed)))
-    if statuses is None:
-        statuses = {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 0}
-                    for p in live if _ordinal(p) in listed}
-    return Snapshot(body=cg, now=NOW + timedelta(seconds=now_offset_s), spec=spec,
-                    pods=tuple(pods), statuses=statuses,
-                    group=GroupView(state, spec.membership.protocol, members),
-                    partitions=parts, broker_config=broker_config or {},
-                    lag={} if lag is None else lag, lag_age_s=0.0, settings=settings)
-
-
-def _ordinal(pod: dict[str, Any]) -> int:
-    return int(pod["metadata"]["labels"][ORDINAL_LABEL])
-
-
-def running(plan: Plan, *, ready: bool = True, tag: str = "a") -> list[dict[str, Any]]:
-    """The pods a plan creates, as the cluster would run them."""
-    out = []
-    for create in plan.create:
-        pod = copy.deepcopy(dict(create.pod))
-        pod["metadata"]["uid"] = f"uid-{create.ordinal}-{tag}"
-        pod["metadata"]["creationTimestamp"] = "2026-01-01T11:00:00Z"
-        pod["status"] = {"phase": "Running", "podIP": f"127.0.1.{create.ordinal + 2}",
-                         "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
-        out.append(pod)
-    return out
-
-
-def settled(cg: dict[str, Any], rounds: int = 3) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """A fleet that runs `cg` and the status the passes left: create, then passes until
-    nothing changes."""
-    first = decide(snapshot(cg))
-    pods = running(first)
-    status = without_nulls(dict(first.status))
-    for _ in range(rounds):
-        status = without_nulls(dict(decide(snapshot(cg, pods, previous=status)).status))
-    return pods, status
 
 
 def deleting(pod: dict[str, Any], seconds_ago: float = 0) -> dict[str, Any]:
@@ -132,15 +67,10 @@ def deleting(pod: dict[str, Any], seconds_ago: float = 0) -> dict[str, Any]:
     return out
 
 
-def builders_time(offset_s: float) -> str:
-    return c.rfc3339(NOW + timedelta(seconds=offset_s))
-
-
 def reasons(plan: Plan) -> list[str]:
     return [e.reason for e in plan.events]
 
 
-CG = body()
 NEW_IMAGE = with_path(CG, "spec.template.image", "staticfleet/member:0.2.0")
 
 
@@ -304,9 +234,9 @@ def test_a_scale_down_taken_back_remakes_the_members_that_left_as_planned_joins(
     pods, status = settled(CG)
     ask = decide(snapshot(with_path(CG, "spec.replicas", 1), pods, previous=status))
     assert sorted(m.ordinal for m in ask.calls) == [1, 2]
-    kept = [p for p in pods if _ordinal(p) < 2]
-    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 0,
-                                       "leaving": _ordinal(p) == 1} for p in kept}
+    kept = [p for p in pods if ordinal_of(p) < 2]
+    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{ordinal_of(p)}", "rebalances": 0,
+                                       "leaving": ordinal_of(p) == 1} for p in kept}
     back = decide(snapshot(with_path(CG, "spec.replicas", 2), kept,
                            previous=without_nulls(dict(ask.status)), statuses=statuses,
                            now_offset_s=2))
@@ -365,8 +295,8 @@ def test_the_rebalance_a_leave_asked_for_is_counted_as_planned(after_s: float,
     pods, status = settled(CG)
     cg = with_path(CG, "spec.replicas", 2)
     ask = decide(snapshot(cg, pods, previous=status))
-    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 1}
-                for p in pods if _ordinal(p) < 2}
+    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{ordinal_of(p)}", "rebalances": 1}
+                for p in pods if ordinal_of(p) < 2}
     after = decide(snapshot(cg, pods[:2], previous=without_nulls(dict(ask.status)),
                             statuses=statuses, now_offset_s=after_s))
     assert after.status["rebalances"] == 1, "every rebalance is counted"
@@ -378,14 +308,14 @@ def test_the_rebalance_a_leave_asked_for_is_counted_as_planned(after_s: float,
 
 def test_a_member_deleted_outside_a_rollout_is_recreated_and_says_so() -> None:
     pods, status = settled(CG)
-    plan = decide(snapshot(CG, [p for p in pods if _ordinal(p) != 1], previous=status))
+    plan = decide(snapshot(CG, [p for p in pods if ordinal_of(p) != 1], previous=status))
     assert [(p.ordinal, p.why) for p in plan.create] == [(1, WHY_MISSING)]
     assert "ScaledUp" not in reasons(plan)
 
 
 def test_a_member_still_terminating_is_not_created_twice() -> None:
     pods, status = settled(CG)
-    pods = [deleting(p) if _ordinal(p) == 1 else p for p in pods]
+    pods = [deleting(p) if ordinal_of(p) == 1 else p for p in pods]
     plan = decide(snapshot(CG, pods, previous=status))
     assert plan.create == ()
 
@@ -408,7 +338,7 @@ def evicted(pod: dict[str, Any]) -> dict[str, Any]:
 
 def test_an_evicted_member_pod_is_deleted_then_replaced_with_the_same_instance_id() -> None:
     pods, status = settled(CG)
-    pods = [evicted(p) if _ordinal(p) == 1 else p for p in pods]
+    pods = [evicted(p) if ordinal_of(p) == 1 else p for p in pods]
     first = decide(snapshot(CG, pods, previous=status, in_group=(0, 2)))
     (gone,) = first.delete
     assert (gone.ordinal, gone.name) == (1, "orders-1") and gone.why.startswith(WHY_ENDED)
@@ -422,7 +352,7 @@ def test_an_evicted_member_pod_is_deleted_then_replaced_with_the_same_instance_i
     assert first.status["readyReplicas"] == 2
     assert first.requeue_after_s is not None and first.requeue_after_s <= 1.0
     # The next pass: the pod is gone; its replacement takes the same name and instance id.
-    after = [p for p in pods if _ordinal(p) != 1]
+    after = [p for p in pods if ordinal_of(p) != 1]
     second = decide(snapshot(CG, after, previous=without_nulls(dict(first.status)),
                              in_group=(0, 2)))
     (made,) = second.create
@@ -442,7 +372,7 @@ def test_an_evicted_member_pod_is_deleted_then_replaced_with_the_same_instance_i
 def test_an_ended_pod_is_deleted_once(change: Any, deleted: list[str],
                                       says: str | None) -> None:
     pods, status = settled(CG)
-    pods = [change(p) if _ordinal(p) == 1 else p for p in pods]
+    pods = [change(p) if ordinal_of(p) == 1 else p for p in pods]
     plan = decide(snapshot(CG, pods, previous=status, in_group=(0, 2)))
     assert [d.name for d in plan.delete] == deleted
     assert plan.create == ()
@@ -454,14 +384,14 @@ def test_an_ended_pod_is_deleted_once(change: Any, deleted: list[str],
 
 def test_an_evicted_member_beyond_replicas_is_deleted_and_not_replaced() -> None:
     pods, status = settled(CG)
-    pods = [evicted(p) if _ordinal(p) == 2 else p for p in pods]
+    pods = [evicted(p) if ordinal_of(p) == 2 else p for p in pods]
     cg = with_path(CG, "spec.replicas", 2)
     plan = decide(snapshot(cg, pods, previous=status, in_group=(0, 1)))
     assert [(d.ordinal, d.why.split(":")[0]) for d in plan.delete] == [(2, WHY_ENDED)]
     assert plan.calls == (), "nobody to ask to leave"
     assert "no replacement" in next(e.message for e in plan.events
                                     if e.reason == c.RECREATING_FAILED_POD)
-    later = decide(snapshot(cg, [p for p in pods if _ordinal(p) != 2],
+    later = decide(snapshot(cg, [p for p in pods if ordinal_of(p) != 2],
                             previous=without_nulls(dict(plan.status)), in_group=(0, 1)))
     assert later.create == ()
 
@@ -535,7 +465,7 @@ def rolling_fleet() -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def test_the_restarted_members_replacement_is_created_with_the_new_revision() -> None:
     pods, status = rolling_fleet()
-    gone = [p for p in pods if _ordinal(p) != 2]
+    gone = [p for p in pods if ordinal_of(p) != 2]
     plan = decide(snapshot(NEW_IMAGE, gone, previous=status, now_offset_s=2))
     assert [p.ordinal for p in plan.create] == [2]
     assert plan.create[0].why.startswith(WHY_REPLACEMENT)
@@ -556,7 +486,7 @@ def test_the_restarted_members_replacement_is_created_with_the_new_revision() ->
 def test_following_the_member_in_flight(situation: str, expect_delete: list[int], phase: str,
                                         event: str | None) -> None:
     pods, status = rolling_fleet()
-    old = [p for p in pods if _ordinal(p) != 2]
+    old = [p for p in pods if ordinal_of(p) != 2]
     ready = situation == "replacement ready"
     first = decide(snapshot(NEW_IMAGE, old, previous=status, now_offset_s=1))
     replacement = running(first, ready=ready, tag="b")
@@ -615,7 +545,7 @@ def test_operator_restart_mid_rollout_never_restarts_a_member_twice(recorded: bo
                                                     state="PreparingRebalance")).status))
     else:
         status = rolling_fleet()[1]
-    pods = [deleting(p, seconds_ago=3) if _ordinal(p) == 2 else p for p in pods]
+    pods = [deleting(p, seconds_ago=3) if ordinal_of(p) == 2 else p for p in pods]
     plan = decide(snapshot(NEW_IMAGE, pods, previous=status, now_offset_s=3))
     assert plan.delete == ()
     assert [f["ordinal"] for f in plan.status["rollout"]["inFlight"]] == [2]
@@ -733,7 +663,7 @@ def test_a_pass_that_changes_nothing_writes_nothing() -> None:
 
 def test_rebalances_are_counted_from_the_members_counters() -> None:
     pods, status = settled(CG)
-    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 1}
+    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{ordinal_of(p)}", "rebalances": 1}
                 for p in pods}
     plan = decide(snapshot(CG, pods, previous=status, statuses=statuses))
     assert plan.metrics.rebalances == 1 and plan.status["rebalances"] == 1
@@ -749,7 +679,7 @@ def test_a_new_groups_members_joining_one_after_another_are_planned_rebalances()
     assert first.status["plannedRebalance"]["reason"] == "Create"
     assert not [e for e in first.events if e.reason == c.SCALED_UP], "not a scale-up"
     pods = running(first, ready=False)
-    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 1}
+    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{ordinal_of(p)}", "rebalances": 1}
                 for p in pods}
     forming = decide(snapshot(CG, pods, previous=without_nulls(dict(first.status)),
                               statuses=statuses, now_offset_s=20))
@@ -816,8 +746,8 @@ def test_a_crash_restarted_in_place_teaches_the_timeouts_nothing() -> None:
     """Seen on main: a 3-day-old pod's process killed; its in-place restart was taken as a
     259,144 s restart, the timeout went to the broker's maximum and a rollout started."""
     pods, status = settled(CG)
-    pods = [crashed(p, restarts=1, age_s=3 * 86400) if _ordinal(p) == 1 else p for p in pods]
-    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 0,
+    pods = [crashed(p, restarts=1, age_s=3 * 86400) if ordinal_of(p) == 1 else p for p in pods]
+    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{ordinal_of(p)}", "rebalances": 0,
                                        "processStart": (NOW - timedelta(seconds=10)).timestamp(),
                                        "startupSeconds": {"firstAssignment": 1.7}}
                 for p in pods}
@@ -834,8 +764,8 @@ def roll_member_2(*, closed_after_s: float | None, replacement: dict[str, Any] |
     """Member 2 deleted at t=0, its process closed at `closed_after_s`, the replacement back
     in the group at t=8 and ready at t=9."""
     pods, status = rolling_fleet()
-    old = [p for p in pods if _ordinal(p) != 2]
-    uid2 = next(p for p in pods if _ordinal(p) == 2)["metadata"]["uid"]
+    old = [p for p in pods if ordinal_of(p) != 2]
+    uid2 = next(p for p in pods if ordinal_of(p) == 2)["metadata"]["uid"]
     closed_by_pod = ({} if closed_after_s is None
                      else {uid2: NOW + timedelta(seconds=closed_after_s)})
     first = decide(replace(snapshot(NEW_IMAGE, old, previous=status, now_offset_s=1),
@@ -900,7 +830,7 @@ def started(pods: list[dict[str, Any]], start_s: dict[int, float], restarts: int
     `join_wait_s[ordinal]` (default 0) after their consumer was made."""
     out, statuses = [], {}
     for pod in pods:
-        o = _ordinal(pod)
+        o = ordinal_of(pod)
         pod = copy.deepcopy(pod)
         pod["status"]["containerStatuses"] = [{
             "name": MEMBER_CONTAINER, "restartCount": restarts,
@@ -967,7 +897,7 @@ def test_a_scale_up_join_is_not_a_restart_sample() -> None:
     assert c.RESTART_UNSAFE not in reasons(plan), [e.message for e in plan.events]
     assert plan.delete != ()
     # Member 1's pod deleted outside a rollout and made again: it comes back as member 1.
-    others = [p for p in pods if _ordinal(p) != 1]
+    others = [p for p in pods if ordinal_of(p) != 1]
     plan = decide(snapshot(up, others, previous=status))
     (back,) = running(plan, tag="c")
     assert [p.why for p in plan.create] == [WHY_MISSING]
@@ -996,7 +926,7 @@ def fleet_for(cg: dict[str, Any], status: dict[str, Any]) -> list[dict[str, Any]
 
 
 def batch_statuses(pods: list[dict[str, Any]], batch_s: float) -> dict[str, Any]:
-    return {p["metadata"]["uid"]: {"memberId": f"m-{_ordinal(p)}", "rebalances": 0,
+    return {p["metadata"]["uid"]: {"memberId": f"m-{ordinal_of(p)}", "rebalances": 0,
                                    "batchSecondsMax": batch_s} for p in pods}
 
 
@@ -1020,7 +950,7 @@ def test_a_restart_measured_mid_rollout_does_not_change_the_revision() -> None:
     pods, status = rolling_fleet()
     revision = status["updateRevision"]
     status["measurements"] = {"restartSecondsRecent": [60.0], "restartMembersRecent": [2]}
-    plan = decide(snapshot(NEW_IMAGE, [p for p in pods if _ordinal(p) != 2], previous=status,
+    plan = decide(snapshot(NEW_IMAGE, [p for p in pods if ordinal_of(p) != 2], previous=status,
                            now_offset_s=2))
     assert plan.status["updateRevision"] == revision
     assert plan.status["timeouts"]["sessionTimeoutMs"] == 45000
@@ -1073,8 +1003,8 @@ def test_a_day_of_measurements_makes_only_the_users_revisions() -> None:
 
 def test_a_member_stuck_terminating_is_reported_and_not_started_twice() -> None:
     pods, status = settled(CG)
-    stuck = deleting(next(p for p in pods if _ordinal(p) == 1), seconds_ago=120)
-    others = [p for p in pods if _ordinal(p) != 1]
+    stuck = deleting(next(p for p in pods if ordinal_of(p) == 1), seconds_ago=120)
+    others = [p for p in pods if ordinal_of(p) != 1]
     plan = decide(snapshot(CG, [*others, stuck], previous=status, in_group=(0, 2)))
     assert plan.create == (), "a second process with member 1's instance id could fence it"
     degraded = c.get_condition(plan.status["conditions"], c.DEGRADED)
@@ -1088,7 +1018,7 @@ def test_a_member_stuck_terminating_is_reported_and_not_started_twice() -> None:
                             in_group=(0, 2), now_offset_s=60))
     assert merge_patch(without_nulls(dict(again.status)),
                        without_nulls(dict(third.status))) == {}, "no status write each pass"
-    fresh = deleting(next(p for p in pods if _ordinal(p) == 1), seconds_ago=10)
+    fresh = deleting(next(p for p in pods if ordinal_of(p) == 1), seconds_ago=10)
     ok = decide(snapshot(CG, [*others, fresh], previous=status, in_group=(0, 2)))
     assert c.get_condition(ok.status["conditions"], c.DEGRADED)["reason"] != (
         c.MEMBER_STUCK_TERMINATING)
@@ -1127,13 +1057,13 @@ def member_0_crash_looping(restarts: int, terminated: dict[str, Any]) -> tuple[P
     """The plan for a settled fleet whose member 0 crash-loops, its last exit `terminated`; and
     member 0's pod."""
     pods, status = settled(CG)
-    failing = copy.deepcopy(next(p for p in pods if _ordinal(p) == 0))
+    failing = copy.deepcopy(next(p for p in pods if ordinal_of(p) == 0))
     failing["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     failing["status"]["containerStatuses"] = [{
         "name": MEMBER_CONTAINER, "restartCount": restarts,
         "state": {"waiting": {"reason": "CrashLoopBackOff"}},
         "lastState": {"terminated": terminated}}]
-    others = [p for p in pods if _ordinal(p) != 0]
+    others = [p for p in pods if ordinal_of(p) != 0]
     return decide(snapshot(CG, [failing, *others], previous=status, in_group=(1, 2))), failing
 
 
@@ -1182,13 +1112,13 @@ def test_a_failing_member_is_quoted_by_its_own_error_never_a_stack_frame(
     """The member writes its error as its termination message; a log end (a member that died
     before it could write one) is read for the error, never a frame of a JVM stack trace."""
     pods, status = settled(CG)
-    failing = copy.deepcopy(next(p for p in pods if _ordinal(p) == 0))
+    failing = copy.deepcopy(next(p for p in pods if ordinal_of(p) == 0))
     failing["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     failing["status"]["containerStatuses"] = [{
         "name": MEMBER_CONTAINER, "restartCount": 1,
         "state": {"waiting": {"reason": "CrashLoopBackOff"}},
         "lastState": {"terminated": {"exitCode": 1, "message": message}}}]
-    others = [p for p in pods if _ordinal(p) != 0]
+    others = [p for p in pods if ordinal_of(p) != 0]
     plan = decide(snapshot(CG, [failing, *others], previous=status, in_group=(1, 2)))
     degraded = c.get_condition(plan.status["conditions"], c.DEGRADED)
     assert degraded["reason"] == c.MEMBER_FAILING
@@ -1233,7 +1163,7 @@ def test_a_deleted_up_to_date_pod_is_not_a_rollout_and_stops_none() -> None:
     """Someone deletes member 1's pod (or its node goes) while every member is up to date: it
     is recreated; no rollout is followed, so none can stop at the session timeout."""
     pods, status = settled(CG)
-    gone = [deleting(p) if _ordinal(p) == 1 else p for p in pods]  # 50 s before now
+    gone = [deleting(p) if ordinal_of(p) == 1 else p for p in pods]  # 50 s before now
     plan = decide(snapshot(CG, gone, previous=status, in_group=(0, 2), now_offset_s=50))
     assert plan.status["rollout"]["phase"] == "Idle" and plan.status["rollout"]["inFlight"] == []
     assert c.get_condition(plan.status["conditions"], c.DEGRADED)["status"] == "False"
@@ -1349,67 +1279,6 @@ def test_bounds_the_principal_may_not_read_fall_back_to_kafkas_defaults() -> Non
 
 
 # --- warm handoff ---------------------------------------------------------------------------
-
-WARM = any_body()
-WARM_NEW = with_path(WARM, "spec.template.image", "staticfleet/member:0.2.0")
-STARTED = (NOW - timedelta(seconds=600)).timestamp()
-
-
-def member_status(o: int, *, standby: str | None = None, member_id: str | None = None,
-                  first_batch_at: float | None = None, last_batch_at: float | None = None,
-                  standby_ready_at: float | None = None,
-                  first_assignment_at: float | None = None) -> dict[str, Any]:
-    """A member's /status (process started 600 s before NOW)."""
-    def since(at: float | None) -> float | None:
-        return None if at is None else at - STARTED
-    return {"memberId": f"m-{o}" if member_id is None else member_id, "rebalances": 0,
-            "standby": standby, "processStart": STARTED, "lastBatchAt": last_batch_at,
-            "startupSeconds": {"firstAssignment": since(first_assignment_at),
-                               "firstBatch": since(first_batch_at),
-                               "standbyReady": since(standby_ready_at)}}
-
-
-class WarmRoll:
-    """Member 2 of a settled 3-member fleet handed off to a new image, one pass at a time."""
-
-    def __init__(self) -> None:
-        self.pods, self.status = settled(WARM)
-        self.old2 = next(p for p in self.pods if _ordinal(p) == 2)
-        self.closed_by_pod: dict[str, Any] = {}
-        self.standby: dict[str, Any] | None = None
-        self.t = 0.0
-
-    def statuses(self, **replacement: Any) -> dict[str, Any]:
-        out = {p["metadata"]["uid"]: member_status(
-            _ordinal(p), last_batch_at=(NOW + timedelta(seconds=self.t - 0.5)).timestamp())
-            for p in self.pods if not p["metadata"].get("deletionTimestamp")}
-        if self.standby is not None:
-            out[self.standby["metadata"]["uid"]] = member_status(2, **{
-                "standby": "warming", "member_id": "", **replacement})
-        return out
-
-    def step(self, dt: float, lag: dict[tuple[str, int], int] | None = None,
-             **replacement: Any) -> Plan:
-        self.t += dt
-        pods = self.pods + ([self.standby] if self.standby is not None else [])
-        plan = decide(replace(snapshot(
-            WARM_NEW, pods, previous=self.status, in_group=(0, 1, 2), now_offset_s=self.t,
-            statuses=self.statuses(**replacement), lag=lag), closed_by_pod=self.closed_by_pod))
-        self.status = without_nulls(dict(plan.status))
-        return plan
-
-    def at(self, seconds: float) -> float:
-        return (NOW + timedelta(seconds=seconds)).timestamp()
-
-    def to_the_old_members_exit(self) -> None:
-        """The replacement starts in standby and gets ready; the old member's process exits."""
-        self.standby = running(self.step(1), ready=False, tag="b")[0]
-        self.step(5, standby="ready", standby_ready_at=self.at(5))
-        self.pods = [p for p in self.pods if p is not self.old2]
-        self.closed_by_pod[self.old2["metadata"]["uid"]] = NOW + timedelta(seconds=self.t)
-
-    def flight(self) -> dict[str, Any]:
-        return self.status["rollout"]["inFlight"][0]
 
 
 def test_a_warm_handoff_starts_the_replacement_in_standby_beside_the_member() -> None:
@@ -1591,7 +1460,7 @@ def test_a_long_drain_is_not_absence(drain_s: float, old_pod_seen_next: bool) ->
     statuses = {roll.standby["metadata"]["uid"]: member_status(
         2, standby=None, member_id="m-2", first_assignment_at=assigned.timestamp(),
         first_batch_at=assigned.timestamp() + 0.3),
-        **{p["metadata"]["uid"]: member_status(_ordinal(p)) for p in roll.pods
+        **{p["metadata"]["uid"]: member_status(ordinal_of(p)) for p in roll.pods
            if not p["metadata"].get("deletionTimestamp")}}
     for pod in pods:
         memory.exits.note_closed(pod)
@@ -1714,8 +1583,8 @@ def test_a_replacement_restarted_in_place_after_its_activation_is_activated_agai
     only member process of the ordinal again, outside any rollout step, once it is
     standby-ready (it refuses an activation before)."""
     pods, status = settled(WARM)
-    standby = copy.deepcopy(next(p for p in pods if _ordinal(p) == 1))
-    statuses = {p["metadata"]["uid"]: member_status(_ordinal(p)) for p in pods}
+    standby = copy.deepcopy(next(p for p in pods if ordinal_of(p) == 1))
+    statuses = {p["metadata"]["uid"]: member_status(ordinal_of(p)) for p in pods}
     statuses[standby["metadata"]["uid"]] = member_status(1, standby="warming", member_id="")
     warming = decide(snapshot(WARM, pods, previous=status, statuses=statuses, in_group=(0, 2)))
     assert warming.calls == () and warming.create == () and warming.delete == ()
@@ -1910,7 +1779,7 @@ def stalled_fleet(idle_s: float, end: int = 50, **spec: Any) -> tuple[Any, dict[
     statuses = {}
     ends = {}
     for pod in pods:
-        o = _ordinal(pod)
+        o = ordinal_of(pod)
         parts = owned[f"orders-{o}"]
         idle = idle_s if o == 1 else 0.5
         statuses[pod["metadata"]["uid"]] = {
@@ -1967,7 +1836,7 @@ def test_the_bound_grows_with_the_slowest_batch_and_the_batch_wait() -> None:
 
 
 def _member_1(snap: Snapshot) -> str:
-    return next(p["metadata"]["uid"] for p in snap.pods if _ordinal(p) == 1)
+    return next(p["metadata"]["uid"] for p in snap.pods if ordinal_of(p) == 1)
 
 
 def with_member_1(snap: Snapshot, **fields: Any) -> Snapshot:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from consumer_runtime.config import SECRET_ENV, ConfigError, parse_config
+from consumer_runtime.config import ConfigError, parse_config
 from staticfleet.credentials import kafka_problem
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import kafkaclient
@@ -18,8 +18,7 @@ from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.kafka import SecretKeyRef
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin
-from tests.unit.operator.support import body, with_path
-from tests.unit.operator.test_builders import TIMEOUTS, env_of
+from tests.unit.operator.support import TIMEOUTS, body, env_of, with_path
 
 SECRETS = {("creds", "username"): "member", ("creds", "password"): "pa55word-x",
            ("oauth", "id"): "client-7", ("oauth", "secret"): "oauth-s3cret",
@@ -100,12 +99,6 @@ def test_a_member_without_its_oauth_client_secret_says_which_variable() -> None:
     env = {k: v for k, v in member_env(g).items() if k != "STATICFLEET_OAUTHBEARER_CLIENT_SECRET"}
     with pytest.raises(ConfigError, match="STATICFLEET_OAUTHBEARER_CLIENT_SECRET: not set"):
         parse_config(json.loads(config_json(g, TIMEOUTS)), env)
-
-
-def test_the_runtime_maps_every_secret_variable_the_operator_sets() -> None:
-    for security in (SCRAM, OAUTH, MTLS):
-        for sp in kafkaclient.secret_properties(group(security).kafka.security):
-            assert SECRET_ENV[sp.env] == sp.prop
 
 
 @pytest.mark.parametrize(("security", "mechanism", "credentials"), [

@@ -19,15 +19,8 @@ from staticfleet.decisions.settings import (
     SettingsError,
 )
 from staticfleet.decisions.spec.model import DYNAMIC_MEMBERSHIP_ANNOTATION, STOP_HANDOFF_ANNOTATION
+from tests.unit.operator.snapshots import CG, WARM_NEW, WarmRoll, running, settled, snapshot
 from tests.unit.operator.support import with_path
-from tests.unit.operator.test_decide import (
-    CG,
-    WARM_NEW,
-    WarmRoll,
-    running,
-    settled,
-    snapshot,
-)
 
 pytestmark = pytest.mark.unit
 

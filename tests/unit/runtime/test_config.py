@@ -4,29 +4,9 @@ from typing import Any
 import pytest
 
 from consumer_runtime.config import ConfigError, load_config, parse_config
+from tests.unit.runtime.support import base
 
 pytestmark = pytest.mark.unit
-
-
-def base() -> dict[str, Any]:
-    return {
-        "bootstrapServers": "127.0.0.1:9092",
-        "groupId": "orders",
-        "topics": ["orders"],
-        "topicPattern": None,
-        "namespace": "default",
-        "consumer": {"session.timeout.ms": 30000, "heartbeat.interval.ms": 3000,
-                     "max.poll.interval.ms": 300000, "auto.offset.reset": "earliest"},
-        "processing": {
-            "transform": "consumer_runtime.transforms:identity",
-            "spark": {"mode": "local", "connectUrl": None, "master": "local[2]",
-                      "conf": {"spark.sql.shuffle.partitions": 4, "x.flag": True}},
-            "batch": {"maxRecords": 10000, "maxWaitMs": 1000, "maxBytes": 67108864},
-            "sink": {"type": "parquet", "path": "/data/out", "topic": None},
-            "deadLetterTopic": "orders-dlq",
-            "retry": {"attempts": 3, "backoffMs": 500, "maxBackoffMs": 10000},
-        },
-    }
 
 
 def env_with(cfg: Any, **extra: str) -> dict[str, str]:

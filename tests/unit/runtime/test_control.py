@@ -17,8 +17,8 @@ from prometheus_client import generate_latest
 
 from consumer_runtime import control
 from consumer_runtime.http import serve
-from consumer_runtime.metrics import Telemetry
 from consumer_runtime.steering import activation_refused
+from tests.unit.runtime.support import telemetry
 
 pytestmark = pytest.mark.unit
 
@@ -43,12 +43,6 @@ class Standby:
             self.standby = None
         self.taken.append(action)
         return None
-
-
-def telemetry() -> Telemetry:
-    return Telemetry(namespace="ns", group="g", member="g-0", instance_id="g-0",
-                     session_timeout_s=30.0, max_poll_interval_s=60.0, process_start=0.0,
-                     started_at=0.0)
 
 
 class Member:

@@ -38,7 +38,7 @@ from consumer_runtime.groupview import (
     read_consumer,
 )
 from tests.unit.runtime.fakes import NEVER_ANSWERED, Future, scripted_send
-from tests.unit.runtime.test_config import base
+from tests.unit.runtime.support import base
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ import pytest
 
 from consumer_runtime import http
 from consumer_runtime.http import serve
-from tests.unit.runtime.test_control import telemetry
+from tests.unit.runtime.support import telemetry
 
 pytestmark = pytest.mark.unit
 TIMEOUT_S = 0.3

@@ -28,17 +28,17 @@ from consumer_runtime.member import DRAIN_CHECK_S, Member
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import Outcome
 from consumer_runtime.records import Batch
-from consumer_runtime.staticleave import LEFT, LeaveResult
+from consumer_runtime.staticleave import LeaveResult
 from consumer_runtime.termination import (
     REPLACED_FILE,
-    TERMINATION_PATH_ENV,
     Replaced,
     read_replaced,
     replaced_path,
     write_replaced,
 )
+from member_contract import LEAVE_LEFT, TERMINATION_MESSAGE_PATH_ENV
 from tests.unit.runtime.fakes import Rec
-from tests.unit.runtime.test_config import base
+from tests.unit.runtime.support import base
 
 pytestmark = pytest.mark.unit
 
@@ -293,7 +293,7 @@ class FakeLeave:
 
     def confirm(self, member_id: str, instance_id: str, deadline: float) -> LeaveResult:
         self.confirmed.append(member_id)
-        return LeaveResult(LEFT, tries=1, seconds=0.008)
+        return LeaveResult(LEAVE_LEFT, tries=1, seconds=0.008)
 
     def close(self) -> None:
         pass
@@ -565,7 +565,7 @@ def test_status_shows_the_batch_in_flight_and_the_pause_for_work_while_it_runs()
 
 def test_a_replaced_record_is_found_by_a_restart_of_the_same_member_only(
         tmp_path: Path) -> None:
-    env = {TERMINATION_PATH_ENV: str(tmp_path / "termination-log")}
+    env = {TERMINATION_MESSAGE_PATH_ENV: str(tmp_path / "termination-log")}
     record = Replaced(group_id="orders", instance_id=INSTANCE, drained_at=1_700_000_010.5,
                       closed_at=1_700_000_010.25, last_batch_at=1_700_000_009.0)
     assert read_replaced(env, "orders", INSTANCE) is None, "a first start"
@@ -580,7 +580,7 @@ def test_a_replaced_record_is_found_by_a_restart_of_the_same_member_only(
 
 
 def test_a_replaced_record_that_cannot_be_written_says_so(tmp_path: Path) -> None:
-    env = {TERMINATION_PATH_ENV: str(tmp_path / "missing" / "termination-log")}
+    env = {TERMINATION_MESSAGE_PATH_ENV: str(tmp_path / "missing" / "termination-log")}
     record = Replaced("orders", INSTANCE, 1.0, 1.0, None)
     assert write_replaced(env, record) is False
 

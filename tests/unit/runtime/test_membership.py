@@ -17,7 +17,7 @@ from consumer_runtime.membership import (
     join_backoff,
     leave_subscription,
 )
-from tests.unit.runtime.test_config import base
+from tests.unit.runtime.support import base
 
 pytestmark = pytest.mark.unit
 

@@ -30,12 +30,8 @@ from kafka.sasl.oauth import AbstractTokenProvider, SaslMechanismOAuth
 
 from consumer_runtime import staticleave
 from consumer_runtime.staticleave import (
-    GONE,
     LEAVE_STATIC_EPOCH,
-    LEFT,
     RETRY_S,
-    TAKEN,
-    UNCONFIRMED,
     ConsumerGroupHeartbeatRequest_v1,
     ConsumerGroupHeartbeatResponse_v1,
     LeaveResult,
@@ -48,6 +44,7 @@ from consumer_runtime.staticleave import (
     static_leave_request,
     tls_context,
 )
+from member_contract import LEAVE_GONE, LEAVE_LEFT, LEAVE_TAKEN, LEAVE_UNCONFIRMED
 from tests.unit.runtime.fakes import NEVER_ANSWERED, Future, scripted_send
 
 pytestmark = pytest.mark.unit
@@ -56,19 +53,19 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize(("error_code", "member_epoch", "expected"), [
-    (0, -2, LEFT),
-    (0, 0, UNCONFIRMED),
-    (0, 7, UNCONFIRMED),
-    (0, -1, UNCONFIRMED),
-    (82, -1, TAKEN),
-    (25, -1, GONE),
-    (69, -1, GONE),
+    (0, -2, LEAVE_LEFT),
+    (0, 0, LEAVE_UNCONFIRMED),
+    (0, 7, LEAVE_UNCONFIRMED),
+    (0, -1, LEAVE_UNCONFIRMED),
+    (82, -1, LEAVE_TAKEN),
+    (25, -1, LEAVE_GONE),
+    (69, -1, LEAVE_GONE),
     (14, -1, None),
     (15, -1, None),
     (16, -1, None),
-    (30, -1, UNCONFIRMED),
-    (30, -2, UNCONFIRMED),
-    (111, -1, UNCONFIRMED),
+    (30, -1, LEAVE_UNCONFIRMED),
+    (30, -2, LEAVE_UNCONFIRMED),
+    (111, -1, LEAVE_UNCONFIRMED),
 ], ids=["left at epoch -2", "no error at epoch 0", "no error at epoch 7",
         "no error at epoch -1", "FENCED_INSTANCE_ID", "UNKNOWN_MEMBER_ID", "GROUP_ID_NOT_FOUND",
         "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR",
@@ -86,9 +83,9 @@ def test_the_pause_between_tries_grows_and_stays_at_its_last_value() -> None:
 
 
 def test_the_status_reports_milliseconds_and_no_detail_as_none() -> None:
-    assert LeaveResult(LEFT, 3, 0.12345).as_status() == {
+    assert LeaveResult(LEAVE_LEFT, 3, 0.12345).as_status() == {
         "outcome": "left", "tries": 3, "ms": 123.5, "detail": None}
-    assert LeaveResult(UNCONFIRMED, 1, 2.0, "error 30: denied").as_status()["detail"] == (
+    assert LeaveResult(LEAVE_UNCONFIRMED, 1, 2.0, "error 30: denied").as_status()["detail"] == (
         "error 30: denied")
 
 
@@ -141,7 +138,7 @@ def test_an_answer_without_an_assignment_decodes() -> None:
     assert (answer.throttle_time_ms, answer.error_code, answer.error_message, answer.member_id,
             answer.member_epoch, answer.heartbeat_interval_ms, answer.assignment,
             answer._tagged_fields) == (0, 0, None, "m", -2, 1000, None, {})
-    assert outcome(answer.error_code, answer.member_epoch) == LEFT
+    assert outcome(answer.error_code, answer.member_epoch) == LEAVE_LEFT
 
 
 def test_an_answer_with_an_error_message_decodes() -> None:
@@ -623,7 +620,7 @@ def test_the_client_is_made_with_the_settings_of_the_properties(clock: Clock) ->
 def test_a_leave_finds_the_coordinator_then_sends_the_static_leave_there(clock: Clock) -> None:
     cluster = Cluster(finds=[coordinator(3)], beats=[heartbeat()], least_loaded=1)
     result = leave_for(cluster).confirm("m-1", "orders-0", clock.now + 5, sleep=clock.sleep)
-    assert result == LeaveResult(LEFT, 1, 0.0, "")
+    assert result == LeaveResult(LEAVE_LEFT, 1, 0.0, "")
     (find_node, find), (leave_node, leave) = cluster.sent
     assert find_node == 1  # the least loaded broker
     assert (find.API_KEY, find.API_VERSION, find.coordinator_key, find.coordinator_type) == (
@@ -642,7 +639,7 @@ def test_not_coordinator_asks_a_new_coordinator_and_then_it_left(clock: Clock) -
                       beats=[heartbeat(16, -1, "This is not the correct coordinator."),
                              heartbeat()])
     result = leave_for(cluster).confirm("m-1", "orders-0", clock.now + 20, sleep=clock.sleep)
-    assert (result.outcome, result.tries, result.detail) == (LEFT, 2, "")
+    assert (result.outcome, result.tries, result.detail) == (LEAVE_LEFT, 2, "")
     assert cluster.kinds() == ["find", "leave", "find", "leave"]
     assert [node for node, _ in cluster.sent] == [0, 3, 0, 5]
     assert clock.sleeps == [RETRY_S[0]]
@@ -672,7 +669,7 @@ def test_a_failed_try_drops_the_client_and_the_next_one_confirms(
                       ready=list(script.get("ready", [])))
     leave = leave_for(cluster)
     result = leave.confirm("m-1", "orders-0", clock.now + 20, sleep=clock.sleep)
-    assert (result.outcome, result.tries) == (LEFT, 2)
+    assert (result.outcome, result.tries) == (LEAVE_LEFT, 2)
     assert result.detail == ""  # the confirming answer had no error
     assert cluster.kinds() == kinds
     assert cluster.kinds()[-1] == "leave" and cluster.sent[-1][0] == 3
@@ -698,7 +695,7 @@ def test_it_asks_again_until_the_deadline_then_is_unconfirmed_naming_the_last_er
     began = clock.now
     result = leave_for(cluster).confirm("m-1", "orders-0", began + 1.0, sleep=clock.sleep)
     # 0.05 + 0.1 + 0.2 + 0.5 = 0.85 s asleep; a fifth pause of 1 s would pass the deadline
-    assert (result.outcome, result.tries, result.detail) == (UNCONFIRMED, 5, detail)
+    assert (result.outcome, result.tries, result.detail) == (LEAVE_UNCONFIRMED, 5, detail)
     assert clock.sleeps == [0.05, 0.1, 0.2, 0.5]
     assert result.seconds == pytest.approx(0.85)
     assert clock.now < began + 1.0
@@ -715,14 +712,14 @@ def test_the_first_pause_that_would_pass_the_deadline_ends_the_asking(clock: Clo
     cluster = Cluster(finds=[coordinator(3)] * 9, beats=[heartbeat(15)] * 9)
     result = leave_for(cluster).confirm("m-1", "orders-0", clock.now + 0.3,
                                         sleep=lambda _: None)
-    assert (result.outcome, result.tries) == (UNCONFIRMED, 4)
+    assert (result.outcome, result.tries) == (LEAVE_UNCONFIRMED, 4)
     assert cluster.kinds() == ["find", "leave"] * 4
 
 
 def test_a_deadline_already_past_still_gets_one_try(clock: Clock) -> None:
     cluster = Cluster(finds=[coordinator(3)], beats=[heartbeat(16)])
     result = leave_for(cluster).confirm("m-1", "orders-0", clock.now - 1, sleep=clock.sleep)
-    assert (result.outcome, result.tries, result.detail) == (UNCONFIRMED, 1, "error 16:")
+    assert (result.outcome, result.tries, result.detail) == (LEAVE_UNCONFIRMED, 1, "error 16:")
     assert cluster.waits == [(0, 1), (3, 1)]  # the shortest wait there is
     assert clock.sleeps == []
 
@@ -730,18 +727,18 @@ def test_a_deadline_already_past_still_gets_one_try(clock: Clock) -> None:
 def test_no_reachable_broker_is_unconfirmed_without_sending(clock: Clock) -> None:
     cluster = Cluster(least_loaded=None)
     result = leave_for(cluster).confirm("m-1", "orders-0", clock.now + 1.0, sleep=clock.sleep)
-    assert (result.outcome, result.detail) == (UNCONFIRMED, "OSError: no broker reachable")
+    assert (result.outcome, result.detail) == (LEAVE_UNCONFIRMED, "OSError: no broker reachable")
     assert result.tries == 5 and cluster.sent == []
 
 
 @pytest.mark.parametrize(("answer", "expected", "detail"), [
-    (heartbeat(82, -1, "instance id orders-0 is held by another member"), TAKEN,
+    (heartbeat(82, -1, "instance id orders-0 is held by another member"), LEAVE_TAKEN,
      "error 82: instance id orders-0 is held by another member"),
-    (heartbeat(25, -1), GONE, "error 25:"),
-    (heartbeat(69, -1, "Group g not found."), GONE, "error 69: Group g not found."),
-    (heartbeat(30, -1, "Not authorized."), UNCONFIRMED, "error 30: Not authorized."),
-    (heartbeat(0, 4), UNCONFIRMED, ""),
-    (heartbeat(0, -2), LEFT, ""),
+    (heartbeat(25, -1), LEAVE_GONE, "error 25:"),
+    (heartbeat(69, -1, "Group g not found."), LEAVE_GONE, "error 69: Group g not found."),
+    (heartbeat(30, -1, "Not authorized."), LEAVE_UNCONFIRMED, "error 30: Not authorized."),
+    (heartbeat(0, 4), LEAVE_UNCONFIRMED, ""),
+    (heartbeat(0, -2), LEAVE_LEFT, ""),
 ], ids=["FENCED_INSTANCE_ID", "UNKNOWN_MEMBER_ID", "GROUP_ID_NOT_FOUND",
         "GROUP_AUTHORIZATION_FAILED", "no error, another epoch", "left"])
 def test_an_answer_that_says_where_the_instance_id_stands_ends_it_in_one_try(
@@ -759,7 +756,7 @@ def test_a_warmed_up_client_sends_only_the_leave_after_the_close(clock: Clock) -
     leave.warm()
     assert cluster.kinds() == ["find"] and leave.coordinator == 3
     result = leave.confirm("m-1", "orders-0", clock.now + 20, sleep=clock.sleep)
-    assert (result.outcome, result.tries) == (LEFT, 1)
+    assert (result.outcome, result.tries) == (LEAVE_LEFT, 1)
     assert cluster.kinds() == ["find", "leave"] and len(cluster.clients) == 1
 
 
@@ -773,7 +770,7 @@ def test_warming_up_keeps_its_errors_for_the_confirmation(error: Exception,
     assert leave.coordinator is None and cluster.sent == []
     assert cluster.waits == [(0, 1000)]  # warm's own timeout
     result = leave.confirm("m-1", "orders-0", clock.now + 20, sleep=clock.sleep)
-    assert (result.outcome, result.tries) == (LEFT, 1)
+    assert (result.outcome, result.tries) == (LEAVE_LEFT, 1)
 
 
 def test_close_drops_the_client_even_one_that_fails_to_close(clock: Clock) -> None:
@@ -802,7 +799,7 @@ def test_settings_that_fail_to_load_make_every_leave_unconfirmed_at_once(
     leave = StaticLeave(props, "g", "orders-0-leave", make_client=cluster.make_client)
     leave.warm()
     result = leave.confirm("m-1", "orders-0", clock.now + 20, sleep=clock.sleep)
-    assert (result.outcome, result.tries, result.seconds) == (UNCONFIRMED, 0, 0.0)
+    assert (result.outcome, result.tries, result.seconds) == (LEAVE_UNCONFIRMED, 0, 0.0)
     assert result.detail.startswith("the client's settings: " + detail), result.detail
     assert result.as_status()["detail"] == result.detail
     assert cluster.clients == [] and clock.sleeps == []  # no try can succeed: none is made
@@ -817,7 +814,7 @@ def test_any_error_of_the_settings_is_kept_for_the_result(
     monkeypatch.setattr(staticleave, "client_config", broken)
     result = leave_for(Cluster()).confirm("m-1", "orders-0", clock.now + 20, sleep=clock.sleep)
     assert (result.outcome, result.detail) == (
-        UNCONFIRMED, "the client's settings: RuntimeError: something unforeseen")
+        LEAVE_UNCONFIRMED, "the client's settings: RuntimeError: something unforeseen")
 
 
 def test_settings_the_client_cannot_take_are_still_refused_when_it_is_made() -> None:
@@ -842,7 +839,7 @@ def test_an_error_between_the_tries_is_an_unconfirmed_result(clock: Clock) -> No
         raise RuntimeError("interrupted")
 
     result = leave.confirm("m-1", "orders-0", clock.now + 20, sleep=sleep)
-    assert (result.outcome, result.detail) == (UNCONFIRMED, "RuntimeError: interrupted")
+    assert (result.outcome, result.detail) == (LEAVE_UNCONFIRMED, "RuntimeError: interrupted")
     assert leave.client is None and cluster.clients[0].closed  # nothing kept
 
 
@@ -857,7 +854,7 @@ def test_a_client_that_fails_to_close_fails_neither_a_try_nor_close(
     leave.warm()
     cluster.clients[0].close_error = error
     result = leave.confirm("m-1", "orders-0", clock.now + 20, sleep=clock.sleep)
-    assert (result.outcome, result.tries) == (LEFT, 2)  # the failed try dropped the client
+    assert (result.outcome, result.tries) == (LEAVE_LEFT, 2)  # the failed try dropped the client
     cluster.clients[1].close_error = error
     leave.close()
     assert leave.client is None and all(client.closed for client in cluster.clients)

@@ -15,12 +15,12 @@ from consumer_runtime.processing import BatchFailed
 from consumer_runtime.termination import (
     DEFAULT_TERMINATION_PATH,
     MESSAGE_BYTES,
-    TERMINATION_PATH_ENV,
     close_report,
     error_line,
     termination_path,
     write_termination_message,
 )
+from member_contract import TERMINATION_MESSAGE_PATH_ENV
 
 pytestmark = pytest.mark.unit
 
@@ -86,7 +86,7 @@ def test_the_line_is_bounded() -> None:
 
 def test_the_message_goes_where_the_environment_says(tmp_path: Path) -> None:
     path = tmp_path / "termination-log"
-    env = {TERMINATION_PATH_ENV: str(path)}
+    env = {TERMINATION_MESSAGE_PATH_ENV: str(path)}
     assert termination_path(env) == path
     write_termination_message(env, "consumer_runtime: member stops: é" + "x" * 5000)
     written = path.read_bytes()
@@ -102,7 +102,7 @@ def test_without_a_kubelets_file_nothing_is_written() -> None:
 
 def test_an_unwritable_path_is_only_logged(tmp_path: Path,
                                            caplog: pytest.LogCaptureFixture) -> None:
-    env = {TERMINATION_PATH_ENV: str(tmp_path / "missing" / "termination-log")}
+    env = {TERMINATION_MESSAGE_PATH_ENV: str(tmp_path / "missing" / "termination-log")}
     write_termination_message(env, "consumer_runtime: member stops: x")
     assert "cannot write the termination message" in caplog.text
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from member_contract import LEAVE_GONE, LEAVE_UNCONFIRMED
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import reasons
 from staticfleet.decisions.conditions import parse_rfc3339
@@ -46,14 +47,14 @@ def static_leave_event(ordinal: int, pod: str,
         return None
     outcome, detail = leave.get("outcome"), leave.get("detail") or "no error given"
     tries, ms = leave.get("tries"), leave.get("ms")
-    if outcome == "unconfirmed":
+    if outcome == LEAVE_UNCONFIRMED:
         return (c.STATIC_LEAVE_UNCONFIRMED,
                 f"member {ordinal} (pod {pod}) drained, but no coordinator confirmed its static "
                 f"leave in {tries} tries over {ms} ms (last: {detail}): the broker may refuse "
                 "its replacement (UNRELEASED_INSTANCE_ID) until the old member's session "
                 "times out, then fence it (a rebalance). Check the group's coordinator broker; "
                 "the rollout goes on and its status shows the replacement's wait")
-    if outcome == "gone":
+    if outcome == LEAVE_GONE:
         return (c.STATIC_LEAVE_EXPIRED,
                 f"member {ordinal} (pod {pod}) drained after the group had forgotten its "
                 f"instance id (its session had run out: {detail}): the replacement joins as a "

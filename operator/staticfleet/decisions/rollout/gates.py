@@ -165,6 +165,11 @@ BEFORE_PREPARE: tuple[tuple[str, Check], ...] = (
 )
 """What holds back starting a standby replacement (it stops nobody)."""
 
+REPLACEMENT_CREATED = "ReplacementCreated"
+"""Not a predicate but reported with them: the API server did not create a warm handoff's
+standby, and the cold restart that `spec.rollout.fallback: Recreate` would make instead is held
+back by the predicates beside it (`warm`)."""
+
 
 def blockers(ctx: GateContext, ordinal: int,
              predicates: Sequence[tuple[str, Check]] = BEFORE_STOP) -> tuple[Blocker, ...]:

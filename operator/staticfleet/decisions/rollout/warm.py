@@ -75,7 +75,7 @@ def _preparing(ctx: GateContext, f: InFlight) -> Step | float | None:
                 for x in ctx.in_flight))
             blocked = gates.blockers(cold, f.ordinal)
             if blocked:
-                return blocked_wait((Blocker("ReplacementCreated", cannot), *blocked))
+                return blocked_wait((Blocker(gates.REPLACEMENT_CREATED, cannot), *blocked))
             return RecreateInstead(f.ordinal, member.pod_uid, cannot + (
                 f"; spec.rollout.fallback is Recreate: member {f.ordinal} is restarted "
                 "the cold way instead, inside the session timeout"))

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from member_contract import SASL_MECHANISMS, SECURITY_PROTOCOLS
 from staticfleet.decisions.spec.fields import SpecError, as_obj, opt_str, req_str, str_list, str_map
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -51,7 +52,6 @@ SSL_REFUSAL = (
     + "): certificates and keys come as PEM from Secrets through spec.kafka.security.tls "
     "(a member pod mounts no files, so *.location keys cannot work, and key material is "
     "never written inline), and verification cannot be switched off")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def parse(kafka: Mapping[str, Any], name: str) -> KafkaSpec:
 
 def _parse_security(sec: Mapping[str, Any], path: str) -> SecuritySpec:
     protocol = opt_str(sec, "protocol", path) or "PLAINTEXT"
-    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+    if protocol not in SECURITY_PROTOCOLS:
         raise SpecError(f"{path}.protocol", f"unknown protocol {protocol!r}")
     sasl: SaslSpec | None = None
     raw_sasl = sec.get("sasl")

@@ -36,6 +36,10 @@ from staticfleet.decisions.spec.kafka import KafkaSpec
 API_GROUP = "staticfleet.io"
 API_VERSION = "v1alpha1"
 KIND = "ConsumerGroup"
+PLURAL = "consumergroups"
+"""The ConsumerGroup's API coordinates, the CRD's, spelled here only (a unit test,
+test_prose.py, holds them to the CRD and finds any other spelling): the handlers watch them,
+the apply layer writes to them, the test kit makes and waits for ConsumerGroups by them."""
 
 # Annotations on the ConsumerGroup itself.
 RESTARTED_AT_ANNOTATION = "staticfleet.io/restartedAt"
