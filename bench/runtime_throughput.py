@@ -449,7 +449,7 @@ def measure(mode: str, spark_batch: SparkBatch, bootstrap: str, topic: str, jvms
 
 def stage_table(rows: list[Row]) -> None:
     """Share of each run's wall time per stage, CPU seconds per wall second in brackets."""
-    stages = [(POLL, st) for st in STAGES[POLL]] + [(WORKER, st) for st in STAGES[WORKER]]
+    stages = [(thread, st) for thread, names in STAGES.items() for st in names]
     print("| mode | batch | " + " | ".join(f"{t}: {st}" for t, st in stages) +
           " | poll: other | worker: idle |")
     print("|---|---:|" + "---:|" * (len(stages) + 2))
@@ -573,7 +573,8 @@ def compare(rows: dict[str, list[dict[str, Any]]], rounds: int) -> None:
     main_label, base_label = labels
     print()
     print(f"Side by side ({rounds} round(s), medians; ratio = runtime / bare loop of the same "
-          "process; CPU = runtime total / bare loop, per record):")
+          "process, with its range over the rounds in brackets; CPU = runtime total / bare "
+          "loop, per record):")
     print(f"| mode | batch | {main_label}: bare rec/s | {main_label}: runtime rec/s | "
           f"{main_label}: ratio | {main_label}: CPU x | {base_label}: bare rec/s | "
           f"{base_label}: runtime rec/s | {base_label}: ratio | {base_label}: CPU x | "
@@ -585,6 +586,10 @@ def compare(rows: dict[str, list[dict[str, Any]]], rounds: int) -> None:
     def med(label: str, key: tuple[str, int], fn: Callable[[dict[str, Any]], float]) -> float:
         return statistics.median(fn(r) for r in rows[label] if (r["mode"], r["batch"]) == key)
 
+    def spread(label: str, key: tuple[str, int]) -> str:
+        ratios = [r["rate"] / r["bare"] for r in rows[label] if (r["mode"], r["batch"]) == key]
+        return f"{min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else f"{ratios[0]:.2f}"
+
     for key in keys:
         cells = []
         for label in (main_label, base_label):
@@ -592,7 +597,8 @@ def compare(rows: dict[str, list[dict[str, Any]]], rounds: int) -> None:
             rate = med(label, key, lambda r: r["rate"])
             ratio = med(label, key, lambda r: r["rate"] / r["bare"])
             cpu = med(label, key, lambda r: (r["py_cpu"] + r["jvm_cpu"]) / r["bare_cpu"])
-            cells += [f"{bare:,.0f}", f"{rate:,.0f}", f"{ratio:.2f}", f"{cpu:.2f}"]
+            cells += [f"{bare:,.0f}", f"{rate:,.0f}", f"{ratio:.2f} ({spread(label, key)})",
+                      f"{cpu:.2f}"]
         versus = med(main_label, key, lambda r: r["rate"]) / med(base_label, key,
                                                                   lambda r: r["rate"])
         print(f"| {key[0]} | {key[1]:,} | " + " | ".join(cells) + f" | {versus:.2f} |")
