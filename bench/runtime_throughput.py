@@ -423,10 +423,12 @@ class Row:
 
 
 def measure(mode: str, spark_batch: SparkBatch, bootstrap: str, topic: str, jvms: list[int],
-            spy_dir: Path | None, batches: list[tuple[int, int]]) -> list[Row]:
+            spy_dir: Path | None, batches: list[tuple[int, int]],
+            warm_batches: int = WARM_BATCHES) -> list[Row]:
     rows = []
     for batch, count in batches:
-        cold = runtime_loop(spark_batch, bootstrap, topic, batch, WARM_BATCHES * batch)
+        cold = runtime_loop(spark_batch, bootstrap, topic, batch,
+                            min(warm_batches * batch, max(c for _, c in BATCHES)))
         c0 = cpu_now(jvms)
         bare = bare_loop(bootstrap, topic, batch, count)
         c1 = cpu_now(jvms)
@@ -540,7 +542,8 @@ def child(args: argparse.Namespace, modes: list[str], batches: list[tuple[int, i
     rows: list[Row] = []
     for mode in modes:
         with spark_for(mode, args.bootstrap, args.topic, workdir) as (spark_batch, jvms):
-            rows += measure(mode, spark_batch, args.bootstrap, args.topic, jvms, None, batches)
+            rows += measure(mode, spark_batch, args.bootstrap, args.topic, jvms, None, batches,
+                            args.warm_batches)
     stage_table(rows)
     args.rows_out.write_text(json.dumps([summary(r) for r in rows]))
     return 0
@@ -560,7 +563,8 @@ def measure_in_child(source: Path, label: str, args: argparse.Namespace, bootstr
     print(f"\n== {label} ({source}) ==", flush=True)
     subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child",
                     "--bootstrap", bootstrap, "--topic", topic, "--spark", args.spark,
-                    "--batches", args.batches, "--rows-out", str(out)],
+                    "--batches", args.batches, "--warm-batches", str(args.warm_batches),
+                    "--rows-out", str(out)],
                    env=env, cwd=REPO, check=True)
     rows: list[dict[str, Any]] = json.loads(out.read_text())
     return rows
@@ -615,6 +619,9 @@ def main() -> int:
     parser.add_argument("--batches", default=",".join(str(b) for b, _ in BATCHES),
                         help="batch sizes to measure, comma-separated, among "
                              + ", ".join(str(b) for b, _ in BATCHES))
+    parser.add_argument("--warm-batches", type=int, default=WARM_BATCHES,
+                        help="batches of the first pass of each batch size, before the measured "
+                             "one (at most the topic's records)")
     parser.add_argument("--baseline", metavar="REV", default=None,
                         help="also measure the runtime of git revision REV (a worktree), in "
                              "the same run, and print both side by side")
@@ -674,14 +681,15 @@ def report(args: argparse.Namespace, modes: list[str], batches: list[tuple[int, 
     records = fetch(bootstrap, topic, 100_000)
     for mode in modes:
         with spark_for(mode, bootstrap, topic, workdir) as (spark_batch, jvms):
-            rows += measure(mode, spark_batch, bootstrap, topic, jvms, args.py_spy, batches)
+            rows += measure(mode, spark_batch, bootstrap, topic, jvms, args.py_spy, batches,
+                            args.warm_batches)
             fixed[mode] = timed(functools.partial(spark_batch.run, 0, records[:10]), 10)
             phases[mode] = {n: profile(spark_batch, records[:n], jvms) for n, _ in batches}
     proc = real_process(bootstrap, topic, workdir) if "local" in modes else None
 
     print()
     print("Rates, steady state (after a first pass of "
-          f"{WARM_BATCHES} batches, whose rate is the cold column):")
+          f"{args.warm_batches} batches, whose rate is the cold column):")
     print("| mode | batch | records read | bare loop rec/s | runtime rec/s | ratio | "
           "cold rec/s | worker s/batch | wall s/batch |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
