@@ -423,10 +423,12 @@ class Row:
 
 
 def measure(mode: str, spark_batch: SparkBatch, bootstrap: str, topic: str, jvms: list[int],
-            spy_dir: Path | None, batches: list[tuple[int, int]]) -> list[Row]:
+            spy_dir: Path | None, batches: list[tuple[int, int]],
+            warm_batches: int = WARM_BATCHES) -> list[Row]:
     rows = []
     for batch, count in batches:
-        cold = runtime_loop(spark_batch, bootstrap, topic, batch, WARM_BATCHES * batch)
+        cold = runtime_loop(spark_batch, bootstrap, topic, batch,
+                            min(warm_batches * batch, max(c for _, c in BATCHES)))
         c0 = cpu_now(jvms)
         bare = bare_loop(bootstrap, topic, batch, count)
         c1 = cpu_now(jvms)
@@ -449,7 +451,7 @@ def measure(mode: str, spark_batch: SparkBatch, bootstrap: str, topic: str, jvms
 
 def stage_table(rows: list[Row]) -> None:
     """Share of each run's wall time per stage, CPU seconds per wall second in brackets."""
-    stages = [(POLL, st) for st in STAGES[POLL]] + [(WORKER, st) for st in STAGES[WORKER]]
+    stages = [(thread, st) for thread, names in STAGES.items() for st in names]
     print("| mode | batch | " + " | ".join(f"{t}: {st}" for t, st in stages) +
           " | poll: other | worker: idle |")
     print("|---|---:|" + "---:|" * (len(stages) + 2))
@@ -540,7 +542,8 @@ def child(args: argparse.Namespace, modes: list[str], batches: list[tuple[int, i
     rows: list[Row] = []
     for mode in modes:
         with spark_for(mode, args.bootstrap, args.topic, workdir) as (spark_batch, jvms):
-            rows += measure(mode, spark_batch, args.bootstrap, args.topic, jvms, None, batches)
+            rows += measure(mode, spark_batch, args.bootstrap, args.topic, jvms, None, batches,
+                            args.warm_batches)
     stage_table(rows)
     args.rows_out.write_text(json.dumps([summary(r) for r in rows]))
     return 0
@@ -560,7 +563,8 @@ def measure_in_child(source: Path, label: str, args: argparse.Namespace, bootstr
     print(f"\n== {label} ({source}) ==", flush=True)
     subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child",
                     "--bootstrap", bootstrap, "--topic", topic, "--spark", args.spark,
-                    "--batches", args.batches, "--rows-out", str(out)],
+                    "--batches", args.batches, "--warm-batches", str(args.warm_batches),
+                    "--rows-out", str(out)],
                    env=env, cwd=REPO, check=True)
     rows: list[dict[str, Any]] = json.loads(out.read_text())
     return rows
@@ -573,7 +577,8 @@ def compare(rows: dict[str, list[dict[str, Any]]], rounds: int) -> None:
     main_label, base_label = labels
     print()
     print(f"Side by side ({rounds} round(s), medians; ratio = runtime / bare loop of the same "
-          "process; CPU = runtime total / bare loop, per record):")
+          "process, with its range over the rounds in brackets; CPU = runtime total / bare "
+          "loop, per record):")
     print(f"| mode | batch | {main_label}: bare rec/s | {main_label}: runtime rec/s | "
           f"{main_label}: ratio | {main_label}: CPU x | {base_label}: bare rec/s | "
           f"{base_label}: runtime rec/s | {base_label}: ratio | {base_label}: CPU x | "
@@ -585,6 +590,10 @@ def compare(rows: dict[str, list[dict[str, Any]]], rounds: int) -> None:
     def med(label: str, key: tuple[str, int], fn: Callable[[dict[str, Any]], float]) -> float:
         return statistics.median(fn(r) for r in rows[label] if (r["mode"], r["batch"]) == key)
 
+    def spread(label: str, key: tuple[str, int]) -> str:
+        ratios = [r["rate"] / r["bare"] for r in rows[label] if (r["mode"], r["batch"]) == key]
+        return f"{min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else f"{ratios[0]:.2f}"
+
     for key in keys:
         cells = []
         for label in (main_label, base_label):
@@ -592,7 +601,8 @@ def compare(rows: dict[str, list[dict[str, Any]]], rounds: int) -> None:
             rate = med(label, key, lambda r: r["rate"])
             ratio = med(label, key, lambda r: r["rate"] / r["bare"])
             cpu = med(label, key, lambda r: (r["py_cpu"] + r["jvm_cpu"]) / r["bare_cpu"])
-            cells += [f"{bare:,.0f}", f"{rate:,.0f}", f"{ratio:.2f}", f"{cpu:.2f}"]
+            cells += [f"{bare:,.0f}", f"{rate:,.0f}", f"{ratio:.2f} ({spread(label, key)})",
+                      f"{cpu:.2f}"]
         versus = med(main_label, key, lambda r: r["rate"]) / med(base_label, key,
                                                                   lambda r: r["rate"])
         print(f"| {key[0]} | {key[1]:,} | " + " | ".join(cells) + f" | {versus:.2f} |")
@@ -609,6 +619,9 @@ def main() -> int:
     parser.add_argument("--batches", default=",".join(str(b) for b, _ in BATCHES),
                         help="batch sizes to measure, comma-separated, among "
                              + ", ".join(str(b) for b, _ in BATCHES))
+    parser.add_argument("--warm-batches", type=int, default=WARM_BATCHES,
+                        help="batches of the first pass of each batch size, before the measured "
+                             "one (at most the topic's records)")
     parser.add_argument("--baseline", metavar="REV", default=None,
                         help="also measure the runtime of git revision REV (a worktree), in "
                              "the same run, and print both side by side")
@@ -668,14 +681,15 @@ def report(args: argparse.Namespace, modes: list[str], batches: list[tuple[int, 
     records = fetch(bootstrap, topic, 100_000)
     for mode in modes:
         with spark_for(mode, bootstrap, topic, workdir) as (spark_batch, jvms):
-            rows += measure(mode, spark_batch, bootstrap, topic, jvms, args.py_spy, batches)
+            rows += measure(mode, spark_batch, bootstrap, topic, jvms, args.py_spy, batches,
+                            args.warm_batches)
             fixed[mode] = timed(functools.partial(spark_batch.run, 0, records[:10]), 10)
             phases[mode] = {n: profile(spark_batch, records[:n], jvms) for n, _ in batches}
     proc = real_process(bootstrap, topic, workdir) if "local" in modes else None
 
     print()
     print("Rates, steady state (after a first pass of "
-          f"{WARM_BATCHES} batches, whose rate is the cold column):")
+          f"{args.warm_batches} batches, whose rate is the cold column):")
     print("| mode | batch | records read | bare loop rec/s | runtime rec/s | ratio | "
           "cold rec/s | worker s/batch | wall s/batch |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -61,6 +61,8 @@ if TYPE_CHECKING:  # kafka-python's clients, imported when a leave or a drain fi
 log = logging.getLogger(__name__)
 BUSY_POLL_S = 0.05
 IDLE_POLL_S = 0.5
+HANDOVER_POLL_S = 0.005
+"""The longest a poll waits for records while the next batch waits for the worker."""
 HOLD_UNPAUSED_S = 2.0
 """With the buffer full, how long the loop just waits for the worker before it pauses the
 partitions and goes back to polling."""
@@ -339,6 +341,11 @@ class Member:
             left = self.buffer.wait_left(now)
             if left:
                 wait = min(wait, left)
+            if self.inflight is not None and self.buffer.due(now):
+                # The worker's next batch is ready: come back soon enough to hand it over when
+                # the worker ends (a consume() that waits for records the fetcher has not
+                # brought yet left the worker idle a fifth of the time at 10k batches).
+                wait = min(wait, HANDOVER_POLL_S)
             with self.timeline.span(POLL, "consume", self.batch_seq + 1):
                 messages = self.consumer.consume(min(self.buffer.room(), CONSUME_MAX), wait)
         after = self.clock()

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit.groups import owners, wait_owned
+from staticfleet_dev.testkit.poll import wait_for
 from tests.integration.runtime_spark_helpers import (
     RuntimeProcess,
     committed,
@@ -73,10 +74,16 @@ def test_leave_hands_the_partitions_over_at_once_and_loses_nothing(
     stay, go = f"{group}-0", f"{group}-1"
     with running(config, tmp_path / "stay.log", stay) as a, \
             running(config, tmp_path / "go.log", go) as b:
-        wait_owned(kafka_admin, group, everything, {stay, go}, 400)
         # The records once each member holds its half: produced before, the member that
         # joined first processed all of them while the other started (seen in CI with two
-        # pytest workers), and the other never had a batch to show.
+        # pytest workers), and the other never had a batch to show. "Each" holds some: the
+        # first member alone holding all six (the group's first generation, before the
+        # second joined) also has every partition owned by one of the two (seen in CI: the
+        # second member then found every offset committed by the first).
+        wait_for("both members holding partitions",
+                 lambda: set(owners(kafka_admin, group).values()) == {stay, go}, 400,
+                 interval=0.1, describe=lambda: f"owners: {owners(kafka_admin, group)}")
+        wait_owned(kafka_admin, group, everything, {stay, go}, 60)
         produce(kafka.bootstrap, topic, produced)
         b.wait_status(lambda s: len(s["assignment"]) == 3 and s["batchesProcessed"] > 0, 400,
                       "processing its half")

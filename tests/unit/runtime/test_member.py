@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from consumer_runtime.config import RuntimeConfig, parse_config
-from consumer_runtime.member import DRAIN_CHECK_S, Member
+from consumer_runtime.member import BUSY_POLL_S, DRAIN_CHECK_S, HANDOVER_POLL_S, Member
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import Outcome
 from consumer_runtime.records import Batch
@@ -176,6 +176,8 @@ class ScriptedConsumer:
         self.assigned: set[tuple[str, int]] = set()
         self.revoke_due = False
         self.closed = False
+        self.timeouts: list[tuple[int, float]] = []
+        """(the world's poll count, the timeout) of each consume() call."""
 
     def subscribe(self, topics: list[str], on_assign: Callable[..., None],
                   on_revoke: Callable[..., None], on_lost: Callable[..., None]) -> None:
@@ -194,6 +196,7 @@ class ScriptedConsumer:
             gone, self.assigned, self.revoke_due = sorted(self.assigned), set(), False
             self.world.log("revoked", gone)
             self.callbacks["revoke"](self, [TopicPartition(t, p) for t, p in gone])
+        self.timeouts.append((self.world.calls + 1, timeout))
         got = self.world.play(self)
         if not got:
             self.world.clock.advance(timeout)
@@ -640,3 +643,31 @@ def test_a_revoke_prepares_the_staged_batch_again_without_the_revoked_partition(
     assert handler.objects[1][1] is prepared[1][1]
     commits = [d for _, w, d in world.events if w == "commit"]
     assert commits == [{P0: 5}, {P0: 8}]
+
+
+def test_while_the_next_batch_waits_for_the_worker_polls_come_back_within_the_handover_wait(
+        ) -> None:
+    """The worker's end is noticed within HANDOVER_POLL_S, not after a busy poll's wait."""
+    marks: dict[str, int] = {}
+
+    def mark(name: str) -> Step:
+        def step(world: World, consumer: ScriptedConsumer) -> list[Msg]:
+            marks[name] = world.calls
+            return []
+        return step
+
+    steps = [assign(P0), fetch(msgs(P0, range(0, 5))),
+             until(lambda m: m.inflight is not None),
+             mark("before"), fetch(msgs(P0, range(5, 10))), mark("due"),
+             *[do(lambda m: None)] * 5, do(lambda m: handler.release()),
+             until(lambda m: m.telemetry.batches_processed == 2 and m.inflight is None),
+             stop()]
+    member, world, handler = setup(steps, gated=True)
+
+    assert member.run() == 0
+
+    timeouts = world.consumers[0].timeouts
+    before = [t for n, t in timeouts if n <= marks["before"] and n > 2]
+    waiting = [t for n, t in timeouts if marks["due"] <= n < marks["due"] + 6]
+    assert before and max(before) == BUSY_POLL_S, "a batch in flight, nothing due: busy polls"
+    assert len(waiting) == 6 and max(waiting) <= HANDOVER_POLL_S
