@@ -28,17 +28,13 @@ from staticfleet.decisions.conditions import DEGRADED, GROUP_ID_IN_USE
 from staticfleet.decisions.names import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
 from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, claim_key
-<<<<<<< HEAD
-from staticfleet.decisions.spec.model import RESTARTED_AT_ANNOTATION
-from staticfleet.memory import Memory
-=======
 from staticfleet.decisions.spec.model import (
     API_GROUP,
     API_VERSION,
     PLURAL,
     RESTARTED_AT_ANNOTATION,
 )
->>>>>>> issue-36-contract
+from staticfleet.memory import Memory
 
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))
 WORKERS = int(os.environ.get("STATICFLEET_WORKERS", "16"))

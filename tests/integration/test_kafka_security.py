@@ -27,12 +27,7 @@ from consumer_runtime.staticleave import StaticLeave
 from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions.names import instance_id
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
-<<<<<<< HEAD
-from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 from staticfleet.observe import kafkaadmin, kafkareads, lagreads
-=======
-from staticfleet.observe import kafkaadmin, kafkareads
->>>>>>> issue-36-contract
 from staticfleet_dev.kafka import SECURED_LISTENERS
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.operator import OperatorProcess
