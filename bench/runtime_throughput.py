@@ -318,6 +318,14 @@ def cpu_now(jvms: list[int]) -> tuple[float, float]:
     return me.user + me.system, jvm
 
 
+def child_env() -> dict[str, str]:
+    """This process's environment for a child, without the Spark Connect client's settings
+    pyspark put in it: with them a child's local session refuses to start
+    (CONTEXT_UNAVAILABLE_FOR_REMOTE_CLIENT)."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+
+
 def real_process(bootstrap: str, topic: str, workdir: Path) -> dict[str, Any]:
     """`python -m consumer_runtime` (batch 10k): startup phases, RSS, SIGTERM shutdown."""
     group = f"proc-{time.time_ns()}"
@@ -334,11 +342,7 @@ def real_process(bootstrap: str, topic: str, workdir: Path) -> dict[str, Any]:
                        "retry": {"attempts": 1, "backoffMs": 0, "maxBackoffMs": 0}},
     }
     port = free_port()
-    # Not the Spark Connect client's settings pyspark put in this process's environment: with
-    # them the runtime's local session refuses to start (CONTEXT_UNAVAILABLE_FOR_REMOTE_CLIENT).
-    inherited = {k: v for k, v in os.environ.items()
-                 if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
-    env = {**inherited, "STATICFLEET_CONFIG": json.dumps(raw),
+    env = {**child_env(), "STATICFLEET_CONFIG": json.dumps(raw),
            "STATICFLEET_GROUP_INSTANCE_ID": f"{group}-0", "STATICFLEET_HTTP_HOST": "127.0.0.1",
            "STATICFLEET_HTTP_PORT": str(port), "PYTHONPATH": str(REPO)}
     log = workdir / "runtime.log"
@@ -557,9 +561,7 @@ def measure_in_child(source: Path, label: str, args: argparse.Namespace, bootstr
     shim.mkdir()
     (shim / "consumer_runtime").symlink_to(source / "consumer_runtime")
     out = workdir / f"rows-{label}.json"
-    inherited = {k: v for k, v in os.environ.items()
-                 if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
-    env = {**inherited, "PYTHONPATH": os.pathsep.join([str(shim), str(REPO)])}
+    env = {**child_env(), "PYTHONPATH": os.pathsep.join([str(shim), str(REPO)])}
     print(f"\n== {label} ({source}) ==", flush=True)
     subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child",
                     "--bootstrap", bootstrap, "--topic", topic, "--spark", args.spark,
