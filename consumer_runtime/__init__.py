@@ -1,7 +1,8 @@
 """The member process: a static Kafka consumer that processes its batches on Spark.
 
-Layout: pure modules (`config`, `records`, `buffer`, `delivery`, `metrics`' Telemetry) hold the
-decisions and run without a broker; `member` is the Kafka poll loop, `processing` the retry and
+Layout: pure modules (`config`, `records`, `buffer`, `delivery`, `metrics`' Telemetry and its
+Prometheus `series`) hold the decisions and run without a broker; `member` is the Kafka poll
+loop (`leaving` its ways out of the group and back in), `processing` the retry and
 poison-isolation policy around one batch, `spark` the session and the batch run, `sinks` where
 results go, `http` the endpoints, `main` the wiring.
 

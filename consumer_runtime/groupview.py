@@ -5,7 +5,7 @@
 leave (consumer_runtime/staticleave.py), never through librdkafka's admin client: librdkafka 2.16
 can abort the whole process when such a request loses its coordinator (librdkafka#4605), and a
 scale-down during a broker roll is when it does. Every failure is an answer of None ("unknown").
-This module and staticleave are the member's only users of kafka-python; member.py imports them
+This module and staticleave are the member's only users of kafka-python; leaving.py imports them
 when a leave or a drain first needs them, so a member that never leaves does not load them.
 """
 

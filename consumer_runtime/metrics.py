@@ -1,4 +1,5 @@
-"""What the member knows about itself: Prometheus series and the /status document.
+"""What the member knows about itself: the /status document and what its Prometheus series
+count (the series themselves: consumer_runtime/series.py).
 
 `Telemetry` is fed by the poll loop and the batch worker; every method that depends on time takes
 `now` (monotonic seconds), so the unit tests drive it without a clock.
@@ -14,11 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
 from consumer_runtime.records import TopicPartition
-from consumer_runtime.timeline import STAGES, Span
-from member_contract import LEAVE_OUTCOMES, REQUESTS
+from consumer_runtime.series import Series
+from consumer_runtime.timeline import Span
 
 READY_POLL_AGE = 10.0
 THROUGHPUT_WINDOW_S = 60.0
@@ -29,12 +28,6 @@ FULL_BATCH = 0.8
 """A batch of at least this share of `batch.maxRecords` is full: the member was at capacity."""
 CAPACITY_MEMORY_S = 900.0
 """How long full batches are remembered for `capacityRecordsPerSecond`."""
-BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-FAST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-LABELS = ("namespace", "group", "member")
-CONTROL_REFUSALS = ("missing", "wrong", "unconfigured")
-"""`reason` of a refused control request (`consumer_runtime.control`): no bearer token, another
-token than the group's, no token on the member to compare with."""
 
 
 class Telemetry:
@@ -48,7 +41,6 @@ class Telemetry:
         was already `age_at_start` seconds old. `session_timeout_s` is None with group.protocol
         consumer (KIP-848), where the broker owns the session timeout. `standby`: the process
         waits for POST /activate before it joins the group (a warm handoff's replacement)."""
-        self.registry = CollectorRegistry()
         self.ids = {"namespace": namespace, "group": group, "member": member}
         self.instance_id = instance_id
         self.max_poll_interval_s = max_poll_interval_s
@@ -100,7 +92,6 @@ class Telemetry:
         """Drains not followed by a replacement within their hold: subscribed again."""
         self.static_leave: dict[str, Any] | None = None
         """The last static leave this process confirmed itself (KIP-848; `staticleave`)."""
-        self._lag_series: set[TopicPartition] = set()
         self.last_fetch_s: float | None = None
         """Seconds from process start to the last poll that returned records."""
         self.last_consumer_poll_s: float | None = None
@@ -118,75 +109,8 @@ class Telemetry:
         """Each assigned partition's lag from the last statistics (end offset minus the
         committed offset): `/status` reports it, so the operator reads lag from the members
         instead of asking the brokers."""
-        self._register(session_timeout_s, max_poll_interval_s)
-
-    def _register(self, session_timeout_s: float | None, max_poll_interval_s: float) -> None:
-        """The Prometheus series, one definition per metric (docs/contracts.md); the series whose
-        labels are known are made at once, so they show before their first event."""
-
-        def metric(kind: Any, name: str, doc: str, extra: tuple[str, ...] = (),
-                   **kw: Any) -> Any:
-            return kind(name, doc, (*LABELS, *extra), registry=self.registry, **kw)
-
-        self.m_assigned = metric(Gauge, "staticfleet_member_assigned_partitions",
-                                 "Partitions assigned to this member")
-        self.m_records = metric(Counter, "staticfleet_member_records_processed",
-                                "Records processed and accepted by the sink")
-        self.m_batches = metric(Counter, "staticfleet_member_batches_processed",
-                                "Batches processed and committed")
-        self.m_batch_s = metric(Histogram, "staticfleet_member_batch_processing_seconds",
-                                "Time to process one batch, retries included",
-                                buckets=BATCH_BUCKETS)
-        self.m_poll_s = metric(Histogram, "staticfleet_member_poll_interval_seconds",
-                               "Time between two polls of the consumer", buckets=FAST_BUCKETS)
-        self.m_commit_s = metric(Histogram, "staticfleet_member_commit_latency_seconds",
-                                 "Time of one synchronous offset commit", buckets=FAST_BUCKETS)
-        self.m_lag = metric(Gauge, "staticfleet_member_consumer_lag",
-                            "Consumer lag per partition (librdkafka statistics)",
-                            ("topic", "partition"))
-        self.m_events = metric(Counter, "staticfleet_member_partition_events",
-                               "Rebalance callbacks: assign, revoke, lost", ("event",))
-        self.m_rebalances = metric(Counter, "staticfleet_member_rebalances",
-                                   "Rebalances after the first assignment of this process")
-        self.m_dead = metric(Counter, "staticfleet_member_dead_lettered_records",
-                             "Records sent to the dead-letter topic")
-        self.m_stage_s = metric(Counter, "staticfleet_member_stage_seconds",
-                                "Seconds the poll thread and the batch worker spent per stage "
-                                "(consumer_runtime/timeline.py)", ("thread", "stage"))
-        self.m_stage_cpu = metric(Counter, "staticfleet_member_stage_cpu_seconds",
-                                  "CPU seconds of the stage's thread during the stage",
-                                  ("thread", "stage"))
-        self.m_startup = metric(Gauge, "staticfleet_member_startup_seconds",
-                                "Seconds from process start to a startup phase", ("phase",))
-        self.m_refused = metric(Counter, "staticfleet_member_control_refused",
-                                "Control requests (POST) refused for want of the operator's "
-                                "token", ("action", "reason"))
-        self.m_leaves = metric(Counter, "staticfleet_member_static_leaves",
-                               "Static leaves (KIP-848) the member confirmed with the "
-                               "coordinator after closing, by where they left the instance id "
-                               "(consumer_runtime/staticleave.py)", ("outcome",))
-        for outcome in LEAVE_OUTCOMES:
-            self.m_leaves.labels(**self.ids, outcome=outcome)
-        for action in (*REQUESTS, "other"):
-            for reason in CONTROL_REFUSALS:
-                self.m_refused.labels(**self.ids, action=action, reason=reason)
-        metric(Gauge, "staticfleet_member_max_poll_interval_seconds",
-               "Configured max.poll.interval.ms in seconds").labels(**self.ids).set(
-                   max_poll_interval_s)
-        session = metric(Gauge, "staticfleet_member_session_timeout_seconds",
-                         "Configured session.timeout.ms in seconds (classic protocol only)")
-        if session_timeout_s is not None:
-            session.labels(**self.ids).set(session_timeout_s)
-        for event in ("assign", "revoke", "lost"):
-            self.m_events.labels(**self.ids, event=event)
-        self._stage_series = {
-            (thread, stage): (self.m_stage_s.labels(**self.ids, thread=thread, stage=stage),
-                              self.m_stage_cpu.labels(**self.ids, thread=thread, stage=stage))
-            for thread, stages in STAGES.items() for stage in stages}
-        """Each stage's two series, looked up once: a span ends on every poll."""
-        for m in (self.m_assigned, self.m_records, self.m_batches, self.m_batch_s, self.m_poll_s,
-                  self.m_commit_s, self.m_rebalances, self.m_dead):
-            m.labels(**self.ids)
+        self.series = Series(self.ids, session_timeout_s, max_poll_interval_s)
+        self.registry = self.series.registry
 
     # -- fed by the poll loop ------------------------------------------------------------------
 
@@ -205,7 +129,7 @@ class Telemetry:
             self._tick(now)
 
     def _tick(self, now: float) -> None:
-        self.m_poll_s.labels(**self.ids).observe(max(0.0, now - self.last_poll))
+        self.series.poll_s.observe(max(0.0, now - self.last_poll))
         self.last_poll = now
 
     def batch_started(self, now: float, records: int) -> None:
@@ -231,20 +155,20 @@ class Telemetry:
         KIP-848 member gets: the others' assigns count the one rebalance its leave makes)."""
         with self._lock:
             self.assigns += 1
-            self.m_events.labels(**self.ids, event="assign").inc()
+            self.series.events["assign"].inc()
             self.member_id = member_id
             first = None
             if self.first_assignment is None:
                 first = self.first_assignment = self._since_start(now)
                 self.assigned_since = now
-                self.m_startup.labels(**self.ids, phase="first_assignment").set(first)
+                self.series.startup("first_assignment", first)
             elif rebalance:
                 self.rebalances += 1
-                self.m_rebalances.labels(**self.ids).inc()
+                self.series.rebalances.inc()
             self.assignment |= set(partitions)
             self.holds_assignment = True
             self.state = "running" if self.state == "starting" else self.state
-            self.m_assigned.labels(**self.ids).set(len(self.assignment))
+            self.series.assigned.set(len(self.assignment))
             return first
 
     def revoked(self, partitions: Iterable[TopicPartition], *, lost: bool) -> None:
@@ -253,14 +177,12 @@ class Telemetry:
                 self.lost += 1
             else:
                 self.revokes += 1
-            self.m_events.labels(**self.ids, event="lost" if lost else "revoke").inc()
+            self.series.events["lost" if lost else "revoke"].inc()
             gone = set(partitions)
             self.assignment -= gone
             self.holds_assignment = False
-            self.m_assigned.labels(**self.ids).set(len(self.assignment))
-            for tp in gone & self._lag_series:
-                self.m_lag.remove(*self.ids.values(), tp[0], str(tp[1]))
-                self._lag_series.discard(tp)
+            self.series.assigned.set(len(self.assignment))
+            self.series.forget_lag(gone)
             for tp in gone:
                 self.lag.pop(tp, None)
                 self.committed_offsets.pop(tp, None)
@@ -268,7 +190,7 @@ class Telemetry:
     def committed(self, seconds: float, offsets: Mapping[TopicPartition, int] | None = None
                   ) -> None:
         """A synchronous commit that took `seconds`, of `offsets` (the next offset to read)."""
-        self.m_commit_s.labels(**self.ids).observe(seconds)
+        self.series.commit_s.observe(seconds)
         if offsets:
             with self._lock:
                 self.committed_offsets.update(offsets)
@@ -288,11 +210,11 @@ class Telemetry:
             self.assignment.clear()
             self.lag.clear()
             self.holds_assignment = False
-            self.m_assigned.labels(**self.ids).set(0)
+            self.series.assigned.set(0)
 
     def static_leave_confirmed(self, result: dict[str, Any]) -> None:
         """The member's own static leave after a close (`staticleave.LeaveResult.as_status`)."""
-        self.m_leaves.labels(**self.ids, outcome=result["outcome"]).inc()
+        self.series.static_leave(result["outcome"])
         with self._lock:
             self.static_leave = dict(result)
 
@@ -339,7 +261,7 @@ class Telemetry:
             self.lag.clear()
             self.committed_offsets.clear()
             self.holds_assignment = False
-            self.m_assigned.labels(**self.ids).set(0)
+            self.series.assigned.set(0)
 
     def consumer_made(self, now: float) -> None:
         with self._lock:
@@ -352,7 +274,7 @@ class Telemetry:
                 return
             self.standby = "ready"
             self.standby_ready_s = self._since_start(now)
-            self.m_startup.labels(**self.ids, phase="standby_ready").set(self.standby_ready_s)
+            self.series.startup("standby_ready", self.standby_ready_s)
 
     def activated(self, now: float) -> None:
         """A standby process was told to join the group."""
@@ -360,12 +282,12 @@ class Telemetry:
             self.standby = None
             self.state = "starting" if self.state == "standby" else self.state
             self.activated_s = self._since_start(now)
-            self.m_startup.labels(**self.ids, phase="activated").set(self.activated_s)
+            self.series.startup("activated", self.activated_s)
 
     def control_refused(self, action: str, reason: str) -> None:
         """A POST refused for want of the operator's token (`action` "other" for a path that
         is no request)."""
-        self.m_refused.labels(**self.ids, action=action, reason=reason).inc()
+        self.series.refused(action, reason)
 
     def rejoined(self) -> None:
         with self._lock:
@@ -380,9 +302,9 @@ class Telemetry:
             self.batches_processed += 1
             self.batch_seconds.append(seconds)
             self.batch_seconds_max = max(self.batch_seconds_max, seconds)
-            self.m_records.labels(**self.ids).inc(records)
-            self.m_batches.labels(**self.ids).inc()
-            self.m_batch_s.labels(**self.ids).observe(seconds)
+            self.series.records.inc(records)
+            self.series.batches.inc()
+            self.series.batch_s.observe(seconds)
             self.last_batch_s = self._since_start(now)
             self.recent_batches.append((now, records, seconds))
             if self.max_records and records >= FULL_BATCH * self.max_records:
@@ -391,19 +313,17 @@ class Telemetry:
             first = None
             if self.first_batch is None:
                 first = self.first_batch = self._since_start(now)
-                self.m_startup.labels(**self.ids, phase="first_batch").set(first)
+                self.series.startup("first_batch", first)
             return first
 
     def stage(self, span: Span) -> None:
         """A timed stage of the poll thread or the worker (a Timeline's `on_span`)."""
-        wall, cpu = self._stage_series[(span.thread, span.stage)]
-        wall.inc(span.wall)
-        cpu.inc(span.cpu)
+        self.series.stage(span)
 
     def dead_letters(self, count: int) -> None:
         with self._lock:
             self.dead_lettered += count
-            self.m_dead.labels(**self.ids).inc(count)
+            self.series.dead.inc(count)
 
     def stats(self, payload: str) -> None:
         """Take librdkafka statistics (JSON): per-partition consumer_lag."""
@@ -415,8 +335,7 @@ class Telemetry:
                     lag = pdata.get("consumer_lag", -1)
                     if tp[1] < 0 or tp not in self.assignment or lag < 0:
                         continue
-                    self.m_lag.labels(**self.ids, topic=topic, partition=part).set(lag)
-                    self._lag_series.add(tp)
+                    self.series.lag(tp, lag)
                     self.lag[tp] = int(lag)
 
     # -- read by the HTTP endpoints ------------------------------------------------------------

@@ -819,7 +819,7 @@ def test_any_error_of_the_settings_is_kept_for_the_result(
 
 def test_settings_the_client_cannot_take_are_still_refused_when_it_is_made() -> None:
     """The one error the constructor raises: the member catches it, says it once and leaves
-    the leave to librdkafka's (member.py, `_static_leave`)."""
+    the leave to librdkafka's (leaving.py, `_static_leave`)."""
     with pytest.raises(StaticLeaveError, match=r"^sasl\.mechanism: "):
         StaticLeave({"bootstrap.servers": "b:9092", "security.protocol": "SASL_SSL",
                      "sasl.mechanism": "GSSAPI"}, "g", "c")
