@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from member_contract import ACTIVATE
 from staticfleet import apply, failpoints
 from staticfleet.decisions.actions import Plan
 from staticfleet.decisions.members.observed import static_leave_event
@@ -70,7 +71,7 @@ def switch_over(snap: Snapshot, plan: Plan, kube: apply.Kube, memory: Memory) ->
             _post_leave_warning(snap, switch.ordinal, old.name, drained.static_leave, kube)
             kube.annotate_pod(snap.namespace, switch.standby, switch.standby_uid,
                               {ACTIVATED_ANNOTATION: "true"})
-            refused = memberhttp.ask_member(ips.get(switch.standby, ""), port, "activate", held)
+            refused = memberhttp.ask_member(ips.get(switch.standby, ""), port, ACTIVATE, held)
             failpoints.hit(failpoints.AFTER_ACTIVATION)
             log.info("%s: member %d drained in %.3f s, standby %s %s %.3f s after the drain "
                      "answered", prefix, switch.ordinal, answered - began, switch.standby,

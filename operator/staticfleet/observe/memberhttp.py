@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from member_contract import HTTP_PORT
+from member_contract import DRAIN, HTTP_PORT, STATUS
 
 MEMBER_PORT = HTTP_PORT
 """The port of the members' endpoints."""
@@ -27,7 +27,7 @@ def read_member_status(host: str, port: int, timeout: float = 2.0) -> dict[str, 
     if not host:
         return None
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/status", timeout=timeout) as resp:
+        with urllib.request.urlopen(f"http://{host}:{port}{STATUS}", timeout=timeout) as resp:
             data = json.load(resp)
     except (OSError, ValueError):
         return None
@@ -84,7 +84,7 @@ def drain_member(host: str, port: int, tokens: Sequence[str], hold_ms: int,
     if not host:
         return Refused(0, "the pod has no IP yet")
     refused = Refused(0, "no request sent")
-    path = f"/drain?holdMs={int(hold_ms)}&waitMs={int(wait_s * 1000)}"
+    path = f"/{DRAIN}?holdMs={int(hold_ms)}&waitMs={int(wait_s * 1000)}"
     for token in tokens or ("",):
         request = urllib.request.Request(f"http://{host}:{port}{path}", data=b"", method="POST")
         if token:
