@@ -32,10 +32,12 @@ class BatchBuffer:
     A batch is due when it holds `maxRecords` records or `maxBytes` bytes, or when its first record
     has waited `maxWaitMs`. The buffer is full at `depth` times those sizes.
 
-    After an assignment (`catch_up`) the first batch does not wait: records that were already
-    waiting on the partitions are due as soon as the first fetch brought them. `maxWaitMs` paces
-    the steady state, not the resumption (a warm handoff's processing gap). Catching up ends at
-    that batch, or after `maxWaitMs` with nothing fetched (nothing was waiting).
+    After an assignment (`catch_up`) batches do not wait: records that were already waiting on
+    the partitions are due as soon as a fetch brought them. `maxWaitMs` paces the steady state,
+    not the resumption (a warm handoff's processing gap). Catching up ends with the batch cut
+    once every assigned partition has answered a fetch (`fetched_all`: what waited is in the
+    buffer or handed out; the partitions start fetching one by one, so the first fetch may
+    bring one partition's records only), or after `maxWaitMs`.
     """
 
     def __init__(self, limits: BatchLimits, depth: int = DEPTH) -> None:
@@ -46,6 +48,8 @@ class BatchBuffer:
         self.bytes = 0
         self.first_at: float | None = None
         self.catching_up_until: float | None = None
+        self.all_fetched = False
+        """Every partition assigned has answered a fetch since the assignment (`fetched_all`)."""
         self.staged: Batch | None = None
         """The next batch, cut early (`stage`): what the next `take` hands out."""
 
@@ -74,8 +78,16 @@ class BatchBuffer:
             self.first_at = now
 
     def catch_up(self, now: float) -> None:
-        """Partitions were just assigned: the next batch is due once it holds records."""
+        """Partitions were just assigned: the next batches are due once they hold records."""
         self.catching_up_until = now + self.limits.max_wait_ms / 1000.0
+        self.all_fetched = False
+
+    def fetched_all(self) -> None:
+        """Every assigned partition has answered a fetch: catching up ends with the batch that
+        holds what they brought, at once when nothing is left to cut."""
+        self.all_fetched = True
+        if self.count == 0:
+            self.catching_up_until = None
 
     def catching_up(self, now: float) -> bool:
         return self.catching_up_until is not None and now < self.catching_up_until
@@ -126,7 +138,8 @@ class BatchBuffer:
 
     def _cut(self, now: float) -> Batch:
         everything = self.records
-        self.catching_up_until = None
+        if self.all_fetched:
+            self.catching_up_until = None
         n = min(len(everything), self.limits.max_records)
         if self.bytes > self.limits.max_bytes:
             n = everything[:n].fitting(self.limits.max_bytes)

@@ -39,7 +39,12 @@ from consumer_runtime.buffer import BatchBuffer
 from consumer_runtime.config import RuntimeConfig
 from consumer_runtime.leaving import BUSY_POLL_S, Leaving
 from consumer_runtime.leaving import DRAIN_CHECK_S as DRAIN_CHECK_S  # tests import it here
-from consumer_runtime.membership import consumer_settings, is_fatal, is_unreleased_instance_id
+from consumer_runtime.membership import (
+    consumer_settings,
+    fetched_all,
+    is_fatal,
+    is_unreleased_instance_id,
+)
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import Outcome
 from consumer_runtime.records import Batch, next_offsets
@@ -293,6 +298,9 @@ class Member(Leaving):
         if good and self.requests.action() is None:
             with self.timeline.span(POLL, "convert", self.batch_seq + 1):
                 self.buffer.add(good, after)
+        if (self.buffer.catching_up(after) and not self.buffer.all_fetched
+                and fetched_all(self.consumer, self.assignment)):
+            self.buffer.fetched_all()
         self._stage(after)
 
     def _stage(self, now: float) -> None:

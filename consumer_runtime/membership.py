@@ -31,9 +31,10 @@ member that asks: a leave, a drained member's wait).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from consumer_runtime.config import RuntimeConfig
 
@@ -60,6 +61,16 @@ def is_unreleased_instance_id(err: KafkaError) -> bool:
     """The fatal error of a static member whose instance id the broker still holds for an
     earlier process (the broker's error code appears only in the text)."""
     return is_fatal(err) and _UNRELEASED_TEXT in err.str()
+
+
+def fetched_all(consumer: Consumer, partitions: Iterable[tuple[str, int]]) -> bool:
+    """Every one of `partitions` has answered a fetch: librdkafka knows its high watermark (a
+    fetch answer carries it, with records or none)."""
+    try:
+        return all(consumer.get_watermark_offsets(TopicPartition(t, p), cached=True)[1] >= 0
+                   for t, p in partitions)
+    except KafkaException:
+        return False
 
 
 def join_backoff(attempts: int) -> float:

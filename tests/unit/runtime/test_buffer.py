@@ -102,9 +102,33 @@ def test_after_an_assignment_the_first_batch_is_due_as_soon_as_it_holds_records(
     b.add(recs("a", 0, range(3)), now=10.05)
     assert b.due(10.05) and b.wait_left(10.05) == 0.0
     assert [r.offset() for r in b.take(now=10.06)] == [0, 1, 2]
+    b.fetched_all()
     # The steady state again: the next batch waits maxWaitMs for more records.
     b.add(recs("a", 0, range(3, 4)), now=10.1)
     assert not b.catching_up(10.1) and not b.due(10.5) and b.due(11.1)
+
+
+def test_catching_up_lasts_until_every_assigned_partition_answered_a_fetch() -> None:
+    """The partitions start fetching one by one: a first fetch that brought one partition's
+    waiting records leaves the others' due at once too (before, they waited maxWaitMs: seen
+    in CI, 21 s of a 20 s maxWaitMs for half the records waiting at an activation)."""
+    b = buffer(records=100, wait_ms=20_000)
+    b.catch_up(now=10.0)
+    b.add(recs("a", 0, range(15)), now=10.1)
+    assert len(b.take(now=10.1)) == 15 and b.catching_up(10.2), "b 1 has not answered yet"
+    b.add(recs("a", 1, range(15)), now=10.4)
+    b.fetched_all()
+    assert b.due(10.4) and len(b.take(now=10.4)) == 15
+    b.add(recs("a", 1, range(15, 16)), now=10.5)
+    assert not b.catching_up(10.5) and not b.due(29.0) and b.due(30.5)
+
+
+def test_every_partition_answering_with_nothing_ends_catching_up_at_once() -> None:
+    b = buffer(records=100, wait_ms=1000)
+    b.catch_up(now=10.0)
+    b.fetched_all()
+    b.add(recs("a", 0, range(1)), now=10.2)
+    assert not b.catching_up(10.2) and not b.due(10.5) and b.due(11.2)
 
 
 def test_catching_up_ends_after_max_wait_with_nothing_fetched() -> None:

@@ -220,6 +220,13 @@ class ScriptedConsumer:
     def memberid(self) -> str:
         return self.member_id
 
+    def get_watermark_offsets(self, partition: TopicPartition, cached: bool = False
+                              ) -> tuple[int, int]:
+        """Every assigned partition has answered a fetch: (-1001, -1001) for no other."""
+        assert cached, "the member asks librdkafka's cache only, never the broker"
+        known = (partition.topic, partition.partition) in self.assigned
+        return (0, 0) if known else (-1001, -1001)
+
     def close(self) -> None:
         self.closed = True
         self.world.log("close", self.member_id)
