@@ -31,6 +31,7 @@ from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin, kafkareads, lagreads
 from staticfleet_dev.kafka import KafkaBroker, KafkaSettings, start_kafka
 from staticfleet_dev.procs import ServerFailed, stop
+from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
@@ -161,10 +162,11 @@ def with_operator_login(cg: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_with_adminsecurity_members_need_only_their_group_and_topic(
-        acl_broker: KafkaBroker, tmp_path: Path) -> None:
+        acl_broker: KafkaBroker, tmp_path: Path, spark_connect: ConnectServer) -> None:
     """A real member, whose principal may read its topic and group and nothing else, processes
     its records; the operator's reads, made with the `ops` principal as `admin_conf` builds them
-    from adminSecurity, all work, while the member's principal could not read the bounds."""
+    from adminSecurity, all work, while the member's principal could not read the bounds. (Its
+    Spark runs through the session's Connect server: the subject is its Kafka principal.)"""
     topic, group_id = make_topic(acl_broker, 2), unique("g")
     allow(acl_broker, "member", [(ResourceType.TOPIC, topic, AclOperation.READ),
                                  (ResourceType.GROUP, group_id, AclOperation.READ)])
@@ -173,7 +175,8 @@ def test_with_adminsecurity_members_need_only_their_group_and_topic(
         producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2)
     assert producer.flush(30) == 0
     cg = with_operator_login(consumer_group("adm", bootstrap=acl_broker.bootstrap,
-                                            topics=[topic], replicas=1))
+                                            topics=[topic], replicas=1,
+                                            connect_url=spark_connect.url))
     cg["spec"]["kafka"]["groupId"] = group_id
     spec = ConsumerGroupSpec.from_body(cg)
     pod = builders.build_member_pod(spec, 0, builders.member_spec_view(spec, TIMEOUTS))

@@ -29,6 +29,7 @@ from staticfleet.decisions.names import instance_id
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin, kafkareads, lagreads
 from staticfleet_dev.kafka import SECURED_LISTENERS
+from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
@@ -42,6 +43,7 @@ from tests.integration.support import (
     group_body,
     has_condition,
     member_secret_env,
+    through,
 )
 from tests.support import unique
 
@@ -60,7 +62,10 @@ def admin_for(pool: kafkaadmin.AdminPool, spec: ConsumerGroupSpec,
 
 @pytest.mark.parametrize("listener", SECURED_LISTENERS)
 def test_a_member_processes_and_the_operator_reads_over_each_listener(
-        secured_kafka: SecuredKafka, listener: str, tmp_path: Path) -> None:
+        secured_kafka: SecuredKafka, listener: str, tmp_path: Path,
+        spark_connect: ConnectServer) -> None:
+    """The member's Spark runs through the session's Spark Connect server: the subject is its
+    Kafka client's security, and a member is then a Python process that starts in seconds."""
     creds = secured_kafka.credentials(listener)
     topic = secured_kafka.make_topic(unique(f"sec-{listener.lower()}"), PARTITIONS)
     group_id = unique("g")
@@ -70,6 +75,7 @@ def test_a_member_processes_and_the_operator_reads_over_each_listener(
             [(b"k%d" % i, b"v%d" % i, i % PARTITIONS) for i in range(RECORDS)])
     spec = ConsumerGroupSpec.from_body(group_body("secured", creds, topic, group_id))
     config = builders.runtime_config(spec, TIMEOUTS)
+    config["processing"]["spark"] = through(spark_connect)
     instance = instance_id(spec, 0)
     pool = kafkaadmin.AdminPool()
     tokens_before = secured_kafka.tokens.issued.get("member", 0)

@@ -3,7 +3,8 @@
 A warm-up standby is activated while records already wait on its partitions, fewer than a
 batch's `maxRecords`: before, the buffer held them for `maxWaitMs` after the first fetch (the
 steady-state pace), which a handoff's processing gap paid in full. Now they are processed as soon
-as the first fetch brought them, and later batches are paced by `maxWaitMs` again."""
+as the fetches brought them, and later batches are paced by `maxWaitMs` again. The member's Spark
+runs through the session's Connect server: the subject is its buffer, not its JVM."""
 
 from __future__ import annotations
 
@@ -14,19 +15,23 @@ from pathlib import Path
 import pytest
 
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.spark_connect import ConnectServer
 from tests.integration.runtime_spark_helpers import produce, running, runtime_config
+from tests.integration.support import through
 from tests.support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
-MAX_WAIT_MS = 20_000
+MAX_WAIT_MS = 10_000
 
 
 def test_records_waiting_at_the_assignment_are_processed_at_once_then_paced(
-        kafka: KafkaBroker, make_topic: Callable[..., str], tmp_path: Path) -> None:
+        kafka: KafkaBroker, make_topic: Callable[..., str], tmp_path: Path,
+        spark_connect: ConnectServer) -> None:
     topic = make_topic("in", 2)
     group = unique("g")
     config = runtime_config(kafka.bootstrap, group, topic, sink={"type": "null"},
-                            max_records=10_000, max_wait_ms=MAX_WAIT_MS)
+                            max_records=10_000, max_wait_ms=MAX_WAIT_MS,
+                            spark=through(spark_connect))
     with running(config, tmp_path / "m.log", f"{group}-0", {"STATICFLEET_STANDBY": "true"}) as m:
         m.wait_status(lambda s: s["standby"] == "ready", 400, "standby-ready")
         produce(kafka.bootstrap, topic, [(b"k", b"v%d" % i, i % 2) for i in range(30)])
