@@ -44,6 +44,7 @@ from tests.integration.support import (
     patch_cg,
     ready_and_stable,
     summary,
+    through,
 )
 from tests.support import unique
 
@@ -95,12 +96,12 @@ ATTACK_COUNTS = {(action, reason): 1.0 for action in ("leave", "rejoin", "activa
 
 def test_a_live_member_refuses_requests_without_its_token_and_stays_in_the_group(
         kafka: KafkaBroker, kafka_admin: AdminClient, make_topic: Callable[..., str],
-        tmp_path: Path) -> None:
+        tmp_path: Path, spark_connect: ConnectServer) -> None:
     topic = make_topic("in", 4)
     group = unique("g")
     instance = f"{group}-0"
     config = runtime_config(kafka.bootstrap, group, topic, sink={"type": "null"},
-                            session_ms=30000)
+                            session_ms=30000, spark=through(spark_connect))
     produce(kafka.bootstrap, topic, [(b"k", b"v%04d" % i, i % 4) for i in range(200)])
     with running(config, tmp_path / "member.log", instance) as member:
         base = f"http://127.0.0.1:{member.port}"

@@ -3,9 +3,9 @@ node: the sample ConsumerGroup, scaling, member recovery, idle members, refusals
 status (unreachable broker, missing topic, missing Secret, invalid timeouts) and deletion.
 
 Members are real `python -m consumer_runtime` processes (confluent-kafka static members with
-PySpark, `local[1]`) wherever the test needs a group on the broker; where the test is about the
-operator refusing to act, the template runs a placeholder process so no Spark starts. At most five
-Spark members run at once.
+PySpark through the session's Spark Connect server) wherever the test needs a group on the broker;
+where the test is about the operator refusing to act, the template runs a placeholder process so
+no Spark starts.
 """
 
 from __future__ import annotations
@@ -84,13 +84,17 @@ def operator_stays_up(operator: OperatorProcess) -> Iterator[None]:
 
 def test_sample_reconciles_recovers_a_member_and_is_garbage_collected(
         operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
-        kafka_admin: AdminClient, make_topic: Callable[..., str], tmp_path: Path) -> None:
+        kafka_admin: AdminClient, make_topic: Callable[..., str], tmp_path: Path,
+        spark_connect: ConnectServer) -> None:
+    """The sample's members run their Spark through the session's Connect server: the subject
+    is the operator's handling of them (local-Spark members under the operator are the demo's
+    e2e)."""
     topic = make_topic("orders", 6)
     dlq = make_topic("orders-dlq", 1)
     name = unique("orders")
     cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic],
                         sink={"type": "parquet", "path": str(tmp_path / "counts")},
-                        dead_letter_topic=dlq)
+                        dead_letter_topic=dlq, connect_url=spark_connect.url)
     groups.apply(kubeconfig, namespace, cg)
 
     # Member pods with their identities, owned by the ConsumerGroup.
@@ -118,7 +122,8 @@ def test_sample_reconciles_recovers_a_member_and_is_garbage_collected(
     config = json.loads(config_map["data"]["config.json"])
     assert config["groupId"] == name and config["topics"] == [topic]
     assert config["bootstrapServers"] == kafka.bootstrap
-    assert config["processing"]["spark"]["master"] == "local[1]"
+    assert config["processing"]["spark"]["mode"] == "connect"
+    assert config["processing"]["spark"]["connectUrl"] == spark_connect.url
     assert config["processing"]["deadLetterTopic"] == dlq
     service = get_json(kubeconfig, "-n", namespace, "service", f"{name}-members")
     assert service["spec"]["clusterIP"] == "None"

@@ -16,6 +16,7 @@ from confluent_kafka.admin import (
 )
 
 from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.spark_connect import ConnectServer
 from tests.integration.runtime_spark_helpers import (
     produce,
     read_all,
@@ -23,7 +24,7 @@ from tests.integration.runtime_spark_helpers import (
     runtime_config,
     wait_committed_to_end,
 )
-from tests.integration.support import kip848, set_group_timeouts
+from tests.integration.support import kip848, set_group_timeouts, through
 from tests.support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
@@ -36,14 +37,15 @@ def records(first: int, n: int, partitions: int) -> list[tuple[bytes, bytes, int
 
 def test_kill9_replacement_waits_for_the_instance_id_then_processes_without_a_restart(
         kafka: KafkaBroker, kafka_admin: AdminClient, make_topic: Callable[..., str],
-        tmp_path: Path) -> None:
+        tmp_path: Path, spark_connect: ConnectServer) -> None:
     topic, out = make_topic("in", 4), make_topic("out", 4)
     group = unique("g")
     set_group_timeouts(kafka_admin, group, SESSION_MS)
     before = records(0, 400, 4)
     produce(kafka.bootstrap, topic, before)
     config = kip848(runtime_config(kafka.bootstrap, group, topic,
-                                   sink={"type": "kafka", "topic": out}))
+                                   sink={"type": "kafka", "topic": out},
+                                   spark=through(spark_connect)))
 
     # The member starts with the consumer-protocol config, joins, processes and is ready.
     with running(config, tmp_path / "first.log", f"{group}-0") as first:
