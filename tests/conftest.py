@@ -222,8 +222,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tier = _tier(item.nodeid)
         if tier in ("unit", "integration", "e2e") and not item.get_closest_marker(tier):
             item.add_marker(getattr(pytest.mark, tier))
-    items.sort(key=lambda item: (_tier(item.nodeid) != "e2e",
-                                 item.nodeid.split("::", 1)[0] in LAST_IN_TIER))
+    items.sort(key=lambda item: _tier(item.nodeid) != "e2e")
 
 
 def _tier(nodeid: str) -> str:
@@ -231,12 +230,6 @@ def _tier(nodeid: str) -> str:
     parts = nodeid.split("/", 2)
     return parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
 
-
-LAST_IN_TIER = frozenset({"tests/e2e/test_autoscaling.py"})
-"""e2e modules whose subject is the members' throughput (the autoscaler scales on it): run last
-in the tier, not beside the demo's start on the other worker (its environment and three local
-Spark JVMs starting together): there its four members processed 61 records/s of the 81 arriving
-and never caught up (CI, once)."""
 
 OWN_ENVIRONMENT = frozenset({"tests/e2e/test_demo.py"})
 """The e2e modules that use none of the tier's shared environment (the demo makes its own, as a
