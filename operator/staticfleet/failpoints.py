@@ -2,7 +2,8 @@
 
 `STATICFLEET_FAILPOINTS` (comma-separated names) arms them; a process started without it (the
 chart never sets it) never stops at one. The end-to-end tests kill the operator at each point of
-a warm handoff's switchover (`SWITCHOVER_POINTS`) and check that its successor finishes the
+a warm handoff's switchover (`SWITCHOVER_POINTS`), and right after a cold restart's pod
+deletion (`AFTER_POD_DELETE`), and check that its successor finishes the
 rollout from what the status journaled, with no rebalance and nothing lost
 (tests/e2e/test_operator_faults.py). The idea is etcd's gofail, without code generation.
 """
@@ -19,6 +20,9 @@ AFTER_DRAIN = "switchover-after-drain"
 AFTER_ACTIVATION = "switchover-after-activation"
 AFTER_DELETE = "switchover-after-delete"
 SWITCHOVER_POINTS = (BEFORE_DRAIN, AFTER_DRAIN, AFTER_ACTIVATION, AFTER_DELETE)
+AFTER_POD_DELETE = "after-pod-delete"
+"""After any pod DELETE of a pass's plan (a cold restart's, a scale-down's), before the
+status that follows it: what the status journaled ahead must be enough to resume from."""
 
 log = logging.getLogger("staticfleet")
 

@@ -9,11 +9,12 @@
    token is made once (the next pass reads it back from the Secret).
 2. `plan.decide(snapshot)` decides everything (pure, table-tested).
 3. `execute` carries the plan out through `apply` and `observe`, in order: group configs,
-   children, pod annotations, calls to members, the warm handoffs' switches (their status
-   written ahead, then `switchover`), pod creations, pod deletions; then the status (only when
-   it changed), the Events, the metrics, and one log line per action with its reasons. It
-   decides nothing; an action the API server or the broker refuses turns the pass into a
-   Degraded one (`plan.degraded`).
+   children, pod annotations, calls to members, the status when the plan switches over or
+   deletes pods (written ahead: a journal to resume from), the warm handoffs' switches
+   (`switchover`), pod creations, pod deletions; then the status (only when it changed), the
+   Events, the metrics, and one log line per action with its reasons. It decides nothing; an
+   action the API server or the broker refuses turns the pass into a Degraded one
+   (`plan.degraded`).
 
 The clients the passes share are a `Clients`; what they remember between passes (own writes,
 member exits, tokens, refusals, answers, caches) is a `memory.Memory`.
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from staticfleet import apply, credentials, metrics, switchover
+from staticfleet import apply, credentials, failpoints, metrics, switchover
 from staticfleet.decisions import autoscaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
@@ -212,11 +213,12 @@ def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, clients:
         for mark in plan.annotate:  # before the calls: a standby is marked, then activated
             kube.annotate_pod(snap.namespace, mark.name, mark.uid, mark.annotations)
         _ask_members(snap, plan, kube, memory)
-        if plan.switchovers:
-            # Write ahead: the handover is in the status before the old member is drained, so
-            # an operator that dies (or a write that fails) between the drain and the old
-            # pod's deletion leaves a journal the next pass resumes from (the roller finishes
-            # the switchover: `rollout.warm`), not a Preparing handoff it would later fail.
+        if plan.switchovers or plan.delete:
+            # Write ahead: the handover is in the status before the old member is drained, and
+            # a restart's in-flight record before its pod is deleted, so an operator that dies
+            # (or a write that fails) after the act leaves a journal the next pass resumes
+            # from: the roller finishes the switchover (`rollout.warm`), not a Preparing
+            # handoff it would later fail, and counts the restart, not a pod gone missing.
             snap = _journal(snap, plan, kube, memory)
         switchover.switch_over(snap, plan, kube, memory)
         for new in plan.create:
@@ -234,6 +236,7 @@ def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, clients:
                             new.pod["metadata"]["name"], exc)
         for gone in plan.delete:
             memory.own.wrote_pod(kube.delete_pod(snap.namespace, gone.name, gone.uid))
+            failpoints.hit(failpoints.AFTER_POD_DELETE)
         if plan.scale_to is not None and not kube.scale(body, plan.scale_to,
                                                         autoscaling.FIELD_MANAGER):
             log.info("%s/%s: not scaled to %d: spec.replicas changed meanwhile",

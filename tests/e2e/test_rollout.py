@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from staticfleet import failpoints
 from staticfleet.decisions.builders import HTTP_PORT
 from staticfleet.decisions.names import ACTIVATED_ANNOTATION
 from staticfleet.observe import memberhttp
@@ -333,8 +334,13 @@ def test_a_late_restart_stops_the_rollout_before_the_next_member(
 
 def test_operator_killed_mid_rollout_resumes_without_restarting_twice(
     kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
-    stream: dict[str, Any], spark_connect: ConnectServer,
+    stream: dict[str, Any], spark_connect: ConnectServer, tmp_path: Path,
 ) -> None:
+    """One member restarted, the operator is killed; then an operator that dies right after
+    its next pod DELETE (`failpoints.AFTER_POD_DELETE`) restarts the next member, and stays
+    down until that pod is gone. Its successor counts that restart from the status journaled
+    ahead of the DELETE (CI, once, before the journal: membersRestarted [0, 2] of 3, the
+    member recreated as a pod gone missing)."""
     name = unique("resume")
     groups.start(kubeconfig, namespace, groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=REPLICAS,
@@ -348,7 +354,21 @@ def test_operator_killed_mid_rollout_resumes_without_restarting_twice(
             lambda o: len((o.get("status") or {}).get("rollout", {}).get("membersRestarted")
                           or []) >= 1, 300, "one member restarted")
         operator.kill()
-        time.sleep(3)
+        crashing = OperatorProcess(kubeconfig=kubeconfig, log=tmp_path / "operator-crash.log",
+                                   extra_env={failpoints.ENV: failpoints.AFTER_POD_DELETE})
+        try:
+            crashing.start()
+            assert crashing.proc is not None
+            proc = crashing.proc
+            wait_for("the operator to kill itself after a pod DELETE",
+                     lambda: proc.poll() is not None, timeout=120, interval=0.2)
+            assert proc.returncode == -9, crashing.log_tail()
+            # With no operator up, nothing recreates it: the successor finds it missing.
+            wait_for("the deleted member pod to be gone", lambda: len(
+                groups.pods(kubeconfig, namespace, name)) == REPLICAS - 1,
+                timeout=60, interval=0.5)
+        finally:
+            crashing.kill()
         operator.start()
         obj = groups.wait_rollout(kubeconfig, namespace, name, 600,
                                   "rolled out after the operator restart")

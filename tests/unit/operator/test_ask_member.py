@@ -453,3 +453,49 @@ def test_a_refused_delete_after_the_switchover_keeps_the_journal() -> None:
     assert flight["phase"] == "Stopping" and flight["stoppedAt"] == "2026-01-01T12:00:00Z"
     degraded = next(x for x in done.status["conditions"] if x["type"] == "Degraded")
     assert degraded["status"] == "True"
+
+
+def _execute_restart(refuse: tuple[str, ...] = ()) -> tuple[JournalingKube, Any]:
+    """One pass's execute of a cold restart: the plan deletes member 0's pod and its status
+    records member 0 in flight, stopped now."""
+    from datetime import UTC, datetime
+
+    from staticfleet.decisions.actions import Plan, PodDelete
+    from staticfleet.decisions.snapshot import Snapshot
+
+    order: list[str] = []
+
+    class Ordered(JournalingKube):
+        def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+            super().delete_pod(namespace, name, uid)
+            self.order.append(f"delete {name}")
+
+    kube = Ordered(order, refuse)
+    snap = Snapshot(body={"apiVersion": "staticfleet.io/v1alpha1",
+                          "metadata": {"name": "g", "namespace": "ns", "uid": "cg"},
+                          "status": {"rollout": {"phase": "Idle"}}},
+                    now=datetime.now(UTC), pods=(), member_token="token")
+    journal = {"rollout": {"phase": "Rolling", "inFlight": [
+        {"ordinal": 0, "phase": "Rejoining", "stoppedAt": "2026-01-01T12:00:00Z"}]}}
+    done = service.execute(snap, Plan(status=journal,
+                                      delete=(PodDelete(0, "g-0", "u-old", "restart"),)),
+                           None, service.Clients(kube=cast(apply.Kube, kube)), Memory(),
+                           time.monotonic())
+    return kube, done
+
+
+def test_a_restarts_in_flight_record_is_in_the_status_before_its_pod_is_deleted() -> None:
+    """CI, once: the operator was killed between a cold restart's DELETE and the status that
+    recorded it; its successor found the pod gone, recreated it as a missing pod, and the
+    rollout finished without counting that member's restart (membersRestarted [0, 2] of 3).
+    The status is written ahead of the DELETE, once."""
+    kube, _ = _execute_restart()
+    assert kube.order == ["status", "delete g-0"]
+    assert kube.statuses[0]["rollout"]["inFlight"][0]["stoppedAt"] == "2026-01-01T12:00:00Z"
+    assert len(kube.statuses) == 1, "the same status is not written twice"
+
+
+def test_no_pod_is_deleted_when_its_journal_cannot_be_written() -> None:
+    kube, done = _execute_restart(refuse=("status",))
+    assert ("delete", "g-0") not in kube.calls
+    assert done.status["conditions"][0]["reason"] == "ApiError"

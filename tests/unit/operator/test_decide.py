@@ -551,6 +551,23 @@ def test_operator_restart_mid_rollout_never_restarts_a_member_twice(recorded: bo
     assert [f["ordinal"] for f in plan.status["rollout"]["inFlight"]] == [2]
 
 
+def test_a_journaled_restart_whose_delete_never_happened_is_deleted_again() -> None:
+    """The status recorded member 2's restart ahead of its DELETE (service.execute) and the
+    DELETE was refused, or the operator died in between: the old pod still runs. The next
+    pass deletes it again (the journal is finished, not waited on until the session timeout),
+    and once it is gone its replacement follows as any restart's."""
+    pods, status = rolling_fleet()
+    assert [f["ordinal"] for f in status["rollout"]["inFlight"]] == [2]
+    plan = decide(snapshot(NEW_IMAGE, pods, previous=status, now_offset_s=1))
+    old2 = next(p for p in pods if ordinal_of(p) == 2)
+    assert [(d.ordinal, d.uid) for d in plan.delete] == [(2, old2["metadata"]["uid"])]
+    assert plan.create == ()
+    assert plan.status["rollout"]["inFlight"][0]["stoppedAt"] == (
+        status["rollout"]["inFlight"][0]["stoppedAt"]), "the restart keeps its first stop"
+    deleted = [deleting(p, seconds_ago=0) if ordinal_of(p) == 2 else p for p in pods]
+    assert decide(snapshot(NEW_IMAGE, deleted, previous=status, now_offset_s=1)).delete == ()
+
+
 def test_a_completed_rollout_reports_its_figures() -> None:
     _, status = settled(CG)
     new_pods, _ = settled(NEW_IMAGE)

@@ -419,6 +419,16 @@ def _on_refusal(decided: steps.RefuseToStart, s: _Step, roll: Roll) -> Roll:
 
 @effects.register
 def _on_wait(decided: steps.Wait, s: _Step, roll: Roll) -> Roll:
+    roll = replace(roll, deletes=_journaled_restarts(s))
     if decided.recheck_after_s is None:
         return roll
     return replace(roll, requeue_after_s=decided.recheck_after_s)
+
+
+def _journaled_restarts(s: _Step) -> tuple[PodDelete, ...]:
+    """The deletions of restarts the status journaled (in flight, stopped) whose old pod still
+    runs: the DELETE was refused, or the operator died between the journal and the DELETE
+    (`service.execute` writes the status ahead). The restart is finished, not forgotten."""
+    return tuple(delete for f in s.after.in_flight
+                 if f.mode == "cold" and f.stopped_at is not None
+                 for delete in _stop_old(s, f.ordinal, f.pod_uid, WHY_RESTART))
