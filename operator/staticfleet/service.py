@@ -289,9 +289,10 @@ def _unscaled(snap: Snapshot, plan: Plan) -> Plan:
 
 
 def _journal(snap: Snapshot, plan: Plan, kube: apply.Kube, memory: Memory) -> Snapshot:
-    """Write the plan's status before its switchovers; the snapshot as if that status had been
-    read (a later refusal's Degraded status keeps the journal). Raises ApplyError when the
-    status cannot be written: then no switchover starts."""
+    """Write the plan's status before its switchovers and pod deletions; the snapshot as if
+    that status had been read (a later refusal's Degraded status keeps the journal). Raises
+    ApplyError when the status cannot be written: then no switchover starts and no pod is
+    deleted."""
     if not _write_status(snap, plan, kube, memory, raise_on_refusal=True):
         return snap
     return replace(snap, body={**snap.body, "status": without_nulls(dict(plan.status))})
