@@ -104,7 +104,8 @@ def test_a_refused_create_is_remembered_and_the_rest_of_the_plan_runs(standby: b
                 delete=(PodDelete(5, "g-5", "u5", "scale-down"),))
     done = service.execute(snap, plan, None, service.Clients(kube=cast(apply.Kube, kube)),
                            memory, time.monotonic())
-    assert kube.calls[:2] == [("create", "g-3"), ("delete", "g-5")]
+    # The status goes first: it is the journal of the deletion (service._journal).
+    assert kube.calls[:3] == [("status", ""), ("create", "g-3"), ("delete", "g-5")]
     assert not any(x.get("type") == "Degraded" for x in done.status.get("conditions") or [])
     remembered = memory.refusals.unanswered("cg", [], standby=standby)
     assert "exceeded quota" in remembered["g-3"]
