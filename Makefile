@@ -1,13 +1,17 @@
-# The two commands of the README. Both install what they need first (scripts/setup.sh).
+# The two commands of the README, `make demo` and `make test`. Each installs what it needs first
+# (scripts/setup.sh): the demo its own part (no helm, no promtool, no test tools), the tests all.
 CACHE ?= $(or $(STATICFLEET_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/staticfleet)
 VENV := $(CACHE)/venv
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test lint unit
+.PHONY: setup setup-demo demo test lint unit
 setup:
-	@bash scripts/setup.sh
+	@bash scripts/setup.sh all
 
-demo: setup
+setup-demo:
+	@bash scripts/setup.sh demo
+
+demo: setup-demo
 	staticfleet demo $(DEMO_ARGS)
 
 lint:
