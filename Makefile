@@ -4,7 +4,7 @@ CACHE ?= $(or $(STATICFLEET_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/static
 VENV := $(CACHE)/venv
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: setup setup-demo demo test lint unit
+.PHONY: setup setup-demo demo test lint unit api-docs
 setup:
 	@bash scripts/setup.sh all
 
@@ -19,11 +19,16 @@ lint:
 	mypy
 	lint-imports
 	python scripts/sync-crds.py --check
+	python scripts/gen-api-docs.py --check
 	python -m staticfleet_dev.dashboard --check
 	python -m staticfleet_dev.grafana_alerts --check
 
 unit: setup
 	pytest -m unit -q
+
+# docs/api.md is generated from the CRD: `make api-docs` after changing it.
+api-docs:
+	python scripts/gen-api-docs.py
 
 # Every tier in one pytest run of two pytest-xdist workers: `--dist loadfile` with the whole e2e
 # tier as one unit (tests/conftest.py, `pytest_xdist_make_scheduler`), in collection order (e2e

@@ -1,8 +1,8 @@
-"""Prose that cannot drift: what the CRD, docs/api.md and the README say in words is held to the
-code it describes, and the ConsumerGroup's API coordinates are spelled in one place.
+"""Prose that cannot drift: what the CRD, docs/consumergroup.md and the README say in words is
+held to the code it describes, and the ConsumerGroup's API coordinates are spelled in one place.
 
 Adding a rollout predicate (a row of `rollout.gates`) fails here until the CRD's `blockedBy`
-description, the predicate table of docs/api.md and the README's list of checks name it.
+description, the predicate table of docs/consumergroup.md and the README's list of checks name it.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_the_crd_describes_every_blocker_by_name(path: Path) -> None:
 
 
 def test_the_api_docs_table_the_predicates() -> None:
-    text = (ROOT / "docs" / "api.md").read_text()
+    text = (ROOT / "docs" / "consumergroup.md").read_text()
     table = text[text.index("| predicate | holds when |"):].split("\n\n", 1)[0]
     assert set(re.findall(r"^\| `(\w+)` \|", table, re.M)) == BLOCKERS
     ended = re.search(r"A rollout that ended shows why it starts nobody:([^.]*)\.", text)
