@@ -1,14 +1,17 @@
 """Resolve the real servers into the cache: Kafka jars from Maven Central, Kubernetes
-control-plane binaries, etcd, helm and Prometheus built from the Go module proxy.
+control-plane binaries, etcd, helm, Prometheus and promtool built from the Go module proxy.
 
-Every step is idempotent: a finished artifact is marked by a stamp file and reused.
-Run as ``python -m staticfleet_dev.build [kafka|k8s|helm|prometheus|all]``.
+Every step is idempotent: a finished artifact is marked by a stamp file and reused. The demo
+needs kafka, etcd, k8s and prometheus; helm and promtool only the tests (scripts/setup.sh).
+Run as ``python -m staticfleet_dev.build [kafka|etcd|k8s|prometheus|promtool|helm|all]``; it
+needs nothing beyond the standard library, so setup runs it while the venv is installed.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import urllib.request
 from dataclasses import dataclass
@@ -85,14 +88,21 @@ def _go_build(
     label: str, module: str, version: str, binaries: list[GoBinary],
     *, replaces: list[str] | None = None, ldflags: str = "", tags: str = "",
 ) -> Path:
-    """Build `binaries` of `module@version` in a wrapper module; return the bin directory."""
+    """Build `binaries` of `module@version` in a wrapper module; return the bin directory.
+
+    Binaries of one module may be built by separate calls (prometheus, then promtool) into one
+    directory: the stamp holds the recipe they were built with, and a binary built by another
+    recipe is removed, not reused."""
     root = cache_root() / f"{label}-{version}"
     bindir = root / "bin"
     stamp = root / ".complete"
     outputs = [bindir / b.name for b in binaries]
     recipe = f"{version} {ldflags} {tags}"  # rebuild when the flags change too
-    if _stamp_ok(stamp, outputs) and stamp.read_text() == recipe:
-        return bindir
+    if stamp.exists() and stamp.read_text() == recipe:
+        if all(p.exists() for p in outputs):
+            return bindir
+    elif bindir.exists():
+        shutil.rmtree(bindir)
     go = require_tool("go")
     src = root / "wrapper"
     src.mkdir(parents=True, exist_ok=True)
@@ -159,21 +169,31 @@ def helm_bin() -> Path:
                      [GoBinary("helm", "helm.sh/helm/v3/cmd/helm")], ldflags=" ".join(flags))
 
 
-def prometheus_bin() -> Path:
+def _prometheus_module(binary: str) -> Path:
     return _go_build(
         "prometheus", "github.com/prometheus/prometheus", versions.PROMETHEUS_MODULE_VERSION,
-        [GoBinary("prometheus", "github.com/prometheus/prometheus/cmd/prometheus"),
-         GoBinary("promtool", "github.com/prometheus/prometheus/cmd/promtool")],
-        ldflags="-s -w",
+        [GoBinary(binary, f"github.com/prometheus/prometheus/cmd/{binary}")], ldflags="-s -w",
     )
+
+
+def prometheus_bin() -> Path:
+    """The Prometheus server (the demo's dashboard panels, the e2e tests' scrapes)."""
+    return _prometheus_module("prometheus")
+
+
+def promtool_bin() -> Path:
+    """promtool (the tests check the alert rules and the dashboard's queries with it), built
+    into the directory of `prometheus_bin`."""
+    return _prometheus_module("promtool")
 
 
 STEPS = {
     "kafka": kafka_libs,
     "etcd": etcd_bin,
     "k8s": kubernetes_bin,
-    "helm": helm_bin,
     "prometheus": prometheus_bin,
+    "promtool": promtool_bin,
+    "helm": helm_bin,
 }
 
 

@@ -260,7 +260,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """What each tier cost in this run (the README's CI table is read from this line): the
+    """What each tier cost in this run (docs/benchmarks.md's CI table is read from this line): the
     tests' own seconds summed, which with pytest-xdist is more than the wall time."""
     if not TIER_SECONDS:
         return

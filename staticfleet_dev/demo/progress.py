@@ -74,7 +74,7 @@ class Console:
 
 class Watcher:
     """Samples the group while the demo waits on it, and keeps every sample (the throughput
-    PNG and the report's restart spans come from them)."""
+    PNG comes from them)."""
 
     def __init__(self, kubeconfig: Path, console: Console, members: int) -> None:
         self.kubeconfig = kubeconfig

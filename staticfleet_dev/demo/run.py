@@ -25,7 +25,7 @@ from staticfleet_dev.demo.kube import DemoFailed, install, kubectl, start_operat
 from staticfleet_dev.demo.plots import draw_dashboard, draw_throughput, plot_paths
 from staticfleet_dev.demo.progress import Console, Watcher
 from staticfleet_dev.demo.report import build_report, generations, parquet_summary
-from staticfleet_dev.demo.samples import Sample, processing, restart_spans
+from staticfleet_dev.demo.samples import Sample, processing
 from staticfleet_dev.environment import LocalEnv
 from staticfleet_dev.kafka import KafkaSettings
 from staticfleet_dev.stream import SteadyProducer, committed_offsets, create_topic
@@ -107,7 +107,6 @@ class Demo:
             produced=drained.produced,
             committed=drained.committed, end_offsets=drained.end_offsets,
             broker_generations=broker_generations, output=output_summary,
-            spans=restart_spans([s for s in watcher.samples if s.t >= rollout.triggered - 5]),
             seconds=self.console.seconds, plot=plot, panels=dashboard_plot,
             panel_series=panel_series, kubeconfig=env.kubeconfig,
             torn_down=bool(self.args.down))

@@ -2,8 +2,9 @@
 
 Observed objects -> samples: the member pods with their /status (`MemberSample`) and the
 ConsumerGroup's status.rollout (`RolloutView`), both at one instant (`Sample`). Samples -> the
-records each member processed, its throughput, the spans in which a member was replaced, and how
-many members are processing.
+records each member processed, its throughput, and how many members are processing. (How long a
+member was away in a restart is the operator's own figure, `status.rollout.handoffs`, not read
+from these samples.)
 
 "Processed" is what a member's processes counted (`recordsProcessed` of its /status); the report's
 "processed" is what the group committed (`staticfleet_dev.demo.report`).
@@ -17,9 +18,6 @@ from datetime import datetime
 from typing import Any
 
 THROUGHPUT_WINDOW_S = 5.0
-
-Span = tuple[float, float | None]  # (member stopped, member back; None: not back yet)
-
 
 @dataclass(frozen=True)
 class MemberSample:
@@ -45,7 +43,6 @@ class RolloutView:
     restarted: int = 0
     current: int | None = None
     current_stopped_at: float | None = None
-    in_flight: tuple[tuple[int, float], ...] = ()
     session_ms: int | None = None
     current_phase: str | None = None
     """The current member's handoff phase (status.rollout.inFlight[].phase)."""
@@ -73,11 +70,6 @@ def parse_time(value: str | None) -> float | None:
 def rollout_view(cg: Mapping[str, Any] | None) -> RolloutView:
     st = (cg or {}).get("status") or {}
     ro = st.get("rollout") or {}
-    in_flight = tuple(
-        (int(f["ordinal"]), stopped)
-        for f in ro.get("inFlight") or []
-        if (stopped := parse_time(f.get("stoppedAt"))) is not None
-    )
     current: dict[str, Any] = next((f for f in ro.get("inFlight") or []
                     if f.get("ordinal") == ro.get("current")), {})
     closed = parse_time(current.get("closedAt")) or parse_time(current.get("stoppedAt"))
@@ -89,7 +81,6 @@ def rollout_view(cg: Mapping[str, Any] | None) -> RolloutView:
         restarted=len(ro.get("membersRestarted") or []),
         current=ro.get("current"),
         current_stopped_at=parse_time(ro.get("currentStoppedAt")),
-        in_flight=in_flight,
         session_ms=(st.get("timeouts") or {}).get("sessionTimeoutMs"),
     )
 
@@ -158,42 +149,6 @@ def throughput(cumulative: Mapping[int, Sequence[tuple[float, int]]],
                 rates.append((t, (total - total0) / (t - t0)))
         out[ordinal] = rates
     return out
-
-
-def restart_spans(samples: Sequence[Sample]) -> dict[int, list[Span]]:
-    """Per ordinal: [(stopped, back)] for every time its pod was replaced.
-
-    `stopped` is the operator's `inFlight[].stoppedAt` for the member when the status shows it,
-    else the first sample in which the old pod is terminating or gone; `back` is the first
-    sample in which a pod with a new uid is Ready (None if it never was).
-    """
-    spans: dict[int, list[Span]] = {}
-    ordinals = sorted({m.ordinal for s in samples for m in s.members})
-    for ordinal in ordinals:
-        found: list[Span] = []
-        uid: str | None = None
-        start: float | None = None
-        last_back = float("-inf")
-        for s in samples:
-            m = s.member(ordinal)
-            if uid is None:
-                uid = m.uid if m is not None else None
-                continue
-            if start is None:
-                stopped = next((at for o, at in s.rollout.in_flight
-                                if o == ordinal and at > last_back), None)
-                if stopped is not None:
-                    start = stopped
-                elif m is None or m.deleting or m.uid != uid:
-                    start = s.t
-            if start is not None and m is not None and m.uid != uid and m.ready \
-                    and not m.deleting:
-                found.append((start, s.t))
-                uid, start, last_back = m.uid, None, s.t
-        if start is not None:
-            found.append((start, None))
-        spans[ordinal] = found
-    return spans
 
 
 def processing(sample: Sample) -> int:

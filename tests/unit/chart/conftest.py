@@ -25,7 +25,7 @@ def helm() -> Path:
 
 @pytest.fixture(scope="session")
 def promtool() -> Path:
-    return build.prometheus_bin() / "promtool"
+    return build.promtool_bin() / "promtool"
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """Names that say something must be used: the reasons and condition types in `conditions`, the
-reasons docs/api.md lists, and names removed as dead stay removed."""
+reasons docs/consumergroup.md lists, and names removed as dead stay removed."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def test_every_condition_and_reason_constant_is_used_by_the_operator() -> None:
 
 
 def conditions_table() -> list[list[str]]:
-    """The rows of docs/api.md's conditions table (`| Type | True means | Reasons |`)."""
-    lines = (ROOT / "docs" / "api.md").read_text().splitlines()
+    """The rows of docs/consumergroup.md's conditions table (`| Type | True means | Reasons |`)."""
+    lines = (ROOT / "docs" / "consumergroup.md").read_text().splitlines()
     start = lines.index("| Type | True means | Reasons |")
     rows = []
     for line in lines[start + 2:]:
@@ -45,8 +45,9 @@ def conditions_table() -> list[list[str]]:
     return rows
 
 
-def test_the_reasons_docs_api_lists_are_the_operators() -> None:
-    """Every type and reason docs/api.md's conditions table lists is one the operator sets."""
+def test_the_reasons_the_guide_lists_are_the_operators() -> None:
+    """Every type and reason the conditions table of docs/consumergroup.md lists is one the
+    operator sets."""
     listed = {name for row in conditions_table() for cell in (row[0], row[-1])
               for name in re.findall(r"`([A-Z][A-Za-z]+)`", cell)}
     assert len(listed) > 20

@@ -1,8 +1,9 @@
-"""Prose that cannot drift: what the CRD, docs/api.md and the README say in words is held to the
-code it describes, and the ConsumerGroup's API coordinates are spelled in one place.
+"""Prose that cannot drift: what the CRD, docs/consumergroup.md and docs/concepts.md say in words
+is held to the code it describes, and the ConsumerGroup's API coordinates are spelled in one place.
 
 Adding a rollout predicate (a row of `rollout.gates`) fails here until the CRD's `blockedBy`
-description, the predicate table of docs/api.md and the README's list of checks name it.
+description, the predicate table of docs/consumergroup.md and the list of checks in
+docs/concepts.md name it.
 """
 
 from __future__ import annotations
@@ -49,15 +50,15 @@ def test_the_crd_describes_every_blocker_by_name(path: Path) -> None:
 
 
 def test_the_api_docs_table_the_predicates() -> None:
-    text = (ROOT / "docs" / "api.md").read_text()
+    text = (ROOT / "docs" / "consumergroup.md").read_text()
     table = text[text.index("| predicate | holds when |"):].split("\n\n", 1)[0]
     assert set(re.findall(r"^\| `(\w+)` \|", table, re.M)) == BLOCKERS
     ended = re.search(r"A rollout that ended shows why it starts nobody:([^.]*)\.", text)
     assert ended and _names(ended.group(1)) == ENDED
 
 
-def test_the_readme_lists_the_checks_before_a_stop() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_the_concepts_page_lists_the_checks_before_a_stop() -> None:
+    text = (ROOT / "docs" / "concepts.md").read_text()
     listed = text[text.index("evaluates every safety check"):text.index("Every one that fails")]
     assert set(re.findall(r"`([A-Z][A-Za-z]+)`", listed)) == PREDICATES
 
