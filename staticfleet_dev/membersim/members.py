@@ -36,7 +36,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from consumer_runtime.steering import DRAIN_HOLD_MAX_S, activation_refused
 from member_contract import ACTIVATE, LEAVE, LEAVE_LEFT, REJOIN
 
 HOLDING = ("serving", "draining", "leaving")
@@ -46,9 +45,23 @@ POLL_AGE_S = 0.005
 THROUGHPUT_MIN_S = 10.0
 THROUGHPUT_WINDOW_S = 60.0
 
+# The runtime's own answers, held to consumer_runtime.steering by test_membersim; not imported
+# from there: the runtime's modules bring pandas and pyarrow (about 85 MB of the simulator's RSS).
 IN_STANDBY = "in standby: not in the group (POST /activate first)"
 DRAINED = "drained: out of the group until it is replaced or subscribes again"
-"""Refusals, worded as consumer_runtime.steering words them."""
+DRAIN_HOLD_S = 5.0
+DRAIN_HOLD_MAX_S = 300.0
+
+
+def activation_refused(*, active: bool, standby: str | None) -> str | None:
+    """Why a process does not take POST /activate now (None: it does), as
+    consumer_runtime.steering.activation_refused says it for a process that is not stopping."""
+    if active:
+        return "not in standby: already active"
+    if standby != "ready":
+        return ("standby not ready yet: Spark is still starting or warming up (/status standby "
+                f"is {standby!r}); activate it once it is 'ready'")
+    return None
 
 
 @dataclass(frozen=True)
@@ -299,7 +312,7 @@ class Table:
         not (409), as consumer_runtime.steering.Requests.take says it."""
         self.advance_one(m, now)
         if action == ACTIVATE:
-            refused = activation_refused(active=m.phase != "standby", stopping=False,
+            refused = activation_refused(active=m.phase != "standby",
                                          standby=self.standby_state(m, now))
             if refused is None:
                 m.activated_s = round(now - m.started, 3)
@@ -338,7 +351,7 @@ class Table:
             return IN_STANDBY, now
         if m.leaving:
             return "leaving the group", now
-        hold = min(max(0.0, 5.0 if hold_s is None else hold_s), DRAIN_HOLD_MAX_S)
+        hold = min(max(0.0, DRAIN_HOLD_S if hold_s is None else hold_s), DRAIN_HOLD_MAX_S)
         if m.phase == "drained":
             if m.due is not None:  # not replaced: it waits for its hold, renewed from now
                 m.due = max(m.due, now + hold)

@@ -25,13 +25,16 @@ from urllib.parse import parse_qs
 from aiohttp import web
 
 from consumer_runtime import control
-from consumer_runtime.http import DRAIN_WAIT_MS, MAX_BODY
 from member_contract import DRAIN, HEALTHZ, READYZ, REQUESTS, STATUS
 from staticfleet.observe.memberhttp import POD_IP_HEADER
 from staticfleet_dev.membersim.members import Member, Pace, Table
 from staticfleet_dev.membersim.pods import pod_facts, process_gone, secret_token
 
 STATS = "/_sim/stats"
+DRAIN_WAIT_MS = 30_000
+MAX_BODY = 64 * 1024
+"""As consumer_runtime.http's (test_membersim holds them equal; that module is not imported:
+it brings pandas and pyarrow with it)."""
 TICK_S = 1.0
 """How often every member's due changes are carried out (each request carries out its own
 member's at once)."""

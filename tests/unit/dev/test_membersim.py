@@ -16,6 +16,7 @@ from staticfleet.decisions.builders import (
     member_spec_view,
 )
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet_dev.membersim import members, server
 from staticfleet_dev.membersim.members import Member, Pace, PodFacts, Table
 from staticfleet_dev.membersim.pods import pod_facts, process_gone, secret_token
 from tests.unit.operator.support import TIMEOUTS, body, with_path
@@ -219,6 +220,45 @@ def test_the_status_document_has_the_runtimes_keys_in_every_phase() -> None:
         for m in (sb, m1, m2):
             keys.add(frozenset(table.status(m, at)))
     assert len(keys) == 1
+
+
+@pytest.mark.parametrize(("active", "standby"), [
+    (True, None), (False, "warming"), (False, "ready"), (False, None)])
+def test_the_simulators_answers_are_the_runtimes_own(active: bool, standby: str | None) -> None:
+    """Spelled again, not imported: the runtime's modules bring pandas and pyarrow (test_membersim
+    is where a change on either side fails)."""
+    from consumer_runtime import http, steering
+
+    assert members.activation_refused(active=active, standby=standby) == \
+        steering.activation_refused(active=active, stopping=False, standby=standby)
+    assert (members.DRAIN_HOLD_S, members.DRAIN_HOLD_MAX_S) == (
+        steering.DRAIN_HOLD_S, steering.DRAIN_HOLD_MAX_S)
+    assert (server.DRAIN_WAIT_MS, server.MAX_BODY) == (http.DRAIN_WAIT_MS, http.MAX_BODY)
+    telemetry = members_telemetry()
+    requests = steering.Requests(telemetry, standby=True)
+    assert requests.take(LEAVE, joined=False, left=False) == members.IN_STANDBY
+    requests.activation.set()
+    requests.drained.set()
+    assert requests.take(REJOIN, joined=False, left=False) == members.DRAINED
+
+
+def members_telemetry() -> Any:
+    from consumer_runtime.metrics import Telemetry
+
+    return Telemetry(namespace="shop", group="orders", member="orders-0", instance_id="orders-0",
+                     session_timeout_s=30.0, max_poll_interval_s=60.0, process_start=T0,
+                     started_at=0.0, standby=True)
+
+
+def test_the_simulator_does_not_load_the_runtimes_data_libraries() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, staticfleet_dev.membersim.server, staticfleet_dev.membersim.watch; "
+            "print(sorted({'pandas', 'pyarrow', 'pyspark'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
 
 
 # --- what the pods and Secrets say ----------------------------------------------------------

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.unit
 
 PORT = memberhttp.MEMBER_PORT
 TOKEN = "group-token"
-FAST = Pace(consumer_made_s=0.0, join_s=0.05, first_batch_s=0.05, warm_s=0.3,
+FAST = Pace(consumer_made_s=0.0, join_s=0.05, first_batch_s=0.05, warm_s=1.0,
             batch_every_s=0.1, drain_s=0.05, leave_s=0.05, rejoin_s=0.05)
 
 
@@ -85,10 +85,12 @@ def until(what: str, check: Any, timeout: float = 5.0) -> Any:
 
 
 def test_the_status_of_each_pod_comes_from_its_own_simulated_process(sim: Simulator) -> None:
-    statuses = until("three members assigned", lambda: [
-        s for o in range(3) if (s := memberhttp.read_member_status(ip(o), PORT))
-        and s["state"] == "running" and s["lastBatchAt"]])
-    assert len(statuses) == 3
+    def serving() -> list[dict[str, Any]]:
+        got = [s for o in range(3) if (s := memberhttp.read_member_status(ip(o), PORT))
+               and s["state"] == "running" and s["lastBatchAt"]]
+        return got if len(got) == 3 else []
+
+    statuses = until("three members serving", serving)
     assert [s["instanceId"] for s in statuses] == ["orders-0", "orders-1", "orders-2"]
     assert [s["assignment"] for s in statuses] == [[["orders", p]] for p in range(3)]
     standby = memberhttp.read_member_status(ip(0, standby=True), PORT)
@@ -98,11 +100,11 @@ def test_the_status_of_each_pod_comes_from_its_own_simulated_process(sim: Simula
 
 
 def test_a_switchover_drains_the_old_member_and_activates_the_standby(sim: Simulator) -> None:
-    until("member 0 serving", lambda: (memberhttp.read_member_status(ip(0), PORT) or {})
-          .get("lastBatchAt"))
     refused = memberhttp.ask_member(ip(0, standby=True), PORT, ACTIVATE, (TOKEN,))
     assert isinstance(refused, Refused) and refused.status == 409, "still warming"
     assert "standby not ready yet" in refused.reason
+    until("member 0 serving", lambda: (memberhttp.read_member_status(ip(0), PORT) or {})
+          .get("lastBatchAt"))
     drained = memberhttp.drain_member(ip(0), PORT, (TOKEN,), hold_ms=2000, wait_s=1.0)
     assert isinstance(drained, Drained), drained
     assert drained.last_batch_at is not None and drained.last_batch_at < drained.drained_at
