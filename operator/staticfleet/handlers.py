@@ -26,7 +26,7 @@ import kopf
 from staticfleet import apply, metrics, service
 from staticfleet.decisions.conditions import DEGRADED, GROUP_ID_IN_USE
 from staticfleet.decisions.names import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
-from staticfleet.decisions.settings import OperatorSettings
+from staticfleet.decisions.settings import MEMBER_HTTP_VIA_ENV, OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, claim_key
 from staticfleet.decisions.spec.model import (
     API_GROUP,
@@ -35,12 +35,15 @@ from staticfleet.decisions.spec.model import (
     RESTARTED_AT_ANNOTATION,
 )
 from staticfleet.memory import Memory
+from staticfleet.observe import memberhttp
 
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))
 WORKERS = int(os.environ.get("STATICFLEET_WORKERS", "16"))
 PER_CLUSTER = max(1, WORKERS // 2)
 
 Key = tuple[str, str]
+
+log = logging.getLogger("staticfleet")
 
 
 def _plain(value: Any) -> Any:
@@ -106,9 +109,15 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    operator_settings = OperatorSettings.from_env(os.environ)
+    if operator_settings.member_http_via is not None:
+        log.warning("every member request goes to %s:%d, not to the member pods (%s: the "
+                    "member simulator of a bench)", *operator_settings.member_http_via,
+                    MEMBER_HTTP_VIA_ENV)
+    memberhttp.route_through(operator_settings.member_http_via)
     memo.runner = Runner(service.Clients(
         kube=apply.Kube(apply.load_client(os.environ.get("KUBECONFIG"))),
-        settings=OperatorSettings.from_env(os.environ)))
+        settings=operator_settings))
 
 
 @kopf.on.cleanup()
