@@ -9,6 +9,9 @@ the `Snapshot`.
 - `STATICFLEET_ALLOW_TESTING_ANNOTATIONS`: `true` honours the test-only annotations
   (`model.TESTING_ANNOTATIONS`), which the tests and the benches use; the chart never sets it,
   so in production they are ignored and the status says so.
+- `STATICFLEET_SHARD` (`--shard`) and `STATICFLEET_OTHER_SHARDS` (`--other-shards`, comma
+  separated): the shard this operator is, and, on the default shard only, the named shards whose
+  groups it leaves alone (`decisions.shards`). Unset: not sharded, every group.
 """
 
 from __future__ import annotations
@@ -18,8 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from staticfleet.decisions.shards import Shard, ShardError
+
 MEMBER_INGRESS_FROM_ENV = "STATICFLEET_MEMBER_INGRESS_FROM"
 ALLOW_TESTING_ANNOTATIONS_ENV = "STATICFLEET_ALLOW_TESTING_ANNOTATIONS"
+SHARD_ENV = "STATICFLEET_SHARD"
+OTHER_SHARDS_ENV = "STATICFLEET_OTHER_SHARDS"
 
 
 class SettingsError(RuntimeError):
@@ -36,6 +43,8 @@ class OperatorSettings:
     NetworkPolicy."""
     allow_testing_annotations: bool = False
     """Honour the test-only annotations of a ConsumerGroup."""
+    shard: Shard | None = None
+    """The ConsumerGroups this operator owns; None: every one (not sharded)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OperatorSettings:
@@ -57,4 +66,19 @@ class OperatorSettings:
         if flag not in ("", "true", "false"):
             raise SettingsError(f"{ALLOW_TESTING_ANNOTATIONS_ENV} must be true or false, "
                                 f"not {flag!r}")
-        return cls(member_ingress_from=peers, allow_testing_annotations=flag == "true")
+        return cls(member_ingress_from=peers, allow_testing_annotations=flag == "true",
+                   shard=_shard(environ))
+
+
+def _shard(environ: Mapping[str, str]) -> Shard | None:
+    name = environ.get(SHARD_ENV, "").strip()
+    others = [o.strip() for o in environ.get(OTHER_SHARDS_ENV, "").split(",") if o.strip()]
+    if not name:
+        if others:
+            raise SettingsError(f"{OTHER_SHARDS_ENV} (--other-shards) is set without "
+                                f"{SHARD_ENV} (--shard): only the default shard names the others")
+        return None
+    try:
+        return Shard.parse(name, others)
+    except ShardError as exc:
+        raise SettingsError(str(exc)) from None
