@@ -28,7 +28,6 @@ from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.procs import ProcessRecord
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import REPO, create_namespace, get_json, kubectl
-from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.tools import tail
 from tests.support import unique
@@ -170,21 +169,6 @@ def test_schema_refuses_bad_values_at_install(helm: Path, kubeconfig: Path, crds
 
 
 # --- a real install -----------------------------------------------------------------------------
-
-@pytest.fixture
-def no_admin_operator(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Stop the session's admin operator if another module started it; start it again after."""
-    active: OperatorProcess | None = None
-    for fixturedef in request._fixturemanager.getfixturedefs("operator", request.node) or ():
-        cached = fixturedef.cached_result
-        if cached is not None and isinstance(cached[0], OperatorProcess):
-            active = cached[0]
-    if active is not None:
-        active.stop()
-    yield
-    if active is not None:
-        active.start()
-
 
 def can_i(kubeconfig: Path, sa: str, verb: str, resource: str, *args: str) -> bool:
     proc = kubectl(kubeconfig, "auth", "can-i", verb, resource, f"--as={sa}", *args,
