@@ -63,6 +63,14 @@ def monitoring_crds(kubeconfig: Path) -> None:
             "crd/prometheusrules.monitoring.coreos.com")
 
 
+@pytest.fixture(scope="module")
+def peering_crds(kubeconfig: Path) -> None:
+    """kopf's peering CRDs (crds/kopf-peering/), which peering.enabled needs."""
+    kubectl(kubeconfig, "apply", "--server-side", "-f", str(REPO / "crds" / "kopf-peering"))
+    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/clusterkopfpeerings.kopf.dev", "crd/kopfpeerings.kopf.dev")
+
+
 @pytest.fixture
 def release_ns(kubeconfig: Path) -> Iterator[str]:
     name = unique("sf-sys")
@@ -97,6 +105,10 @@ FEATURES = {
                        "--set", "prometheusRule.ruleLabels.team=kafka",
                        "--set", "prometheusRule.alerts.StaticfleetIdleMembers.enabled=false"],
     "grafanaDashboard": ["--set", "grafanaDashboard.enabled=true"],
+    "shards, peering": ["--set", "shards={b,c}", "--set", "peering.enabled=true",
+                        "--set", "replicaCount=2"],
+    "shards, peering, watchNamespaces": ["--set", "shards={b}", "--set", "peering.enabled=true",
+                                         "--set", "watchNamespaces={WATCHED}"],
     "no rbac, existing serviceaccount": ["--set", "rbac.create=false",
                                          "--set", "serviceAccount.create=false",
                                          "--set", "serviceAccount.name=default"],
@@ -105,8 +117,8 @@ FEATURES = {
 
 @pytest.mark.parametrize("feature", list(FEATURES))
 def test_every_rendering_passes_a_server_side_dry_run(
-    helm: Path, kubeconfig: Path, crds: None, monitoring_crds: None, release_ns: str,
-    feature: str,
+    helm: Path, kubeconfig: Path, crds: None, monitoring_crds: None, peering_crds: None,
+    release_ns: str, feature: str,
 ) -> None:
     watched = unique("watched")
     create_namespace(kubeconfig, watched)

@@ -10,7 +10,9 @@ ConsumerGroups its label selector picks (the API server filters the watch).
   (a scale-up);
 - a group moved while `b` is dead is taken over once the grace is over;
 - a ConsumerGroup in shard `b` on the same Kafka group as an older one in the default shard is
-  refused (`GroupIdInUse`), though neither shard watches the other's groups.
+  refused (`GroupIdInUse`), though neither shard watches the other's groups;
+- two operators of one shard in one kopf peering object: the older runs passes, the newer runs
+  none until the older stops, then takes the shard's groups.
 
 The member pods run a placeholder process where the session's local node runs (no node: they
 stay Pending); what is under test is which operator acts, not the members. The session's admin
@@ -29,7 +31,7 @@ import pytest
 from staticfleet.decisions.names import KAFKA_GROUP_LABEL
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.testkit import groups
-from staticfleet_dev.testkit.kube import kubectl
+from staticfleet_dev.testkit.kube import REPO, get_json, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
 from tests.integration.support import PLACEHOLDER, consumer_group, has_condition
@@ -196,3 +198,43 @@ def test_a_kafka_group_used_in_another_shard_is_refused(
     assert groups.get(kubeconfig, namespace, younger)["status"]["shard"] == "b"
     assert not has_condition(kubeconfig, namespace, older, "Degraded", "True", "GroupIdInUse")
     assert not groups.pods(kubeconfig, namespace, younger)
+
+
+def test_the_oldest_operator_of_a_shard_runs_and_a_newer_one_waits(
+        kubeconfig: Path, crds: None, no_admin_operator: None, namespace: str, kafka: KafkaBroker,
+        make_topic: Callable[..., str], tmp_path: Path) -> None:
+    kubectl(kubeconfig, "apply", "--server-side", "-f", str(REPO / "crds" / "kopf-peering"))
+    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/clusterkopfpeerings.kopf.dev")
+    peering, shard = unique("peering"), unique("p")
+    kubectl(kubeconfig, "apply", "-f", "-", input=(
+        f"apiVersion: kopf.dev/v1\nkind: ClusterKopfPeering\nmetadata:\n  name: {peering}\n"))
+    env = {"STATICFLEET_RESYNC_SECONDS": "2", "STATICFLEET_KOPF_LOG_LEVEL": "INFO"}
+    ops = [OperatorProcess(kubeconfig=kubeconfig, log=tmp_path / f"op{i}.log", extra_env=env,
+                           allow_testing_annotations=True,
+                           args=("--shard", shard, "--peering", peering)) for i in (1, 2)]
+    name = unique("peered")
+    try:
+        ops[0].start()
+        groups.apply(kubeconfig, namespace, group(name, kafka.bootstrap, make_topic("p", 2),
+                                                  shard))
+        reconciled_by(kubeconfig, namespace, name, shard)
+        ops[1].start()
+        wait_for("both operators in the peering object", lambda: len(
+            get_json(kubeconfig, "clusterkopfpeering", peering).get("status") or {}) == 2)
+        # The older keeps running passes; the newer runs none.
+        first = last_passes(ops[0], namespace)[name]
+        wait_for("three more passes of the older operator", lambda: last_passes(
+            ops[0], namespace)[name] >= first + 4, 30)
+        assert name not in passes_over(ops[1], namespace)
+        assert "Pausing operations in favour of" in ops[1].log.read_text()
+        # The older stops: the newer resumes and takes the group.
+        ops[0].stop()
+        wait_for("the newer operator's passes over the group", lambda: name in passes_over(
+            ops[1], namespace), 60)
+        reconciled_by(kubeconfig, namespace, name, shard)
+    finally:
+        for op in ops:
+            op.stop()
+            print(f"--- {op.log.name} ---\n{op.log_tail(40)}")
+        kubectl(kubeconfig, "delete", "clusterkopfpeering", peering, check=False)
