@@ -7,6 +7,7 @@ rendering is the chart's as it was."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import yaml
 
 from staticfleet.decisions.shards import SHARD_LABEL, Shard
 
-from .support import REPO, Rendered
+from .support import CHART, KUBE_VERSION, REPO, Rendered, run
 
 pytestmark = pytest.mark.unit
 
@@ -189,3 +190,29 @@ def test_the_peering_crds_define_what_the_chart_renders(
         "--set", "peering.enabled=true", *args).docs if d["apiVersion"].startswith("kopf.dev")}
     assert rendered == {("kopf.dev/v1", "ClusterKopfPeering"), ("kopf.dev/v1", "KopfPeering")}
     assert {c["spec"]["versions"][0]["name"] for c in crds} == {"v1"}
+
+
+def test_the_notes_name_every_shard_and_the_peering_crds(helm: Path, tmp_path: Path) -> None:
+    """NOTES.txt (rendered through a scratch template, as in test_chart.py)."""
+    chart = tmp_path / "staticfleet"
+    shutil.copytree(CHART, chart)
+    shutil.copy(CHART / "templates" / "NOTES.txt", chart / "notes.txt")
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
+        '  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n')
+
+    def notes(*args: str) -> str:
+        proc = run([helm, "template", "sf", chart, "-n", "ops", "--kube-version", KUBE_VERSION,
+                    "--show-only", "templates/zz-notes.yaml", *args])
+        assert proc.returncode == 0, proc.stderr
+        return str(yaml.safe_load(proc.stdout)["data"]["notes"])
+
+    sharded = notes("--set", "shards={b,c}", "--set", "peering.enabled=true")
+    for deployment in ("sf-staticfleet", "sf-staticfleet-b", "sf-staticfleet-c"):
+        assert f"rollout status deployment/{deployment}\n" in sharded
+    assert "not labelled with one of\nb, c" in sharded
+    assert "kubectl apply --server-side -f crds/kopf-peering/" in sharded
+    plain = notes()
+    assert "shards" not in plain and "kopf-peering" not in plain
+    assert "rollout status deployment/sf-staticfleet\n" in plain
+    assert "crds/\n\nThe operator runs one replica per Deployment" in plain
