@@ -258,6 +258,23 @@ class Kube:
             raise _error(exc, f"releasing {meta['name']} from shard {shard}") from exc
         return True
 
+    def read_group(self, owner: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The ConsumerGroup `owner` as the API server has it now (None: gone, or replaced by
+        a newer object of its name). A list by name: the operator may list ConsumerGroups, not
+        get them."""
+        group, version = owner["apiVersion"].split("/")
+        meta = owner["metadata"]
+        try:
+            answer: Any = self.custom.list_namespaced_custom_object(
+                group, version, meta["namespace"], PLURAL,
+                field_selector=f"metadata.name={meta['name']}")
+        except ApiException as exc:
+            raise _error(exc, f"reading {meta['name']}") from exc
+        for item in answer.get("items") or ():
+            if (item.get("metadata") or {}).get("uid") == meta["uid"]:
+                return dict(item)
+        return None
+
     def label_group(self, owner: Mapping[str, Any], labels: Mapping[str, str]) -> None:
         """Merge `labels` into a ConsumerGroup's own labels (exactly that object: its uid is
         a precondition)."""

@@ -16,7 +16,9 @@ server sends a DELETED event though nothing was deleted. kopf forgets the object
 not stop its daemon (it stops daemons only for a deletion it sees coming, `deletionTimestamp`),
 so `group_changed` marks the group's slot as left: its daemon ends after the pass under way,
 clears `status.shard` (the new shard waits for that, `decisions.shards.handoff`) and forgets
-what it kept of the group. It deletes nothing: the member pods run on for the new shard. The pod
+what it kept of the group. It deletes nothing: the member pods run on for the new shard. A watch
+that had to list again (HTTP 410) sends no DELETED for a group that left meanwhile, so each daemon
+also reads its group back every `OWNERSHIP_CHECK_S` (5 minutes) and stops the same way. The pod
 index is not sharded: every shard keeps every member pod, so the pods of a group that arrives
 are known at once (a shard label copied onto pods would lag behind the group's, and the new
 shard would see the group without its pods).
@@ -51,6 +53,8 @@ from staticfleet.memory import Memory
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))
 HANDOFF_GRACE_S = float(os.environ.get("STATICFLEET_SHARD_HANDOFF_SECONDS",
                                        str(shards.HANDOFF_GRACE_S)))
+OWNERSHIP_CHECK_S = float(os.environ.get("STATICFLEET_SHARD_CHECK_SECONDS",
+                                         str(shards.OWNERSHIP_CHECK_S)))
 MEMBER_POD_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGER},{GROUP_LABEL}"
 """The member pods' watch, filtered by the API server (the handlers' `labels=` filter the same
 again, in the process)."""
@@ -82,6 +86,8 @@ class Slot:
     """This daemon passed the handover and runs passes."""
     waiting_since: float | None = None
     in_pass: bool = False
+    checked_at: float | None = None
+    """When the group was last read back from the API server (`Runner.check`)."""
 
 
 @dataclass
@@ -138,6 +144,29 @@ class Runner:
         elif slot.waiting_since is None:
             slot.waiting_since = now
         return decision
+
+    async def check(self, slot: Slot, body: Mapping[str, Any], now: float) -> None:
+        """Sharded, every `OWNERSHIP_CHECK_S`: read the group back and mark the slot left when
+        this shard no longer owns it (`decisions.shards.still_owned`). The watch's DELETED
+        event says so at once; this catches the one a relisted watch never sends."""
+        if self.clients.settings.shard is None:
+            return
+        if slot.checked_at is None:
+            slot.checked_at = now
+        if now - slot.checked_at < OWNERSHIP_CHECK_S:
+            return
+        slot.checked_at = now
+        loop = asyncio.get_running_loop()
+        try:
+            fresh = await loop.run_in_executor(self.pool, self.clients.kube.read_group, body)
+        except (apply.ApplyError, RuntimeError):
+            return  # the next check asks again
+        why = shards.still_owned(self.clients.settings.shard, fresh)
+        if why is not None:
+            meta = body["metadata"]
+            log.warning("%s/%s: no longer this shard's (%s) though its watch did not say so: "
+                        "its passes stop", meta["namespace"], meta["name"], why)
+            slot.left = True
 
     async def let_go(self, body: Mapping[str, Any], slot: Slot) -> None:
         """The daemon ended: clear `status.shard` if its last pass is over (a pass whose
@@ -282,6 +311,9 @@ async def keep_reconciled(body: kopf.Body, memo: kopf.Memo, stopped: kopf.Daemon
             if not turn.act:
                 await _sleep(slot.wake, stopped, turn.wait_s)
                 continue
+            await runner.check(slot, plain, loop.time())
+            if slot.left:
+                break
             pods = list(index.get(key, []))
             claimants = tuple(claims.get(claim_of(plain)[0], []))
             slot.in_pass = True

@@ -8,6 +8,8 @@ ConsumerGroups its label selector picks (the API server filters the watch).
   (it clears `status.shard`), the default shard takes it then, well before the grace runs out,
   and its member pods are the same pods (same uids, none deleted); the new shard then acts on it
   (a scale-up);
+- a shard that reads a group back and finds another shard's name in `status.shard` stops its
+  passes over it (the check that covers a DELETED event a relisted watch never sent);
 - a group moved while `b` is dead is taken over once the grace is over;
 - a ConsumerGroup in shard `b` on the same Kafka group as an older one in the default shard is
   refused (`GroupIdInUse`), though neither shard watches the other's groups;
@@ -49,7 +51,8 @@ PASS_METRIC = "staticfleet_reconcile_last_timestamp_seconds"
 @pytest.fixture
 def shard_operators(kubeconfig: Path, crds: None, no_admin_operator: None,
                     tmp_path: Path) -> Iterator[dict[str, OperatorProcess]]:
-    env = {"STATICFLEET_RESYNC_SECONDS": "2", "STATICFLEET_SHARD_HANDOFF_SECONDS": str(GRACE_S)}
+    env = {"STATICFLEET_RESYNC_SECONDS": "2", "STATICFLEET_SHARD_HANDOFF_SECONDS": str(GRACE_S),
+           "STATICFLEET_SHARD_CHECK_SECONDS": "3"}
     ops = {
         "default": OperatorProcess(kubeconfig=kubeconfig, log=tmp_path / "default.log",
                                    extra_env=env, allow_testing_annotations=True,
@@ -159,6 +162,19 @@ def test_each_shard_reconciles_its_own_groups_and_a_relabelled_group_moves_with_
     both = wait_for("member 1 of the moved group", lambda: (
         u := pod_uids(kubeconfig, namespace, moved)) and len(u) == 2 and u, 60)
     assert uids.items() <= both.items()
+
+    # A shard that reads its group back (every 3 s here) and finds another shard's name in
+    # status.shard stops its passes, as it would for a relabelling its watch never reported;
+    # it deletes nothing.
+    kept = next(n for n, s in shard_of.items() if n.startswith("b-"))
+    kept_uids = pod_uids(kubeconfig, namespace, kept)
+    assert kept_uids
+    kubectl(kubeconfig, "-n", namespace, "patch", "cg", kept, "--subresource=status",
+            "--type", "merge", "-p", '{"status": {"shard": "default"}}')
+    wait_for("shard b to stop its passes over a group it no longer holds", lambda: (
+        f"{namespace}/{kept}: no longer this shard's (shard 'default' has taken it over)"
+        in ops["b"].log.read_text() and kept not in passes_over(ops["b"], namespace)), 30)
+    assert pod_uids(kubeconfig, namespace, kept) == kept_uids
 
     # A group moved while its shard is dead: the default shard waits the grace, then takes it.
     late = next(n for n, s in shard_of.items() if n.startswith("late"))

@@ -91,6 +91,32 @@ def selector(shard: Shard | None) -> str | None:
 
 # --- handing a group over -------------------------------------------------------------------
 
+OWNERSHIP_CHECK_S = 300.0
+"""How often a shard reads back each group it runs passes for (`still_owned`): kopf learns that
+a group left the shard's selector only from the watch's DELETED event, and a watch that had to
+list again (its resource version expired, HTTP 410) sends none for a group that left meanwhile."""
+
+
+def still_owned(shard: Shard | None, body: Mapping[str, object] | None) -> str | None:
+    """Why `shard` no longer owns the group `body` as the API server has it now (None: it
+    does): the group is gone, its labels select another shard, or another shard has taken
+    it over (its name in `status.shard`)."""
+    if body is None:
+        return "it no longer exists"
+    if shard is None:
+        return None
+    meta = body.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if not shard.owns(labels if isinstance(labels, Mapping) else None):
+        value = labels.get(SHARD_LABEL) if isinstance(labels, Mapping) else None
+        return f"its label {SHARD_LABEL}={value or '(none)'} selects another shard"
+    status = body.get("status")
+    recorded = status.get("shard") if isinstance(status, Mapping) else None
+    if recorded and recorded != shard.name:
+        return f"shard {recorded!r} has taken it over"
+    return None
+
+
 
 @dataclass(frozen=True)
 class Handoff:

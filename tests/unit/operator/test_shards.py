@@ -26,6 +26,7 @@ from staticfleet.decisions.shards import (
     ShardError,
     handoff,
     selector,
+    still_owned,
 )
 from staticfleet.decisions.snapshot import Problem, claim_key, claim_label, claim_of
 from staticfleet.run import peering_priority
@@ -149,6 +150,26 @@ def test_when_a_shard_may_act_on_a_group(me: str | None, recorded: str | None,
 def test_a_shard_never_waits_for_itself_whatever_the_clock() -> None:
     for since, now in product((None, 0.0, 50.0), (0.0, 59.0, 1e9)):
         assert handoff("b", "b", since, now) == Handoff(act=True)
+
+
+@pytest.mark.parametrize(("shard", "body", "why"), [
+    (B, {"metadata": {"labels": {SHARD_LABEL: "b"}}, "status": {"shard": "b"}}, None),
+    (B, {"metadata": {"labels": {SHARD_LABEL: "b"}}}, None),
+    (DEFAULT, {"metadata": {}, "status": {"shard": "default"}}, None),
+    (None, {"metadata": {"labels": {SHARD_LABEL: "b"}}, "status": {"shard": "b"}}, None),
+    (B, None, "it no longer exists"),
+    (None, None, "it no longer exists"),
+    (B, {"metadata": {"labels": {SHARD_LABEL: "c"}}}, "staticfleet.io/shard=c selects another"),
+    (B, {"metadata": {}}, "staticfleet.io/shard=(none) selects another"),
+    (DEFAULT, {"metadata": {"labels": {SHARD_LABEL: "b"}}}, "shard=b selects another"),
+    (B, {"metadata": {"labels": {SHARD_LABEL: "b"}}, "status": {"shard": "default"}},
+     "shard 'default' has taken it over"),
+])
+def test_a_shard_reading_a_group_back_knows_whether_it_still_owns_it(
+        shard: Shard | None, body: dict[str, object] | None, why: str | None) -> None:
+    got = still_owned(shard, body)
+    assert (got is None) == (why is None)
+    assert why is None or why in (got or "")
 
 
 # --- status.shard -------------------------------------------------------------------------------
