@@ -26,6 +26,16 @@ def peering_priority(started_ms: int) -> int:
     return PRIORITY_CEILING_MS - started_ms
 
 
+def listable(namespaces: list[str], all_namespaces: bool) -> tuple[str, ...] | None:
+    """The namespaces a sharded operator lists ConsumerGroups in (`claims`): those it was given,
+    or every namespace (None) when it watches all, or when one of them is a kopf pattern (a
+    glob such as `team-*`, or a `!` exclusion), which no list request can name."""
+    if all_namespaces or not namespaces or any(
+            ch in n for n in namespaces for ch in "*?[!,"):
+        return None
+    return tuple(namespaces)
+
+
 def run_operator(*, namespaces: list[str], all_namespaces: bool, metrics_port: int,
                  health_port: int, metrics_host: str = "0.0.0.0", shard: str | None = None,
                  other_shards: str | None = None, peering: str | None = None) -> int:
@@ -60,7 +70,6 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, metrics_port: i
         clusterwide=all_namespaces or not namespaces,
         namespaces=namespaces,
         liveness_endpoint=liveness,
-        memo=kopf.Memo(settings=settings, namespaces=(
-            None if all_namespaces or not namespaces else tuple(namespaces))),
+        memo=kopf.Memo(settings=settings, namespaces=listable(namespaces, all_namespaces)),
     )
     return 0

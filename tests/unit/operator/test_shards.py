@@ -29,7 +29,7 @@ from staticfleet.decisions.shards import (
     still_owned,
 )
 from staticfleet.decisions.snapshot import Problem, claim_key, claim_label, claim_of
-from staticfleet.run import peering_priority
+from staticfleet.run import listable, peering_priority
 from tests.unit.operator.snapshots import CG, running, snapshot
 from tests.unit.operator.support import with_path
 
@@ -231,3 +231,16 @@ def test_the_oldest_operator_of_a_peering_has_the_highest_priority() -> None:
     started = 1_790_000_000_000
     assert peering_priority(started) > peering_priority(started + 1) > 0
     assert peering_priority(started) < 2**53
+
+
+@pytest.mark.parametrize(("namespaces", "everywhere", "listed"), [
+    ([], False, None),
+    (["a", "b"], True, None),
+    (["a", "b"], False, ("a", "b")),
+    # kopf's patterns name no namespace a list request could use: list them all.
+    (["team-*"], False, None),
+    (["a", "!a-test"], False, None),
+])
+def test_where_a_sharded_operator_lists_other_shards_groups(
+        namespaces: list[str], everywhere: bool, listed: tuple[str, ...] | None) -> None:
+    assert listable(namespaces, everywhere) == listed
