@@ -167,6 +167,22 @@ def operator(local_env: environment.LocalEnv, crds: None, local_node: ProcessRec
 
 
 @pytest.fixture
+def no_admin_operator(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Stop the session's admin operator if another module started it; start it again after
+    (for the tests whose own operators must be the only ones)."""
+    active: OperatorProcess | None = None
+    for fixturedef in request._fixturemanager.getfixturedefs("operator", request.node) or ():
+        cached = fixturedef.cached_result
+        if cached is not None and isinstance(cached[0], OperatorProcess):
+            active = cached[0]
+    if active is not None:
+        active.stop()
+    yield
+    if active is not None:
+        active.start()
+
+
+@pytest.fixture
 def namespace(request: pytest.FixtureRequest, kubeconfig: Path,
               local_env: environment.LocalEnv) -> Iterator[str]:
     """A fresh namespace per test; on failure print Events, the operator log and pod logs."""

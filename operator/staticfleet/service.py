@@ -6,7 +6,8 @@
    the broker's timeout bounds (cached per cluster, `memory.Caches`), and the members' token
    from its Secret (`credentials`). While that Secret is missing, gather draws a
    new random token for the plan to create it with: randomness stays out of `decide`, and a
-   token is made once (the next pass reads it back from the Secret).
+   token is made once (the next pass reads it back from the Secret). A sharded operator also
+   lists the ConsumerGroups of other shards that use the same Kafka group (`claims`).
 2. `plan.decide(snapshot)` decides everything (pure, table-tested).
 3. `execute` carries the plan out through `apply` and `observe`, in order: group configs,
    children, pod annotations, calls to members, the warm handoffs' switches (their status
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from staticfleet import apply, credentials, metrics, switchover
+from staticfleet import apply, claims, credentials, metrics, switchover
 from staticfleet.decisions import autoscaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
@@ -58,6 +59,9 @@ class Clients:
 
     kube: apply.Kube
     settings: OperatorSettings = field(default_factory=OperatorSettings)
+    namespaces: tuple[str, ...] | None = None
+    """The namespaces the operator watches (None: all), where a sharded operator lists the
+    other shards' ConsumerGroups."""
     admins: kafkaadmin.AdminPool = field(default_factory=kafkaadmin.AdminPool)
     http_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="member-status"))
@@ -94,15 +98,17 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
     if written is not None:
         body = {**body, "status": written}
     pods = memory.own.overlay(pods, uid)
-    base = Snapshot(body=body, now=now)
+    base = Snapshot(body=body, now=now, settings=clients.settings)
     try:
         spec = ConsumerGroupSpec.from_body(
             body, allow_testing=clients.settings.allow_testing_annotations)
     except SpecError as exc:
-        return Snapshot(body=body, now=now, problem=Problem(c.INVALID_SPEC, str(exc))), None
+        return replace(base, problem=Problem(c.INVALID_SPEC, str(exc))), None
     namespace = body["metadata"]["namespace"]
     conf: dict[str, str] = {}
     try:
+        if clients.settings.shard is not None:
+            claimants = claims.across_shards(body, claimants, clients.kube, clients.namespaces)
         conf = credentials.admin_conf(spec, namespace, clients.kube)
         admin = clients.admins.get(conf)
         broker_config, bounds_denied = memory.caches.broker_bounds(admin)
@@ -171,7 +177,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
 
 def _failed(base: Snapshot, spec: ConsumerGroupSpec,
             problem: Problem) -> tuple[Snapshot, None]:
-    return Snapshot(body=base.body, now=base.now, spec=spec, problem=problem), None
+    return replace(base, spec=spec, problem=problem), None
 
 
 def _member_statuses(pods: Sequence[Mapping[str, Any]], clients: Clients,

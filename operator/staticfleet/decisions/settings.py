@@ -14,6 +14,9 @@ the `Snapshot`.
   `/rejoin`, `/activate`) goes there instead of to the pod's IP, which it names in a header
   (`observe.memberhttp.route_through`). For benches whose member pods run on fake nodes (kwok),
   where a pod's IP leads nowhere; the chart never sets it.
+- `STATICFLEET_SHARD` (`--shard`) and `STATICFLEET_OTHER_SHARDS` (`--other-shards`, comma
+  separated): the shard this operator is, and, on the default shard only, the named shards whose
+  groups it leaves alone (`decisions.shards`). Unset: not sharded, every group.
 """
 
 from __future__ import annotations
@@ -23,9 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from staticfleet.decisions.shards import Shard, ShardError
+
 MEMBER_INGRESS_FROM_ENV = "STATICFLEET_MEMBER_INGRESS_FROM"
 ALLOW_TESTING_ANNOTATIONS_ENV = "STATICFLEET_ALLOW_TESTING_ANNOTATIONS"
 MEMBER_HTTP_VIA_ENV = "STATICFLEET_MEMBER_HTTP_VIA"
+SHARD_ENV = "STATICFLEET_SHARD"
+OTHER_SHARDS_ENV = "STATICFLEET_OTHER_SHARDS"
 
 
 class SettingsError(RuntimeError):
@@ -46,6 +53,8 @@ class OperatorSettings:
     member_http_via: tuple[str, int] | None = None
     """(host, port) that answers every member request in place of the members (a bench's member
     simulator); None: each member at its pod IP."""
+    shard: Shard | None = None
+    """The ConsumerGroups this operator owns; None: every one (not sharded)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OperatorSettings:
@@ -68,7 +77,8 @@ class OperatorSettings:
             raise SettingsError(f"{ALLOW_TESTING_ANNOTATIONS_ENV} must be true or false, "
                                 f"not {flag!r}")
         return cls(member_ingress_from=peers, allow_testing_annotations=flag == "true",
-                   member_http_via=_address(environ.get(MEMBER_HTTP_VIA_ENV, "").strip()))
+                   member_http_via=_address(environ.get(MEMBER_HTTP_VIA_ENV, "").strip()),
+                   shard=_shard(environ))
 
 
 def _address(raw: str) -> tuple[str, int] | None:
@@ -79,3 +89,17 @@ def _address(raw: str) -> tuple[str, int] | None:
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise SettingsError(f"{MEMBER_HTTP_VIA_ENV} must be host:port, not {raw!r}")
     return host, int(port)
+
+
+def _shard(environ: Mapping[str, str]) -> Shard | None:
+    name = environ.get(SHARD_ENV, "").strip()
+    others = [o.strip() for o in environ.get(OTHER_SHARDS_ENV, "").split(",") if o.strip()]
+    if not name:
+        if others:
+            raise SettingsError(f"{OTHER_SHARDS_ENV} (--other-shards) is set without "
+                                f"{SHARD_ENV} (--shard): only the default shard names the others")
+        return None
+    try:
+        return Shard.parse(name, others)
+    except ShardError as exc:
+        raise SettingsError(str(exc)) from None
