@@ -247,11 +247,6 @@ def _tier(nodeid: str) -> str:
     return parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
 
 
-OWN_ENVIRONMENT = frozenset({"tests/e2e/test_demo.py"})
-"""The e2e modules that use none of the tier's shared environment (the demo makes its own, as a
-user runs it): each is a unit of its own, which the other worker takes beside the tier."""
-
-
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`--dist loadfile`, except that the whole e2e tier is one unit (`make test`): one worker
     runs it in order with its session's one environment, operator and Spark Connect server,
@@ -264,9 +259,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class TierScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            shares = _tier(nodeid) == "e2e" and module not in OWN_ENVIRONMENT
-            return "tests/e2e" if shares else module
+            return "tests/e2e" if _tier(nodeid) == "e2e" else nodeid.split("::", 1)[0]
 
     return TierScheduling(config, log)
 
