@@ -87,7 +87,8 @@ def create_nodes(kube: Kube, names: list[str], pods_per_node: int) -> None:
 
 def start_kwok(workdir: Path, kubeconfig: Path, *, nodes: int = 3,
                pods_per_node: int = manifests.DEFAULT_PODS_PER_NODE,
-               node_prefix: str = "kwok-node-", pod_parallelism: int = 4,
+               node_prefix: str = "kwok-node-",
+               pod_parallelism: int = manifests.POD_PARALLELISM,
                binder: bool = True, extra_args: tuple[str, ...] = (),
                timeout: float = 60.0) -> Kwok:
     """kwok (built by `staticfleet_dev.build.kwok_bin`; `extra_args`: more of its flags) with

@@ -81,8 +81,9 @@ def test_kwok_that_does_not_come_up_fails_with_its_log_tail(
     its own words, and leaves neither a process nor its Nodes behind. First in the module: once
     the module's kwok runs, it makes every annotated Node Ready, this one's too."""
     with pytest.raises(ServerFailed) as failed:
-        start_kwok(tmp_path, local_env.kubeconfig, nodes=1, node_prefix="kwok-broken-",
-                   extra_args=("--no-such-flag",), timeout=30)
+        came_up = start_kwok(tmp_path, local_env.kubeconfig, nodes=1, node_prefix="kwok-broken-",
+                             extra_args=("--no-such-flag",), timeout=30)
+        stop_kwok(came_up)  # only when it wrongly came up: leave no binder running
     message = str(failed.value)
     assert "kwok exited before managing its 1 Node(s)" in message, message
     assert "unknown flag: --no-such-flag" in message
