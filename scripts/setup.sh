@@ -5,7 +5,7 @@
 #   Go:              the installed go if >= 1.26, else the toolchain from the Go module proxy
 #   Python:          a venv at $STATICFLEET_CACHE/venv with the project (editable) and test deps
 #   Servers:         Kafka jars (Maven Central); etcd, kube-apiserver, kube-controller-manager,
-#                    helm, prometheus, promtool (built from the Go module proxy)
+#                    helm, prometheus, promtool, kwok (built from the Go module proxy)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
