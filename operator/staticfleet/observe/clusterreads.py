@@ -62,6 +62,10 @@ BATCH = 500
 ROUNDS = 3
 FORGET_AFTER_S = 120.0
 """A group no pass registered for this long is no longer read (its ConsumerGroup is gone)."""
+VANISHED_S = 30.0
+"""A group described before that neither API knows now is no answer this long before it is
+Dead: a coordinator that has just taken a group over says it does not know it until it loaded
+it (Kafka 4.1: Dead, GROUP_ID_NOT_FOUND; a killed coordinator's groups were loaded 5 s on)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,8 @@ class _Round:
     describe: dict[str, list[str]] = field(default_factory=dict)
     offsets: set[str] = field(default_factory=set)
     retries: dict[str, int] = field(default_factory=dict)
+    fetched: dict[str, dict[TP, int]] = field(default_factory=dict)
+    """Committed offsets read, kept once the group's describe answered in this read."""
 
 
 class ClusterReader:
@@ -151,6 +157,8 @@ class ClusterReader:
         self.kinds: dict[str, str] = {}
         """The type of each group as the API that described it says (classic or consumer):
         the API asked first next time."""
+        self.vanished: dict[str, float] = {}
+        """Groups described before that neither API knew since when (`VANISHED_S`)."""
         self.described: dict[str, Described] = {}
         self.committed: dict[str, Committed] = {}
         self.ends: dict[TP, tuple[float, int]] = {}
@@ -173,6 +181,7 @@ class ClusterReader:
         self.registered.pop(group_id, None)
         self.coordinators.pop(group_id, None)
         self.kinds.pop(group_id, None)
+        self.vanished.pop(group_id, None)
         self.described.pop(group_id, None)
         self.committed.pop(group_id, None)
 
@@ -251,6 +260,10 @@ class ClusterReader:
         for group_id in todo.describe:
             self.described[group_id] = Described(now, answers.no_answer(
                 "no answer within the read's rounds"))
+        for group_id, committed in todo.fetched.items():
+            described = self.described.get(group_id)
+            if described is not None and described.outcome.view is not None:
+                self.committed[group_id] = Committed(now, committed)
 
     def _due(self, committed: Committed | None, registration: Registration,
              now: float) -> bool:
@@ -343,8 +356,7 @@ class ClusterReader:
                 by_node[self.coordinators[group_id]].append(group_id)
         for node, groups in by_node.items():
             for chunk in _chunks(groups):
-                request = wire.OffsetFetch([(g, _topic_rows(self._partitions(regs[g])), {})
-                                            for g in chunk], False, {})
+                request = wire.offset_fetch({g: self._partitions(regs[g]) for g in chunk})
                 asks.append((node, request, partial(self._fetched, chunk=chunk, node=node,
                                                     now=now, todo=todo)))
         leaders: dict[int, list[TP]] = defaultdict(list)
@@ -354,8 +366,7 @@ class ClusterReader:
             if leader >= 0:
                 leaders[leader].append(tp)
         for node, tps in leaders.items():
-            request = wire.ListOffsets(-1, 0, [(t, [(p, -1, -1) for p in ps])
-                                               for t, ps in _by_topic(tps).items()])
+            request = wire.list_offsets(tps)
             asks.append((node, request, partial(self._ended, now=now)))
         if not asks:
             return
@@ -389,16 +400,27 @@ class ClusterReader:
             apis.pop(0)
             if apis:
                 return  # the other API, next round
-            self.kinds.pop(group_id, None)
-            outcome = Outcome(answers.dead(self.registered[group_id][0].protocol))
+            outcome = self._unknown(group_id, now)
         elif outcome.view is not None:
             self.kinds[group_id] = outcome.view.protocol
+            self.vanished.pop(group_id, None)
         elif outcome.moved:
             self.coordinators.pop(group_id, None)
             if self._retry(group_id, todo):
                 return
         self.described[group_id] = Described(now, outcome)
         del todo.describe[group_id]
+
+    def _unknown(self, group_id: str, now: float) -> Outcome:
+        """The outcome of a group neither API knows: Dead (the broker has no such group yet),
+        or, for one described before, no answer until `VANISHED_S` passed (its coordinator may
+        still be loading it)."""
+        if group_id in self.kinds and now - self.vanished.setdefault(group_id, now) < VANISHED_S:
+            return answers.no_answer("neither API knows the group it described before: its "
+                                     "coordinator may be loading it")
+        self.kinds.pop(group_id, None)
+        self.vanished.pop(group_id, None)
+        return Outcome(answers.dead(self.registered[group_id][0].protocol))
 
     def _retry(self, group_id: str, todo: _Round) -> bool:
         """Whether a group whose coordinator moved is asked again in the next round."""
@@ -423,7 +445,7 @@ class ClusterReader:
         if group_id not in todo.offsets:
             return
         if outcome.code == wire.NONE:
-            self.committed[group_id] = Committed(now, offsets)
+            todo.fetched[group_id] = offsets  # a coordinator loading the group answers -1
         elif outcome.moved:
             self.coordinators.pop(group_id, None)
             if group_id in todo.describe or self._retry(group_id, todo):
@@ -459,17 +481,6 @@ def _apis(protocol: str) -> list[str]:
 
 def _chunks(groups: list[str]) -> list[list[str]]:
     return [groups[i:i + BATCH] for i in range(0, len(groups), BATCH)]
-
-
-def _by_topic(tps: Iterable[TP]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = defaultdict(list)
-    for topic, partition in tps:
-        out[topic].append(partition)
-    return out
-
-
-def _topic_rows(tps: Iterable[TP]) -> list[tuple[str, list[int], dict[int, bytes]]]:
-    return [(topic, parts, {}) for topic, parts in _by_topic(tps).items()]
 
 
 def key(conf: Mapping[str, str]) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kafka import KafkaClient
@@ -140,6 +140,25 @@ end offset; isolation 0: read uncommitted, the high watermark, as the admin clie
 
 Metadata = MetadataRequest[8]
 """Metadata v8: `Metadata([topics] or None for all, False, False, False)`."""
+
+def _by_topic(tps: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for topic, partition in tps:
+        out.setdefault(topic, []).append(partition)
+    return out
+
+
+def offset_fetch(groups: Mapping[str, Iterable[tuple[str, int]]]) -> Any:
+    """An OffsetFetch of each group's committed offsets on its partitions."""
+    return OffsetFetch([(group, [(topic, parts, {}) for topic, parts in _by_topic(tps).items()],
+                         {}) for group, tps in groups.items()], False, {})
+
+
+def list_offsets(tps: Iterable[tuple[str, int]]) -> Any:
+    """A ListOffsets of the end offsets of `tps` (all led by the broker it is sent to)."""
+    return ListOffsets(-1, 0, [(topic, [(p, -1, -1) for p in parts])
+                               for topic, parts in _by_topic(tps).items()])
+
 
 USED = (FindCoordinator, DescribeGroups, ConsumerGroupDescribe, OffsetFetch, ListOffsets,
         Metadata)
