@@ -35,6 +35,7 @@ from staticfleet.decisions.spec.model import (
     RESTARTED_AT_ANNOTATION,
 )
 from staticfleet.memory import Memory
+from staticfleet.observe import clusterpool
 
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))
 WORKERS = int(os.environ.get("STATICFLEET_WORKERS", "16"))
@@ -108,7 +109,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.client_timeout = 330
     memo.runner = Runner(service.Clients(
         kube=apply.Kube(apply.load_client(os.environ.get("KUBECONFIG"))),
-        settings=OperatorSettings.from_env(os.environ)))
+        settings=OperatorSettings.from_env(os.environ),
+        reads=clusterpool.ClusterReads(interval_s=RESYNC_S)))
 
 
 @kopf.on.cleanup()

@@ -3,6 +3,9 @@ groups read together answer as the per-group reads (`observe.kafkareads`) answer
 with a few requests per coordinator, as the brokers' own request logs count them; and while a
 coordinator is killed, every answer is right or absent, and every group is found again.
 
+A third test takes the groups as a pass does (`observe.clusterpool`, what `service.gather`
+asks): from the cluster's last read when it is fresh enough, alone when it is not.
+
 The groups: classic static members and KIP-848 members (real confluent-kafka consumers with a
 group.instance.id), groups that only have committed offsets (every member down), group ids
 never used, and groups registered with the other protocol than their own (the reads ask the
@@ -23,7 +26,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from staticfleet.decisions.snapshot import GroupView
-from staticfleet.observe import kafkaadmin, kafkareads
+from staticfleet.observe import clusterpool, kafkaadmin, kafkareads, lagreads
 from staticfleet.observe.clusterreads import ClusterReader, Registration
 from staticfleet_dev.kafka import KafkaCluster
 from staticfleet_dev.testkit.consumers import PolledMember
@@ -320,3 +323,61 @@ def right(reader: ClusterReader, group_id: str, truth: Mapping[str, tuple[Any, A
             assert end == ends[tp], (group_id, tp)
     return True
 
+
+def test_a_pass_takes_its_group_from_the_clusters_read_and_reads_it_alone_only_when_stale(
+        logged_kafka_cluster: KafkaCluster, admin: kafkaadmin.Admin) -> None:
+    """What `service.gather` does through `clusterpool` (issue 37 item 3), pass by pass with
+    the time given: the first pass of the cluster reads it; a group registered since is read
+    alone once; then the passes of an interval make no request, the interval's first pass
+    reads every group, a group whose members are in flight is read alone again, and its lag
+    comes from the cluster's reads with the figures the per-group reads give."""
+    cluster = logged_kafka_cluster
+    groups = Groups(cluster, "cp", consumers=2, offsets_only=4, never=0)
+    pool = clusterpool.ClusterReads()
+    try:
+        groups.settle(admin)
+        expected = per_group(admin, groups)
+        t = time.monotonic()
+        reader = pool.reader({"bootstrap.servers": cluster.bootstrap}, t)
+        assert reader is not None
+        regs = groups.registrations
+        for r in regs:  # every group's first pass
+            held = pool.group(reader, r, t, clusterpool.describe_age_s(False), owner=r.group_id)
+            assert held.described is not None and held.committed is not None
+            assert (normal(held.described.outcome.view), dict(held.committed.offsets)) == (
+                expected[r.group_id])
+
+        def requests(now: float, in_flight: bool = False,
+                     which: list[Registration] = regs) -> Counter[str]:
+            before = Counter(reader.wire.sent)
+            for r in which:
+                pool.group(reader, r, now, clusterpool.describe_age_s(in_flight))
+            return reader.wire.sent - before
+
+        assert requests(t + 5) == Counter(), "within the interval: the last reads serve"
+        whole = requests(t + 11)
+        coordinators = set(reader.coordinators.values())
+        assert whole["METADATA"] == 1 and "FIND_COORDINATOR" not in whole, whole
+        assert whole["DESCRIBE_GROUPS"] + whole["CONSUMER_GROUP_DESCRIBE"] <= 2 * len(
+            coordinators), (whole, coordinators)
+        assert reader.last_requests == whole, "one read served every pass of the interval"
+        alone = requests(t + 14, in_flight=True, which=regs[:1])
+        assert sum(alone.values()) == 1 and alone.keys() <= {
+            "DESCRIBE_GROUPS", "CONSUMER_GROUP_DESCRIBE"}, alone
+
+        offsets_only = next(r for r in regs if r.group_id not in groups.consumers)
+        now = t + 14.5
+        before = Counter(reader.wire.sent)
+        lag = lagreads.LagReads(clock=lambda: now).lag(
+            admin, offsets_only.group_id, {offsets_only.topics[0]: PARTITIONS},
+            offsets=clusterpool.GroupOffsets(reader, offsets_only.group_id))
+        assert reader.wire.sent == before, "the offsets of the first read serve a minute"
+        per_group_lag = lagreads.LagReads().lag(
+            admin, offsets_only.group_id, {offsets_only.topics[0]: PARTITIONS})
+        assert lag.by_partition == per_group_lag.by_partition != {}
+        assert lag.age_s == 14.5
+        pool.forget(regs[0].group_id)
+        assert regs[0].group_id not in reader.registered
+    finally:
+        groups.close()
+        pool.close()

@@ -11,7 +11,8 @@ layers (.importlinter, `observe-layers`):
 * `memberhttp`: the members' HTTP endpoints: `/status` read, `/drain` and the other requests asked.
 * `clusterreads`: every registered group of one cluster read together, per interval: a few
   requests per coordinator (describes, committed offsets) and per partition leader (end
-  offsets) for all groups, through kafka-python's client, in process (issue 37).
+  offsets) for all groups, through kafka-python's client, in process (issue 37); what a pass
+  takes from them, as fresh as it needs (`clusterpool`).
 * `kafkareads`: what the operator reads from the cluster (the group, its committed and end
   offsets, the topics, the brokers' timeout bounds) and the group configs it sets there.
 * `kafkaadmin`: the admin clients, one per cluster configuration (`AdminPool`), and how a
