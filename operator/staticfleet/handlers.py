@@ -49,7 +49,7 @@ from staticfleet.decisions.spec.model import (
     RESTARTED_AT_ANNOTATION,
 )
 from staticfleet.memory import Memory
-from staticfleet.observe import memberhttp
+from staticfleet.observe import clusterpool, memberhttp
 
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))
 HANDOFF_GRACE_S = float(os.environ.get("STATICFLEET_SHARD_HANDOFF_SECONDS",
@@ -245,7 +245,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memberhttp.route_through(ours.member_http_via)
     memo.runner = Runner(service.Clients(
         kube=apply.Kube(apply.load_client(os.environ.get("KUBECONFIG"))),
-        settings=ours, namespaces=memo.get("namespaces")))
+        settings=ours, namespaces=memo.get("namespaces"),
+        reads=clusterpool.ClusterReads(interval_s=RESYNC_S)))
 
 
 @kopf.on.cleanup()

@@ -34,15 +34,22 @@ from staticfleet import apply, claims, credentials, metrics, switchover
 from staticfleet.decisions import autoscaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
-from staticfleet.decisions.members.observed import pod_ended, still_running
+from staticfleet.decisions.members.observed import pod_ended, pod_ready, still_running
 from staticfleet.decisions.names import member_token_secret_name
 from staticfleet.decisions.plan import decide, degraded, without_nulls
 from staticfleet.decisions.settings import OperatorSettings
-from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
+from staticfleet.decisions.snapshot import Claimant, GroupView, Problem, Snapshot
 from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.memory import Memory
-from staticfleet.observe import kafkaadmin, kafkareads, memberhttp
+from staticfleet.observe import (
+    clusterpool,
+    clusterreads,
+    kafkaadmin,
+    kafkareads,
+    lagreads,
+    memberhttp,
+)
 from staticfleet.statuspatch import merge_patch
 
 TOPIC_RETRY_S = 10.0
@@ -63,15 +70,21 @@ class Clients:
     """The namespaces the operator watches (None: all), where a sharded operator lists the
     other shards' ConsumerGroups."""
     admins: kafkaadmin.AdminPool = field(default_factory=kafkaadmin.AdminPool)
+    reads: clusterpool.ClusterReads = field(default_factory=clusterpool.ClusterReads)
+    """Every cluster's groups read together (issue 37), where kafka-python can: the group,
+    its offsets and its topics, which the admin clients then read only where these did not."""
     http_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="member-status"))
 
     def forget(self, uid: str) -> None:
-        """ConsumerGroup `uid` is deleted: the API client drops what it cached of it."""
+        """ConsumerGroup `uid` is deleted: the API client drops what it cached of it, the
+        cluster's reads its group."""
         self.kube.forget(uid)
+        self.reads.forget(uid)
 
     def close(self) -> None:
         self.http_pool.shutdown(wait=False, cancel_futures=True)
+        self.reads.close()
         self.admins.close()
         self.kube.close()
 
@@ -106,16 +119,15 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
         return replace(base, problem=Problem(c.INVALID_SPEC, str(exc))), None
     namespace = body["metadata"]["namespace"]
     conf: dict[str, str] = {}
+    rolling = bool(((body.get("status") or {}).get("rollout") or {}).get("inFlight"))
     try:
         if clients.settings.shard is not None:
             claimants = claims.across_shards(body, claimants, clients.kube, clients.namespaces)
         conf = credentials.admin_conf(spec, namespace, clients.kube)
         admin = clients.admins.get(conf)
         broker_config, bounds_denied = memory.caches.broker_bounds(admin)
-        if spec.kafka.topics is not None:
-            topics = kafkareads.topics_seen(admin, spec.kafka.topics)
-        else:
-            topics = kafkareads.pattern_topics_seen(admin, spec.kafka.topic_pattern or "")
+        reader, held = _cluster_read(spec, conf, pods, rolling, uid, clients)
+        topics = _topics(admin, spec, held)
         partitions = topics.counts
         token, token_missing = credentials.member_token(spec, clients.kube)
     except kafkareads.TopicMissing as exc:
@@ -132,7 +144,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
     problem: Problem | None = None
     group = None
     try:
-        group = kafkareads.describe_group(admin, spec.kafka.group_id, spec.membership.protocol)
+        group = _described(admin, spec, held)
     except kafkaadmin.CoordinatorMoving as exc:
         # The members keep serving and a handoff under way still needs its activation: the
         # pass goes on with what it sees of the pods, and steers only that (`plan.degraded`).
@@ -153,11 +165,12 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
     statuses = _member_statuses(running, clients, memory)
     lag = None
     if group is not None:
-        rolling = bool(((body.get("status") or {}).get("rollout") or {}).get("inFlight"))
         lag = memory.caches.lag_reads.lag(
             admin, spec.kafka.group_id, partitions, statuses.values(),
             known=group.state != "Dead", rolling=rolling,
-            autoscaling=spec.autoscaling is not None, owner=uid)
+            autoscaling=spec.autoscaling is not None, owner=uid,
+            offsets=None if reader is None or held is None else clusterpool.GroupOffsets(
+                reader, spec.kafka.group_id))
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=statuses, group=group, partitions=partitions,
                     closed_by_pod=closed_by_pod, final_batches=final_batches,
@@ -173,6 +186,72 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
                     member_token=token, member_token_missing=token_missing, problem=problem,
                     settings=clients.settings)
     return snap, admin
+
+
+def _cluster_read(spec: ConsumerGroupSpec, conf: Mapping[str, str],
+                  pods: Sequence[Mapping[str, Any]], rolling: bool, owner: str, clients: Clients
+                  ) -> tuple[clusterreads.ClusterReader | None, clusterreads.GroupRead | None]:
+    """The group's answers from its cluster's reads (`clusterpool`), as fresh as this pass
+    needs them: its describe read again now while members are in flight (a rollout, a pod that
+    is not Ready or is going, fewer or more pods than replicas). None where the cluster has no
+    reader (its groups are read one by one meanwhile)."""
+    try:
+        return _read_together(spec, conf, pods, rolling, owner, clients)
+    except Exception as exc:  # a fault of these reads costs this pass their savings only
+        log.warning("%s/%s: the cluster's reads failed; the group is read alone: %r",
+                    spec.namespace, spec.name, exc)
+        return None, None
+
+
+def _read_together(spec: ConsumerGroupSpec, conf: Mapping[str, str],
+                   pods: Sequence[Mapping[str, Any]], rolling: bool, owner: str,
+                   clients: Clients
+                   ) -> tuple[clusterreads.ClusterReader | None, clusterreads.GroupRead | None]:
+    now = time.monotonic()
+    reader = clients.reads.reader(conf, now)
+    if reader is None:
+        return None, None
+    kafka = spec.kafka
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    in_flight = rolling or len(live) != len(pods) or len(live) != spec.replicas or not all(
+        pod_ready(p) for p in live)
+    registration = clusterreads.Registration(
+        kafka.group_id, spec.membership.protocol, tuple(kafka.topics or ()),
+        None if kafka.topics is not None else kafka.topic_pattern or "",
+        offsets_age_s=lagreads.max_age_s(rolling, spec.autoscaling is not None,
+                                         lagreads.READ_INTERVAL_S + reader.interval_s))
+    held = clients.reads.group(reader, registration, now, clusterpool.describe_age_s(
+        in_flight, reader.interval_s), owner)
+    return reader, held
+
+
+def _topics(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec,
+            held: clusterreads.GroupRead | None) -> kafkareads.TopicsSeen:
+    """The subscribed topics as the cluster's reads saw them, or, where they did not see them
+    all, as the admin client's metadata shows them (which says what is missing)."""
+    named = spec.kafka.topics
+    if held is not None and held.topics is not None and not held.missing and (
+            named is None or set(held.topics.counts) == set(named)):
+        return held.topics
+    if named is not None:
+        return kafkareads.topics_seen(admin, named)
+    return kafkareads.pattern_topics_seen(admin, spec.kafka.topic_pattern or "")
+
+
+def _described(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec,
+               held: clusterreads.GroupRead | None) -> GroupView:
+    """The group as the cluster's reads described it; a coordinator that moved (its answer
+    says so) is `CoordinatorMoving`; where the reads have no answer, the group's own describe
+    (`kafkareads.describe_group`, its failures as they are)."""
+    group_id = spec.kafka.group_id
+    described = held.described if held is not None else None
+    if described is not None and described.outcome.view is not None:
+        return described.outcome.view
+    if described is not None and described.outcome.said_moving:
+        raise kafkaadmin.CoordinatorMoving(
+            f"describing group {group_id} at {admin.bootstrap}: {described.outcome.text}; the "
+            "group's coordinator is moving")
+    return kafkareads.describe_group(admin, group_id, spec.membership.protocol)
 
 
 def _failed(base: Snapshot, spec: ConsumerGroupSpec,
