@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import signal
 import threading
@@ -24,6 +25,11 @@ def main(argv: list[str] | None = None) -> int:
                     "(the operator started with STATICFLEET_MEMBER_HTTP_VIA=<listen>).")
     parser.add_argument("--kubeconfig", required=True, type=Path)
     parser.add_argument("--listen", default="127.0.0.1:18080", help="host:port (port 0: any)")
+    parser.add_argument("--simulate", type=ipaddress.IPv4Network, default=None,
+                        metavar="NETWORK",
+                        help="simulate only the pods whose IP is in NETWORK (kwok's pod network, "
+                             "127.64.0.0/10); relay the requests for the others to the pods "
+                             "themselves (default: simulate every pod)")
     for f in fields(Pace):  # every pace knob as a flag: --warm-s 2.0, --partitions 3, ...
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default),
                             default=f.default, help=f"(default {f.default})")
@@ -31,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(threadName)s %(message)s")
     host, _, port = args.listen.rpartition(":")
-    sim = Simulator(Pace(**{f.name: getattr(args, f.name) for f in fields(Pace)}))
+    sim = Simulator(Pace(**{f.name: getattr(args, f.name) for f in fields(Pace)}),
+                    simulate=args.simulate)
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:

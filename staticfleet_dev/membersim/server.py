@@ -8,12 +8,18 @@ POST checked against the group's token first with the runtime's own check
 while the group's Secret is unknown). A pod the simulator does not know (not seen yet, or
 stopped) answers 503. A drain that takes time waits on the event loop, not in a thread.
 
+With `simulate` (a network, e.g. kwok's pod network) only the pods whose IP lies in it are
+simulated; a request for any other pod is relayed to that pod's own address and port (a real
+member process, say on the local node, in a bench that also runs real members), its answer
+passed back as it came (a pod that does not answer: 502), and such pods stay out of the table.
+
 Without the header: `GET /_sim/stats`, what the simulator knows and has answered (JSON).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import threading
 import time
@@ -22,11 +28,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from aiohttp import web
+from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
 from consumer_runtime import control
 from member_contract import DRAIN, HEALTHZ, READYZ, REQUESTS, STATUS
-from staticfleet.observe.memberhttp import POD_IP_HEADER
+from staticfleet.observe.memberhttp import MEMBER_PORT, POD_IP_HEADER
 from staticfleet_dev.membersim.members import Member, Pace, Table
 from staticfleet_dev.membersim.pods import pod_facts, process_gone, secret_token
 
@@ -35,6 +41,9 @@ DRAIN_WAIT_MS = 30_000
 MAX_BODY = 64 * 1024
 """As consumer_runtime.http's (test_membersim holds them equal; that module is not imported:
 it brings pandas and pyarrow with it)."""
+RELAY_TIMEOUT_S = DRAIN_WAIT_MS / 1000 + 10.0
+"""The longest a relayed request may take: a drain waits up to its `waitMs`."""
+RELAYED_HEADERS = ("Authorization", "Content-Type")
 TICK_S = 1.0
 """How often every member's due changes are carried out (each request carries out its own
 member's at once)."""
@@ -45,9 +54,12 @@ class Simulator:
     Secrets from its own thread (`pods_listed`, `pod_changed`, ...); every access to the table
     is under `lock`."""
 
-    def __init__(self, pace: Pace | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, pace: Pace | None = None, clock: Callable[[], float] = time.time,
+                 simulate: ipaddress.IPv4Network | None = None) -> None:
         self.table = Table(pace or Pace())
         self.clock = clock
+        self.simulate = simulate
+        self._session: ClientSession | None = None
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
         self.port = 0
@@ -64,7 +76,7 @@ class Simulator:
         for pod in pods:
             self.pod_changed("ADDED", pod)
             facts = pod_facts(pod)
-            if facts is not None:
+            if facts is not None and self.simulates(facts.ip):
                 running.add(facts.uid)
         with self.lock:
             self.table.keep_only(running)
@@ -72,11 +84,22 @@ class Simulator:
     def pod_changed(self, kind: str, pod: Mapping[str, Any]) -> None:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         facts = None if kind == "DELETED" else pod_facts(pod)
+        if facts is not None and not self.simulates(facts.ip):
+            facts = None  # a real member's: relayed, never in the table
         with self.lock:
             if facts is not None:
                 self.table.upsert(facts, self.clock())
             elif kind == "DELETED" or process_gone(pod):
                 self.table.remove(uid)
+
+    def simulates(self, ip: str) -> bool:
+        """Whether the pod at `ip` is simulated here (else its requests are relayed to it)."""
+        if self.simulate is None:
+            return True
+        try:
+            return ipaddress.ip_address(ip) in self.simulate
+        except ValueError:
+            return False
 
     def secrets_listed(self, secrets: Iterable[Mapping[str, Any]]) -> None:
         tokens = {}
@@ -127,11 +150,14 @@ class Simulator:
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port, backlog=1024).start()
         self._ticker = asyncio.ensure_future(self._tick())
+        self._session = ClientSession(timeout=ClientTimeout(total=RELAY_TIMEOUT_S))
         return int(self._runner.addresses[0][1])
 
     async def _close(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
+        if self._session is not None:
+            await self._session.close()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -147,6 +173,8 @@ class Simulator:
         ip = request.headers.get(POD_IP_HEADER)
         if ip is None:
             return self._admin(request)
+        if not self.simulates(ip):
+            return await self._relay(ip, request)
         with self.lock:
             member = self.table.find(ip)
         if member is None:
@@ -180,6 +208,24 @@ class Simulator:
         if refused is None:
             return _json(202, {"accepted": action})
         return _json(409, {"refused": action, "reason": refused})
+
+    async def _relay(self, ip: str, request: web.Request) -> web.StreamResponse:
+        """The request as the member at `ip` answers it (502: it did not answer)."""
+        assert self._session is not None
+        self.counts["relayed"] += 1
+        headers = {h: request.headers[h] for h in RELAYED_HEADERS if h in request.headers}
+        body = await request.read() if request.method == "POST" else None
+        try:
+            async with self._session.request(
+                    request.method, f"http://{ip}:{MEMBER_PORT}{request.path_qs}",
+                    headers=headers, data=body) as answer:
+                data = await answer.read()
+                passed = {h: answer.headers[h] for h in ("Content-Type", "WWW-Authenticate")
+                          if h in answer.headers}
+                return web.Response(status=answer.status, body=data, headers=passed)
+        except (ClientError, TimeoutError) as exc:
+            self.counts["relay failed"] += 1
+            return web.Response(status=502, text=f"member at {ip} did not answer: {exc}\n")
 
     def _get(self, member: Member, path: str) -> web.StreamResponse:
         if path == STATUS:

@@ -6,6 +6,7 @@ in process without Kafka)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import time
 import urllib.error
@@ -268,3 +269,44 @@ def test_the_simulators_drain_answer_has_the_runtimes_keys(sim: Simulator) -> No
     assert set(simulated) == set(runtime)
     assert simulated["drained"] is True and simulated["instanceId"] == "orders-2"
 
+
+
+# --- real members beside simulated ones ------------------------------------------------------
+
+REAL_IP = "127.77.0.9"
+"""A real member's pod IP (a loopback address: Linux routes all of 127.0.0.0/8 to `lo`)."""
+
+
+def test_a_pod_outside_the_simulated_network_is_relayed_to_its_own_process() -> None:
+    """With `simulate` set, the simulator answers for the pods in that network and relays every
+    other pod's request to the pod's own address: here the runtime's own server, whose answers
+    (its /status, its token check, its 202) come back as it gave them; such a pod never enters
+    the table, and a pod that does not answer is a 502."""
+    tel = runtime_telemetry()
+    accepted: list[str] = []
+    real = serve(tel, REAL_IP, PORT, lambda action: accepted.append(action), lambda: TOKEN)
+    simulator = Simulator(FAST, simulate=ipaddress.IPv4Network("10.1.0.0/24"))
+    outside = pod(4)
+    outside["status"]["podIP"] = REAL_IP
+    simulator.pods_listed([pod(0), outside])
+    before = memberhttp.route_through(("127.0.0.1", simulator.start()))
+    try:
+        status = memberhttp.read_member_status(REAL_IP, PORT)
+        assert status is not None and status["processStart"] == 1_800_000_000.0, status
+        assert memberhttp.ask_member(REAL_IP, PORT, REJOIN, (TOKEN,)) is None
+        assert accepted == [REJOIN]
+        wrong = memberhttp.ask_member(REAL_IP, PORT, REJOIN, ("wrong",))
+        assert isinstance(wrong, Refused) and wrong.status == 403, wrong
+        assert accepted == [REJOIN], "the refused request never reached the process"
+        silent = memberhttp.ask_member("127.77.0.10", PORT, REJOIN, (TOKEN,))
+        assert isinstance(silent, Refused) and silent.status == 502, silent
+        simulated = memberhttp.read_member_status(ip(0), PORT)
+        assert simulated is not None and simulated["instanceId"] == "orders-0"
+        stats = simulator.stats()
+        assert stats["members"] == 1, "the real member is not simulated"
+        assert stats["requests"]["relayed"] == 4 and stats["requests"]["relay failed"] == 1
+    finally:
+        memberhttp.route_through(before)
+        simulator.stop()
+        real.shutdown()
+        real.server_close()
