@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -42,21 +41,22 @@ def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     return out
 
 
-def api_requests(text: str) -> Counter[tuple[str, str]]:
+def api_requests(text: str) -> dict[tuple[str, str], float]:
     """The API server's count of the requests it served so far (`apiserver_request_total`,
     summed over codes, scopes and the rest), by (verb, resource)."""
-    out: Counter[tuple[str, str]] = Counter()
+    out: dict[tuple[str, str], float] = {}
     for labels, value in samples(text, "apiserver_request_total"):
-        out[(labels.get("verb", ""), labels.get("resource", ""))] += value
+        key = (labels.get("verb", ""), labels.get("resource", ""))
+        out[key] = out.get(key, 0.0) + value
     return out
 
 
 def by_verb(counts: Mapping[tuple[str, str], float]) -> dict[str, float]:
     """(verb, resource) counts summed per verb."""
-    out: Counter[str] = Counter()
+    out: dict[str, float] = {}
     for (verb, _resource), n in counts.items():
-        out[verb] += n
-    return dict(out)
+        out[verb] = out.get(verb, 0.0) + n
+    return out
 
 
 def writes(counts: Mapping[tuple[str, str], float]) -> float:
@@ -81,9 +81,10 @@ def difference(after: Mapping[tuple[str, str], float], before: Mapping[tuple[str
 def buckets(text: str, name: str) -> list[tuple[float, float]]:
     """The cumulative buckets of the (unlabelled, or summed over labels) histogram `name`:
     (upper bound, count), by bound, +Inf last."""
-    out: Counter[float] = Counter()
+    out: dict[float, float] = {}
     for labels, value in samples(text, f"{name}_bucket"):
-        out[float(labels["le"])] += value
+        le = float(labels["le"])
+        out[le] = out.get(le, 0.0) + value
     return sorted(out.items())
 
 

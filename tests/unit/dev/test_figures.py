@@ -15,10 +15,10 @@ pytestmark = pytest.mark.unit
 APISERVER = """\
 # HELP apiserver_request_total [STABLE] Counter of apiserver requests
 # TYPE apiserver_request_total counter
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 12
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="cluster",subresource="",verb="LIST",version="v1"} 3
-apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="events",scope="namespace",subresource="",verb="POST",version="v1"} 7
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="staticfleet.io",resource="consumergroups",scope="namespace",subresource="status",verb="PATCH",version="v1alpha1"} 5
+apiserver_request_total{code="200",resource="pods",scope="namespace",verb="LIST"} 12
+apiserver_request_total{code="200",resource="pods",scope="cluster",verb="LIST"} 3
+apiserver_request_total{code="201",resource="events",scope="namespace",verb="POST"} 7
+apiserver_request_total{code="200",resource="consumergroups",subresource="status",verb="PATCH"} 5
 apiserver_request_total_other{verb="POST"} 1000
 apiserver_request_duration_seconds_bucket{verb="POST",le="0.1"} 3
 """
