@@ -7,8 +7,7 @@ requests to them) and the operator as a real process (`STATICFLEET_MEMBER_HTTP_V
 simulator). N groups of 3 members go to kwok's Nodes, each with committed offsets on the cluster;
 the first 20 have 1 member and a real confluent-kafka consumer in this process under that
 member's instance id, so their describes return a member. One more group, `real`, runs 2 real
-members (the member runtime, its Spark through one Spark Connect server) on the local node
-under a steady stream into an output topic.
+members (the runtime, Spark through a Spark Connect server) on the local node, fed steadily.
 
 Scenarios, in this order (`--scenarios` picks some; the environment is made once):
   c  the real group rolls with only it present (an operator that has only it), as the baseline;
@@ -368,6 +367,8 @@ def broker_stop(f: Fleet) -> None:
     t_start = time.monotonic()
     f.cluster.start(node, timeout=300)
     t_back = time.monotonic()
+    f.env.replace_record(f.cluster.node(node).record)  # so that `env down` stops it
+    environment.save(f.env)
     with contextlib.suppress(AssertionError):  # then reported as still Degraded
         wait_for("no group Degraded", lambda: samples and samples[-1][0] > t_back
                  and not samples[-1][1], timeout=f.args.settle_timeout, interval=1.0)
@@ -406,7 +407,7 @@ def run(f: Fleet, wanted: str) -> None:
         finally:
             alone.stop()
     else:
-        base = gens(f.real_groups)
+        base = gens(f.real_groups)  # the consumers' groups formed while the fleet was set up
     make_fleet(f)
     measure_idle(f)
     cold_start(f)  # a (the operator must run for every other scenario)
@@ -438,9 +439,8 @@ def run(f: Fleet, wanted: str) -> None:
         f.report["rolloutGapMsAlone"] = gap["rolloutAlone"]
         f.report["rolloutGapMsAmong"] = gap["rolloutAmong"]
     else:
-        for key in ("rolloutGapMsAlone", "rolloutGapMsAmong", "lost"):
-            f.report[key] = None
-            f.notes[key] = "scenario c not run"
+        f.notes.update(dict.fromkeys(("rolloutGapMsAlone", "rolloutGapMsAmong", "lost"),
+                                     "scenario c not run"))
 
 
 def main() -> int:
