@@ -143,10 +143,18 @@ def observed(obj: Mapping[str, Any]) -> bool:
 
 
 def settled(obj: Mapping[str, Any]) -> bool:
-    """Reconciled: observed at its current generation, Ready, not Degraded."""
+    """Reconciled: observed at its current generation, every member pod Ready, no rollout
+    under way, not Degraded, and Ready; or, for a group whose members are all simulated (the
+    broker sees no member of it: Empty), Ready False for just that reason (`GroupNotStable`),
+    which is what the operator rightly says of an Empty group."""
+    st = obj.get("status") or {}
     conds = _conditions(obj)
-    return (observed(obj) and conds.get("Ready", {}).get("status") == "True"
-            and conds.get("Degraded", {}).get("status") != "True")
+    ready = conds.get("Ready", {})
+    return (observed(obj) and st.get("readyReplicas") == obj["spec"]["replicas"]
+            and (st.get("rollout") or {}).get("phase") in ("Idle", "Complete")
+            and conds.get("Degraded", {}).get("status") == "False"
+            and (ready.get("status") == "True"
+                 or (ready.get("reason") == "GroupNotStable" and st.get("groupState") == "Empty")))
 
 
 def all_replaced(obj: Mapping[str, Any], pods: Iterable[Any]) -> bool:
@@ -175,6 +183,11 @@ def why_not_settled(objs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
             out["not observed at its generation"] += 1
         elif degraded(obj):
             out[f"Degraded: {conds['Degraded'].get('reason')}"] += 1
+        elif (obj.get("status") or {}).get("readyReplicas") != obj["spec"]["replicas"]:
+            out["member pods not all Ready"] += 1
+        elif ((obj.get("status") or {}).get("rollout") or {}).get("phase") not in (
+                "Idle", "Complete"):
+            out["a rollout under way"] += 1
         else:
             out[f"Ready {conds.get('Ready', {}).get('status')}: "
                 f"{conds.get('Ready', {}).get('reason')}"] += 1
