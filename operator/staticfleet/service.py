@@ -30,26 +30,19 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from staticfleet import apply, claims, credentials, metrics, switchover
+from staticfleet import apply, claims, credentials, kafkaview, metrics, switchover
 from staticfleet.decisions import autoscaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
-from staticfleet.decisions.members.observed import pod_ended, pod_ready, still_running
+from staticfleet.decisions.members.observed import pod_ended, still_running
 from staticfleet.decisions.names import member_token_secret_name
 from staticfleet.decisions.plan import decide, degraded, without_nulls
 from staticfleet.decisions.settings import OperatorSettings
-from staticfleet.decisions.snapshot import Claimant, GroupView, Problem, Snapshot
+from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
 from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.memory import Memory
-from staticfleet.observe import (
-    clusterpool,
-    clusterreads,
-    kafkaadmin,
-    kafkareads,
-    lagreads,
-    memberhttp,
-)
+from staticfleet.observe import clusterpool, kafkaadmin, kafkareads, memberhttp
 from staticfleet.statuspatch import merge_patch
 
 TOPIC_RETRY_S = 10.0
@@ -126,8 +119,8 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
         conf = credentials.admin_conf(spec, namespace, clients.kube)
         admin = clients.admins.get(conf)
         broker_config, bounds_denied = memory.caches.broker_bounds(admin)
-        reader, held = _cluster_read(spec, conf, pods, rolling, uid, clients)
-        topics = _topics(admin, spec, held)
+        reader, held = kafkaview.cluster_read(spec, conf, pods, rolling, uid, clients.reads)
+        topics = kafkaview.topics(admin, spec, held)
         partitions = topics.counts
         token, token_missing = credentials.member_token(spec, clients.kube)
     except kafkareads.TopicMissing as exc:
@@ -144,7 +137,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
     problem: Problem | None = None
     group = None
     try:
-        group = _described(admin, spec, held)
+        group = kafkaview.described(admin, spec, held)
     except kafkaadmin.CoordinatorMoving as exc:
         # The members keep serving and a handoff under way still needs its activation: the
         # pass goes on with what it sees of the pods, and steers only that (`plan.degraded`).
@@ -186,72 +179,6 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
                     member_token=token, member_token_missing=token_missing, problem=problem,
                     settings=clients.settings)
     return snap, admin
-
-
-def _cluster_read(spec: ConsumerGroupSpec, conf: Mapping[str, str],
-                  pods: Sequence[Mapping[str, Any]], rolling: bool, owner: str, clients: Clients
-                  ) -> tuple[clusterreads.ClusterReader | None, clusterreads.GroupRead | None]:
-    """The group's answers from its cluster's reads (`clusterpool`), as fresh as this pass
-    needs them: its describe read again now while members are in flight (a rollout, a pod that
-    is not Ready or is going, fewer or more pods than replicas). None where the cluster has no
-    reader (its groups are read one by one meanwhile)."""
-    try:
-        return _read_together(spec, conf, pods, rolling, owner, clients)
-    except Exception as exc:  # a fault of these reads costs this pass their savings only
-        log.warning("%s/%s: the cluster's reads failed; the group is read alone: %r",
-                    spec.namespace, spec.name, exc)
-        return None, None
-
-
-def _read_together(spec: ConsumerGroupSpec, conf: Mapping[str, str],
-                   pods: Sequence[Mapping[str, Any]], rolling: bool, owner: str,
-                   clients: Clients
-                   ) -> tuple[clusterreads.ClusterReader | None, clusterreads.GroupRead | None]:
-    now = time.monotonic()
-    reader = clients.reads.reader(conf, now)
-    if reader is None:
-        return None, None
-    kafka = spec.kafka
-    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    in_flight = rolling or len(live) != len(pods) or len(live) != spec.replicas or not all(
-        pod_ready(p) for p in live)
-    registration = clusterreads.Registration(
-        kafka.group_id, spec.membership.protocol, tuple(kafka.topics or ()),
-        None if kafka.topics is not None else kafka.topic_pattern or "",
-        offsets_age_s=lagreads.max_age_s(rolling, spec.autoscaling is not None,
-                                         lagreads.READ_INTERVAL_S + reader.interval_s))
-    held = clients.reads.group(reader, registration, now, clusterpool.describe_age_s(
-        in_flight, reader.interval_s), owner)
-    return reader, held
-
-
-def _topics(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec,
-            held: clusterreads.GroupRead | None) -> kafkareads.TopicsSeen:
-    """The subscribed topics as the cluster's reads saw them, or, where they did not see them
-    all, as the admin client's metadata shows them (which says what is missing)."""
-    named = spec.kafka.topics
-    if held is not None and held.topics is not None and not held.missing and (
-            named is None or set(held.topics.counts) == set(named)):
-        return held.topics
-    if named is not None:
-        return kafkareads.topics_seen(admin, named)
-    return kafkareads.pattern_topics_seen(admin, spec.kafka.topic_pattern or "")
-
-
-def _described(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec,
-               held: clusterreads.GroupRead | None) -> GroupView:
-    """The group as the cluster's reads described it; a coordinator that moved (its answer
-    says so) is `CoordinatorMoving`; where the reads have no answer, the group's own describe
-    (`kafkareads.describe_group`, its failures as they are)."""
-    group_id = spec.kafka.group_id
-    described = held.described if held is not None else None
-    if described is not None and described.outcome.view is not None:
-        return described.outcome.view
-    if described is not None and described.outcome.said_moving:
-        raise kafkaadmin.CoordinatorMoving(
-            f"describing group {group_id} at {admin.bootstrap}: {described.outcome.text}; the "
-            "group's coordinator is moving")
-    return kafkareads.describe_group(admin, group_id, spec.membership.protocol)
 
 
 def _failed(base: Snapshot, spec: ConsumerGroupSpec,
