@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import os
 import statistics
 import tempfile
 import time
@@ -58,6 +57,7 @@ from kubernetes import client, config
 from staticfleet.decisions.conditions import parse_rfc3339
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaCluster, KafkaNode, KafkaSettings
+from staticfleet_dev.testkit import figures
 from staticfleet_dev.testkit.groups import PLACEHOLDER_MEMBER as PLACEHOLDER
 from staticfleet_dev.testkit.kube import create_namespace, install_crds, kubectl, to_yaml
 from staticfleet_dev.testkit.operator import OperatorProcess, Variant, worktree
@@ -118,37 +118,13 @@ def pods_by_group(core: client.CoreV1Api) -> dict[str, int]:
     return out
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise SystemExit(f"no VmRSS for pid {pid}")
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
-
-
 def api_requests(kubeconfig: Path) -> tuple[float, float]:
     """The API server's own count of requests it served (apiserver_request_total): all of
     them, and those on consumergroups (which only the operator makes)."""
-    text = kubectl(kubeconfig, "get", "--raw", "/metrics", timeout=60).stdout
-    total = groups = 0.0
-    for line in text.splitlines():
-        if line.startswith("apiserver_request_total{"):
-            value = float(line.rsplit(" ", 1)[1])
-            total += value
-            if 'resource="consumergroups"' in line:
-                groups += value
-    return total, groups
+    counts = figures.api_requests(kubectl(kubeconfig, "get", "--raw", "/metrics",
+                                          timeout=60).stdout)
+    return (sum(counts.values()),
+            sum(n for (_verb, resource), n in counts.items() if resource == "consumergroups"))
 
 
 def requests_per_minute(kubeconfig: Path, window: float) -> tuple[float, float]:
@@ -208,16 +184,16 @@ def measure(variant: Variant, env: Any, core: client.CoreV1Api,
             wait_for(f"pods of {name} gone", lambda n=name: n not in pods_by_group(core),
                      timeout=120, interval=0.2)
         out[f"apply -> 3 pods, median of {args.runs} (s)"] = statistics.median(latencies)
-        out[f"apply -> 3 pods, p90 of {args.runs} (s)"] = percentile(latencies, 90)
+        out[f"apply -> 3 pods, p90 of {args.runs} (s)"] = figures.percentile(latencies, 90)
 
         time.sleep(args.settle)
         assert op.proc is not None
         cluster = kafka_logs(env)
         sizes = cluster.log_sizes()
-        cpu0, t3 = cpu_seconds(op.proc.pid), time.monotonic()
+        cpu0, t3 = figures.cpu_seconds(op.proc.pid), time.monotonic()
         rpm = requests_per_minute(env.kubeconfig, args.window)
         took = time.monotonic() - t3
-        cpu = (cpu_seconds(op.proc.pid) - cpu0) / took
+        cpu = (figures.cpu_seconds(op.proc.pid) - cpu0) / took
         mine = [api for api, who in cluster.requests(sizes) if who == "staticfleet-operator"]
         reads = sum(1 for api in mine if api in ("OFFSET_FETCH", "LIST_OFFSETS"))
         out["at rest: Kafka requests/s of the operator (cluster)"] = len(mine) / took
@@ -233,7 +209,7 @@ def measure(variant: Variant, env: Any, core: client.CoreV1Api,
         out["at rest: consumergroups requests per group per minute"] = (
             (rpm[1] - idle_rpm[1]) / args.groups)
         out["at rest: operator CPU (% of one core)"] = 100 * cpu
-        out["at rest: operator RSS (MiB)"] = rss_kib(op.proc.pid) / 1024
+        out["at rest: operator RSS (MiB)"] = figures.rss_kib(op.proc.pid) / 1024
 
         op.stop()
         t4 = time.time()

@@ -9,7 +9,7 @@
 #   Python:          a venv at $STATICFLEET_CACHE/venv with the project (editable) and its extra:
 #                    demo: `dev`; all: `test` (which includes `dev`)
 #   Servers:         Kafka jars (Maven Central); etcd, kube-apiserver, kube-controller-manager,
-#                    prometheus (all: also promtool and helm), built from the Go module proxy
+#                    prometheus (all: also promtool, helm and kwok), built from the Go module proxy
 #
 # The Kafka jars and the Go builds run in the background while pip installs the venv (the builds
 # need only the standard library: `python3 -m staticfleet_dev.build`). Each step prints its name
@@ -23,7 +23,7 @@ GO_VERSION="1.26.8"
 TARGET="${1:-all}"
 case "$TARGET" in
   demo) EXTRA="dev"; BUILDS=(etcd k8s prometheus) ;;
-  all) EXTRA="test"; BUILDS=(etcd k8s prometheus promtool helm) ;;
+  all) EXTRA="test"; BUILDS=(etcd k8s prometheus promtool helm kwok) ;;
   *) echo "usage: $0 [demo|all]" >&2; exit 2 ;;
 esac
 mkdir -p "$CACHE"
@@ -35,6 +35,7 @@ declare -A EXPECTED=(
   [apt]="about 1 min" [go]="about 20 s" [venv]="about 2 min"
   [kafka]="about 40 s" [etcd]="about 1 min" [k8s]="about 5 min"
   [prometheus]="about 3 min" [promtool]="about 1 min" [helm]="about 1 min 40 s"
+  [kwok]="about 1 min 10 s"
 )
 step() { log "step $1 (first run: ${EXPECTED[$1]}): $2"; }
 

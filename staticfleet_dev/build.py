@@ -1,9 +1,10 @@
 """Resolve the real servers into the cache: Kafka jars from Maven Central, Kubernetes
-control-plane binaries, etcd, helm, Prometheus and promtool built from the Go module proxy.
+control-plane binaries, etcd, helm, Prometheus, promtool and kwok built from the Go module proxy.
 
 Every step is idempotent: a finished artifact is marked by a stamp file and reused. The demo
-needs kafka, etcd, k8s and prometheus; helm and promtool only the tests (scripts/setup.sh).
-Run as ``python -m staticfleet_dev.build [kafka|etcd|k8s|prometheus|promtool|helm|all]``; it
+needs kafka, etcd, k8s and prometheus; helm, promtool and kwok only the tests and benches
+(scripts/setup.sh).
+Run as ``python -m staticfleet_dev.build [kafka|etcd|k8s|prometheus|promtool|helm|kwok|all]``; it
 needs nothing beyond the standard library, so setup runs it while the venv is installed.
 """
 
@@ -125,6 +126,30 @@ def _go_build(
     return bindir
 
 
+def _go_install(label: str, package: str, version: str, *, ldflags: str = "") -> Path:
+    """`go install package@version` into a versioned bin directory; return the binary.
+
+    For a module whose go.mod builds as it is (no replace directives): its own go.sum pins
+    every dependency, so no wrapper module is needed.
+    """
+    root = cache_root() / f"{label}-{version}"
+    binary = root / "bin" / package.rsplit("/", 1)[1]
+    stamp = root / ".complete"
+    recipe = f"{version} {ldflags}"
+    if _stamp_ok(stamp, [binary]) and stamp.read_text() == recipe:
+        return binary
+    go = require_tool("go")
+    root.mkdir(parents=True, exist_ok=True)
+    env = _go_env(root)
+    env["GOBIN"] = str(binary.parent)
+    cmd = [go, "install", "-trimpath"]
+    if ldflags:
+        cmd += ["-ldflags", ldflags]
+    run_logged([*cmd, f"{package}@{version}"], cwd=root, log=root / "build.log", env=env)
+    stamp.write_text(recipe)
+    return binary
+
+
 def _kubernetes_replaces(version: str) -> list[str]:
     """Every staging module k8s.io/kubernetes pins at v0.0.0, pointed at its published tag."""
     url = f"https://proxy.golang.org/k8s.io/kubernetes/@v/{version}.mod"
@@ -187,6 +212,12 @@ def promtool_bin() -> Path:
     return _prometheus_module("promtool")
 
 
+def kwok_bin() -> Path:
+    """kwok, which plays the kubelets of fake nodes (staticfleet_dev.kwok)."""
+    return _go_install("kwok", "sigs.k8s.io/kwok/cmd/kwok", versions.KWOK_VERSION,
+                       ldflags="-s -w")
+
+
 STEPS = {
     "kafka": kafka_libs,
     "etcd": etcd_bin,
@@ -194,6 +225,7 @@ STEPS = {
     "prometheus": prometheus_bin,
     "promtool": promtool_bin,
     "helm": helm_bin,
+    "kwok": kwok_bin,
 }
 
 

@@ -6,9 +6,11 @@ the server's log tail; nothing is ever skipped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +99,27 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
     after), everything replicated 3, min.insync.replicas 2, beside the session's single
     broker. Tests may stop, kill and restart its brokers; each leaves all three running
     (`KafkaCluster.start` is a no-op on a running one)."""
+    with _three_brokers(tmp_path_factory, KafkaSettings.for_tests()) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def logged_kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A three-broker cluster like `kafka_cluster` whose brokers log every request they
+    complete (`KafkaSettings.log_requests`: API and client id), for the tests that count a
+    client's requests (`KafkaCluster.requests`). Not `kafka_cluster` itself: every consumer's
+    fetches in that log would lengthen the log scans of its tests."""
+    settings = replace(KafkaSettings.for_tests(), log_requests=True)
+    with _three_brokers(tmp_path_factory, settings) as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def _three_brokers(tmp_path_factory: pytest.TempPathFactory,
+                   settings: KafkaSettings) -> Iterator[KafkaCluster]:
     root = tmp_path_factory.mktemp("kafka-cluster")
     try:
-        cluster = start_kafka_cluster(root)
+        cluster = start_kafka_cluster(root, settings=settings)
     except ServerFailed as exc:
         pytest.fail(f"the three-broker cluster did not start: {exc}", pytrace=False)
     # Registered like the session's environment, so a crashed run's brokers are stopped by
@@ -164,6 +184,22 @@ def operator(local_env: environment.LocalEnv, crds: None, local_node: ProcessRec
         pytest.fail(str(exc), pytrace=False)
     yield proc
     proc.stop()
+
+
+@pytest.fixture
+def no_admin_operator(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Stop the session's admin operator if another module started it; start it again after
+    (for the tests whose own operators must be the only ones)."""
+    active: OperatorProcess | None = None
+    for fixturedef in request._fixturemanager.getfixturedefs("operator", request.node) or ():
+        cached = fixturedef.cached_result
+        if cached is not None and isinstance(cached[0], OperatorProcess):
+            active = cached[0]
+    if active is not None:
+        active.stop()
+    yield
+    if active is not None:
+        active.start()
 
 
 @pytest.fixture

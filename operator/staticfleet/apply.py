@@ -2,8 +2,10 @@
 
 It adopts children (owner references), server-side-applies them (but the members' token
 Secret, which it only ever creates: `CREATE_ONLY`), creates, annotates and deletes member pods,
-writes the ConsumerGroup's status and Events, reads Secrets, and turns `ApiException` into the
-project's own errors. Nothing else in the operator imports the Kubernetes client.
+writes the ConsumerGroup's status and Events, reads Secrets, and, for a sharded operator,
+labels ConsumerGroups with their Kafka group, lists them by it and clears `status.shard` when a
+shard lets a group go. It turns `ApiException` into the project's own errors. Nothing else in
+the operator imports the Kubernetes client.
 
 It keeps the API server's load flat at rest: a child is applied again only when its content
 changed or `REAPPLY_S` passed (to correct drift), and a Secret is read at most once per
@@ -237,6 +239,74 @@ class Kube:
                 return False
             raise _error(exc, f"scaling {meta['name']} to {replicas}") from exc
         return True
+
+    def release_shard(self, owner: Mapping[str, Any], shard: str) -> bool:
+        """Clear a ConsumerGroup's `status.shard` if it still names `shard` (a JSON patch's
+        test): the shard lets the group go. False when it names another shard by now, or the
+        group is gone."""
+        group, version = owner["apiVersion"].split("/")
+        meta = owner["metadata"]
+        patch = [{"op": "test", "path": "/status/shard", "value": shard},
+                 {"op": "remove", "path": "/status/shard"}]
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                group, version, meta["namespace"], PLURAL, meta["name"], patch,
+                _content_type="application/json-patch+json")
+        except ApiException as exc:
+            if exc.status in (404, 409, 422):
+                return False
+            raise _error(exc, f"releasing {meta['name']} from shard {shard}") from exc
+        return True
+
+    def read_group(self, owner: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The ConsumerGroup `owner` as the API server has it now (None: gone, or replaced by
+        a newer object of its name). A list by name: the operator may list ConsumerGroups, not
+        get them."""
+        group, version = owner["apiVersion"].split("/")
+        meta = owner["metadata"]
+        try:
+            answer: Any = self.custom.list_namespaced_custom_object(
+                group, version, meta["namespace"], PLURAL,
+                field_selector=f"metadata.name={meta['name']}")
+        except ApiException as exc:
+            raise _error(exc, f"reading {meta['name']}") from exc
+        for item in answer.get("items") or ():
+            if (item.get("metadata") or {}).get("uid") == meta["uid"]:
+                return dict(item)
+        return None
+
+    def label_group(self, owner: Mapping[str, Any], labels: Mapping[str, str]) -> None:
+        """Merge `labels` into a ConsumerGroup's own labels (exactly that object: its uid is
+        a precondition)."""
+        group, version = owner["apiVersion"].split("/")
+        meta = owner["metadata"]
+        body = {"metadata": {"uid": meta["uid"], "labels": dict(labels)}}
+        try:
+            self.custom.patch_namespaced_custom_object(
+                group, version, meta["namespace"], PLURAL, meta["name"], body,
+                field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json")
+        except ApiException as exc:
+            if exc.status in (404, 422):
+                return  # gone, or replaced by a newer object of its name
+            raise _error(exc, f"labelling {meta['name']}") from exc
+
+    def list_groups(self, api_version: str, label_selector: str,
+                    namespaces: tuple[str, ...] | None) -> list[dict[str, Any]]:
+        """The ConsumerGroups `label_selector` selects, in `namespaces` (None: all of them),
+        as the API server's watch cache holds them."""
+        group, version = api_version.split("/")
+        found: list[Any]
+        try:
+            if namespaces is None:
+                found = [self.custom.list_cluster_custom_object(
+                    group, version, PLURAL, label_selector=label_selector, resource_version="0")]
+            else:
+                found = [self.custom.list_namespaced_custom_object(
+                    group, version, ns, PLURAL, label_selector=label_selector,
+                    resource_version="0") for ns in namespaces]
+        except ApiException as exc:
+            raise _error(exc, f"listing ConsumerGroups labelled {label_selector}") from exc
+        return [dict(item) for answer in found for item in answer.get("items") or ()]
 
     def post_event(self, owner: Mapping[str, Any], type_: str, reason: str,
                    message: str) -> None:

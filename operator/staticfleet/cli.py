@@ -31,7 +31,8 @@ def _operator_run(args: argparse.Namespace) -> int:
 
     return run_operator(namespaces=args.namespace, all_namespaces=args.all_namespaces,
                         metrics_port=args.metrics_port, health_port=args.health_port,
-                        metrics_host=args.metrics_host)
+                        metrics_host=args.metrics_host, shard=args.shard,
+                        other_shards=args.other_shards, peering=args.peering)
 
 
 def installed_plugins() -> list[EntryPoint]:
@@ -74,6 +75,16 @@ def parser(plugins: Iterable[EntryPoint] | None = None) -> argparse.ArgumentPars
     run.add_argument("--metrics-port", type=int, default=8080)
     run.add_argument("--metrics-host", default="0.0.0.0")
     run.add_argument("--health-port", type=int, default=8081)
+    run.add_argument("--shard", metavar="NAME",
+                     help="own only the ConsumerGroups labelled staticfleet.io/shard=NAME "
+                          "(default: $STATICFLEET_SHARD; unset: every ConsumerGroup)")
+    run.add_argument("--other-shards", metavar="NAME,...",
+                     help="makes --shard the default shard: it also owns every ConsumerGroup "
+                          "not labelled with one of these shards (unlabelled ones included; "
+                          "default: $STATICFLEET_OTHER_SHARDS)")
+    run.add_argument("--peering", metavar="NAME",
+                     help="pause while an older operator runs in kopf's peering object NAME "
+                          "(one per shard; default: standalone, no peering)")
     run.set_defaults(func=_operator_run)
 
     _add_plugin_commands(sub, installed_plugins() if plugins is None else plugins)

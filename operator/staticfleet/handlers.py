@@ -7,7 +7,21 @@ asked to look again (rollouts do, every second or so), and otherwise every `RESY
 
 Cheap at scale: member pods come from a watch-backed Kopf index (no LIST per pass); the passes
 run in a bounded thread pool, and one Kafka cluster's groups take at most `PER_CLUSTER` of its
-workers, so a slow or dead cluster does not delay the groups of the others.
+workers, so a slow or dead cluster does not delay the groups of the others. Both watches filter
+on the API server (kopf's `settings.watching.label_selectors`): member pods by their labels, and
+for a sharded operator the ConsumerGroups by its shard's selector (`decisions.shards`).
+
+Sharded, a group whose label moves it to another shard leaves this shard's watch: the API
+server sends a DELETED event though nothing was deleted. kopf forgets the object then but does
+not stop its daemon (it stops daemons only for a deletion it sees coming, `deletionTimestamp`),
+so `group_changed` marks the group's slot as left: its daemon ends after the pass under way,
+clears `status.shard` (the new shard waits for that, `decisions.shards.handoff`) and forgets
+what it kept of the group. It deletes nothing: the member pods run on for the new shard. A watch
+that had to list again (HTTP 410) sends no DELETED for a group that left meanwhile, so each daemon
+also reads its group back every `OWNERSHIP_CHECK_S` (5 minutes) and stops the same way. The pod
+index is not sharded: every shard keeps every member pod, so the pods of a group that arrives
+are known at once (a shard label copied onto pods would lag behind the group's, and the new
+shard would see the group without its pods).
 """
 
 from __future__ import annotations
@@ -24,10 +38,10 @@ from typing import Any
 import kopf
 
 from staticfleet import apply, metrics, service
-from staticfleet.decisions.conditions import DEGRADED, GROUP_ID_IN_USE
+from staticfleet.decisions import shards
 from staticfleet.decisions.names import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
-from staticfleet.decisions.settings import OperatorSettings
-from staticfleet.decisions.snapshot import Claimant, claim_key
+from staticfleet.decisions.settings import MEMBER_HTTP_VIA_ENV, OperatorSettings
+from staticfleet.decisions.snapshot import Claimant, claim_of
 from staticfleet.decisions.spec.model import (
     API_GROUP,
     API_VERSION,
@@ -35,12 +49,23 @@ from staticfleet.decisions.spec.model import (
     RESTARTED_AT_ANNOTATION,
 )
 from staticfleet.memory import Memory
+from staticfleet.observe import clusterpool, memberhttp
 
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))
+HANDOFF_GRACE_S = float(os.environ.get("STATICFLEET_SHARD_HANDOFF_SECONDS",
+                                       str(shards.HANDOFF_GRACE_S)))
+OWNERSHIP_CHECK_S = float(os.environ.get("STATICFLEET_SHARD_CHECK_SECONDS",
+                                         str(shards.OWNERSHIP_CHECK_S)))
+MEMBER_POD_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGER},{GROUP_LABEL}"
+"""The member pods' watch, filtered by the API server (the handlers' `labels=` filter the same
+again, in the process)."""
 WORKERS = int(os.environ.get("STATICFLEET_WORKERS", "16"))
 PER_CLUSTER = max(1, WORKERS // 2)
 
 Key = tuple[str, str]
+log = logging.getLogger("staticfleet")
+
+log = logging.getLogger("staticfleet")
 
 
 def _plain(value: Any) -> Any:
@@ -52,6 +77,22 @@ def _plain(value: Any) -> Any:
     return value
 
 
+@dataclass(eq=False)
+class Slot:
+    """One daemon's hold on one ConsumerGroup: its wake-up, whether the group left this
+    operator's watch, and how far the handover from another shard is."""
+
+    uid: str
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    left: bool = False
+    acting: bool = False
+    """This daemon passed the handover and runs passes."""
+    waiting_since: float | None = None
+    in_pass: bool = False
+    checked_at: float | None = None
+    """When the group was last read back from the API server (`Runner.check`)."""
+
+
 @dataclass
 class Runner:
     """Runs passes in worker threads; wakes the daemons of groups whose pass is due."""
@@ -60,17 +101,102 @@ class Runner:
     memory: Memory = field(default_factory=Memory)
     pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(WORKERS, thread_name_prefix="reconcile"))
-    wakeups: dict[Key, asyncio.Event] = field(default_factory=dict)
+    slots: dict[Key, Slot] = field(default_factory=dict)
     seen: dict[Key, tuple[Any, ...]] = field(default_factory=dict)
     clusters: dict[str, asyncio.Semaphore] = field(default_factory=dict)
 
-    def wakeup(self, key: Key) -> asyncio.Event:
-        return self.wakeups.setdefault(key, asyncio.Event())
+    @property
+    def shard(self) -> str | None:
+        shard = self.clients.settings.shard
+        return shard.name if shard is not None else None
+
+    def enter(self, key: Key, uid: str) -> Slot:
+        """The slot of a daemon starting for the group `key` (a daemon of an earlier visit of
+        the group may still be finishing its pass: it keeps its own slot)."""
+        slot = self.slots[key] = Slot(uid)
+        return slot
+
+    def leave(self, key: Key, slot: Slot) -> None:
+        if self.slots.get(key) is slot:
+            del self.slots[key]
+            self.seen.pop(key, None)
 
     def wake(self, key: Key) -> None:
-        event = self.wakeups.get(key)
-        if event is not None:
-            event.set()
+        slot = self.slots.get(key)
+        if slot is not None:
+            slot.wake.set()
+
+    def gone(self, key: Key, uid: str) -> None:
+        """The group left this operator's watch (relabelled to another shard, or deleted): its
+        daemon ends after the pass under way."""
+        slot = self.slots.get(key)
+        if slot is not None and slot.uid == uid:
+            slot.left = True
+            slot.wake.set()
+
+    def turn(self, slot: Slot, body: Mapping[str, Any], now: float) -> shards.Handoff:
+        """Whether the daemon may run passes yet (`decisions.shards.handoff`), once it may,
+        for good."""
+        if slot.acting:
+            return shards.Handoff(act=True)
+        recorded = (body.get("status") or {}).get("shard")
+        decision = shards.handoff(self.shard, recorded, slot.waiting_since, now,
+                                  HANDOFF_GRACE_S)
+        if decision.act:
+            slot.acting, slot.waiting_since = True, None
+        elif slot.waiting_since is None:
+            slot.waiting_since = now
+        return decision
+
+    async def check(self, slot: Slot, body: Mapping[str, Any], now: float) -> None:
+        """Sharded, every `OWNERSHIP_CHECK_S`: read the group back and mark the slot left when
+        this shard no longer owns it (`decisions.shards.still_owned`). The watch's DELETED
+        event says so at once; this catches the one a relisted watch never sends."""
+        if self.clients.settings.shard is None:
+            return
+        if slot.checked_at is None:
+            slot.checked_at = now
+        if now - slot.checked_at < OWNERSHIP_CHECK_S:
+            return
+        slot.checked_at = now
+        loop = asyncio.get_running_loop()
+        try:
+            fresh = await loop.run_in_executor(self.pool, self.clients.kube.read_group, body)
+        except (apply.ApplyError, RuntimeError):
+            return  # the next check asks again
+        why = shards.still_owned(self.clients.settings.shard, fresh)
+        if why is not None:
+            meta = body["metadata"]
+            log.warning("%s/%s: no longer this shard's (%s) though its watch did not say so: "
+                        "its passes stop", meta["namespace"], meta["name"], why)
+            slot.left = True
+
+    async def let_go(self, body: Mapping[str, Any], slot: Slot) -> None:
+        """The daemon ended: clear `status.shard` if its last pass is over (a pass whose
+        thread still runs has not let go), and forget the group if it left the watch; neither
+        when the group came back meanwhile and a newer daemon holds it."""
+        meta = body["metadata"]
+        newer = self.slots.get((meta["namespace"], meta["name"]))
+        if newer is not None and newer.uid == slot.uid:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            if self.shard is not None and slot.acting and not slot.in_pass:
+                await loop.run_in_executor(
+                    self.pool, self.clients.kube.release_shard, body, self.shard)
+        except (apply.ApplyError, RuntimeError) as exc:  # RuntimeError: the pool is closed
+            log.warning("%s/%s: could not clear status.shard: %s", meta["namespace"],
+                        meta["name"], exc)
+        if slot.left:
+            log.info("%s/%s left the ConsumerGroups this operator watches (its labels changed, "
+                     "or it is deleted): forgotten; its member pods are left as they are",
+                     meta["namespace"], meta["name"])
+            self.forget(meta["namespace"], meta["name"], slot.uid)
+
+    def forget(self, namespace: str, name: str, uid: str) -> None:
+        metrics.forget(namespace, name)
+        self.memory.forget(uid)
+        self.clients.forget(uid)
 
     async def run(self, body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
                   claimants: tuple[Claimant, ...] = ()) -> float:
@@ -90,14 +216,21 @@ class Runner:
 
 
 def _change_key(body: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What of a ConsumerGroup, when it changes, makes a pass due (not its status)."""
+    """What of a ConsumerGroup, when it changes, makes a pass due (not its status, but for the
+    shard that holds it: a shard waiting for the group wakes when the previous one lets go)."""
     meta = body.get("metadata") or {}
     return (meta.get("generation"), (meta.get("annotations") or {}).get(RESTARTED_AT_ANNOTATION),
-            meta.get("deletionTimestamp"))
+            meta.get("deletionTimestamp"), (body.get("status") or {}).get("shard"))
 
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """kopf's settings and the clients the passes share. `memo.settings` and
+    `memo.namespaces` come from `run.run_operator` (else the environment, all namespaces)."""
+    ours: OperatorSettings = memo.get("settings") or OperatorSettings.from_env(os.environ)
+    settings.watching.label_selectors["", "v1", "pods"] = MEMBER_POD_SELECTOR
+    if (selector := shards.selector(ours.shard)) is not None:
+        settings.watching.label_selectors[API_GROUP, PLURAL] = selector
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -106,9 +239,14 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    if ours.member_http_via is not None:
+        log.warning("every member request goes to %s:%d, not to the member pods (%s: the "
+                    "member simulator of a bench)", *ours.member_http_via, MEMBER_HTTP_VIA_ENV)
+    memberhttp.route_through(ours.member_http_via)
     memo.runner = Runner(service.Clients(
         kube=apply.Kube(apply.load_client(os.environ.get("KUBECONFIG"))),
-        settings=OperatorSettings.from_env(os.environ)))
+        settings=ours, namespaces=memo.get("namespaces"),
+        reads=clusterpool.ClusterReads(interval_s=RESYNC_S)))
 
 
 @kopf.on.cleanup()
@@ -125,28 +263,12 @@ def member_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Bod
     return {(namespace or "", labels[GROUP_LABEL]): _plain(body)}
 
 
-def _claim_key(body: Mapping[str, Any]) -> tuple[str, str]:
-    kafka = (body.get("spec") or {}).get("kafka") or {}
-    return claim_key(str(kafka.get("bootstrapServers") or ""),
-                     str(kafka.get("groupId") or body["metadata"]["name"]))
-
-
 @kopf.index(API_GROUP, API_VERSION, PLURAL)
 def group_ids(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Claimant]:
-    """Every ConsumerGroup by the Kafka group it uses (cluster, group id)."""
-    meta = body["metadata"]
-    key = _claim_key(body)
-    holding = ((body.get("status") or {}).get("groupId") == key[1]
-               and _degraded_reason(body) != GROUP_ID_IN_USE)
-    return {key: Claimant(meta["namespace"], meta["name"], meta["creationTimestamp"],
-                          meta["uid"], holding)}
-
-
-def _degraded_reason(body: Mapping[str, Any]) -> str | None:
-    for cond in (body.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == DEGRADED and cond.get("status") == "True":
-            return str(cond.get("reason"))
-    return None
+    """Every ConsumerGroup this operator watches by the Kafka group it uses (cluster, group
+    id). Sharded, that is this shard's; a pass adds the other shards' (`claims`)."""
+    key, claimant = claim_of(body)
+    return {key: claimant}
 
 
 @kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGER, GROUP_LABEL: kopf.PRESENT})
@@ -159,36 +281,56 @@ async def member_pod_changed(namespace: str | None, labels: Mapping[str, str],
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
-async def group_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """The spec or the restart annotation changed: a pass is due (a status write is not)."""
+async def group_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
+                        **_: Any) -> None:
+    """The spec or the restart annotation changed: a pass is due (a status write is not). A
+    DELETED event: the group is gone from this operator's watch (deleted, or no longer
+    selected by its shard); its daemon stops."""
     meta = body["metadata"]
     key = (meta["namespace"], meta["name"])
-    if memo.runner.seen.get(key) != _change_key(body):
+    if event["type"] == "DELETED":
+        memo.runner.gone(key, meta["uid"])
+    elif memo.runner.seen.get(key) != _change_key(body):
         memo.runner.wake(key)
 
 
 @kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_timeout=5.0)
 async def keep_reconciled(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
                           **kwargs: Any) -> None:
-    """One ConsumerGroup's passes, for as long as it exists."""
+    """One ConsumerGroup's passes, for as long as this operator watches it."""
     runner: Runner = memo.runner
     index: kopf.Index[Key, dict[str, Any]] = kwargs["member_pods"]
     claims: kopf.Index[tuple[str, str], Claimant] = kwargs["group_ids"]
     meta = body["metadata"]
     key = (meta["namespace"], meta["name"])
-    wake = runner.wakeup(key)
+    slot = runner.enter(key, meta["uid"])
+    loop = asyncio.get_running_loop()
+    plain = _plain(body)
     try:
-        while not stopped:
-            wake.clear()
+        while not stopped and not slot.left:
+            slot.wake.clear()
             plain = _plain(body)
             runner.seen[key] = _change_key(plain)
+            first = not slot.acting and slot.waiting_since is None
+            turn = runner.turn(slot, plain, loop.time())
+            if turn.message and (turn.act or first):
+                log.log(logging.WARNING if turn.act else logging.INFO, "%s/%s: %s", *key,
+                        turn.message)
+            if not turn.act:
+                await _sleep(slot.wake, stopped, turn.wait_s)
+                continue
+            await runner.check(slot, plain, loop.time())
+            if slot.left:
+                break
             pods = list(index.get(key, []))
-            claimants = tuple(claims.get(_claim_key(plain), []))
+            claimants = tuple(claims.get(claim_of(plain)[0], []))
+            slot.in_pass = True
             delay = await runner.run(plain, pods, claimants)
-            await _sleep(wake, stopped, delay)
+            slot.in_pass = False
+            await _sleep(slot.wake, stopped, delay)
     finally:
-        runner.wakeups.pop(key, None)
-        runner.seen.pop(key, None)
+        runner.leave(key, slot)
+        await runner.let_go(plain, slot)
 
 
 async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
@@ -209,6 +351,4 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float)
 def forget(namespace: str | None, name: str, uid: str, memo: kopf.Memo, **_: Any) -> None:
     if namespace is None:
         return
-    metrics.forget(namespace, name)
-    memo.runner.memory.forget(uid)
-    memo.runner.clients.forget(uid)
+    memo.runner.forget(namespace, name, uid)

@@ -6,7 +6,8 @@
    the broker's timeout bounds (cached per cluster, `memory.Caches`), and the members' token
    from its Secret (`credentials`). While that Secret is missing, gather draws a
    new random token for the plan to create it with: randomness stays out of `decide`, and a
-   token is made once (the next pass reads it back from the Secret).
+   token is made once (the next pass reads it back from the Secret). A sharded operator also
+   lists the ConsumerGroups of other shards that use the same Kafka group (`claims`).
 2. `plan.decide(snapshot)` decides everything (pure, table-tested).
 3. `execute` carries the plan out through `apply` and `observe`, in order: group configs,
    children, pod annotations, calls to members, the status when the plan switches over or
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from staticfleet import apply, credentials, failpoints, metrics, switchover
+from staticfleet import apply, claims, credentials, failpoints, kafkaview, metrics, switchover
 from staticfleet.decisions import autoscaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
@@ -42,7 +43,7 @@ from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
 from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.memory import Memory
-from staticfleet.observe import kafkaadmin, kafkareads, memberhttp
+from staticfleet.observe import clusterpool, kafkaadmin, kafkareads, memberhttp
 from staticfleet.statuspatch import merge_patch
 
 TOPIC_RETRY_S = 10.0
@@ -59,16 +60,25 @@ class Clients:
 
     kube: apply.Kube
     settings: OperatorSettings = field(default_factory=OperatorSettings)
+    namespaces: tuple[str, ...] | None = None
+    """The namespaces the operator watches (None: all), where a sharded operator lists the
+    other shards' ConsumerGroups."""
     admins: kafkaadmin.AdminPool = field(default_factory=kafkaadmin.AdminPool)
+    reads: clusterpool.ClusterReads = field(default_factory=clusterpool.ClusterReads)
+    """Every cluster's groups read together (issue 37), where kafka-python can: the group,
+    its offsets and its topics, which the admin clients then read only where these did not."""
     http_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="member-status"))
 
     def forget(self, uid: str) -> None:
-        """ConsumerGroup `uid` is deleted: the API client drops what it cached of it."""
+        """ConsumerGroup `uid` is deleted: the API client drops what it cached of it, the
+        cluster's reads its group."""
         self.kube.forget(uid)
+        self.reads.forget(uid)
 
     def close(self) -> None:
         self.http_pool.shutdown(wait=False, cancel_futures=True)
+        self.reads.close()
         self.admins.close()
         self.kube.close()
 
@@ -95,22 +105,23 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
     if written is not None:
         body = {**body, "status": written}
     pods = memory.own.overlay(pods, uid)
-    base = Snapshot(body=body, now=now)
+    base = Snapshot(body=body, now=now, settings=clients.settings)
     try:
         spec = ConsumerGroupSpec.from_body(
             body, allow_testing=clients.settings.allow_testing_annotations)
     except SpecError as exc:
-        return Snapshot(body=body, now=now, problem=Problem(c.INVALID_SPEC, str(exc))), None
+        return replace(base, problem=Problem(c.INVALID_SPEC, str(exc))), None
     namespace = body["metadata"]["namespace"]
     conf: dict[str, str] = {}
+    rolling = bool(((body.get("status") or {}).get("rollout") or {}).get("inFlight"))
     try:
+        if clients.settings.shard is not None:
+            claimants = claims.across_shards(body, claimants, clients.kube, clients.namespaces)
         conf = credentials.admin_conf(spec, namespace, clients.kube)
         admin = clients.admins.get(conf)
         broker_config, bounds_denied = memory.caches.broker_bounds(admin)
-        if spec.kafka.topics is not None:
-            topics = kafkareads.topics_seen(admin, spec.kafka.topics)
-        else:
-            topics = kafkareads.pattern_topics_seen(admin, spec.kafka.topic_pattern or "")
+        reader, held = kafkaview.cluster_read(spec, conf, pods, rolling, uid, clients.reads)
+        topics = kafkaview.topics(admin, spec, held)
         partitions = topics.counts
         token, token_missing = credentials.member_token(spec, clients.kube)
     except kafkareads.TopicMissing as exc:
@@ -127,7 +138,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
     problem: Problem | None = None
     group = None
     try:
-        group = kafkareads.describe_group(admin, spec.kafka.group_id, spec.membership.protocol)
+        group = kafkaview.described(admin, spec, held)
     except kafkaadmin.CoordinatorMoving as exc:
         # The members keep serving and a handoff under way still needs its activation: the
         # pass goes on with what it sees of the pods, and steers only that (`plan.degraded`).
@@ -148,11 +159,12 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
     statuses = _member_statuses(running, clients, memory)
     lag = None
     if group is not None:
-        rolling = bool(((body.get("status") or {}).get("rollout") or {}).get("inFlight"))
         lag = memory.caches.lag_reads.lag(
             admin, spec.kafka.group_id, partitions, statuses.values(),
             known=group.state != "Dead", rolling=rolling,
-            autoscaling=spec.autoscaling is not None, owner=uid)
+            autoscaling=spec.autoscaling is not None, owner=uid,
+            offsets=None if reader is None or held is None else clusterpool.GroupOffsets(
+                reader, spec.kafka.group_id))
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
                     statuses=statuses, group=group, partitions=partitions,
                     closed_by_pod=closed_by_pod, final_batches=final_batches,
@@ -172,7 +184,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
 
 def _failed(base: Snapshot, spec: ConsumerGroupSpec,
             problem: Problem) -> tuple[Snapshot, None]:
-    return Snapshot(body=base.body, now=base.now, spec=spec, problem=problem), None
+    return replace(base, spec=spec, problem=problem), None
 
 
 def _member_statuses(pods: Sequence[Mapping[str, Any]], clients: Clients,

@@ -16,7 +16,11 @@ Supported
 - Scheduling: pods with no `spec.nodeName` and the default scheduler are bound (pods/binding).
   `nodeSelector` and required node affinity (`matchExpressions` In/NotIn/Exists/DoesNotExist/
   Gt/Lt, `matchFields` metadata.name) are checked against the node's labels; a pod that does not
-  fit stays Pending with PodScheduled=False, reason Unschedulable.
+  fit stays Pending with PodScheduled=False, reason Unschedulable (written only onto the pod's
+  version as seen: resourceVersion precondition), unless another Node of the cluster could take
+  it (Ready, not cordoned, its NoSchedule/NoExecute taints tolerated, selector and affinity
+  matched; Nodes listed at most every 2 s): such a pod is left alone for whatever places pods
+  there, e.g. kwok's fake nodes and their binder (`staticfleet_dev.kwok`).
 - Pod IPs: each pod gets its own loopback address from 127.0.1.2 upwards (lowest free, reused
   after deletion; Linux routes all of 127.0.0.0/8 to `lo`, so processes bind them as they are).
   Addresses are unique on the machine, also across several local nodes (one per environment):
@@ -104,7 +108,8 @@ Not supported: images, volumes other than Secret volumes (their volumeMounts, an
 runs as the node's own user with its capabilities, no seccomp profile and a writable
 filesystem; the fields set are named in the message, and a member pod's /tmp emptyDir is the
 machine's /tmp), init and sidecar containers (ignored, named in the message),
-containers after the first, resource limits and fit, taints/tolerations, pod (anti-)affinity,
+containers after the first, resource limits and fit, taints/tolerations (the local node has no
+taints; those of other nodes count only for leaving a pod alone), pod (anti-)affinity,
 preferred node affinity, hostNetwork/ports (everything is on loopback anyway), service
 environment variables (so no KUBERNETES_SERVICE_HOST; credentials come as a kubeconfig, above),
 pod resize, ephemeral containers, logs/exec
@@ -113,7 +118,7 @@ through the API.
 The modules, pure ones first:
   ids         time stamps, node labels, pod keys, pod IP addresses (IpPool)
   lifecycle   restart policy and back-off, exit codes, grace periods
-  scheduling  whether this node binds a pod, or why it cannot run it
+  scheduling  whether this node binds a pod, why it cannot run it, whether another can
   probes      probe specs and their thresholds; running one probe (I/O)
   podstatus   the pod status this node reports, and the patch that sets it
   api         its own small client of the API server (raw JSON) and ApiError

@@ -27,6 +27,7 @@ from staticfleet_dev.localnode.ids import (
     rfc3339,
 )
 from staticfleet_dev.localnode.scheduling import (
+    fits_another_node,
     needs_unschedulable_patch,
     scheduling_problem,
     unschedulable_condition,
@@ -39,6 +40,7 @@ log = logging.getLogger("staticfleet.localnode")
 HEARTBEAT_PERIOD = 10.0
 LEASE_DURATION = 40
 WATCH_TIMEOUT = 30
+NODES_MAX_AGE = 2.0  # seconds a listing of the cluster's Nodes is reused when scheduling
 KUBELET_VERSION = "v1.36.3-staticfleet-localnode"
 
 
@@ -69,6 +71,8 @@ class LocalNode:
         self.ip_pool = IpPool(ip_lock_dir or default_ip_lock_dir())
         self._to_schedule: dict[str, dict[str, Any]] = {}
         self._schedule_wake = threading.Event()
+        self._nodes: list[dict[str, Any]] = []  # the cluster's Nodes, for the schedule thread
+        self._nodes_read = float("-inf")
         self._ready_since = rfc3339(time.time())
 
     # -- node object and heartbeat
@@ -261,10 +265,16 @@ class LocalNode:
         ns, name = meta["namespace"], meta["name"]
         problem = scheduling_problem(pod, self.node_name, self.labels)
         if problem:
+            elsewhere = fits_another_node(pod, self.node_name, self.cluster_nodes())
+            if elsewhere:  # someone else places pods there (the kwok binder): not ours
+                log.debug("pod %s/%s: left to node %s", ns, name, elsewhere)
+                return
             if needs_unschedulable_patch(pod, problem):
                 log.info("pod %s/%s: unschedulable: %s", ns, name, problem)
+                # The pod as seen, or nothing (409): bound elsewhere meanwhile, it keeps the
+                # status its node gave it; the watch brings the new version back here.
                 self.kube.patch(pod_path(ns, name, "status"), {
-                    "metadata": {"uid": meta["uid"]},  # not a new pod of its name
+                    "metadata": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]},
                     "status": {"phase": "Pending",
                                "conditions": [unschedulable_condition(problem, time.time())]}})
             return
@@ -278,6 +288,14 @@ class LocalNode:
                 return
             raise
         log.info("pod %s/%s: bound to %s", ns, name, self.node_name)
+
+    def cluster_nodes(self) -> list[dict[str, Any]]:
+        """Every Node of the cluster, listed at most every NODES_MAX_AGE seconds."""
+        now = time.monotonic()
+        if now - self._nodes_read > NODES_MAX_AGE:
+            self._nodes = self.kube.request("GET", "/api/v1/nodes").get("items") or []
+            self._nodes_read = now
+        return self._nodes
 
     # -- lifecycle
     def run(self) -> None:

@@ -40,6 +40,8 @@ class OperatorProcess:
     env: environment.LocalEnv | None = None
     record: ProcessRecord | None = None
     allow_testing_annotations: bool = False
+    args: tuple[str, ...] = ()
+    """More arguments of `staticfleet operator run` (e.g. `--shard b`)."""
 
     def start(self, timeout: float = 60) -> OperatorProcess:
         """Start it and wait until it answers /healthz; on failure (it exits, or does not answer
@@ -54,7 +56,7 @@ class OperatorProcess:
         self.proc, self.record = spawn("operator", [
             sys.executable, "-m", "staticfleet.cli", "operator", "run", "--all-namespaces",
             "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
-            "--health-port", str(self.health_port),
+            "--health-port", str(self.health_port), *self.args,
         ], log=self.log, env=environ)
         if self.env is not None:
             self.env.records.append(self.record)

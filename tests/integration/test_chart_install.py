@@ -28,7 +28,6 @@ from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.procs import ProcessRecord
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import REPO, create_namespace, get_json, kubectl
-from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.tools import tail
 from tests.support import unique
@@ -62,6 +61,14 @@ def monitoring_crds(kubeconfig: Path) -> None:
     kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
             "crd/servicemonitors.monitoring.coreos.com", "crd/podmonitors.monitoring.coreos.com",
             "crd/prometheusrules.monitoring.coreos.com")
+
+
+@pytest.fixture(scope="module")
+def peering_crds(kubeconfig: Path) -> None:
+    """kopf's peering CRDs (crds/kopf-peering/), which peering.enabled needs."""
+    kubectl(kubeconfig, "apply", "--server-side", "-f", str(REPO / "crds" / "kopf-peering"))
+    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/clusterkopfpeerings.kopf.dev", "crd/kopfpeerings.kopf.dev")
 
 
 @pytest.fixture
@@ -98,6 +105,10 @@ FEATURES = {
                        "--set", "prometheusRule.ruleLabels.team=kafka",
                        "--set", "prometheusRule.alerts.StaticfleetIdleMembers.enabled=false"],
     "grafanaDashboard": ["--set", "grafanaDashboard.enabled=true"],
+    "shards, peering": ["--set", "shards={b,c}", "--set", "peering.enabled=true",
+                        "--set", "replicaCount=2"],
+    "shards, peering, watchNamespaces": ["--set", "shards={b}", "--set", "peering.enabled=true",
+                                         "--set", "watchNamespaces={WATCHED}"],
     "no rbac, existing serviceaccount": ["--set", "rbac.create=false",
                                          "--set", "serviceAccount.create=false",
                                          "--set", "serviceAccount.name=default"],
@@ -106,8 +117,8 @@ FEATURES = {
 
 @pytest.mark.parametrize("feature", list(FEATURES))
 def test_every_rendering_passes_a_server_side_dry_run(
-    helm: Path, kubeconfig: Path, crds: None, monitoring_crds: None, release_ns: str,
-    feature: str,
+    helm: Path, kubeconfig: Path, crds: None, monitoring_crds: None, peering_crds: None,
+    release_ns: str, feature: str,
 ) -> None:
     watched = unique("watched")
     create_namespace(kubeconfig, watched)
@@ -170,21 +181,6 @@ def test_schema_refuses_bad_values_at_install(helm: Path, kubeconfig: Path, crds
 
 
 # --- a real install -----------------------------------------------------------------------------
-
-@pytest.fixture
-def no_admin_operator(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Stop the session's admin operator if another module started it; start it again after."""
-    active: OperatorProcess | None = None
-    for fixturedef in request._fixturemanager.getfixturedefs("operator", request.node) or ():
-        cached = fixturedef.cached_result
-        if cached is not None and isinstance(cached[0], OperatorProcess):
-            active = cached[0]
-    if active is not None:
-        active.stop()
-    yield
-    if active is not None:
-        active.start()
-
 
 def can_i(kubeconfig: Path, sa: str, verb: str, resource: str, *args: str) -> bool:
     proc = kubectl(kubeconfig, "auth", "can-i", verb, resource, f"--as={sa}", *args,

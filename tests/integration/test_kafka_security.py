@@ -1,7 +1,8 @@
 """TLS and SASL against a real broker: on each secured listener of the session's secured broker
 (SSL, mutual TLS, SASL_SSL/SCRAM-SHA-512, SASL_SSL/OAUTHBEARER) a real member process joins its
 group and processes records, and the operator's own reads (topic partitions, the group, the
-broker's timeout bounds, the lag) work; credentials the listener refuses give the ConsumerGroup
+broker's timeout bounds, the lag; the cluster's reads of every group together, through
+kafka-python's client) work; credentials the listener refuses give the ConsumerGroup
 a Degraded condition that names the mechanism and the Secret, never the secret.
 
 What connects is what the product makes: the ConsumerGroup body is parsed by the operator's
@@ -28,6 +29,7 @@ from staticfleet.decisions import builders, kafkaclient
 from staticfleet.decisions.names import instance_id
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin, kafkareads, lagreads
+from staticfleet.observe.clusterreads import ClusterReader, Registration
 from staticfleet_dev.kafka import SECURED_LISTENERS
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups
@@ -96,6 +98,19 @@ def test_a_member_processes_and_the_operator_reads_over_each_listener(
                 interval_s=0.0).lag(admin, group_id, {topic: PARTITIONS}).by_partition == {
                     (topic, 0): 0, (topic, 1): 0}, timeout=30)
             assert lag
+            # The cluster's reads of every group together (observe.clusterreads, kafka-python's
+            # client) connect with the same settings and credentials, as the same principal.
+            reader = ClusterReader(admin.conf)
+            try:
+                reader.register(Registration(group_id, "classic", (topic,)), 0.0)
+                reader.read(0.0)
+                read = reader.group(group_id)
+            finally:
+                reader.close()
+            assert read.described is not None and read.described.outcome.view == group
+            assert read.committed is not None and dict(read.committed.offsets) == {
+                (topic, 0): RECORDS // PARTITIONS, (topic, 1): RECORDS // PARTITIONS}
+            assert read.topics is not None and read.topics.counts == {topic: PARTITIONS}
             # A KIP-848 member's own static leave (consumer_runtime/staticleave.py, kafka-python's
             # client) goes over the same listener with the member's settings and credentials.
             # The coordinator answers a leave of an instance id this (classic) group never had

@@ -1,9 +1,11 @@
 """The member contract (`member_contract`) holds both sides to one spelling.
 
-The Kafka security tables are the ones a new mechanism or credential changes: each of the three
-mappings that carry them is tested here against them, one mechanism at a time, so a row added to
-the contract fails every side that does not carry it yet (the static leave's kafka-python client
-once kept a list of its own, where a missing mechanism left every leave unconfirmed, quietly).
+The Kafka security tables are the ones a new mechanism or credential changes: each of the four
+mappings that carry them (the operator's librdkafka configuration, the member's, the static
+leave's kafka-python client and the operator's per-cluster reads' one) is tested here against
+them, one mechanism at a time, so a row added to the contract fails every side that does not
+carry it yet (the static leave's kafka-python client once kept a list of its own, where a
+missing mechanism left every leave unconfirmed, quietly).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from member_contract import (
 from staticfleet.decisions import actions, kafkaclient
 from staticfleet.decisions.spec import kafka as kafkaspec
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.observe import clientsettings
 from tests.unit.operator.support import body, with_path
 
 pytestmark = pytest.mark.unit
@@ -125,11 +128,39 @@ def test_the_static_leave_takes_each_mechanism_with_its_credentials(mechanism: s
     assert all(env in given for env in MECHANISM_CREDENTIALS[mechanism])
 
 
+@pytest.mark.parametrize("mechanism", SASL_MECHANISMS)
+def test_the_operators_cluster_reads_take_each_mechanism_with_its_credentials(
+        mechanism: str) -> None:
+    """The per-cluster reads' kafka-python settings (`observe.clientsettings`), from the
+    operator's own librdkafka configuration (`kafkaclient.admin_conf`, each Secret's value its
+    variable's name): the mechanism has its row, and each credential reaches the client (a
+    mechanism without one would leave that cluster's reads per group)."""
+    assert tuple(clientsettings.SASL_SETTINGS) == SASL_MECHANISMS
+    conf = kafkaclient.admin_conf(_group(mechanism).kafka, lambda ref: ref.key)
+    # SASL without TLS: the CA above is no certificate (TLS is the next test's).
+    settings = clientsettings.client_settings({**conf, "security.protocol": "SASL_PLAINTEXT"})
+    assert settings["sasl_mechanism"] == mechanism
+    provider = settings.get("sasl_oauth_token_provider")
+    reached = [*settings.values(), *(vars(provider).values() if provider is not None else ())]
+    assert all(env in reached for env in MECHANISM_CREDENTIALS[mechanism])
+
+
+def test_the_operators_cluster_reads_take_every_credential_of_the_contract() -> None:
+    """Every property a Secret fills (`SECRET_ENV`, TLS material included) is one the
+    per-cluster reads carry; a new one is refused there (`Unsupported`) until it is."""
+    assert set(SECRET_ENV.values()) <= clientsettings.TAKEN
+    tls = {SECRET_ENV[env] for env in TLS_CREDENTIALS}
+    assert tls == {"ssl.ca.pem", "ssl.certificate.pem", "ssl.key.pem"}
+    assert {"ssl.certificate.pem", "ssl.key.pem"} <= {
+        k for k in clientsettings.TAKEN if k.startswith("ssl.")}
+
+
 def test_every_protocol_of_the_contract_is_one_the_static_leave_takes() -> None:
     for protocol in SECURITY_PROTOCOLS:
         props = {"bootstrap.servers": "kafka:9092", "security.protocol": protocol,
                  "sasl.mechanism": "PLAIN"}
         assert client_config(props, "c")["security_protocol"] == protocol
+        assert clientsettings.client_settings(props)["security_protocol"] == protocol
 
 
 # --- one spelling -----------------------------------------------------------------------------

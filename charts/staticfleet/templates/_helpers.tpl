@@ -52,6 +52,51 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
+The shards the release runs, one Deployment each: "" (one operator for every ConsumerGroup)
+without shards, else "default" (the release's own Deployment, owning every group no named shard
+owns) and then the named shards.
+*/}}
+{{- define "staticfleet.shardNames" -}}
+{{- if .Values.shards }}
+{{- prepend .Values.shards "default" | toJson }}
+{{- else }}
+{{- list "" | toJson }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Deployment of a shard (dict "root" $ "shard" <name>): the release's full name for the
+default shard, "<fullname>-<shard>" for a named one. It names the shard's peering object too.
+*/}}
+{{- define "staticfleet.shardFullname" -}}
+{{- $fullname := include "staticfleet.fullname" .root }}
+{{- if or (eq .shard "") (eq .shard "default") }}
+{{- $fullname }}
+{{- else }}
+{{- $name := printf "%s-%s" $fullname .shard }}
+{{- if gt (len $name) 63 }}
+{{- fail (printf "the Deployment of shard %s would be named %s, longer than 63 characters: shorten the release name, fullnameOverride or the shard name" .shard $name) }}
+{{- end }}
+{{- $name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The selector labels of a shard's operator pods (dict "root" $ "shard" <name>): the release's for
+the default shard (its Deployment's selector, which cannot change, stays as it was before there
+were shards); for a named shard, the instance "<release>-<shard>", so that no Deployment's
+selector matches another's pods.
+*/}}
+{{- define "staticfleet.shardSelectorLabels" -}}
+{{- if or (eq .shard "") (eq .shard "default") }}
+{{- include "staticfleet.selectorLabels" .root }}
+{{- else }}
+app.kubernetes.io/name: {{ include "staticfleet.name" .root }}
+app.kubernetes.io/instance: {{ printf "%s-%s" .root.Release.Name .shard | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/*
 The operator's ServiceAccount name.
 */}}
 {{- define "staticfleet.serviceAccountName" -}}
@@ -147,16 +192,31 @@ appearing or going.
 {{- end }}
 
 {{/*
+kopf's peering (peering.enabled): each operator watches its peering object and patches its own
+keep-alive into the object's status. Cluster-wide (`clusterkopfpeerings`) in the all-namespaces
+mode, else `kopfpeerings` in each watched namespace. The argument is the resource.
+*/}}
+{{- define "staticfleet.peeringRules" -}}
+- apiGroups: ["kopf.dev"]
+  resources: [{{ . | quote }}]
+  verbs: ["list", "watch", "patch"]
+{{- end }}
+
+{{/*
 The sources the operator admits to the members' port in the NetworkPolicy it makes beside each
 ConsumerGroup (STATICFLEET_MEMBER_INGRESS_FROM, a JSON list of NetworkPolicyPeers): its own pods
-(their selector labels, in the release namespace), then networkPolicy.prometheus and
+(each shard's selector labels, in the release namespace), then networkPolicy.prometheus and
 networkPolicy.extraFrom.
 */}}
 {{- define "staticfleet.memberIngressFrom" -}}
-{{- $operator := dict
-  "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace))
-  "podSelector" (dict "matchLabels" (include "staticfleet.selectorLabels" . | fromYaml)) }}
-{{- concat (list $operator) (.Values.networkPolicy.prometheus | default (list))
+{{- $root := . }}
+{{- $operators := list }}
+{{- range $shard := include "staticfleet.shardNames" . | fromJsonArray }}
+{{- $operators = append $operators (dict
+  "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" $root.Release.Namespace))
+  "podSelector" (dict "matchLabels" (include "staticfleet.shardSelectorLabels" (dict "root" $root "shard" $shard) | fromYaml))) }}
+{{- end }}
+{{- concat $operators (.Values.networkPolicy.prometheus | default (list))
   (.Values.networkPolicy.extraFrom | default (list)) | toJson }}
 {{- end }}
 

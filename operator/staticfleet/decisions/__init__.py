@@ -23,7 +23,8 @@ what stands below it):
   rebalances the operator asks for: scale-down, rejoin), `pods` (pods to create, to delete,
   standbys to activate), and `plan` over them all;
 * beneath everything: `conditions` (types, reasons, helpers), `scaling` (which ordinals exist,
-  which go first), `rebalances` (counting them), `settings`.
+  which go first), `rebalances` (counting them), `settings`, and under `settings` `shards`
+  (which ConsumerGroups a sharded operator owns, and when it may take one over).
 
 Nothing in this package does I/O, reads the clock or imports a Kubernetes, kopf or Kafka client
 (enforced by `.importlinter`): time is the snapshot's `now`.

@@ -23,6 +23,10 @@ GROUP_LABEL = "staticfleet.io/group"
 ORDINAL_LABEL = "staticfleet.io/ordinal"
 MEMBER_APP = "staticfleet-member"
 MANAGER = "staticfleet"
+KAFKA_GROUP_LABEL = "staticfleet.io/kafka-group"
+"""On a ConsumerGroup, set by a sharded operator: a hash of the Kafka group it uses (cluster and
+group id, `snapshot.claim_label`), so that a shard finds the groups of other shards that use the
+same Kafka group with one label-selected list."""
 
 # --- annotations ----------------------------------------------------------------------------
 

@@ -187,8 +187,16 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Mea
                    "stalledRestarts": (int(previous.get("stalledRestarts") or 0)
                                        + len(changes.stalled_restart)),
                    "stallRecovery": changes.stall_recovery,
-                   "autoscaling": scaled.status if scaled else None})
+                   "autoscaling": scaled.status if scaled else None,
+                   "shard": _shard_of(snap)})
     return status
+
+
+def _shard_of(snap: Snapshot) -> str | None:
+    """`status.shard`: the shard that reconciles the group (`decisions.shards`), while it does;
+    None (left out) when the operator is not sharded."""
+    shard = snap.settings.shard
+    return shard.name if shard is not None else None
 
 
 def _status_events(previous: Mapping[str, Any], status: Mapping[str, Any],
@@ -280,6 +288,9 @@ def degraded(snap: Snapshot, problem: Problem) -> Plan:
     status["conditions"] = c.set_condition(conds, c.DEGRADED, "True", problem.reason,
                                            problem.message, snap.now, snap.generation)
     status["observedGeneration"] = snap.generation
+    status.pop("shard", None)
+    if (shard := _shard_of(snap)) is not None:
+        status["shard"] = shard
     failures = int(status.get("consecutiveFailures") or 0)
     status["consecutiveFailures"] = failures + 1
     status["lastReconciled"] = c.rfc3339(snap.now)

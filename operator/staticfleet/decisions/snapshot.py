@@ -9,11 +9,13 @@ spec is invalid, Kafka does not answer, a Secret is missing) still yields a snap
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from staticfleet.decisions.conditions import DEGRADED, GROUP_ID_IN_USE
 from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 
@@ -61,6 +63,30 @@ def claim_key(bootstrap_servers: str, group_id: str) -> tuple[str, str]:
     """One Kafka group on one cluster, however its bootstrap list is written."""
     servers = ",".join(sorted(s.strip().lower() for s in bootstrap_servers.split(",") if s))
     return servers, group_id
+
+
+def claim_of(body: Mapping[str, Any]) -> tuple[tuple[str, str], Claimant]:
+    """The Kafka group a ConsumerGroup object uses (`claim_key`) and the object as its
+    claimant: holding it when its status says it reconciled onto that group id and was not
+    refused it."""
+    meta = body["metadata"]
+    kafka = (body.get("spec") or {}).get("kafka") or {}
+    key = claim_key(str(kafka.get("bootstrapServers") or ""),
+                    str(kafka.get("groupId") or meta["name"]))
+    status = body.get("status") or {}
+    refused = any(cond.get("type") == DEGRADED and cond.get("status") == "True"
+                  and cond.get("reason") == GROUP_ID_IN_USE
+                  for cond in status.get("conditions") or ())
+    holding = status.get("groupId") == key[1] and not refused
+    return key, Claimant(meta["namespace"], meta["name"], meta["creationTimestamp"],
+                         meta["uid"], holding)
+
+
+def claim_label(key: tuple[str, str]) -> str:
+    """The value of `names.KAFKA_GROUP_LABEL` for the Kafka group `key`: a label value (at most
+    63 characters) that two objects share only when they use the same group (a hash; the
+    objects a list by it returns are compared by their `claim_key` again)."""
+    return hashlib.sha256("\n".join(key).encode()).hexdigest()[:48]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from staticfleet.observe import kafkaadmin, kafkareads
 
@@ -84,6 +84,24 @@ def reported_committed(statuses: Iterable[Mapping[str, Any]]) -> dict[TP, int]:
     return out
 
 
+class OffsetSource(Protocol):
+    """Where a group's broker offsets come from instead of its own requests: its cluster's
+    reads of all groups together (`clusterpool.GroupOffsets`), which read this group again
+    when their figures are older than `max_age`."""
+
+    @property
+    def interval_s(self) -> float:
+        """How often the source reads every group: at rest a figure is read again once it
+        would be `READ_INTERVAL_S` old by the next read, so it serves until then."""
+
+    def committed(self, now: float, max_age: float) -> tuple[dict[TP, int], float] | None:
+        """The group's committed offsets and when they were read (None: never)."""
+
+    def ends(self, tps: Iterable[TP], now: float,
+             max_age: float) -> dict[TP, tuple[float, int]]:
+        """The end offset of each of `tps` that has one, with when it was read."""
+
+
 @dataclass
 class LagReads:
     """Broker reads of committed and end offsets, cached per group and per cluster."""
@@ -108,20 +126,24 @@ class LagReads:
 
     def lag(self, admin: kafkaadmin.Admin, group_id: str, partitions: Mapping[str, int],
             statuses: Iterable[Mapping[str, Any]] = (), known: bool = True,
-            rolling: bool = False, autoscaling: bool = False, owner: str | None = None) -> Lag:
+            rolling: bool = False, autoscaling: bool = False, owner: str | None = None,
+            offsets: OffsetSource | None = None) -> Lag:
         """The group's lag: the larger of what its members report (their statistics) and the
         end offsets (read once per interval for the whole cluster) minus the committed offsets
         (the members' own commits; the brokers' for partitions no member reports, read at most
         once per interval; not at all for a group the brokers do not know, `known` False:
         it has no offsets). `rolling` (members in flight) and `autoscaling` (spec.autoscaling)
         have the broker's figures of this group read again sooner (`max_age_s`). `owner`: the
-        ConsumerGroup's uid, whose deletion forgets what is cached of the group (`forget`)."""
+        ConsumerGroup's uid, whose deletion forgets what is cached of the group (`forget`).
+        `offsets`: the group's cluster's reads, which the brokers' figures then come from (the
+        same ages apply); without them the group's own requests read them."""
         statuses = list(statuses)
         reported, committed = reported_lag(statuses), reported_committed(statuses)
         wanted = [(t, p) for t, count in sorted(partitions.items()) for p in range(count)]
         now = self.clock()
         age = REPORT_AGE_S if reported else 0.0
-        max_age = max_age_s(rolling, autoscaling, self.interval_s)
+        max_age = max_age_s(rolling, autoscaling, self.interval_s + (
+            offsets.interval_s if offsets is not None else 0.0))
         unknown = [tp for tp in wanted if tp not in reported and tp not in committed]
         with self.lock:
             if owner is not None:
@@ -132,10 +154,11 @@ class LagReads:
         moved = any(tp in before for tp in unknown)
         if unknown and known:
             read, read_at = self._committed(admin, group_id, wanted, now,
-                                            0.0 if moved else max_age)
+                                            0.0 if moved else max_age, offsets)
             committed = {**{tp: read[tp] for tp in unknown if tp in read}, **committed}
             age = max(age, now - read_at)
-        ends = self._ends(admin, [tp for tp in wanted if tp in committed], now, max_age)
+        ends = self._ends(admin, [tp for tp in wanted if tp in committed], now, max_age,
+                          offsets)
         out = {tp: reported[tp] for tp in wanted if tp in reported}
         for tp, (read_at, end) in ends.items():
             out[tp] = max(out.get(tp, 0), end - committed[tp], 0)
@@ -145,7 +168,10 @@ class LagReads:
                    {tp: (round(now - at, 1), end) for tp, (at, end) in ends.items()})
 
     def _committed(self, admin: kafkaadmin.Admin, group_id: str, wanted: list[TP], now: float,
-                   max_age: float) -> tuple[dict[TP, int], float]:
+                   max_age: float, offsets: OffsetSource | None = None
+                   ) -> tuple[dict[TP, int], float]:
+        if offsets is not None:
+            return offsets.committed(now, max_age) or ({}, now)
         key = (admin.key, group_id)
         with self.lock:
             cached = self.committed.get(key)
@@ -162,10 +188,13 @@ class LagReads:
         return read, now
 
     def _ends(self, admin: kafkaadmin.Admin, rest: list[TP], now: float,
-              max_age: float) -> dict[TP, tuple[float, int]]:
+              max_age: float, offsets: OffsetSource | None = None
+              ) -> dict[TP, tuple[float, int]]:
         """The end offsets of `rest`; when any is missing or older than the interval, every
         stale partition of the cluster (all its groups') is read in one request; those of `rest`
         older than `max_age` (shorter than the interval while a rollout waits) are read too."""
+        if offsets is not None:
+            return offsets.ends(rest, now, max_age)
         with self.lock:
             cluster = self.ends.setdefault(admin.key, {})
             asked = self.asked.setdefault(admin.key, {})

@@ -3,6 +3,13 @@
 `/drain`) and `ask_member` (POST `/leave`, `/rejoin`, `/activate`), each request with the
 group's bearer token. An answer other than the one wanted is a `Refused`, with the member's HTTP
 status and its reason.
+
+Every request to a member is made by `_request`, the one place that says where it goes: to the
+member's own address (its pod IP and port), unless the operator was started with
+`settings.MEMBER_HTTP_VIA_ENV` (benches only; the chart never sets it): then every request goes
+to that one address instead (`route_through`), the member simulator's
+(`staticfleet_dev.membersim`), naming the pod meant in `POD_IP_HEADER`. With fake nodes (kwok)
+a pod's IP leads nowhere, and one process answers for every member.
 """
 
 from __future__ import annotations
@@ -20,6 +27,32 @@ from member_contract import DRAIN, HTTP_PORT, STATUS
 
 MEMBER_PORT = HTTP_PORT
 """The port of the members' endpoints."""
+POD_IP_HEADER = "X-Staticfleet-Pod-IP"
+"""The pod a request routed through the simulator is meant for (its IP; `route_through`)."""
+
+_via: tuple[str, int] | None = None
+"""Where every member request goes instead of the member (`route_through`); None: the member."""
+
+
+def route_through(via: tuple[str, int] | None) -> tuple[str, int] | None:
+    """Send every member request to `via` (host, port), the pod's IP in `POD_IP_HEADER`; None:
+    to the members themselves (the default). Set once at the operator's startup from
+    `OperatorSettings.member_http_via`; returns the route it replaces (for tests)."""
+    global _via
+    before, _via = _via, via
+    return before
+
+
+def _request(host: str, port: int, path: str, *, post: bool = False,
+             token: str = "") -> urllib.request.Request:
+    """The request for `path` (with its query) to the member at `host`:`port`, a POST (empty
+    body) with `token` as its bearer token when `post`; routed through `_via` when set."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if _via is not None:
+        headers[POD_IP_HEADER] = host
+        host, port = _via
+    return urllib.request.Request(f"http://{host}:{port}{path}", data=b"" if post else None,
+                                  headers=headers, method="POST" if post else "GET")
 
 
 def read_member_status(host: str, port: int, timeout: float = 2.0) -> dict[str, Any] | None:
@@ -27,7 +60,7 @@ def read_member_status(host: str, port: int, timeout: float = 2.0) -> dict[str, 
     if not host:
         return None
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}{STATUS}", timeout=timeout) as resp:
+        with urllib.request.urlopen(_request(host, port, STATUS), timeout=timeout) as resp:
             data = json.load(resp)
     except (OSError, ValueError):
         return None
@@ -86,11 +119,9 @@ def drain_member(host: str, port: int, tokens: Sequence[str], hold_ms: int,
     refused = Refused(0, "no request sent")
     path = f"/{DRAIN}?holdMs={int(hold_ms)}&waitMs={int(wait_s * 1000)}"
     for token in tokens or ("",):
-        request = urllib.request.Request(f"http://{host}:{port}{path}", data=b"", method="POST")
-        if token:
-            request.add_header("Authorization", f"Bearer {token}")
         try:
-            with urllib.request.urlopen(request, timeout=wait_s + 2.0) as resp:
+            with urllib.request.urlopen(_request(host, port, path, post=True, token=token),
+                                        timeout=wait_s + 2.0) as resp:
                 answer = json.loads(resp.read() or b"{}")
                 if resp.status != 200 or not answer.get("drained"):
                     return Refused(resp.status, f"HTTP {resp.status}: still draining after "
@@ -124,12 +155,9 @@ def ask_member(host: str, port: int, action: str, tokens: Sequence[str] = (),
         return Refused(0, "the pod has no IP yet")
     refused = Refused(0, "no request sent")
     for token in tokens or ("",):
-        request = urllib.request.Request(f"http://{host}:{port}/{action}", data=b"",
-                                         method="POST")
-        if token:
-            request.add_header("Authorization", f"Bearer {token}")
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as resp:
+            with urllib.request.urlopen(_request(host, port, f"/{action}", post=True,
+                                                 token=token), timeout=timeout) as resp:
                 if resp.status == 202:
                     return None
                 return Refused(resp.status, f"HTTP {resp.status}")

@@ -102,8 +102,12 @@ def test_names_subresources_and_columns(crd: dict[str, Any]) -> None:
         "Rebalances": ".status.rebalances",
         "Rollout": ".status.rollout.phase",
         "Session": ".status.timeouts.sessionTimeoutMs",
+        "Shard": ".status.shard",
         "Age": ".metadata.creationTimestamp",
     }
+    # The shard shows with `kubectl get -o wide` only (most installations have none).
+    wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
+    assert wide == ["Shard"]
 
 
 CEL = [

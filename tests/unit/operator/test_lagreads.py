@@ -196,3 +196,43 @@ def test_a_deleted_groups_cached_offsets_are_forgotten(reads: dict[str, Any]) ->
     assert set(book.reported_before) == {("cluster-a", "h")}
     memory.forget("uid-h")
     assert book.committed == {} and book.reported_before == {}
+
+
+class Source:
+    """An `OffsetSource` (the cluster's reads of all groups) that records what it was asked."""
+
+    interval_s = 10.0
+
+    def __init__(self, committed: dict[tuple[str, int], int], read_at: float,
+                 ends: dict[tuple[str, int], int]) -> None:
+        self.figures, self.read_at, self.end = committed, read_at, ends
+        self.asked: list[tuple[str, float]] = []
+
+    def committed(self, now: float, max_age: float) -> tuple[dict[tuple[str, int], int], float]:
+        self.asked.append(("committed", max_age))
+        return dict(self.figures), self.read_at
+
+    def ends(self, tps: Any, now: float,
+             max_age: float) -> dict[tuple[str, int], tuple[float, int]]:
+        self.asked.append(("ends", max_age))
+        return {tp: (self.read_at, self.end[tp]) for tp in tps if tp in self.end}
+
+
+@pytest.mark.parametrize(("rolling", "autoscaling", "max_age"), [
+    (False, False, lagreads.READ_INTERVAL_S + Source.interval_s),
+    (True, False, lagreads.ROLLOUT_AGE_S),
+    (False, True, lagreads.AUTOSCALING_AGE_S),
+])
+def test_with_the_clusters_reads_the_figures_come_from_them_no_older_than_asked(
+        reads: dict[str, Any], rolling: bool, autoscaling: bool, max_age: float) -> None:
+    """Issue 37: the cluster's reads of all groups read a group's offsets at rest once they
+    would be a minute old by their next read, so they serve a minute and an interval; fresher
+    figures are asked for as before. The group's own requests are not made."""
+    clock = Clock()
+    source = Source({("t", 0): 5, ("t", 1): 2}, clock.t - 4, {("t", 0): 9, ("t", 1): 2})
+    lag = lagreads.LagReads(clock=clock).lag(
+        Admin(), "g", {"t": 2}, rolling=rolling, autoscaling=autoscaling,  # type: ignore[arg-type]
+        offsets=source)
+    assert lag.by_partition == {("t", 0): 4, ("t", 1): 0} and lag.age_s == 4.0
+    assert source.asked == [("committed", max_age), ("ends", max_age)]
+    assert reads["committed"] == [] and reads["ends"] == []

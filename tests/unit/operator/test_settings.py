@@ -1,11 +1,12 @@
 """The operator's own settings (`decisions.settings`): how they are read from its environment,
 and what a pass decides with them: the members' NetworkPolicy among the group's children, and
 the test-only annotations honoured only when the operator allows them (else ignored, and the
-status and an Event say so)."""
+status and an Event say so). The bench-only settings are never set by the chart."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from staticfleet.decisions import conditions as c
 from staticfleet.decisions.plan import decide, without_nulls
 from staticfleet.decisions.settings import (
     ALLOW_TESTING_ANNOTATIONS_ENV,
+    MEMBER_HTTP_VIA_ENV,
     MEMBER_INGRESS_FROM_ENV,
     OperatorSettings,
     SettingsError,
@@ -40,6 +42,11 @@ PEERS = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "
     ({MEMBER_INGRESS_FROM_ENV: "[]"}, OperatorSettings(member_ingress_from=())),
     ({ALLOW_TESTING_ANNOTATIONS_ENV: "true"}, OperatorSettings(allow_testing_annotations=True)),
     ({ALLOW_TESTING_ANNOTATIONS_ENV: "False"}, OperatorSettings()),
+    ({MEMBER_HTTP_VIA_ENV: " 127.0.0.1:18080 "},
+     OperatorSettings(member_http_via=("127.0.0.1", 18080))),
+    ({MEMBER_HTTP_VIA_ENV: "membersim.bench.svc:80"},
+     OperatorSettings(member_http_via=("membersim.bench.svc", 80))),
+    ({MEMBER_HTTP_VIA_ENV: ""}, OperatorSettings()),
 ])
 def test_settings_from_the_environment(environ: dict[str, str],
                                        expected: OperatorSettings) -> None:
@@ -51,11 +58,34 @@ def test_settings_from_the_environment(environ: dict[str, str],
     ({MEMBER_INGRESS_FROM_ENV: '{"ipBlock": {}}'}, "must be a JSON list"),
     ({MEMBER_INGRESS_FROM_ENV: "[{}]"}, "none of them empty"),
     ({ALLOW_TESTING_ANNOTATIONS_ENV: "yes"}, "must be true or false"),
+    ({MEMBER_HTTP_VIA_ENV: "127.0.0.1"}, "must be host:port"),
+    ({MEMBER_HTTP_VIA_ENV: ":18080"}, "must be host:port"),
+    ({MEMBER_HTTP_VIA_ENV: "127.0.0.1:0"}, "must be host:port"),
+    ({MEMBER_HTTP_VIA_ENV: "127.0.0.1:http"}, "must be host:port"),
 ])
 def test_a_setting_the_operator_cannot_read_stops_it(environ: dict[str, str],
                                                       message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         OperatorSettings.from_env(environ)
+
+
+@pytest.mark.parametrize("name", [ALLOW_TESTING_ANNOTATIONS_ENV, MEMBER_HTTP_VIA_ENV])
+def test_the_chart_never_sets_a_bench_only_setting(name: str) -> None:
+    chart = Path(__file__).resolve().parents[3] / "charts" / "staticfleet"
+    files = [f for f in chart.rglob("*") if f.is_file()]
+    assert any("STATICFLEET_MEMBER_INGRESS_FROM" in f.read_text() for f in files), \
+        "the chart's files are where the operator's settings would be"
+    assert [str(f) for f in files if name in f.read_text()] == []
+
+
+def test_every_setting_is_in_the_install_guides_table() -> None:
+    from staticfleet.decisions import settings
+
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "install.md").read_text()
+    table = guide.split("### Operator settings", 1)[1].split("\n## ", 1)[0]
+    names = {v for k, v in vars(settings).items() if k.endswith("_ENV")}
+    assert {MEMBER_INGRESS_FROM_ENV, ALLOW_TESTING_ANNOTATIONS_ENV, MEMBER_HTTP_VIA_ENV} <= names
+    assert {n for n in names if f"| `{n}` |" in table} == names
 
 
 # --- the members' NetworkPolicy -------------------------------------------------------------

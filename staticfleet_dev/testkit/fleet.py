@@ -1,0 +1,256 @@
+"""A fleet of simulated ConsumerGroups for the scale benchmark (bench/fleet_scale.py): their
+objects (member pods on kwok's fake Nodes, answered by the member simulator), their committed
+offsets on the cluster, the member simulator as a process, what their status says, and the
+brokers' own records (requests by API and client, generations by group) read as the logs grow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from staticfleet.decisions.names import GROUP_LABEL, REVISION_ANNOTATION
+from staticfleet.decisions.spec.model import API_GROUP, API_VERSION, KIND
+from staticfleet_dev.kafka import KafkaCluster, request_lines
+from staticfleet_dev.kwok import manifests
+from staticfleet_dev.membersim.members import Pace
+from staticfleet_dev.procs import ProcessRecord, free_port, spawn, wait_until
+from staticfleet_dev.testkit.kube import kubectl, to_yaml
+
+MEMBERS = 3
+PARTITIONS = Pace().partitions
+"""Partitions of every simulated group's topic: the simulator assigns that many per topic."""
+TOPICS = 10
+OPERATOR_CLIENT = "staticfleet-operator"
+"""The operator's Kafka client id (its admin and per-cluster clients), in the request logs."""
+
+
+def group_name(i: int) -> str:
+    return f"fleet-{i:04d}"
+
+
+def topic_of(i: int) -> str:
+    return f"fleet-t{i % TOPICS}"
+
+
+def sim_group(name: str, namespace: str, bootstrap: str, topic: str,
+              replicas: int = MEMBERS) -> dict[str, Any]:
+    """A ConsumerGroup whose member pods go to kwok's fake Nodes (Running and Ready, no
+    process), the simulator answering for them."""
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "kafka": {"bootstrapServers": bootstrap, "topics": [topic]},
+            "template": {"image": "staticfleet/member:simulated", "env": [],
+                         "terminationGracePeriodSeconds": 2, **manifests.placement()},
+            "processing": {"spark": {"master": "local[1]"}, "sink": {"type": "null"}},
+        },
+    }
+
+
+def apply_all(kubeconfig: Path, docs: Sequence[dict[str, Any]], chunk: int = 50) -> None:
+    """`kubectl apply` in chunks (one huge apply times out)."""
+    for first in range(0, len(docs), chunk):
+        kubectl(kubeconfig, "apply", "-f", "-", timeout=900,
+                input="\n---\n".join(to_yaml(d) for d in docs[first:first + chunk]))
+
+
+def commit_offsets(bootstrap: str, wanted: Mapping[str, str], records: int = 100) -> None:
+    """Records on every topic of `wanted` (group id -> topic), then an offset committed
+    half-way on each partition for every group, asked again for the groups whose coordinator
+    was still loading (the admin client's result says so per partition and does not fail)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+    for topic in sorted(set(wanted.values())):
+        for n in range(records * PARTITIONS):
+            producer.produce(topic, value=b"x", partition=n % PARTITIONS)
+    producer.flush(60)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    left = dict(wanted)
+    deadline = time.monotonic() + 600
+    while left:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{len(left)} groups' offsets not committed in 600 s")
+        futures = {g: f for g, topic in left.items() for f in admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(g, [TopicPartition(topic, p, records // 2)
+                                              for p in range(PARTITIONS)])]).values()}
+        left = {g: left[g] for g, f in futures.items()
+                if any(tp.error is not None for tp in f.result(timeout=120).topic_partitions)}
+        if left:
+            time.sleep(1)
+
+
+# --- the member simulator as a process --------------------------------------------------------
+
+@dataclass
+class SimulatorProcess:
+    """`python -m staticfleet_dev.membersim`, simulating the pods on kwok's pod network and
+    relaying the others' requests to them."""
+
+    record: ProcessRecord
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://{self.address}/_sim/stats", timeout=10) as r:
+            return dict(json.load(r))
+
+
+def start_simulator(workdir: Path, kubeconfig: Path) -> SimulatorProcess:
+    port = free_port()
+    _p, rec = spawn("membersim", [
+        sys.executable, "-m", "staticfleet_dev.membersim", "--kubeconfig", str(kubeconfig),
+        "--listen", f"127.0.0.1:{port}", "--simulate", str(manifests.POD_NETWORK)],
+        log=workdir / "membersim.log")
+    sim = SimulatorProcess(rec, port)
+
+    def answers() -> bool:
+        try:
+            sim.stats()
+        except OSError:
+            return False
+        return True
+
+    wait_until(answers, rec=rec, timeout=60, what="answering")
+    return sim
+
+
+# --- what the groups' status says -------------------------------------------------------------
+
+def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def observed(obj: Mapping[str, Any]) -> bool:
+    """The operator has a pass of the group's current generation on record."""
+    return ((obj.get("status") or {}).get("observedGeneration")
+            == obj["metadata"].get("generation"))
+
+
+def settled(obj: Mapping[str, Any]) -> bool:
+    """Reconciled: observed at its current generation, every member pod Ready, no rollout
+    under way, not Degraded, and Ready; or, for a group whose members are all simulated (the
+    broker sees no member of it: Empty), Ready False for just that reason (`GroupNotStable`),
+    which is what the operator rightly says of an Empty group."""
+    st = obj.get("status") or {}
+    conds = _conditions(obj)
+    ready = conds.get("Ready", {})
+    return (observed(obj) and st.get("readyReplicas") == obj["spec"]["replicas"]
+            and (st.get("rollout") or {}).get("phase") in ("Idle", "Complete")
+            and conds.get("Degraded", {}).get("status") == "False"
+            and (ready.get("status") == "True"
+                 or (ready.get("reason") == "GroupNotStable" and st.get("groupState") == "Empty")))
+
+
+def all_replaced(obj: Mapping[str, Any], pods: Iterable[Any]) -> bool:
+    """Every member pod of the group (kubernetes client models) is of its update revision,
+    none is terminating, and there are as many as its replicas."""
+    revision, name = (obj.get("status") or {}).get("updateRevision"), obj["metadata"]["name"]
+    mine = [p for p in pods if (p.metadata.labels or {}).get(GROUP_LABEL) == name]
+    return bool(revision) and len(mine) == obj["spec"]["replicas"] and all(
+        p.metadata.deletion_timestamp is None
+        and (p.metadata.annotations or {}).get(REVISION_ANNOTATION) == revision for p in mine)
+
+
+def degraded(obj: Mapping[str, Any]) -> bool:
+    return _conditions(obj).get("Degraded", {}).get("status") == "True"
+
+
+def why_not_settled(objs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """How many groups are not settled, by what holds them (the first of: not observed yet,
+    Degraded's reason, Ready's reason)."""
+    out: Counter[str] = Counter()
+    for obj in objs:
+        if settled(obj):
+            continue
+        conds = _conditions(obj)
+        if not observed(obj):
+            out["not observed at its generation"] += 1
+        elif degraded(obj):
+            out[f"Degraded: {conds['Degraded'].get('reason')}"] += 1
+        elif (obj.get("status") or {}).get("readyReplicas") != obj["spec"]["replicas"]:
+            out["member pods not all Ready"] += 1
+        elif ((obj.get("status") or {}).get("rollout") or {}).get("phase") not in (
+                "Idle", "Complete"):
+            out["a rollout under way"] += 1
+        else:
+            out[f"Ready {conds.get('Ready', {}).get('status')}: "
+                f"{conds.get('Ready', {}).get('reason')}"] += 1
+    return dict(out)
+
+
+# --- the brokers' own records, read as the logs grow ------------------------------------------
+
+_STABILIZED = re.compile(r"Stabilized group (\S+) generation (\d+)")
+
+
+@dataclass
+class BrokerRecords:
+    """Follows the broker logs of a cluster from where they were: the requests logged (API,
+    client id) and every generation each group stabilized (a rebalance is a new one)."""
+
+    cluster: KafkaCluster
+    offsets: dict[int, int] = field(default_factory=dict)
+    generations: dict[str, set[int]] = field(default_factory=dict)
+
+    def read(self) -> list[tuple[str, str]]:
+        """The requests logged since the last read; the generations are taken in on the way."""
+        out: list[tuple[str, str]] = []
+        for n, node in self.cluster.nodes.items():
+            if not node.log.exists():
+                continue
+            with node.log.open("rb") as f:
+                f.seek(self.offsets.get(n, 0))
+                data = f.read()
+            cut = data.rfind(b"\n") + 1  # a line being written is read next time
+            self.offsets[n] = self.offsets.get(n, 0) + cut
+            text = data[:cut].decode(errors="replace")
+            out += request_lines(text)
+            for m in _STABILIZED.finditer(text):
+                self.generations.setdefault(m.group(1), set()).add(int(m.group(2)))
+        return out
+
+    def generation_counts(self, groups: Iterable[str]) -> dict[str, int]:
+        return {g: len(self.generations.get(g, ())) for g in groups}
+
+
+def operator_requests(logged: Iterable[tuple[str, str]]) -> Counter[str]:
+    """The operator's requests among logged (API, client id) pairs, by API."""
+    return Counter(api for api, client in logged if client == OPERATOR_CLIENT)
+
+
+def new_generations(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    """Groups that stabilized new generations between two `generation_counts`, how many."""
+    return {g: n - before.get(g, 0) for g, n in after.items() if n > before.get(g, 0)}
+
+
+def wait_settled(list_groups: Any, count: int, timeout: float, since: float,
+                 ) -> tuple[float | None, float | None, dict[str, int]]:
+    """Poll `list_groups()` until `count` groups are settled: seconds from `since` (monotonic)
+    until every group was first observed at its generation, until all were settled (None:
+    not within `timeout`), and what held the rest at the end."""
+    first = None
+    objs: list[Mapping[str, Any]] = []
+    while time.monotonic() - since < timeout:
+        objs = list_groups()
+        if first is None and len(objs) >= count and all(observed(o) for o in objs):
+            first = time.monotonic() - since
+        if len(objs) >= count and all(settled(o) for o in objs):
+            return first, time.monotonic() - since, {}
+        time.sleep(1.0)
+    return first, None, why_not_settled(objs)
