@@ -58,8 +58,9 @@ def test_a_new_recipe_removes_the_binaries_of_the_old_one(go_builds: list[list[s
 
 
 def test_the_build_steps_and_their_order() -> None:
-    """scripts/setup.sh names these steps (the demo's first, then the tests' own)."""
-    assert list(build.STEPS) == ["kafka", "etcd", "k8s", "prometheus", "promtool", "helm"]
+    """scripts/setup.sh names these steps (the demo's first, then the tests' and benches')."""
+    assert list(build.STEPS) == ["kafka", "etcd", "k8s", "prometheus", "promtool", "helm",
+                                 "kwok"]
 
 
 def _setup_builds() -> dict[str, list[str]]:

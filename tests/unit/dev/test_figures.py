@@ -90,5 +90,9 @@ def test_the_cpu_of_a_tree_whose_members_come_and_go() -> None:
 def test_this_process_is_in_its_own_tree() -> None:
     me = os.getpid()
     assert figures.children(me)[0] == me
-    assert figures.tree_rss_kib(me) >= figures.rss_kib(me) > 0
+    own = figures.rss_kib(me)
+    assert own > 0
+    # This process's RSS moves between two reads (pytest-xdist's IO thread allocates): a tree
+    # that lost its root would be far below it, not a few pages.
+    assert figures.tree_rss_kib(me) >= own * 0.9
     assert figures.rss_kib(2**22 + 12345) == 0, "gone: 0"
