@@ -154,6 +154,7 @@ def bring_up(args: argparse.Namespace, logdir: Path) -> Fleet:
               real_topics)
     f.consumers = [PolledMember(env.bootstrap, g, fleet.topic_of(i), instance=f"{g}-0")
                    for i, g in enumerate(f.names[:WITH_CONSUMER])]
+    fleet.keep_stand_ins(sim, f.consumers)  # so that their pods are those members
     return f
 
 
@@ -434,10 +435,8 @@ def run(f: Fleet, wanted: str) -> None:
         out = set(read_all(f.env.bootstrap, f.real_topics[1], timeout=120))
         f.report["produced"] = produced
         f.report["lost"] = len(set(f.producer.produced) - out)
-        gap = {k: (f.report.get(k) or {}).get("longestProcessingGapMs")
-               for k in ("rolloutAlone", "rolloutAmong")}
-        f.report["rolloutGapMsAlone"] = gap["rolloutAlone"]
-        f.report["rolloutGapMsAmong"] = gap["rolloutAmong"]
+        for k in ("Alone", "Among"):
+            f.report[f"rolloutGapMs{k}"] = f.report[f"rollout{k}"]["longestProcessingGapMs"]
     else:
         f.notes.update(dict.fromkeys(("rolloutGapMsAlone", "rolloutGapMsAmong", "lost"),
                                      "scenario c not run"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -25,7 +26,9 @@ from staticfleet.decisions.spec.model import API_GROUP, API_VERSION, KIND
 from staticfleet_dev.kafka import KafkaCluster, request_lines
 from staticfleet_dev.kwok import manifests
 from staticfleet_dev.membersim.members import Pace
+from staticfleet_dev.membersim.server import STAND_INS, STATS
 from staticfleet_dev.procs import ProcessRecord, free_port, spawn, wait_until
+from staticfleet_dev.testkit.consumers import PolledMember
 from staticfleet_dev.testkit.kube import kubectl, to_yaml
 
 MEMBERS = 3
@@ -107,8 +110,37 @@ class SimulatorProcess:
         return f"127.0.0.1:{self.port}"
 
     def stats(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://{self.address}/_sim/stats", timeout=10) as r:
+        with urllib.request.urlopen(f"http://{self.address}{STATS}", timeout=10) as r:
             return dict(json.load(r))
+
+    def stand_ins(self, rows: Sequence[tuple[str, str, str]]) -> None:
+        """Name the real consumers that stand in Kafka for simulated members: (group id,
+        instance id, member id)."""
+        request = urllib.request.Request(f"http://{self.address}{STAND_INS}", method="POST",
+                                         data=json.dumps([list(r) for r in rows]).encode())
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
+
+def keep_stand_ins(sim: SimulatorProcess, consumers: Sequence[PolledMember],
+                   every_s: float = 2.0) -> threading.Event:
+    """Tell the simulator, whenever it changes, which member id each real consumer has (its
+    instance id is its simulated member's); until the returned event is set."""
+    stopping = threading.Event()
+
+    def run() -> None:
+        told: list[tuple[str, str, str]] = []
+        while not stopping.wait(every_s):
+            rows = [(c.group, c.instance, c.member_id) for c in consumers if c.member_id]
+            if rows != told:
+                try:
+                    sim.stand_ins(rows)
+                    told = rows
+                except OSError:
+                    pass  # the simulator is gone or busy: told again next time
+
+    threading.Thread(target=run, name="stand-ins", daemon=True).start()
+    return stopping
 
 
 def start_simulator(workdir: Path, kubeconfig: Path) -> SimulatorProcess:
