@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from staticfleet_dev.membersim.server import STAND_INS, STATS
 from staticfleet_dev.procs import ProcessRecord, free_port, spawn, wait_until
 from staticfleet_dev.testkit.consumers import PolledMember
 from staticfleet_dev.testkit.kube import kubectl, to_yaml
+from staticfleet_dev.testkit.poll import Poller
 
 MEMBERS = 3
 PARTITIONS = Pace().partitions
@@ -201,6 +202,23 @@ def all_replaced(obj: Mapping[str, Any], pods: Iterable[Any]) -> bool:
 
 def degraded(obj: Mapping[str, Any]) -> bool:
     return _conditions(obj).get("Degraded", {}).get("status") == "True"
+
+
+class DegradedWatch(Poller):
+    """Lists the groups every 2 s (`list_groups()`) and keeps, per list, when and which were
+    Degraded; a list that fails (the API server is not the subject) is skipped."""
+
+    interval = 2.0
+    transient = (Exception,)
+
+    def __init__(self, list_groups: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+        self.list_groups = list_groups
+        self.samples: list[tuple[float, set[str]]] = []
+
+    def poll(self) -> None:
+        objs = self.list_groups()
+        self.samples.append((time.monotonic(), {o["metadata"]["name"] for o in objs
+                                                if degraded(o)}))
 
 
 def why_not_settled(objs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
