@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 
 from staticfleet.decisions.names import GROUP_LABEL, REVISION_ANNOTATION
 from staticfleet.decisions.spec.model import API_GROUP, API_VERSION, KIND
-from staticfleet_dev.kafka import KafkaCluster, request_lines
+from staticfleet_dev.kafka import OFFSETS_TOPIC, KafkaCluster, offsets_partition, request_lines
 from staticfleet_dev.kwok import manifests
 from staticfleet_dev.membersim.members import Pace
 from staticfleet_dev.membersim.server import STAND_INS, STATS
@@ -190,14 +190,16 @@ def settled(obj: Mapping[str, Any]) -> bool:
                  or (ready.get("reason") == "GroupNotStable" and st.get("groupState") == "Empty")))
 
 
-def all_replaced(obj: Mapping[str, Any], pods: Iterable[Any]) -> bool:
-    """Every member pod of the group (kubernetes client models) is of its update revision,
-    none is terminating, and there are as many as its replicas."""
+def first_switched(obj: Mapping[str, Any], pods: Iterable[Any]) -> bool:
+    """At least one member of the group was replaced: as many pods as its replicas, none
+    terminating, one or more of its update revision (a warm handoff's standby beside the old
+    pod is one pod too many)."""
     revision, name = (obj.get("status") or {}).get("updateRevision"), obj["metadata"]["name"]
     mine = [p for p in pods if (p.metadata.labels or {}).get(GROUP_LABEL) == name]
-    return bool(revision) and len(mine) == obj["spec"]["replicas"] and all(
-        p.metadata.deletion_timestamp is None
-        and (p.metadata.annotations or {}).get(REVISION_ANNOTATION) == revision for p in mine)
+    return (bool(revision) and len(mine) == obj["spec"]["replicas"]
+            and all(p.metadata.deletion_timestamp is None for p in mine)
+            and any((p.metadata.annotations or {}).get(REVISION_ANNOTATION) == revision
+                    for p in mine))
 
 
 def degraded(obj: Mapping[str, Any]) -> bool:
@@ -242,6 +244,14 @@ def why_not_settled(objs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
             out[f"Ready {conds.get('Ready', {}).get('status')}: "
                 f"{conds.get('Ready', {}).get('reason')}"] += 1
     return dict(out)
+
+
+def coordinated_by(cluster: KafkaCluster, node: int, group_ids: Iterable[str]) -> list[str]:
+    """The groups of `group_ids` whose coordinator is broker `node` now (the leader of their
+    `__consumer_offsets` partition)."""
+    meta = cluster.admin().list_topics(OFFSETS_TOPIC, timeout=10)
+    parts = meta.topics[OFFSETS_TOPIC].partitions
+    return [g for g in group_ids if parts[offsets_partition(g, len(parts))].leader == node]
 
 
 # --- the brokers' own records, read as the logs grow ------------------------------------------
