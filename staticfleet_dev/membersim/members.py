@@ -171,6 +171,11 @@ class Table:
     groups: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     tokens: dict[tuple[str, str], str] = field(default_factory=dict)
     """(namespace, Secret name) -> the token in it."""
+    stand_ins: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(group id, instance id) -> the member id of a real consumer that stands in Kafka for the
+    simulated member of that instance id (a bench's, so the broker's describe shows the member):
+    a member holding its partitions reports that id as its own, as the process that is that
+    member would."""
 
     # -- the pods, as the watch sees them ---------------------------------------------------------
 
@@ -404,7 +409,8 @@ class Table:
         polling = made and m.phase not in ("standby", "drained", "left")
         return {
             "instanceId": m.facts.instance_id,
-            "memberId": m.member_id,
+            "memberId": m.member_id and self.stand_ins.get(
+                (m.facts.group_id, m.facts.instance_id), m.member_id),
             "groupId": m.facts.group_id,
             "assignment": assignment,
             "lag": [[t, p, 0] for t, p in assignment],

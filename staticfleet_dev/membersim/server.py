@@ -13,7 +13,9 @@ simulated; a request for any other pod is relayed to that pod's own address and 
 member process, say on the local node, in a bench that also runs real members), its answer
 passed back as it came (a pod that does not answer: 502), and such pods stay out of the table.
 
-Without the header: `GET /_sim/stats`, what the simulator knows and has answered (JSON).
+Without the header: `GET /_sim/stats`, what the simulator knows and has answered (JSON), and
+`POST /_sim/stand-ins` with `[[groupId, instanceId, memberId], ...]`: real consumers that stand
+in Kafka for those simulated members (`members.Table.stand_ins`), replacing the ones before.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from staticfleet_dev.membersim.members import Member, Pace, Table
 from staticfleet_dev.membersim.pods import pod_facts, process_gone, secret_token
 
 STATS = "/_sim/stats"
+STAND_INS = "/_sim/stand-ins"
 DRAIN_WAIT_MS = 30_000
 MAX_BODY = 64 * 1024
 """As consumer_runtime.http's (test_membersim holds them equal; that module is not imported:
@@ -172,7 +175,7 @@ class Simulator:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         ip = request.headers.get(POD_IP_HEADER)
         if ip is None:
-            return self._admin(request)
+            return await self._admin(request)
         if not self.simulates(ip):
             return await self._relay(ip, request)
         with self.lock:
@@ -260,11 +263,24 @@ class Simulator:
             code, body = self.table.drain_answer(member, self.clock())
         return _json(code, body)
 
-    def _admin(self, request: web.Request) -> web.StreamResponse:
+    async def _admin(self, request: web.Request) -> web.StreamResponse:
         if request.method == "GET" and request.path == STATS:
             return _json(200, self.stats())
+        if request.method == "POST" and request.path == STAND_INS:
+            try:
+                rows = await request.json()
+                if not isinstance(rows, list) or not all(
+                        isinstance(r, list) and len(r) == 3 for r in rows):
+                    raise ValueError(rows)
+                stand_ins = {(str(g), str(i)): str(m) for g, i, m in rows}
+            except ValueError:
+                return web.Response(status=400, text="[[groupId, instanceId, memberId], ...]\n")
+            with self.lock:
+                self.table.stand_ins = stand_ins
+            return _json(200, {"standIns": len(stand_ins)})
         return web.Response(status=400, text=f"a member request names its pod in "
-                                             f"{POD_IP_HEADER}; else only GET {STATS}\n")
+                                             f"{POD_IP_HEADER}; else only GET {STATS} or "
+                                             f"POST {STAND_INS}\n")
 
     def stats(self) -> dict[str, Any]:
         """What the simulator knows (members by phase, groups, tokens) and has answered."""

@@ -24,6 +24,7 @@ class PolledMember:
             conf["group.protocol"] = "consumer"
         else:
             conf["session.timeout.ms"] = session_ms
+        self.group, self.instance = group, str(conf["group.instance.id"])
         self.consumer = Consumer(conf)
         self.consumer.subscribe([topic])
         self.member_id = ""

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,14 @@ from confluent_kafka.admin import AdminClient
 
 from staticfleet.decisions.names import GROUP_LABEL, REVISION_ANNOTATION
 from staticfleet.decisions.spec.model import API_GROUP, API_VERSION, KIND
-from staticfleet_dev.kafka import KafkaCluster, request_lines
+from staticfleet_dev.kafka import OFFSETS_TOPIC, KafkaCluster, offsets_partition, request_lines
 from staticfleet_dev.kwok import manifests
 from staticfleet_dev.membersim.members import Pace
+from staticfleet_dev.membersim.server import STAND_INS, STATS
 from staticfleet_dev.procs import ProcessRecord, free_port, spawn, wait_until
+from staticfleet_dev.testkit.consumers import PolledMember
 from staticfleet_dev.testkit.kube import kubectl, to_yaml
+from staticfleet_dev.testkit.poll import Poller
 
 MEMBERS = 3
 PARTITIONS = Pace().partitions
@@ -107,8 +111,37 @@ class SimulatorProcess:
         return f"127.0.0.1:{self.port}"
 
     def stats(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://{self.address}/_sim/stats", timeout=10) as r:
+        with urllib.request.urlopen(f"http://{self.address}{STATS}", timeout=10) as r:
             return dict(json.load(r))
+
+    def stand_ins(self, rows: Sequence[tuple[str, str, str]]) -> None:
+        """Name the real consumers that stand in Kafka for simulated members: (group id,
+        instance id, member id)."""
+        request = urllib.request.Request(f"http://{self.address}{STAND_INS}", method="POST",
+                                         data=json.dumps([list(r) for r in rows]).encode())
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
+
+def keep_stand_ins(sim: SimulatorProcess, consumers: Sequence[PolledMember],
+                   every_s: float = 2.0) -> threading.Event:
+    """Tell the simulator, whenever it changes, which member id each real consumer has (its
+    instance id is its simulated member's); until the returned event is set."""
+    stopping = threading.Event()
+
+    def run() -> None:
+        told: list[tuple[str, str, str]] = []
+        while not stopping.wait(every_s):
+            rows = [(c.group, c.instance, c.member_id) for c in consumers if c.member_id]
+            if rows != told:
+                try:
+                    sim.stand_ins(rows)
+                    told = rows
+                except OSError:
+                    pass  # the simulator is gone or busy: told again next time
+
+    threading.Thread(target=run, name="stand-ins", daemon=True).start()
+    return stopping
 
 
 def start_simulator(workdir: Path, kubeconfig: Path) -> SimulatorProcess:
@@ -157,18 +190,37 @@ def settled(obj: Mapping[str, Any]) -> bool:
                  or (ready.get("reason") == "GroupNotStable" and st.get("groupState") == "Empty")))
 
 
-def all_replaced(obj: Mapping[str, Any], pods: Iterable[Any]) -> bool:
-    """Every member pod of the group (kubernetes client models) is of its update revision,
-    none is terminating, and there are as many as its replicas."""
+def first_switched(obj: Mapping[str, Any], pods: Iterable[Any]) -> bool:
+    """At least one member of the group was replaced: as many pods as its replicas, none
+    terminating, one or more of its update revision (a warm handoff's standby beside the old
+    pod is one pod too many)."""
     revision, name = (obj.get("status") or {}).get("updateRevision"), obj["metadata"]["name"]
     mine = [p for p in pods if (p.metadata.labels or {}).get(GROUP_LABEL) == name]
-    return bool(revision) and len(mine) == obj["spec"]["replicas"] and all(
-        p.metadata.deletion_timestamp is None
-        and (p.metadata.annotations or {}).get(REVISION_ANNOTATION) == revision for p in mine)
+    return (bool(revision) and len(mine) == obj["spec"]["replicas"]
+            and all(p.metadata.deletion_timestamp is None for p in mine)
+            and any((p.metadata.annotations or {}).get(REVISION_ANNOTATION) == revision
+                    for p in mine))
 
 
 def degraded(obj: Mapping[str, Any]) -> bool:
     return _conditions(obj).get("Degraded", {}).get("status") == "True"
+
+
+class DegradedWatch(Poller):
+    """Lists the groups every 2 s (`list_groups()`) and keeps, per list, when and which were
+    Degraded; a list that fails (the API server is not the subject) is skipped."""
+
+    interval = 2.0
+    transient = (Exception,)
+
+    def __init__(self, list_groups: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+        self.list_groups = list_groups
+        self.samples: list[tuple[float, set[str]]] = []
+
+    def poll(self) -> None:
+        objs = self.list_groups()
+        self.samples.append((time.monotonic(), {o["metadata"]["name"] for o in objs
+                                                if degraded(o)}))
 
 
 def why_not_settled(objs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -192,6 +244,14 @@ def why_not_settled(objs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
             out[f"Ready {conds.get('Ready', {}).get('status')}: "
                 f"{conds.get('Ready', {}).get('reason')}"] += 1
     return dict(out)
+
+
+def coordinated_by(cluster: KafkaCluster, node: int, group_ids: Iterable[str]) -> list[str]:
+    """The groups of `group_ids` whose coordinator is broker `node` now (the leader of their
+    `__consumer_offsets` partition)."""
+    meta = cluster.admin().list_topics(OFFSETS_TOPIC, timeout=10)
+    parts = meta.topics[OFFSETS_TOPIC].partitions
+    return [g for g in group_ids if parts[offsets_partition(g, len(parts))].leader == node]
 
 
 # --- the brokers' own records, read as the logs grow ------------------------------------------

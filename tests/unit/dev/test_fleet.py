@@ -53,15 +53,17 @@ def pod(name: str, revision: str, deleting: bool = False) -> Any:
         deletion_timestamp="2026-11-26T00:00:00Z" if deleting else None))
 
 
-def test_a_rollouts_pods_all_replaced() -> None:
+def test_a_group_switched_over_at_least_once() -> None:
     obj = {"metadata": {"name": "g"}, "spec": {"replicas": 2},
            "status": {"updateRevision": "new"}}
-    other = pod("h", "old")
-    assert fleet.all_replaced(obj, [pod("g", "new"), pod("g", "new"), other])
-    assert not fleet.all_replaced(obj, [pod("g", "new"), pod("g", "old")])
-    assert not fleet.all_replaced(obj, [pod("g", "new"), pod("g", "new", deleting=True)])
-    assert not fleet.all_replaced(obj, [pod("g", "new")]), "one short"
-    assert not fleet.all_replaced({**obj, "status": {}}, [pod("g", "new")] * 2)
+    other = pod("h", "new")
+    assert fleet.first_switched(obj, [pod("g", "new"), pod("g", "old"), other])
+    assert fleet.first_switched(obj, [pod("g", "new"), pod("g", "new")])
+    assert not fleet.first_switched(obj, [pod("g", "old"), pod("g", "old"), other])
+    assert not fleet.first_switched(obj, [pod("g", "old"), pod("g", "old"), pod("g", "new")]), (
+        "a standby beside the old pods: not switched yet")
+    assert not fleet.first_switched(obj, [pod("g", "new"), pod("g", "old", deleting=True)])
+    assert not fleet.first_switched({**obj, "status": {}}, [pod("g", "new")] * 2)
 
 
 def request(api: str, client: str) -> str:

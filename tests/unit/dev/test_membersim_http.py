@@ -22,7 +22,7 @@ from member_contract import ACTIVATE, LEAVE, REJOIN
 from staticfleet.observe import memberhttp
 from staticfleet.observe.memberhttp import POD_IP_HEADER, Drained, Refused
 from staticfleet_dev.membersim.members import Pace
-from staticfleet_dev.membersim.server import STATS, Simulator
+from staticfleet_dev.membersim.server import STAND_INS, STATS, Simulator
 
 pytestmark = pytest.mark.unit
 
@@ -310,3 +310,29 @@ def test_a_pod_outside_the_simulated_network_is_relayed_to_its_own_process() -> 
         simulator.stop()
         real.shutdown()
         real.server_close()
+
+
+def test_a_real_consumer_stands_in_for_a_simulated_member(sim: Simulator) -> None:
+    """A bench's real consumer of instance `orders-1` is that member in Kafka: once named, the
+    simulated member reports its member id, so the operator takes the pod for the broker's
+    member; the others keep their own. A malformed list changes nothing."""
+    until("member 1 serving", lambda: (memberhttp.read_member_status(ip(1), PORT) or {})
+          .get("memberId"))
+
+    def post(body: bytes) -> int:
+        request = urllib.request.Request(f"http://127.0.0.1:{sim.port}{STAND_INS}", data=body,
+                                         method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert post(json.dumps([["orders", "orders-1", "orders-1-real-42"]]).encode()) == 200
+    one = memberhttp.read_member_status(ip(1), PORT)
+    assert one is not None and one["memberId"] == "orders-1-real-42"
+    two = memberhttp.read_member_status(ip(2), PORT)
+    assert two is not None and two["memberId"].startswith("orders-2-sim")
+    assert post(b'{"not": "a list"}') == 400
+    one = memberhttp.read_member_status(ip(1), PORT)
+    assert one is not None and one["memberId"] == "orders-1-real-42"
