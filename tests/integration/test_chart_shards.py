@@ -11,6 +11,7 @@ that it may. The session's admin operator is stopped meanwhile.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -118,6 +119,9 @@ def test_a_sharded_peered_install_runs_under_the_charts_rbac(
         logs = operator_logs()
         assert f"{namespace}/{plain} left the ConsumerGroups this operator watches" in logs
         assert "did not let the group go" not in logs, logs
-        assert "Forbidden" not in logs and " 403" not in logs, logs
+        # The chart's RBAC refused nothing (the API server's denial names the ServiceAccount).
+        # A 403 for a namespace being terminated is another test's group going away, which
+        # the default shard (every namespace) still sees: not a denial.
+        assert not re.search(r'forbidden: User \\?"system:serviceaccount:', logs), logs
     finally:
         ok(run([helm, "uninstall", release, *helm_args, "--wait", "--timeout", "120s"]))

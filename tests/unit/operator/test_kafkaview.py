@@ -1,0 +1,69 @@
+"""What a pass takes from its cluster's batched reads and what it asks the group alone
+(`staticfleet.kafkaview`): the routing only, with the group's own describe recorded instead
+of sent (the reads themselves are tested against real brokers in
+tests/integration/test_cluster_reads.py)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from staticfleet import kafkaview
+from staticfleet.decisions.snapshot import GroupView
+from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.observe import kafkaadmin, kafkareads
+from staticfleet.observe.clusteranswers import Outcome, no_answer
+from staticfleet.observe.clusterreads import Described, GroupRead
+from staticfleet.observe.wire import COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
+
+pytestmark = pytest.mark.unit
+
+SPEC = ConsumerGroupSpec.from_body({
+    "apiVersion": "staticfleet.io/v1alpha1", "kind": "ConsumerGroup",
+    "metadata": {"name": "orders", "namespace": "ns", "generation": 1},
+    "spec": {"replicas": 1, "kafka": {"bootstrapServers": "k:9092", "topics": ["orders"]},
+             "template": {"image": "member:1"},
+             "processing": {"transform": "m:f", "sink": {"type": "null"}}}})
+VIEW = GroupView(state="Stable", protocol="range")
+ALONE = GroupView(state="Empty", protocol="")
+
+
+def held(outcome: Outcome | None) -> GroupRead:
+    return GroupRead(described=None if outcome is None else Described(0.0, outcome),
+                     committed=None, ends={}, topics=None)
+
+
+@pytest.fixture
+def asked_alone(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    asked: list[str] = []
+
+    def describe(admin: Any, group_id: str, protocol: str) -> GroupView:
+        asked.append(group_id)
+        return ALONE
+
+    monkeypatch.setattr(kafkareads, "describe_group", describe)
+    return asked
+
+
+def test_an_answer_of_the_clusters_read_is_taken_as_it_is(asked_alone: list[str]) -> None:
+    admin = cast(kafkaadmin.Admin, object())
+    assert kafkaview.described(admin, SPEC, held(Outcome(view=VIEW))) is VIEW
+    assert asked_alone == []
+
+
+@pytest.mark.parametrize("outcome", [
+    None,  # not read yet
+    Outcome(code=COORDINATOR_NOT_AVAILABLE, text="error 15"),  # a new group, offsets topic made
+    Outcome(code=COORDINATOR_LOAD_IN_PROGRESS, text="error 14"),
+    no_answer("no reply"),
+], ids=["unread", "not-available", "loading", "no-answer"])
+def test_without_an_answer_the_group_is_asked_alone_before_anything_is_said_moving(
+        asked_alone: list[str], outcome: Outcome | None) -> None:
+    """CI, once: a group created seconds after the broker started got COORDINATOR_NOT_AVAILABLE
+    in its cluster's read and its pass was Degraded at once (Warning CoordinatorMoving). The
+    group's own describe asks again with fresh lookups for a few seconds first, as every read
+    did before the cluster's reads."""
+    admin = cast(kafkaadmin.Admin, object())
+    assert kafkaview.described(admin, SPEC, held(outcome)) is ALONE
+    assert asked_alone == ["orders"]
