@@ -71,16 +71,21 @@ def topics(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec,
 
 
 def described(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec,
-              held: clusterreads.GroupRead | None) -> GroupView:
-    """The group as the cluster's reads described it; where they have no answer (none yet, a
-    coordinator that moved or is loading, no reply), the group's own describe
-    (`kafkareads.describe_group`): it looks the coordinator up afresh and asks again for a few
-    seconds before it says `CoordinatorMoving`, as every read did before the cluster's reads.
-    A new group's first answer on a fresh cluster is often COORDINATOR_NOT_AVAILABLE while the
-    offsets topic is made (CI: a Warning CoordinatorMoving for a group created seconds after
-    the broker started); a moving coordinator that answers within those seconds is no
-    Degraded pass."""
+              held: clusterreads.GroupRead | None, seen_before: bool) -> GroupView:
+    """The group as the cluster's reads described it. A coordinator that moved or is loading
+    the group (its answer says so) is `CoordinatorMoving` at once for a group described before
+    (`seen_before`: the status has its state): the pass goes on Degraded, and a coordinator
+    outage costs no per-group requests. Otherwise, where the reads have no answer, the group's
+    own describe (`kafkareads.describe_group`), which looks the coordinator up afresh and asks
+    again for a few seconds before it says `CoordinatorMoving`: a new group's first answer on a
+    fresh cluster is often COORDINATOR_NOT_AVAILABLE while the offsets topic is made (CI: a
+    Warning CoordinatorMoving for a group created seconds after the broker started)."""
+    group_id = spec.kafka.group_id
     described = held.described if held is not None else None
     if described is not None and described.outcome.view is not None:
         return described.outcome.view
-    return kafkareads.describe_group(admin, spec.kafka.group_id, spec.membership.protocol)
+    if described is not None and described.outcome.said_moving and seen_before:
+        raise kafkaadmin.CoordinatorMoving(
+            f"describing group {group_id} at {admin.bootstrap}: {described.outcome.text}; the "
+            "group's coordinator is moving")
+    return kafkareads.describe_group(admin, group_id, spec.membership.protocol)

@@ -138,7 +138,8 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
     problem: Problem | None = None
     group = None
     try:
-        group = kafkaview.described(admin, spec, held)
+        group = kafkaview.described(admin, spec, held, seen_before=bool(
+            (body.get("status") or {}).get("groupState")))
     except kafkaadmin.CoordinatorMoving as exc:
         # The members keep serving and a handoff under way still needs its activation: the
         # pass goes on with what it sees of the pods, and steers only that (`plan.degraded`).

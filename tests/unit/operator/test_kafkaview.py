@@ -48,7 +48,8 @@ def asked_alone(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_an_answer_of_the_clusters_read_is_taken_as_it_is(asked_alone: list[str]) -> None:
     admin = cast(kafkaadmin.Admin, object())
-    assert kafkaview.described(admin, SPEC, held(Outcome(view=VIEW))) is VIEW
+    for seen_before in (True, False):
+        assert kafkaview.described(admin, SPEC, held(Outcome(view=VIEW)), seen_before) is VIEW
     assert asked_alone == []
 
 
@@ -58,12 +59,29 @@ def test_an_answer_of_the_clusters_read_is_taken_as_it_is(asked_alone: list[str]
     Outcome(code=COORDINATOR_LOAD_IN_PROGRESS, text="error 14"),
     no_answer("no reply"),
 ], ids=["unread", "not-available", "loading", "no-answer"])
-def test_without_an_answer_the_group_is_asked_alone_before_anything_is_said_moving(
+def test_a_new_group_without_an_answer_is_asked_alone_before_anything_is_said_moving(
         asked_alone: list[str], outcome: Outcome | None) -> None:
     """CI, once: a group created seconds after the broker started got COORDINATOR_NOT_AVAILABLE
     in its cluster's read and its pass was Degraded at once (Warning CoordinatorMoving). The
     group's own describe asks again with fresh lookups for a few seconds first, as every read
     did before the cluster's reads."""
     admin = cast(kafkaadmin.Admin, object())
-    assert kafkaview.described(admin, SPEC, held(outcome)) is ALONE
+    assert kafkaview.described(admin, SPEC, held(outcome), seen_before=False) is ALONE
+    assert asked_alone == ["orders"]
+
+
+@pytest.mark.parametrize("code", [COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS])
+def test_a_known_groups_moving_coordinator_is_said_at_once_and_asks_nothing_more(
+        asked_alone: list[str], code: int) -> None:
+    """A coordinator outage costs the groups it coordinated no per-group requests (a few
+    seconds of retries each, one child process per cluster): their passes go on Degraded."""
+    admin = cast(kafkaadmin.Admin, type("A", (), {"bootstrap": "k:9092"})())
+    with pytest.raises(kafkaadmin.CoordinatorMoving, match="coordinator is moving"):
+        kafkaview.described(admin, SPEC, held(Outcome(code=code, text="error")), True)
+    assert asked_alone == []
+
+
+def test_a_known_group_with_no_answer_at_all_is_asked_alone(asked_alone: list[str]) -> None:
+    admin = cast(kafkaadmin.Admin, object())
+    assert kafkaview.described(admin, SPEC, held(no_answer("no reply")), True) is ALONE
     assert asked_alone == ["orders"]
