@@ -70,9 +70,6 @@ WITH_CONSUMER = 20
 AT_ONCE = 50
 HISTOGRAM = "staticfleet_reconcile_duration_seconds"
 SCENARIOS = "abcdef"
-NOT_OPERATORS = ("leases", "nodes")
-"""Resources the operator never writes (kwok renews its Nodes' Leases): what is left of their
-writes after the idle span is taken off is jitter, shown by resource but not counted."""
 REQUIRED = ("coldStartSeconds", "passP50Seconds", "passP99Seconds", "kubeWritesPerSecondAtRest",
             "kafkaRequestsPerSecondAtRest", "operatorRssMiB", "operatorCpuCoresAtRest",
             "rolloutGapMsAlone", "rolloutGapMsAmong", "rebalances", "lost")
@@ -228,6 +225,7 @@ def at_rest(f: Fleet) -> None:
     pid = f.op.proc.pid
     api0, hist0, sim0 = f.api_counts(), figures.buckets(f.op.metrics(), HISTOGRAM), f.sim.stats()
     f.brokers.read()
+    events0 = fleet.operator_events(f.core)
     cpu0 = figures.tree_cpu_seconds(pid)
     t0 = last_t = time.monotonic()
     last, peaks, rss = cpu0, [], []
@@ -257,13 +255,12 @@ def at_rest(f: Fleet) -> None:
         v: round(c / took, 3) for v, c in sorted(figures.by_verb(api).items())}
     writes = {f"{verb} {res}": round(c / took, 4) for (verb, res), c in sorted(api.items())
               if verb in figures.WRITE_VERBS}
-    mine = {k: c for k, c in api.items() if k[1] not in NOT_OPERATORS}
-    r["kubeWritesPerSecondAtRest"] = round(figures.writes(mine) / took, 4)
+    events = fleet.operator_events(f.core) - events0
+    mine = figures.writes({k: c for k, c in api.items() if k[1] not in fleet.NOT_OPERATORS})
+    r["kubeWritesPerSecondAtRest"] = round((mine + events) / took, 4)
     r["kubeWritesAtRestByResource"] = writes
     r["kubeWritesPerSecondAtRestWithoutIdleSubtraction"] = round(figures.writes(raw) / took, 3)
-    r["eventsPerSecondAtRest"] = round(sum(c for (verb, res), c in api.items()
-                                           if res == "events" and verb in figures.WRITE_VERBS)
-                                       / took, 4)
+    r["eventsPerSecondAtRest"] = round(events / took, 4)
     r["kafkaRequestsPerSecondAtRest"] = round(sum(kafka.values()) / took, 2)
     r["kafkaRequestsPerSecondAtRestByApi"] = {a: round(c / took, 3)
                                               for a, c in sorted(kafka.items())}
