@@ -266,9 +266,9 @@ def operator_events(core: Any) -> int:
     counted as often as it was emitted (`count`), so two reads' difference is its Event writes
     between them (a repeat is a PATCH of `count`)."""
     items = core.list_event_for_all_namespaces().items
-    return sum(e.count or 1 for e in items
-               if MANAGER in ((e.source and e.source.component) or "",
-                              e.reporting_component or ""))
+    return sum(e.count or 1 for e in items if any(
+        c == MANAGER or c.startswith(f"{MANAGER}-")  # staticfleet-autoscaler too
+        for c in ((e.source and e.source.component) or "", e.reporting_component or "")))
 
 
 # --- the brokers' own records, read as the logs grow ------------------------------------------

@@ -112,5 +112,6 @@ def test_the_operators_events_counted_as_often_as_emitted() -> None:
         event(None, "staticfleet", None),  # an events.k8s.io Event: emitted once
         event("endpoint-slice-controller", None, 40),
         event("staticfleet-autoscaler", "staticfleet-autoscaler", 5),
+        event("staticfleetish", None, 7),
     ]))
-    assert fleet.operator_events(core) == 4
+    assert fleet.operator_events(core) == 9
