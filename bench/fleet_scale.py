@@ -97,6 +97,8 @@ class Fleet:
     op: OperatorProcess | None = None
     report: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
+    blocked: set[str] = field(default_factory=set)
+    """d's simulated-only rollouts, which the broker's view holds."""
     idle: tuple[float, dict[tuple[str, str], float]] | None = None
     """The API server's requests over a span with no operator: (seconds, counts)."""
 
@@ -289,6 +291,7 @@ def roll_many(f: Fleet, kill: bool) -> None:
     assert f.op is not None
     rollers = f.names[:AT_ONCE]
     completable, blocked = rollers[:WITH_CONSUMER], rollers[WITH_CONSUMER:]
+    f.blocked = set(blocked)
     patch = {"spec": {"template": {"env": [{"name": "ROLLOUT_MARK", "value": "d"}]}}}
     selector = f"{GROUP_LABEL} in ({','.join(rollers)})"
     t0 = time.monotonic()
@@ -354,8 +357,9 @@ def broker_stop(f: Fleet) -> None:
     node = f.cluster.coordinator(REAL)
     assert node is not None, "the real group's coordinator is not known"
     theirs = fleet.coordinated_by(f.cluster, node, f.names)
-    # Groups Degraded before the stop (d's simulated-only rollouts, stopped) are left out.
-    already = {o["metadata"]["name"] for o in f.list_groups() if fleet.degraded(o)}
+    # Left out: groups Degraded before the stop, and d's simulated-only rollouts (stopped at
+    # their session timeout, which may come during the stop).
+    already = f.blocked | {o["metadata"]["name"] for o in f.list_groups() if fleet.degraded(o)}
     say(f"stopping broker {node}, coordinator of {len(theirs)} of the groups, for 60 s")
     with fleet.DegradedWatch(f.list_groups) as watch:
         samples = watch.samples
