@@ -97,8 +97,7 @@ class Fleet:
     op: OperatorProcess | None = None
     report: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
-    blocked: set[str] = field(default_factory=set)
-    """d's simulated-only rollouts, which the broker's view holds."""
+    blocked: set[str] = field(default_factory=set)  # d's rollouts the broker's view holds
     idle: tuple[float, dict[tuple[str, str], float]] | None = None
     """The API server's requests over a span with no operator: (seconds, counts)."""
 
