@@ -21,7 +21,7 @@ from typing import Any
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from staticfleet.decisions.names import GROUP_LABEL, REVISION_ANNOTATION
+from staticfleet.decisions.names import GROUP_LABEL, MANAGER, REVISION_ANNOTATION
 from staticfleet.decisions.spec.model import API_GROUP, API_VERSION, KIND
 from staticfleet_dev.kafka import OFFSETS_TOPIC, KafkaCluster, offsets_partition, request_lines
 from staticfleet_dev.kwok import manifests
@@ -252,6 +252,23 @@ def coordinated_by(cluster: KafkaCluster, node: int, group_ids: Iterable[str]) -
     meta = cluster.admin().list_topics(OFFSETS_TOPIC, timeout=10)
     parts = meta.topics[OFFSETS_TOPIC].partitions
     return [g for g in group_ids if parts[offsets_partition(g, len(parts))].leader == node]
+
+
+NOT_OPERATORS = ("leases", "nodes", "endpoints", "endpointslices", "events")
+"""Writes not the operator's: kwok renews its Nodes' Leases (after the idle span is taken off,
+jitter); the controller manager retries, with Events, the Endpoints(Slices) of the groups'
+headless Services, which it cannot make of kwok's loopback pod IPs. The operator's own Events
+are counted from the Events themselves (`fleet.operator_events`)."""
+
+
+def operator_events(core: Any) -> int:
+    """The Events the operator has written so far (kubernetes client `CoreV1Api`): each
+    counted as often as it was emitted (`count`), so two reads' difference is its Event writes
+    between them (a repeat is a PATCH of `count`)."""
+    items = core.list_event_for_all_namespaces().items
+    return sum(e.count or 1 for e in items if any(
+        c == MANAGER or c.startswith(f"{MANAGER}-")  # staticfleet-autoscaler too
+        for c in ((e.source and e.source.component) or "", e.reporting_component or "")))
 
 
 # --- the brokers' own records, read as the logs grow ------------------------------------------

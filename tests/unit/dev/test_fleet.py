@@ -99,3 +99,19 @@ def test_the_brokers_logs_are_read_as_they_grow(tmp_path: Path) -> None:
     assert fleet.new_generations(before, records.generation_counts(["real", "other"])) == {
         "real": 1, "other": 1}
     assert records.read() == [], "nothing new"
+
+
+def event(component: str | None, reporting: str | None, count: int | None) -> Any:
+    return SimpleNamespace(source=SimpleNamespace(component=component) if component else None,
+                           reporting_component=reporting, count=count)
+
+
+def test_the_operators_events_counted_as_often_as_emitted() -> None:
+    core = SimpleNamespace(list_event_for_all_namespaces=lambda: SimpleNamespace(items=[
+        event("staticfleet", "staticfleet", 3),
+        event(None, "staticfleet", None),  # an events.k8s.io Event: emitted once
+        event("endpoint-slice-controller", None, 40),
+        event("staticfleet-autoscaler", "staticfleet-autoscaler", 5),
+        event("staticfleetish", None, 7),
+    ]))
+    assert fleet.operator_events(core) == 9
