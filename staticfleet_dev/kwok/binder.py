@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from staticfleet_dev.kwok import manifests
-from staticfleet_dev.localnode.api import ApiError, Kube, pod_path
+from staticfleet_dev.localnode.api import ApiError, Kube, pod_path, watch_pods
 from staticfleet_dev.localnode.ids import pod_key
 from staticfleet_dev.localnode.scheduling import (
     DEFAULT_SCHEDULER,
@@ -46,7 +46,6 @@ from staticfleet_dev.localnode.scheduling import (
 
 log = logging.getLogger("staticfleet.kwok.binder")
 
-WATCH_TIMEOUT = 30
 NODES_MAX_AGE = 2.0
 BIND_WORKERS = 4  # bindings in flight at once (one at a time: about 130 a second here)
 NODE_FULL = "node(s) had too many pods"
@@ -113,28 +112,7 @@ class Binder:
 
     # -- what is on the Nodes, from the pod watch
     def watch_loop(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                listing = self.kube.request("GET", "/api/v1/pods")
-                self._resync(listing.get("items") or [])
-                rv = listing["metadata"]["resourceVersion"]
-                query = {"watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true",
-                         "timeoutSeconds": WATCH_TIMEOUT}
-                for event in self.kube.stream("/api/v1/pods", query, WATCH_TIMEOUT + 15):
-                    if self.stopping.is_set():
-                        return
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind == "ERROR":
-                        log.info("watch ended: %s", obj.get("message"))
-                        break
-                    if kind in ("ADDED", "MODIFIED", "DELETED"):
-                        self._observe(kind, obj)
-            except ApiError as exc:
-                log.warning("pod watch: %s; relisting", exc)
-                self.stopping.wait(1.0)
-            except Exception:
-                log.exception("pod watch failed; relisting")
-                self.stopping.wait(1.0)
+        watch_pods(self.kube, self.stopping, log, self._resync, self._observe)
 
     def _resync(self, pods: list[dict[str, Any]]) -> None:
         with self._lock:

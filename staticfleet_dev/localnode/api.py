@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator, Mapping
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +94,40 @@ class Kube:
         finally:
             raw.close()
             raw.release_conn()
+
+
+WATCH_TIMEOUT = 30
+"""Seconds the API server keeps a pod watch open before it ends it (then it is listed again)."""
+
+
+def watch_pods(kube: Kube, stopping: threading.Event, log: logging.Logger,
+               resync: Callable[[list[dict[str, Any]]], None],
+               observe: Callable[[str, dict[str, Any]], None]) -> None:
+    """List every pod (`resync`), then watch from that list's version (`observe` each ADDED,
+    MODIFIED or DELETED pod), and list again when the watch ends or fails, until `stopping`:
+    the pod loop of the local node and of kwok's binder."""
+    while not stopping.is_set():
+        try:
+            listing = kube.request("GET", "/api/v1/pods")
+            resync(listing.get("items") or [])
+            rv = listing["metadata"]["resourceVersion"]
+            query = {"watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true",
+                     "timeoutSeconds": WATCH_TIMEOUT}
+            for event in kube.stream("/api/v1/pods", query, WATCH_TIMEOUT + 15):
+                if stopping.is_set():
+                    return
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    log.info("watch ended: %s", obj.get("message"))
+                    break
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    observe(kind, obj)
+        except ApiError as exc:
+            log.warning("pod watch: %s; relisting", exc)
+            stopping.wait(1.0)
+        except Exception:
+            log.exception("pod watch failed; relisting")
+            stopping.wait(1.0)
 
 
 def pod_path(ns: str, name: str, sub: str = "") -> str:

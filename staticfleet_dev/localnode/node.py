@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from staticfleet_dev.localnode.api import ApiError, Kube, pod_path
+from staticfleet_dev.localnode.api import ApiError, Kube, pod_path, watch_pods
 from staticfleet_dev.localnode.ids import (
     HOST_IP,
     IpPool,
@@ -39,7 +39,6 @@ log = logging.getLogger("staticfleet.localnode")
 
 HEARTBEAT_PERIOD = 10.0
 LEASE_DURATION = 40
-WATCH_TIMEOUT = 30
 NODES_MAX_AGE = 2.0  # seconds a listing of the cluster's Nodes is reused when scheduling
 KUBELET_VERSION = "v1.36.3-staticfleet-localnode"
 
@@ -164,28 +163,7 @@ class LocalNode:
 
     # -- watching pods
     def watch_loop(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                listing = self.kube.request("GET", "/api/v1/pods")
-                self.resync(listing.get("items") or [])
-                rv = listing["metadata"]["resourceVersion"]
-                query = {"watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true",
-                         "timeoutSeconds": WATCH_TIMEOUT}
-                for event in self.kube.stream("/api/v1/pods", query, WATCH_TIMEOUT + 15):
-                    if self.stopping.is_set():
-                        return
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind == "ERROR":
-                        log.info("watch ended: %s", obj.get("message"))
-                        break
-                    if kind in ("ADDED", "MODIFIED", "DELETED"):
-                        self.dispatch(kind, obj)
-            except ApiError as exc:
-                log.warning("pod watch: %s; relisting", exc)
-                self.stopping.wait(1.0)
-            except Exception:
-                log.exception("pod watch failed; relisting")
-                self.stopping.wait(1.0)
+        watch_pods(self.kube, self.stopping, log, self.resync, self.dispatch)
 
     def resync(self, pods: list[dict[str, Any]]) -> None:
         seen = set()
