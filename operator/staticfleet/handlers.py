@@ -259,8 +259,11 @@ def close(memo: kopf.Memo, **_: Any) -> None:
 @kopf.index("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGER, GROUP_LABEL: kopf.PRESENT})
 def member_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Body,
                 **_: Any) -> dict[Key, dict[str, Any]]:
-    """Member pods by (namespace, ConsumerGroup), kept current by the pod watch."""
-    return {(namespace or "", labels[GROUP_LABEL]): _plain(body)}
+    """Member pods by (namespace, ConsumerGroup), kept current by the pod watch; without their
+    `managedFields`, which no pass reads (a few KiB a pod, 3,000 pods at 1,000 groups)."""
+    pod = _plain(body)
+    pod["metadata"].pop("managedFields", None)
+    return {(namespace or "", labels[GROUP_LABEL]): pod}
 
 
 @kopf.index(API_GROUP, API_VERSION, PLURAL)

@@ -3,9 +3,10 @@
 Kubernetes and Kafka are the truth; a pass reads them again (`service.gather`). This process
 keeps only what they do not tell it yet, or not cheaply, and each part says how long:
 
-* `OwnWrites`: the status it last wrote and the pods it last created or deleted, while the watch
-  has not shown them yet (a pass never creates or deletes a pod twice). Bound: the pods for
-  `WRITTEN_POD_TTL_S`; a status until its ConsumerGroup is deleted.
+* `OwnWrites`: the status it last wrote and the pods it last created or deleted, until the watch
+  has shown them (a pass never creates or deletes a pod twice, however far the watch lags: the
+  expectations of controller-runtime's ReplicaSet controller). Bound: a pod until the watch
+  shows the write, at most `WRITTEN_POD_TTL_S`; a status until its ConsumerGroup is deleted.
 * `MemberExits`: when a stopped member's process closed and ended its last batch (its drain's
   answer, or its exit as the pod watch saw it; the pod may be gone by the next pass). Bound: the
   `CLOSED_KEPT` latest pods.
@@ -34,9 +35,13 @@ from staticfleet.observe import kafkaadmin, kafkareads, lagreads
 
 CLOSED_KEPT = 10000
 """How many pods' moments `MemberExits` and `Answers` keep (the latest)."""
-WRITTEN_POD_TTL_S = 30.0
-"""How long a pod this process created or deleted is taken as the API server answered, while
-the watch has not shown that change yet."""
+WRITTEN_POD_TTL_S = 300.0
+"""How long at most a pod this process created or deleted is taken as the API server answered
+while the watch has not shown that change (it is forgotten as soon as the watch shows it). A
+watch that lags does not make a pass create a member twice: at 1,000 groups' cold start the pod
+watch lagged about 40 s, past the 30 s this bound was, and 136 groups had members created a
+second time (refused, 409). The bound only covers a write the watch never shows, such as a pod
+created and deleted by someone else before the watch listed it."""
 BOUNDS_TTL_S = 300.0
 """How long a cluster's group-coordinator bounds are kept before they are read again."""
 
@@ -53,8 +58,8 @@ def _keep_latest(moments: dict[str, datetime]) -> None:
 @dataclass
 class OwnWrites:
     """What this process wrote and the watch may not show yet: the status, by ConsumerGroup
-    uid, and member pods as it last created or deleted them, by pod uid (for
-    `WRITTEN_POD_TTL_S`)."""
+    uid, and member pods as it last created or deleted them, by pod uid (until the watch shows
+    the write, `seen_by_watch`; at most `WRITTEN_POD_TTL_S`)."""
 
     status: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     pods: dict[str, tuple[float, Mapping[str, Any]]] = field(default_factory=dict)
@@ -80,8 +85,10 @@ class OwnWrites:
         creations and deletions of the last `WRITTEN_POD_TTL_S` that the watch has not
         delivered yet (`overlay_own_writes`)."""
         now = time.monotonic()
+        by_uid = {p["metadata"]["uid"]: p for p in watched}
         with self.lock:
-            for uid in [u for u, (t, _) in self.pods.items() if now - t > WRITTEN_POD_TTL_S]:
+            for uid in [u for u, (t, p) in self.pods.items()
+                        if now - t > WRITTEN_POD_TTL_S or seen_by_watch(p, by_uid.get(u))]:
                 del self.pods[uid]
             mine = [p for _, p in self.pods.values()
                     if any(r.get("uid") == owner
@@ -91,6 +98,16 @@ class OwnWrites:
     def forget(self, owner: str) -> None:
         with self.lock:
             self.status.pop(owner, None)
+
+
+def seen_by_watch(written: Mapping[str, Any], watched: Mapping[str, Any] | None) -> bool:
+    """The watch shows this process's write of a pod: a creation once it lists the pod, a
+    deletion once it lists the pod as being deleted (a deleted pod it no longer lists at all is
+    not overlaid either, `overlay_own_writes`; it is dropped by the bound)."""
+    if watched is None:
+        return False
+    return (not written["metadata"].get("deletionTimestamp")
+            or bool(watched["metadata"].get("deletionTimestamp")))
 
 
 def overlay_own_writes(watched: Sequence[Mapping[str, Any]],

@@ -112,3 +112,38 @@ def test_a_refused_create_is_remembered_and_the_rest_of_the_plan_runs(standby: b
     assert memory.refusals.unanswered("cg", [], standby=not standby) == {}
     assert memory.refusals.unanswered("cg", [new], standby=standby) == {}, (
         "a pod of that name forgets it")
+
+
+def test_a_pod_written_is_overlaid_until_the_watch_shows_it_however_late(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lagging pod watch (40 s at 1,000 groups' cold start) does not make a pass create a
+    member twice: the creation is overlaid until the watch lists the pod, then forgotten; a
+    deletion until the watch shows it being deleted."""
+    from staticfleet import memory as memory_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(memory_module.time, "monotonic", lambda: clock[0])
+    own = memory_module.OwnWrites()
+    created, deleted = owned(pod("a-1", "u1"), "g"), owned(pod("a-2", "u2", deleting=True), "g")
+    own.wrote_pod(created)
+    own.wrote_pod(deleted)
+    live_a2 = owned(pod("a-2", "u2"), "g")
+    clock[0] += 60.0  # past the old 30 s bound, the watch still behind
+    assert names(own.overlay([live_a2], "g")) == [("a-2", True), ("a-1", False)]
+    assert set(own.pods) == {"u1", "u2"}
+    # the watch shows both writes: nothing is kept any more
+    assert names(own.overlay([created, deleted], "g")) == [("a-1", False), ("a-2", True)]
+    assert own.pods == {}
+    # a write the watch never shows is dropped by the bound
+    own.wrote_pod(owned(pod("a-3", "u3"), "g"))
+    clock[0] += memory_module.WRITTEN_POD_TTL_S + 1
+    assert names(own.overlay([], "g")) == []
+
+
+def owned(p: dict[str, Any], owner: str) -> dict[str, Any]:
+    p["metadata"]["ownerReferences"] = [{"uid": owner}]
+    return p
+
+
+def names(pods: list[Any]) -> list[tuple[str, bool]]:
+    return [(p["metadata"]["name"], bool(p["metadata"].get("deletionTimestamp"))) for p in pods]
