@@ -217,7 +217,11 @@ def _failed(error_code: int, message: str | None) -> Described:
 
 def read_classic(answer: Any, group_id: str) -> Described:
     """A DescribeGroups v4 answer. A group this API does not know (none, or a consumer group)
-    is Dead with no error (GROUP_ID_NOT_FOUND from version 6). The coordinator shows the
+    is Dead with no error (GROUP_ID_NOT_FOUND from version 6). So is, for the member, an Empty
+    group with no protocol type: no consumer ever joined it as its coordinator knows it. A
+    group whose members all left keeps its protocol type ("consumer"); a coordinator elected a
+    moment ago answered the empty one, under load, for a group whose member it loaded 80 ms
+    later (Kafka 4.1), and the member's group does not go away. The coordinator shows the
     members' assignments only while the group is Stable: between generations they are not
     known."""
     for error_code, group, state, protocol_type, _protocol, members, _ops in answer.groups:
@@ -225,7 +229,7 @@ def read_classic(answer: Any, group_id: str) -> Described:
             continue
         if error_code:
             return _failed(error_code, None)
-        if state == "Dead":
+        if state == "Dead" or (state == "Empty" and not protocol_type and not members):
             return Described(absent=True)
         if protocol_type not in ("", "consumer"):
             return Described(error=f"group {group_id} has protocol type {protocol_type!r}, "

@@ -167,7 +167,8 @@ GROUP_ID_NOT_FOUND, NOT_COORDINATOR, LOADING, NOT_AVAILABLE, DENIED = 69, 16, 14
 
 
 @pytest.mark.parametrize(("group", "expected"), [
-    (classic_group("orders", [], state="Empty", protocol_type=""), Described()),
+    (classic_group("orders", [], state="Empty"), Described()),
+    (classic_group("orders", [], state="Empty", protocol_type=""), Described(absent=True)),
     (classic_group("orders", [], state="PreparingRebalance"), Described()),
     (classic_group("orders", [], state="Dead", protocol_type=""), Described(absent=True)),
     (classic_group("orders", [], state="", error=GROUP_ID_NOT_FOUND), Described(absent=True)),
@@ -181,7 +182,8 @@ GROUP_ID_NOT_FOUND, NOT_COORDINATOR, LOADING, NOT_AVAILABLE, DENIED = 69, 16, 14
     (classic_group("orders", [], protocol_type="connect"),
      Described(error="group orders has protocol type 'connect', not a consumer group's")),
     (classic_group("other", []), Described(error="the answer does not describe group orders")),
-], ids=["Empty", "rebalancing", "Dead: none, or a consumer group", "GROUP_ID_NOT_FOUND (v6)",
+], ids=["Empty: every member left", "Empty, no consumer ever (a coordinator just elected)",
+        "rebalancing", "Dead: none, or a consumer group", "GROUP_ID_NOT_FOUND (v6)",
         "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
         "GROUP_AUTHORIZATION_FAILED", "not a consumer group", "another group"])
 def test_what_a_describe_groups_answer_says(group: bytes, expected: Described) -> None:
