@@ -51,6 +51,10 @@ class Outcome:
     elsewhere: bool = False
     code: int = NONE
     text: str = ""
+    unjoined: bool = False
+    """A classic group that is Empty without a protocol type: no consumer ever joined it as its
+    coordinator knows it (an offsets-only group; or, for a group that had members, a
+    coordinator elected a moment ago that has not loaded them: seen on Kafka 4.1 under load)."""
 
     @property
     def moving(self) -> bool:
@@ -108,7 +112,8 @@ def classic_outcome(group: Any) -> Outcome:
     return Outcome(GroupView(state=state_name(state), protocol="classic", members=tuple(
         GroupMemberView(member_id=member_id, instance_id=instance_id, client_id=client_id,
                         host=host, partitions=classic_assignment(assignment))
-        for member_id, instance_id, client_id, host, _meta, assignment, _t in members or ())))
+        for member_id, instance_id, client_id, host, _meta, assignment, _t in members or ())),
+        unjoined=state_name(state) == "Empty" and not _type and not members)
 
 
 def consumer_outcome(group: Any) -> Outcome:

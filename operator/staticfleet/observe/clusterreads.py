@@ -159,6 +159,9 @@ class ClusterReader:
         the API asked first next time."""
         self.vanished: dict[str, float] = {}
         """Groups described before that neither API knew since when (`VANISHED_S`)."""
+        self.joined: set[str] = set()
+        """Groups last described with members: one that reads `unjoined` now may not be loaded
+        by a new coordinator yet (no answer for `VANISHED_S`)."""
         self.described: dict[str, Described] = {}
         self.committed: dict[str, Committed] = {}
         self.ends: dict[TP, tuple[float, int]] = {}
@@ -182,6 +185,7 @@ class ClusterReader:
         self.coordinators.pop(group_id, None)
         self.kinds.pop(group_id, None)
         self.vanished.pop(group_id, None)
+        self.joined.discard(group_id)
         self.described.pop(group_id, None)
         self.committed.pop(group_id, None)
 
@@ -401,7 +405,12 @@ class ClusterReader:
             if apis:
                 return  # the other API, next round
             outcome = self._unknown(group_id, now)
+        elif (outcome.unjoined and group_id in self.joined
+              and now - self.vanished.setdefault(group_id, now) < VANISHED_S):
+            outcome = answers.no_answer("its coordinator describes the group without the "
+                                        "members it had: it may be loading them")
         elif outcome.view is not None:
+            (self.joined.add if outcome.view.members else self.joined.discard)(group_id)
             self.kinds[group_id] = outcome.view.protocol
             self.vanished.pop(group_id, None)
         elif outcome.moved:
