@@ -43,9 +43,11 @@ class OperatorProcess:
     args: tuple[str, ...] = ()
     """More arguments of `staticfleet operator run` (e.g. `--shard b`)."""
 
-    def start(self, timeout: float = 60) -> OperatorProcess:
+    def start(self, timeout: float = 60, wait_healthy: bool = True) -> OperatorProcess:
         """Start it and wait until it answers /healthz; on failure (it exits, or does not answer
-        within `timeout` s) stop it and raise ServerFailed with its log tail."""
+        within `timeout` s) stop it and raise ServerFailed with its log tail. Without
+        `wait_healthy`, return once it is started: an operator armed with a failpoint may reach
+        it (and die) before it answered /healthz, when a rollout is already under way."""
         self.metrics_port = self.metrics_port or free_port()
         self.health_port = self.health_port or free_port()
         environ = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **(self.extra_env or {})}
@@ -61,6 +63,8 @@ class OperatorProcess:
         if self.env is not None:
             self.env.records.append(self.record)
             environment.save(self.env)
+        if not wait_healthy:
+            return self
         try:
             wait_until(self._healthy, rec=self.record, timeout=timeout, what="healthy")
         except BaseException:

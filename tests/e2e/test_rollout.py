@@ -357,7 +357,9 @@ def test_operator_killed_mid_rollout_resumes_without_restarting_twice(
         crashing = OperatorProcess(kubeconfig=kubeconfig, log=tmp_path / "operator-crash.log",
                                    extra_env={failpoints.ENV: failpoints.AFTER_POD_DELETE})
         try:
-            crashing.start()
+            # The rollout is under way: its next pass may delete a pod, and so kill this
+            # operator, before it answered /healthz (CI, once).
+            crashing.start(wait_healthy=False)
             assert crashing.proc is not None
             proc = crashing.proc
             wait_for("the operator to kill itself after a pod DELETE",
@@ -369,7 +371,7 @@ def test_operator_killed_mid_rollout_resumes_without_restarting_twice(
                 timeout=60, interval=0.5)
         finally:
             crashing.kill()
-        operator.start()
+            operator.start()  # whatever happened: the next tests need the shared operator
         obj = groups.wait_rollout(kubeconfig, namespace, name, 600,
                                   "rolled out after the operator restart")
         time.sleep(3)
