@@ -7,9 +7,13 @@ labels ConsumerGroups with their Kafka group, lists them by it and clears `statu
 shard lets a group go. It turns `ApiException` into the project's own errors. Nothing else in
 the operator imports the Kubernetes client.
 
-It keeps the API server's load flat at rest: a child is applied again only when its content
-changed or `REAPPLY_S` passed (to correct drift), and a Secret is read at most once per
-`SECRET_TTL_S`.
+It writes nothing at rest. A child is applied again only when its content changed, or when it
+no longer holds what was applied: the handlers watch the children (label-selected, like the
+member pods) and tell `noticed` of each change; a child someone edited (a field the operator
+sets) or deleted is forgotten (`decisions.drift`), and its group's next pass, which the handlers
+wake at once, applies it again. The operator's own writes, and changes to fields it does not
+set, wake nothing. What it applied is remembered before the request is sent, so the watch's
+event of that very write finds it. A Secret is read at most once per `SECRET_TTL_S`.
 """
 
 from __future__ import annotations
@@ -24,17 +28,17 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ApiException as DynamicApiException
 
+from staticfleet.decisions.drift import drift
 from staticfleet.decisions.spec.model import PLURAL
 
 FIELD_MANAGER = "staticfleet"
-REAPPLY_S = 600.0
 SECRET_TTL_S = 60.0
 CREATE_ONLY = frozenset({("v1", "Secret")})
 """Children the operator creates and never changes (the members' token Secret, made only while
@@ -79,6 +83,10 @@ def adopt(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _owner_uid(obj: Mapping[str, Any]) -> str:
+    return str((obj["metadata"].get("ownerReferences") or [{}])[0].get("uid", ""))
+
+
 def _error(exc: ApiException | DynamicApiException, what: str) -> ApplyError:
     status = int(getattr(exc, "status", 0) or 0)
     reason = getattr(exc, "reason", "") or ""
@@ -95,12 +103,25 @@ def _refused_field(exc: ApiException) -> str | None:
     return str(causes[0].get("field")) if causes and isinstance(causes[0], dict) else None
 
 
+class Drifted(NamedTuple):
+    """A child that no longer holds what the operator applied to it (`Kube.noticed`)."""
+
+    group: tuple[str, str]
+    """Its ConsumerGroup (namespace, name), whose next pass applies it again."""
+    child: str
+    """`<kind> <name>`."""
+    why: str
+
+
 @dataclass
 class Kube:
     """Operations on the API server used by the reconciler."""
 
     api: client.ApiClient
-    applied: dict[tuple[str, str, str, str], tuple[str, float]] = field(default_factory=dict)
+    applied: dict[tuple[str, str, str], tuple[str, Mapping[str, Any]]] = field(
+        default_factory=dict)
+    """What was last applied to each child (kind, namespace, name): its digest, and the child
+    as sent (owner reference included), for `noticed` to compare the watched child with."""
     secrets: dict[tuple[str, str], tuple[float, dict[str, str]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -116,30 +137,53 @@ class Kube:
         return self._dynamic
 
     def apply(self, obj: Mapping[str, Any]) -> bool:
-        """Server-side apply `obj` (create or update the fields staticfleet owns), unless the
-        same content was applied less than `REAPPLY_S` ago; a `CREATE_ONLY` kind is created
-        instead (`create`). Returns whether it was sent."""
+        """Server-side apply `obj` (create or update the fields staticfleet owns), unless this
+        content was applied last and the watch saw no drift since (`noticed`); a
+        `CREATE_ONLY` kind is created instead (`create`). Returns whether it was sent."""
         meta = obj["metadata"]
-        key = (obj["kind"], meta.get("namespace", ""), meta["name"],
-               str((meta.get("ownerReferences") or [{}])[0].get("uid", "")))
+        key = (obj["kind"], meta.get("namespace", ""), meta["name"])
         digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
         with self.lock:
             last = self.applied.get(key)
-        if last is not None and last[0] == digest and time.monotonic() - last[1] < REAPPLY_S:
-            return False
-        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        if (obj["apiVersion"], obj["kind"]) in CREATE_ONLY:
-            self.create(resource, obj)
-        else:
-            try:
-                resource.server_side_apply(
-                    body=dict(obj), name=meta["name"], namespace=meta.get("namespace"),
-                    field_manager=FIELD_MANAGER, force_conflicts=True)
-            except DynamicApiException as exc:
-                raise _error(exc, f"applying {obj['kind']} {meta['name']}") from exc
-        with self.lock:
-            self.applied[key] = (digest, time.monotonic())
+            if last is not None and last[0] == digest:
+                return False
+            # Before the request: the watch's event of this write may come before its answer.
+            sent = self.applied[key] = (digest, copy.deepcopy(dict(obj)))
+        try:
+            resource = self.dynamic.resources.get(api_version=obj["apiVersion"],
+                                                  kind=obj["kind"])
+            if (obj["apiVersion"], obj["kind"]) in CREATE_ONLY:
+                self.create(resource, obj)
+            else:
+                try:
+                    resource.server_side_apply(
+                        body=dict(obj), name=meta["name"], namespace=meta.get("namespace"),
+                        field_manager=FIELD_MANAGER, force_conflicts=True)
+                except DynamicApiException as exc:
+                    raise _error(exc, f"applying {obj['kind']} {meta['name']}") from exc
+        except BaseException:
+            with self.lock:
+                if self.applied.get(key) is sent:
+                    del self.applied[key]  # not applied: the next pass sends it again
+            raise
         return True
+
+    def noticed(self, live: Mapping[str, Any], gone: bool) -> Drifted | None:
+        """The watch saw child `live` change (`gone`: deleted, or no longer selected by its
+        labels). When it no longer holds what this operator applied to it, what was applied
+        is forgotten, so that its group's next pass applies it again: the Drifted says which
+        group. None for the operator's own write, a change to fields it does not set, and a
+        child it applied nothing to (another shard's group, one it has not reached yet)."""
+        meta = live.get("metadata") or {}
+        key = (str(live.get("kind", "")), str(meta.get("namespace", "")), str(meta.get("name")))
+        with self.lock:
+            last = self.applied.get(key)
+            why = None if last is None else drift(last[1], None if gone else live)
+            if last is None or why is None:
+                return None
+            del self.applied[key]
+        owner = (last[1]["metadata"].get("ownerReferences") or [{}])[0].get("name", "")
+        return Drifted((key[1], str(owner)), f"{key[0]} {key[2]}", why)
 
     def create(self, resource: Any, obj: Mapping[str, Any]) -> None:
         """Create `obj`. One that exists already is not changed: an ApplyError (409) says what
@@ -162,7 +206,7 @@ class Kube:
     def forget(self, owner_uid: str) -> None:
         """Drop what is remembered of a deleted ConsumerGroup's children."""
         with self.lock:
-            for key in [k for k in self.applied if k[3] == owner_uid]:
+            for key in [k for k, (_, obj) in self.applied.items() if _owner_uid(obj) == owner_uid]:
                 del self.applied[key]
 
     def create_pod(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:

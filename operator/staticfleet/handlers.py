@@ -2,14 +2,22 @@
 runs `service.reconcile` whenever a pass is due, and wake it when something changes.
 
 Level, not edge: every pass is the same whole pass. A pass is due when the ConsumerGroup's spec
-(or its restart annotation) changed, when one of its member pods changed, when the previous pass
-asked to look again (rollouts do, every second or so), and otherwise every `RESYNC_S`.
+(or its restart annotation) changed, when one of its member pods changed, when one of its other
+children drifted from what the operator applied (someone changed or deleted it), when the
+previous pass asked to look again (rollouts do, every second or so), and otherwise every
+`RESYNC_S`.
+
+Nothing is written at rest: the children the operator server-side-applies (ConfigMap, Service,
+PodDisruptionBudget, and the NetworkPolicy when it makes one) are watched, as controller-runtime's
+`Owns()` does, and `apply.Kube.noticed` tells the operator's own writes from drift; only drift
+wakes the group, whose pass applies the child again. No timer re-applies them.
 
 Cheap at scale: member pods come from a watch-backed Kopf index (no LIST per pass); the passes
 run in a bounded thread pool, and one Kafka cluster's groups take at most `PER_CLUSTER` of its
-workers, so a slow or dead cluster does not delay the groups of the others. Both watches filter
-on the API server (kopf's `settings.watching.label_selectors`): member pods by their labels, and
-for a sharded operator the ConsumerGroups by its shard's selector (`decisions.shards`).
+workers, so a slow or dead cluster does not delay the groups of the others. The watches filter
+on the API server (kopf's `settings.watching.label_selectors`): member pods and the other
+children by their labels (`OWNED_SELECTOR`), and for a sharded operator the ConsumerGroups by
+its shard's selector (`decisions.shards`).
 
 Sharded, a group whose label moves it to another shard leaves this shard's watch: the API
 server sends a DELETED event though nothing was deleted. kopf forgets the object then but does
@@ -21,12 +29,18 @@ that had to list again (HTTP 410) sends no DELETED for a group that left meanwhi
 also reads its group back every `OWNERSHIP_CHECK_S` (5 minutes) and stops the same way. The pod
 index is not sharded: every shard keeps every member pod, so the pods of a group that arrives
 are known at once (a shard label copied onto pods would lag behind the group's, and the new
-shard would see the group without its pods).
+shard would see the group without its pods). Nor is the children's watch: every shard sees
+every child, and `noticed` answers only for those it applied, so only a group it holds wakes.
+
+A watch that had to list again sends no DELETED for a child deleted meanwhile (kopf does not
+compare the new list with the old): such a child is made again when its group's content changes
+or the operator restarts (a new operator applies every child once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -56,15 +70,20 @@ HANDOFF_GRACE_S = float(os.environ.get("STATICFLEET_SHARD_HANDOFF_SECONDS",
                                        str(shards.HANDOFF_GRACE_S)))
 OWNERSHIP_CHECK_S = float(os.environ.get("STATICFLEET_SHARD_CHECK_SECONDS",
                                          str(shards.OWNERSHIP_CHECK_S)))
-MEMBER_POD_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGER},{GROUP_LABEL}"
-"""The member pods' watch, filtered by the API server (the handlers' `labels=` filter the same
-again, in the process)."""
+OWNED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGER},{GROUP_LABEL}"
+"""The watches of the member pods and of the other children, filtered by the API server (the
+handlers' `labels=` filter the same again, in the process)."""
+OWNED: dict[str, Any] = {MANAGED_BY_LABEL: MANAGER, GROUP_LABEL: kopf.PRESENT}
+CHILDREN = (("", "v1", "configmaps"), ("", "v1", "services"),
+            ("policy", "v1", "poddisruptionbudgets"))
+"""The children applied for every group, watched for drift (`child_changed`)."""
+NETWORK_POLICIES = ("networking.k8s.io", "v1", "networkpolicies")
+"""Applied, and watched, only when the operator makes NetworkPolicies (its RBAC has them only
+then)."""
 WORKERS = int(os.environ.get("STATICFLEET_WORKERS", "16"))
 PER_CLUSTER = max(1, WORKERS // 2)
 
 Key = tuple[str, str]
-log = logging.getLogger("staticfleet")
-
 log = logging.getLogger("staticfleet")
 
 
@@ -228,7 +247,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     """kopf's settings and the clients the passes share. `memo.settings` and
     `memo.namespaces` come from `run.run_operator` (else the environment, all namespaces)."""
     ours: OperatorSettings = memo.get("settings") or OperatorSettings.from_env(os.environ)
-    settings.watching.label_selectors["", "v1", "pods"] = MEMBER_POD_SELECTOR
+    for resource in (("", "v1", "pods"), *CHILDREN):
+        settings.watching.label_selectors[resource] = OWNED_SELECTOR
+    if ours.member_ingress_from is not None:
+        _watch_network_policies(settings)
     if (selector := shards.selector(ours.shard)) is not None:
         settings.watching.label_selectors[API_GROUP, PLURAL] = selector
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
@@ -256,7 +278,7 @@ def close(memo: kopf.Memo, **_: Any) -> None:
         runner.close()
 
 
-@kopf.index("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGER, GROUP_LABEL: kopf.PRESENT})
+@kopf.index("", "v1", "pods", labels=OWNED)
 def member_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Body,
                 **_: Any) -> dict[Key, dict[str, Any]]:
     """Member pods by (namespace, ConsumerGroup), kept current by the pod watch; without their
@@ -274,13 +296,41 @@ def group_ids(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Claimant]:
     return {key: claimant}
 
 
-@kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGER, GROUP_LABEL: kopf.PRESENT})
+@kopf.on.event("", "v1", "pods", labels=OWNED)
 async def member_pod_changed(namespace: str | None, labels: Mapping[str, str],
                              body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A member pod changed (ready, deleted, ...): its ConsumerGroup's pass is due. When its
     process closed is kept, because the pod may be gone before that pass."""
     memo.runner.memory.exits.note_closed(_plain(body))
     memo.runner.wake((namespace or "", labels[GROUP_LABEL]))
+
+
+@kopf.on.event(*CHILDREN[0], labels=OWNED)
+@kopf.on.event(*CHILDREN[1], labels=OWNED)
+@kopf.on.event(*CHILDREN[2], labels=OWNED)
+async def child_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    """A child the operator applies changed or went. When it no longer holds what was applied
+    (someone changed a field the operator sets, or deleted it), its group's pass is due, and
+    applies it again; the operator's own writes wake nothing."""
+    drifted = memo.runner.clients.kube.noticed(event["object"], gone=event["type"] == "DELETED")
+    if drifted is not None:
+        log.info("%s/%s: %s drifted (%s): its pass applies it again", *drifted.group,
+                 drifted.child, drifted.why)
+        memo.runner.wake(drifted.group)
+
+
+def _watch_network_policies(settings: kopf.OperatorSettings) -> None:
+    """Watch the members' NetworkPolicies like the other children: only when the operator makes
+    them (its RBAC may not let it watch them otherwise), so registered at startup, before the
+    operator's watches start."""
+    settings.watching.label_selectors[NETWORK_POLICIES] = OWNED_SELECTOR
+    _register_network_policy_watch()
+
+
+@functools.cache
+def _register_network_policy_watch() -> None:
+    """Once per process (a second registration would run the handler twice per event)."""
+    kopf.on.event(*NETWORK_POLICIES, labels=OWNED)(child_changed)
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)

@@ -380,6 +380,11 @@ def test_install_runs_the_operator_under_its_own_service_account(
              "-n", namespace),
             ("create", "events", "-n", namespace),
             ("create", "poddisruptionbudgets.policy", "-n", namespace),
+            # The children are watched (by label), so one someone changes is applied again.
+            ("list", "configmaps", "-n", namespace),
+            ("watch", "services", "-n", namespace),
+            ("watch", "poddisruptionbudgets.policy", "-n", namespace),
+            ("watch", "networkpolicies.networking.k8s.io", "-n", namespace),
             ("get", "secrets", "-n", namespace),
             # The members' token Secret <group>-member-token, created when missing.
             ("create", "secrets", "-n", namespace),

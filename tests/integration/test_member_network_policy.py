@@ -8,7 +8,7 @@ it with its group. The token Secret beside it was created, never patched.
 
 The local node runs no CNI plugin, so nothing enforces the policy: this shows what can be shown,
 that the API server takes the object and that it says what it should. The chart's own RBAC
-(create and patch on NetworkPolicies, no patch on Secrets) is exercised by
+(list, watch, create and patch on NetworkPolicies, no patch on Secrets) is exercised by
 test_chart_install.py's real install. Members are placeholders: the policy is about the pods.
 """
 

@@ -144,14 +144,17 @@ no more. docs/security.md explains each; tests/unit/chart/test_chart.py holds th
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "create", "patch", "delete"]
-# The group's ConfigMap (config.json) and headless Service, server-side applied (a patch, which
-# needs create when the object is new); the garbage collector deletes them with the group.
+# The group's ConfigMap (config.json), headless Service and PodDisruptionBudget, server-side
+# applied (a patch, which needs create when the object is new) and watched (list, watch: by the
+# children's labels) so that one someone changes or deletes is applied again; the garbage
+# collector deletes them with the group. RBAC cannot narrow list and watch to those labels:
+# this reaches every ConfigMap of the namespaces the rule applies to.
 - apiGroups: [""]
   resources: ["configmaps", "services"]
-  verbs: ["create", "patch"]
+  verbs: ["list", "watch", "create", "patch"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["create", "patch"]
+  verbs: ["list", "watch", "create", "patch"]
 # Secrets are read, by name only (never listed or watched): the Kafka credentials a
 # ConsumerGroup references in spec.kafka.security (SASL username and password, TLS CA,
 # certificate and private key), with which the operator connects to Kafka itself (group and
@@ -170,10 +173,10 @@ no more. docs/security.md explains each; tests/unit/chart/test_chart.py holds th
   verbs: ["create"]
 {{- if .Values.networkPolicy.enabled }}
 # Each group's members' NetworkPolicy `<group>-members` (networkPolicy.enabled), server-side
-# applied like the ConfigMap; the garbage collector deletes it with the group.
+# applied and watched like the ConfigMap; the garbage collector deletes it with the group.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["create", "patch"]
+  verbs: ["list", "watch", "create", "patch"]
 {{- end }}
 # Events about ConsumerGroups (the operator's decisions, kopf's warnings): core/v1, created only.
 - apiGroups: [""]

@@ -23,8 +23,9 @@ what stands below it):
   rebalances the operator asks for: scale-down, rejoin), `pods` (pods to create, to delete,
   standbys to activate), and `plan` over them all;
 * beneath everything: `conditions` (types, reasons, helpers), `scaling` (which ordinals exist,
-  which go first), `rebalances` (counting them), `settings`, and under `settings` `shards`
-  (which ConsumerGroups a sharded operator owns, and when it may take one over).
+  which go first), `rebalances` (counting them), `drift` (whether a child still holds what the
+  operator applied to it), `settings`, and under `settings` `shards` (which ConsumerGroups a
+  sharded operator owns, and when it may take one over).
 
 Nothing in this package does I/O, reads the clock or imports a Kubernetes, kopf or Kafka client
 (enforced by `.importlinter`): time is the snapshot's `now`.

@@ -307,19 +307,21 @@ def test_grafana_alert_rules_config_map(render: Callable[..., Rendered]) -> None
 # --- RBAC: exactly what the operator needs -----------------------------------------------------
 
 # Each verb has its caller (docs/security.md): kopf's watches, finalizer and Events, and the
-# operator's apply layer (operator/staticfleet/apply.py). Nothing reads ConfigMaps, Services,
-# PodDisruptionBudgets or NetworkPolicies back (server-side apply; the garbage collector deletes
-# them); the member token Secret is created, never changed (no patch on Secrets).
+# operator's apply layer (operator/staticfleet/apply.py). ConfigMaps, Services,
+# PodDisruptionBudgets and NetworkPolicies are server-side applied and watched by label (a child
+# someone changes or deletes is applied again), never read by name (no get; the garbage
+# collector deletes them); the member token Secret is created, never changed (no patch on
+# Secrets), and never listed or watched.
 NAMESPACED_RULES = {
     ("staticfleet.io", "consumergroups"): {"list", "watch", "patch"},
     ("staticfleet.io", "consumergroups/status"): {"patch"},
     ("staticfleet.io", "consumergroups/scale"): {"patch"},
     ("staticfleet.io", "consumergroups/finalizers"): {"update"},
     ("", "pods"): {"list", "watch", "create", "patch", "delete"},
-    ("", "configmaps"): {"create", "patch"},
-    ("", "services"): {"create", "patch"},
-    ("policy", "poddisruptionbudgets"): {"create", "patch"},
-    ("networking.k8s.io", "networkpolicies"): {"create", "patch"},
+    ("", "configmaps"): {"list", "watch", "create", "patch"},
+    ("", "services"): {"list", "watch", "create", "patch"},
+    ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch"},
+    ("networking.k8s.io", "networkpolicies"): {"list", "watch", "create", "patch"},
     ("", "secrets"): {"get", "create"},
     ("", "events"): {"create"},
 }
