@@ -99,8 +99,7 @@ class Fleet:
     producer: SteadyProducer
     real_topics: tuple[str, str]
     consumers: list[PolledMember] = field(default_factory=list)
-    ops: dict[str | None, OperatorProcess] = field(default_factory=dict)
-    """The operators running, by shard (None: one, not sharded)."""
+    ops: dict[str | None, OperatorProcess] = field(default_factory=dict)  # by shard
     report: dict[str, Any] = field(default_factory=dict)
     by_shard: dict[str | None, dict[str, Any]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
@@ -230,8 +229,7 @@ def cold_start(f: Fleet) -> None:
     if whole.settled is None:
         f.notes["coldStartSeconds"] = (f"not every group settled within "
                                        f"{f.args.settle_timeout:.0f} s: {whole.held}")
-    say(f"cold start: first pass of all {whole.first}, all settled {whole.settled} "
-        f"({whole.held}); by shard {f.by_shard}")
+    say(f"cold start: first pass of all {whole.first}, all settled {whole.settled} ({whole.held})")
 
 
 # --- b: at rest -------------------------------------------------------------------------------
@@ -403,8 +401,9 @@ def run(f: Fleet, wanted: str) -> None:
         finally:
             for op in alone.values():
                 op.stop()
-    else:
-        base = gens(f.real_groups)  # the consumers' groups formed while the fleet was set up
+    else:  # from when the stand-in consumers' groups formed: forming is no rebalance
+        wait_for("their groups formed", lambda: f.brokers.formed(f.names[:WITH_CONSUMER]), 300)
+        base = gens(f.real_groups)
     make_fleet(f)
     measure_idle(f)
     cold_start(f)  # a (the operators must run for every other scenario)

@@ -340,6 +340,12 @@ class BrokerRecords:
                 self.generations.setdefault(m.group(1), set()).add(int(m.group(2)))
         return out
 
+    def formed(self, groups: Iterable[str]) -> bool:
+        """Whether each of `groups` has stabilized a generation, the logs read on (the
+        requests read meanwhile are not kept)."""
+        self.read()
+        return all(self.generations.get(g) for g in groups)
+
     def generation_counts(self, groups: Iterable[str]) -> dict[str, int]:
         return {g: len(self.generations.get(g, ())) for g in groups}
 

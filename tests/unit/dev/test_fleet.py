@@ -91,6 +91,8 @@ def test_the_brokers_logs_are_read_as_they_grow(tmp_path: Path) -> None:
     assert ("FETCH", "consumer-1") in first
     before = records.generation_counts(["real", "other"])
     assert before == {"real": 1, "other": 0}
+    assert records.formed(["real"])
+    assert not records.formed(["real", "other"])
     with nodes[2].log.open("a") as f:
         f.write(late[cut:] + "INFO Stabilized group real generation 2 (x)\n"
                 "INFO Stabilized group other generation 1 (x)\n")
