@@ -30,8 +30,14 @@ At the end `rebalances` (new generations the brokers stabilized for the real gro
 scenarios) and `lost` (the real group's records produced that never reached its output topic).
 A figure that cannot be measured is null with its reason in `notes`.
 
+`--shards K` runs K operators as the chart's `shards: [s1, ..., sK-1]` would, the groups given
+round-robin (`staticfleet_dev.testkit.fleetshards`); the figures above are then all operators'
+together, `shards` has each one's own (the groups it holds as measured, its cold start, RSS, CPU,
+passes), and `groupsHeldByNone`, `groupsHeldByTwo` and `groupsHeldElsewhere` should be 0. In e
+every operator is killed. With K = 1, one operator, not sharded, as before.
+
 Run: flock /tmp/staticfleet-heavy.lock python bench/fleet_scale.py [--groups 1000] [--json]
-     [--scenarios a,b,c,d,e,f] [--rest-minutes 10]
+     [--scenarios a,b,c,d,e,f] [--rest-minutes 10] [--shards 1]
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ from staticfleet_dev.kwok import manifests
 from staticfleet_dev.kwok.process import Kwok, start_kwok, stop_kwok
 from staticfleet_dev.spark_connect import ConnectServer, start_connect_server
 from staticfleet_dev.stream import SteadyProducer, read_all
-from staticfleet_dev.testkit import figures, fleet, groups
+from staticfleet_dev.testkit import figures, fleet, fleetshards, groups
 from staticfleet_dev.testkit.consumers import PolledMember
 from staticfleet_dev.testkit.kube import create_namespace, install_crds, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
@@ -68,7 +74,6 @@ from staticfleet_dev.testkit.poll import wait_for
 NS, REAL_NS, REAL = "fleet", "fleet-real", "real"
 WITH_CONSUMER = 20
 AT_ONCE = 50
-HISTOGRAM = "staticfleet_reconcile_duration_seconds"
 SCENARIOS = "abcdef"
 REQUIRED = ("coldStartSeconds", "passP50Seconds", "passP99Seconds", "kubeWritesPerSecondAtRest",
             "kafkaRequestsPerSecondAtRest", "operatorRssMiB", "operatorCpuCoresAtRest",
@@ -94,8 +99,9 @@ class Fleet:
     producer: SteadyProducer
     real_topics: tuple[str, str]
     consumers: list[PolledMember] = field(default_factory=list)
-    op: OperatorProcess | None = None
+    ops: dict[str | None, OperatorProcess] = field(default_factory=dict)  # by shard
     report: dict[str, Any] = field(default_factory=dict)
+    by_shard: dict[str | None, dict[str, Any]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
     blocked: set[str] = field(default_factory=set)  # d's rollouts the broker's view holds
     idle: tuple[float, dict[tuple[str, str], float]] | None = None
@@ -109,9 +115,16 @@ class Fleet:
     def real_groups(self) -> list[str]:
         return [REAL, *self.names[:WITH_CONSUMER]]
 
-    def operator(self, label: str) -> OperatorProcess:
-        return OperatorProcess(self.env.kubeconfig, self.logdir / f"operator-{label}.log",
-                               env=self.env, extra_env={MEMBER_HTTP_VIA_ENV: self.sim.address})
+    @property
+    def layout(self) -> fleetshards.Layout:
+        return fleetshards.Layout(self.args.shards)
+
+    def start_operators(self, label: str) -> dict[str | None, OperatorProcess]:
+        """Every shard's operator, started at once (one, not sharded, without --shards)."""
+        return fleetshards.start_all({s: OperatorProcess(
+            self.env.kubeconfig, self.logdir / f"operator-{label}{f'-{s}' if s else ''}.log",
+            env=self.env, extra_env={MEMBER_HTTP_VIA_ENV: self.sim.address},
+            args=self.layout.args(s)) for s in self.layout.names}, timeout=300)
 
     def list_groups(self) -> list[dict[str, Any]]:
         return list(self.custom.list_namespaced_custom_object(
@@ -160,7 +173,8 @@ def bring_up(args: argparse.Namespace, logdir: Path) -> Fleet:
 
 def make_fleet(f: Fleet) -> None:
     docs = [fleet.sim_group(g, NS, f.env.bootstrap, fleet.topic_of(i),
-                            replicas=1 if i < WITH_CONSUMER else fleet.MEMBERS)
+                            replicas=1 if i < WITH_CONSUMER else fleet.MEMBERS,
+                            labels=f.layout.labels(i))
             for i, g in enumerate(f.names)]
     t0 = time.monotonic()
     fleet.apply_all(f.env.kubeconfig, docs)
@@ -206,78 +220,68 @@ def roll_real(f: Fleet, mark: str) -> dict[str, Any]:
 
 def cold_start(f: Fleet) -> None:
     t0 = time.monotonic()
-    f.op = f.operator("main").start(timeout=300)
-    first, all_settled, held = fleet.wait_settled(f.list_groups, f.args.groups,
-                                                  f.args.settle_timeout, t0)
-    f.report["coldStartFirstPassSeconds"] = None if first is None else round(first, 1)
-    f.report["coldStartSeconds"] = None if all_settled is None else round(all_settled, 1)
-    if all_settled is None:
+    f.ops = f.start_operators("main")
+    given = {g: f.layout.shard_of(i) for i, g in enumerate(f.names)}
+    f.by_shard, whole = fleetshards.cold_start_figures(
+        f.layout, given, fleet.wait_settled(f.list_groups, given, f.args.settle_timeout, t0))
+    f.report["coldStartFirstPassSeconds"] = figures.rounded(whole.first, 1)
+    f.report["coldStartSeconds"] = figures.rounded(whole.settled, 1)
+    if whole.settled is None:
         f.notes["coldStartSeconds"] = (f"not every group settled within "
-                                       f"{f.args.settle_timeout:.0f} s: {held}")
-    say(f"cold start: first pass of all {first}, all settled {all_settled} ({held})")
+                                       f"{f.args.settle_timeout:.0f} s: {whole.held}")
+    say(f"cold start: first pass of all {whole.first}, all settled {whole.settled} ({whole.held})")
 
 
 # --- b: at rest -------------------------------------------------------------------------------
 
 def at_rest(f: Fleet) -> None:
-    assert f.op is not None and f.op.proc is not None
     time.sleep(f.args.settle)
     window = f.args.rest_minutes * 60
-    pid = f.op.proc.pid
-    api0, hist0, sim0 = f.api_counts(), figures.buckets(f.op.metrics(), HISTOGRAM), f.sim.stats()
+    since, api0, sim0 = time.time(), f.api_counts(), f.sim.stats()
     f.brokers.read()
     events0 = fleet.operator_events(f.core)
-    cpu0 = figures.tree_cpu_seconds(pid)
-    t0 = last_t = time.monotonic()
-    last, peaks, rss = cpu0, [], []
+    ops = fleetshards.RestWindow.open(f.ops)
+    t0 = time.monotonic()
     while time.monotonic() - t0 < window:
         time.sleep(5.0)
-        now, cpu = time.monotonic(), figures.tree_cpu_seconds(pid)
-        peaks.append(figures.cpu_used(last, cpu) / (now - last_t))
-        rss.append(figures.tree_rss_kib(pid))
-        last, last_t = cpu, now
+        ops.usage.sample()
     took = time.monotonic() - t0
     kafka = fleet.operator_requests(f.brokers.read())
-    hist = figures.bucket_difference(figures.buckets(f.op.metrics(), HISTOGRAM), hist0)
     sim1, api1 = f.sim.stats(), f.api_counts()
     assert f.idle is not None
     idle_s, idle = f.idle
     api = figures.difference(api1, api0, idle, took / idle_s)
     raw = figures.difference(api1, api0)
     n, r = f.args.groups, f.report
-    for q in (50, 90, 99):
-        value = figures.histogram_quantile(q / 100, hist)
-        r[f"passP{q}Seconds"] = None if value is None else round(value, 4)
-    r["passesPerSecondAtRest"] = round(hist[-1][1] / took, 2) if hist else None
+    r.update(ops.close(took, f.by_shard))
     r["queueDepthMax"] = None
     f.notes["queueDepthMax"] = ("the operator exports no queue depth: each group's passes run "
                                 "in a daemon of its own (kopf), there is no work queue to read")
-    r["kubeRequestsPerSecondAtRestByVerb"] = {
-        v: round(c / took, 3) for v, c in sorted(figures.by_verb(api).items())}
-    writes = {f"{verb} {res}": round(c / took, 4) for (verb, res), c in sorted(api.items())
-              if verb in figures.WRITE_VERBS}
-    events = fleet.operator_events(f.core) - events0
-    mine = figures.writes({k: c for k, c in api.items() if k[1] not in fleet.NOT_OPERATORS})
-    r["kubeWritesPerSecondAtRest"] = round((mine + events) / took, 4)
-    r["kubeWritesAtRestByResource"] = writes
-    r["kubeWritesPerSecondAtRestWithoutIdleSubtraction"] = round(figures.writes(raw) / took, 3)
-    r["eventsPerSecondAtRest"] = round(events / took, 4)
-    r["kafkaRequestsPerSecondAtRest"] = round(sum(kafka.values()) / took, 2)
-    r["kafkaRequestsPerSecondAtRestByApi"] = {a: round(c / took, 3)
-                                              for a, c in sorted(kafka.items())}
-    r["kafkaLagAndOffsetReadsPerGroupPerMinute"] = round(
-        (kafka["OFFSET_FETCH"] + kafka["LIST_OFFSETS"]) * 60 / took / n, 4)
+    r.update(fleet.kube_rest_figures(api, raw, fleet.operator_events(f.core) - events0, took))
+    r.update(fleet.kafka_rest_figures(kafka, took, n))
     statuses = sim1["requests"].get("status", 0) - sim0["requests"].get("status", 0)
     r["memberStatusReadsPerSecondAtRest"] = round(statuses / took, 2)
-    r["operatorRssMiB"] = round(max(rss) / 1024, 1) if rss else None
-    r["operatorRssKiBPerGroup"] = round(max(rss) / n, 1) if rss else None
-    r["operatorCpuCoresAtRest"] = round(figures.cpu_used(cpu0, last) / took, 4)
-    r["operatorCpuCoresPeakAtRest"] = round(max(peaks), 3) if peaks else None
+    rss = ops.usage.rss_kib(list(f.ops))
+    r["operatorRssKiBPerGroup"] = None if rss is None else round(rss / n, 1)
     r["restSeconds"] = round(took)
     say(f"at rest over {took:.0f} s: pass p50/p99 {r['passP50Seconds']}/{r['passP99Seconds']} s, "
-        f"writes/s {r['kubeWritesPerSecondAtRest']} {writes}, Kafka/s "
+        f"writes/s {r['kubeWritesPerSecondAtRest']} {r['kubeWritesAtRestByResource']}, Kafka/s "
         f"{r['kafkaRequestsPerSecondAtRest']} {dict(kafka)}, RSS {r['operatorRssMiB']} MiB, "
         f"CPU {r['operatorCpuCoresAtRest']} (peak {r['operatorCpuCoresPeakAtRest']})")
+    note_holdings(f, since)
+
+
+def note_holdings(f: Fleet, since: float) -> None:
+    """Which shard holds each group (`fleetshards.holdings`), by the groups' status now and by
+    the operators' passes since `since` (Unix time)."""
+    passed = {s: fleetshards.passed_since(op.metrics(), NS, since) for s, op in f.ops.items()}
+    h = fleetshards.holdings(f.layout, f.list_groups(), passed)
+    for s in f.layout.names:
+        f.by_shard[s].update(h.shard_report(s))
+    f.report.update(h.report())
+    if not h.sound:
+        f.notes["groupsHeld"] = h.describe()
+    say(f"groups held {'' if h.sound else '(NOT ONE SHARD EACH) '}{h.describe()}")
 
 
 # --- d, e: rollouts at once, the operator killed ----------------------------------------------
@@ -287,7 +291,6 @@ def roll_many(f: Fleet, kill: bool) -> None:
     in for, which can complete, and simulated-only ones, whose replacements the broker never
     shows back in the group (it sees no member of theirs: their group is Empty), so that their
     rollouts wait after their first switchover, rightly, until the session timeout stops them."""
-    assert f.op is not None
     rollers = f.names[:AT_ONCE]
     completable, blocked = rollers[:WITH_CONSUMER], rollers[WITH_CONSUMER:]
     f.blocked = set(blocked)
@@ -314,25 +317,18 @@ def roll_many(f: Fleet, kill: bool) -> None:
             killed_at = now
             f.report["rolloutsCompleteBeforeKill"] = len(complete)
             f.report["rolloutsSwitchedBeforeKill"] = len(switched)
-            say(f"kill -9 of the operator {now:.0f} s into the rollouts ({len(complete)} "
+            say(f"kill -9 of the operators {now:.0f} s into the rollouts ({len(complete)} "
                 f"complete, {len(switched)} switched over at least once)")
-            f.op.kill()
-            f.op = f.operator("after-kill").start(timeout=300)
+            for op in f.ops.values():
+                op.kill()
+            f.ops = f.start_operators("after-kill")
             f.report["killRestartHealthySeconds"] = round(time.monotonic() - t0 - now, 1)
         if len(complete) == len(completable) and len(switched) == len(rollers):
             break
         time.sleep(2.0)
-    r = f.report
-    r["rolloutsAtOnce"] = len(rollers)
-    r["rolloutsCompletable"] = len(completable)
-    r["rolloutsCompleted"] = len(complete)
-    r["rolloutsAllCompleteSeconds"] = (round(max(complete.values()), 1)
-                                       if len(complete) == len(completable) else None)
-    r["rolloutsFirstSwitchover"] = len(switched)
-    r["rolloutsAllFirstSwitchoverSeconds"] = (round(max(switched.values()), 1)
-                                              if len(switched) == len(rollers) else None)
+    f.report.update(fleet.rollouts_figures(complete, switched, len(completable), len(rollers)))
     if kill:
-        r["killedAfterSeconds"] = None if killed_at is None else round(killed_at, 1)
+        f.report["killedAfterSeconds"] = figures.rounded(killed_at, 1)
     f.notes["rolloutsCompletable"] = (
         f"of the {len(rollers)} rollouts only the {len(completable)} groups with a real "
         "consumer standing in for their member can complete: the broker shows no member of "
@@ -376,16 +372,12 @@ def broker_stop(f: Fleet) -> None:
                      interval=1.0)
     r = f.report
     samples = [(t, d - already) for t, d in samples]
-    during = [d for t, d in samples if t_stop <= t <= t_back]
     r["brokerStopLeftOutDegradedBefore"] = len(already)
     r["brokerStopCoordinatedGroups"] = len(theirs)
-    r["brokerStopDegradedMax"] = max((len(d) for d in during), default=0)
+    r["brokerStopDegradedMax"], r["brokerStopNoneDegradedSeconds"] = fleet.degraded_figures(
+        samples, t_stop, t_back)
     r["brokerStartSeconds"] = round(t_back - t_start, 1)
-    last_degraded = [t for t, d in samples if t > t_back and d]
-    clear = samples and not samples[-1][1]
-    r["brokerStopNoneDegradedSeconds"] = (round(max(last_degraded, default=t_back) - t_back, 1)
-                                          if clear else None)
-    if not clear:
+    if r["brokerStopNoneDegradedSeconds"] is None:
         f.notes["brokerStopNoneDegradedSeconds"] = (
             f"{len(samples[-1][1]) if samples else '?'} groups still Degraded "
             f"{f.args.settle_timeout:.0f} s after the broker was back")
@@ -400,21 +392,25 @@ def run(f: Fleet, wanted: str) -> None:
     gens = f.brokers.generation_counts
     f.brokers.read()
     if "c" in wanted:
-        alone = f.operator("alone").start(timeout=300)
+        alone = f.start_operators("alone")
         try:
             start_real(f)
             f.brokers.read()
             base = gens(f.real_groups)
             f.report["rolloutAlone"] = roll_real(f, "alone")
         finally:
-            alone.stop()
-    else:
-        base = gens(f.real_groups)  # the consumers' groups formed while the fleet was set up
+            for op in alone.values():
+                op.stop()
+    else:  # from when the stand-in consumers' groups formed: forming is no rebalance
+        wait_for("their groups formed", lambda: f.brokers.formed(f.names[:WITH_CONSUMER]), 300)
+        base = gens(f.real_groups)
     make_fleet(f)
     measure_idle(f)
-    cold_start(f)  # a (the operator must run for every other scenario)
+    cold_start(f)  # a (the operators must run for every other scenario)
     if "b" in wanted:
         at_rest(f)
+    else:
+        note_holdings(f, 0.0)  # every pass since the operators started
     if "c" in wanted:
         f.report["rolloutAmong"] = roll_real(f, "among")
     if "d" in wanted or "e" in wanted:
@@ -459,6 +455,8 @@ def main() -> int:
     ap.add_argument("--kill-after", type=float, default=10.0)
     ap.add_argument("--rate", type=float, default=50.0, help="records/s into the real group")
     ap.add_argument("--name", default="fleet", help="name of the local environment")
+    ap.add_argument("--shards", type=int, default=1, choices=range(1, 41), metavar="K",
+                    help="operators, one per shard, the groups given round-robin (1: unsharded)")
     args = ap.parse_args()
     wanted = "".join(s for s in args.scenarios.replace(",", "") if s in SCENARIOS)
     if args.groups < WITH_CONSUMER + AT_ONCE and ("d" in wanted or "e" in wanted):
@@ -472,8 +470,8 @@ def main() -> int:
         run(f, wanted)
     finally:
         if f is not None:
-            if f.op is not None:
-                f.op.stop()
+            for op in f.ops.values():
+                op.stop()
             for consumer in f.consumers:
                 consumer.close()
             f.producer.stop()
@@ -484,7 +482,8 @@ def main() -> int:
         if key not in f.report:
             f.report[key] = None
             f.notes.setdefault(key, "its scenario was not run")
-    f.report.update({"groups": args.groups, "scenarios": wanted,
+    f.report.update({"groups": args.groups, "scenarios": wanted, "shardCount": args.shards,
+                     "shards": list(f.by_shard.values()),
                      "runSeconds": round(time.monotonic() - started), "notes": f.notes,
                      "logs": str(logdir)})
     if args.json:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"})
@@ -26,6 +26,19 @@ def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (`q` in 0..100) of values (at least one)."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def rounded(value: float | None, digits: int) -> float | None:
+    """`round`, None staying None (a figure not measured)."""
+    return None if value is None else round(value, digits)
+
+
+def latest(times: Iterable[float | None]) -> float | None:
+    """The last of several parts' times (seconds), None if a part has none (never came)."""
+    values = list(times)
+    if not values or any(v is None for v in values):
+        return None
+    return max(v for v in values if v is not None)
 
 
 # --- the Prometheus text format ---------------------------------------------------------------
@@ -93,6 +106,16 @@ def bucket_difference(after: Sequence[tuple[float, float]],
     """The cumulative buckets of the observations made between two reads."""
     earlier = dict(before)
     return [(le, n - earlier.get(le, 0.0)) for le, n in after]
+
+
+def sum_buckets(many: Iterable[Sequence[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """The cumulative buckets of several processes' histograms of one name (the same bounds),
+    as one: by bound, +Inf last."""
+    out: dict[float, float] = {}
+    for one in many:
+        for le, n in one:
+            out[le] = out.get(le, 0.0) + n
+    return sorted(out.items())
 
 
 def histogram_quantile(q: float, cumulative: Sequence[tuple[float, float]]) -> float | None:

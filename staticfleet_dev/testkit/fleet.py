@@ -28,6 +28,7 @@ from staticfleet_dev.kwok import manifests
 from staticfleet_dev.membersim.members import Pace
 from staticfleet_dev.membersim.server import STAND_INS, STATS
 from staticfleet_dev.procs import ProcessRecord, free_port, spawn, wait_until
+from staticfleet_dev.testkit import figures
 from staticfleet_dev.testkit.consumers import PolledMember
 from staticfleet_dev.testkit.kube import kubectl, to_yaml
 from staticfleet_dev.testkit.poll import Poller
@@ -49,12 +50,14 @@ def topic_of(i: int) -> str:
 
 
 def sim_group(name: str, namespace: str, bootstrap: str, topic: str,
-              replicas: int = MEMBERS) -> dict[str, Any]:
+              replicas: int = MEMBERS, labels: Mapping[str, str] | None = None,
+              ) -> dict[str, Any]:
     """A ConsumerGroup whose member pods go to kwok's fake Nodes (Running and Ready, no
-    process), the simulator answering for them."""
+    process), the simulator answering for them; `labels`, e.g. its shard's."""
     return {
         "apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND,
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace,
+                     **({"labels": dict(labels)} if labels else {})},
         "spec": {
             "replicas": replicas,
             "kafka": {"bootstrapServers": bootstrap, "topics": [topic]},
@@ -202,6 +205,12 @@ def first_switched(obj: Mapping[str, Any], pods: Iterable[Any]) -> bool:
                     for p in mine))
 
 
+def recorded_shard(obj: Mapping[str, Any]) -> str | None:
+    """The group's `status.shard`: the shard whose operator reconciles it (None: none named,
+    as an operator that is not sharded leaves it)."""
+    return (obj.get("status") or {}).get("shard") or None
+
+
 def degraded(obj: Mapping[str, Any]) -> bool:
     return _conditions(obj).get("Degraded", {}).get("status") == "True"
 
@@ -221,6 +230,18 @@ class DegradedWatch(Poller):
         objs = self.list_groups()
         self.samples.append((time.monotonic(), {o["metadata"]["name"] for o in objs
                                                 if degraded(o)}))
+
+
+def degraded_figures(samples: Sequence[tuple[float, set[str]]], stop: float, back: float,
+                     ) -> tuple[int, float | None]:
+    """Of `DegradedWatch` samples (less the groups left out) around a broker stopped at `stop`
+    and back at `back` (monotonic): the most groups Degraded while it was away, and seconds
+    from `back` until the last sample with one Degraded (None: some still are at the last)."""
+    during = [len(d) for t, d in samples if stop <= t <= back]
+    if not samples or samples[-1][1]:
+        return max(during, default=0), None
+    after = [t for t, d in samples if t > back and d]
+    return max(during, default=0), round(max(after, default=back) - back, 1)
 
 
 def why_not_settled(objs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -259,6 +280,23 @@ NOT_OPERATORS = ("leases", "nodes", "endpoints", "endpointslices", "events")
 jitter); the controller manager retries, with Events, the Endpoints(Slices) of the groups'
 headless Services, which it cannot make of kwok's loopback pod IPs. The operator's own Events
 are counted from the Events themselves (`fleet.operator_events`)."""
+
+
+def kube_rest_figures(api: Mapping[tuple[str, str], float], raw: Mapping[tuple[str, str], float],
+                      events: float, took: float) -> dict[str, Any]:
+    """The at-rest figures of the API server's requests over a window of `took` s: `api`, the
+    window's requests by (verb, resource) less an idle span's; `raw`, not less it; `events`, the
+    operators' Event writes (`operator_events`), which stand for all writes of Events."""
+    mine = figures.writes({k: c for k, c in api.items() if k[1] not in NOT_OPERATORS})
+    return {
+        "kubeRequestsPerSecondAtRestByVerb": {
+            v: round(c / took, 3) for v, c in sorted(figures.by_verb(api).items())},
+        "kubeWritesPerSecondAtRest": round((mine + events) / took, 4),
+        "kubeWritesAtRestByResource": {f"{verb} {res}": round(c / took, 4)
+                                       for (verb, res), c in sorted(api.items())
+                                       if verb in figures.WRITE_VERBS},
+        "kubeWritesPerSecondAtRestWithoutIdleSubtraction": round(figures.writes(raw) / took, 3),
+        "eventsPerSecondAtRest": round(events / took, 4)}
 
 
 def operator_events(core: Any) -> int:
@@ -302,6 +340,12 @@ class BrokerRecords:
                 self.generations.setdefault(m.group(1), set()).add(int(m.group(2)))
         return out
 
+    def formed(self, groups: Iterable[str]) -> bool:
+        """Whether each of `groups` has stabilized a generation, the logs read on (the
+        requests read meanwhile are not kept)."""
+        self.read()
+        return all(self.generations.get(g) for g in groups)
+
     def generation_counts(self, groups: Iterable[str]) -> dict[str, int]:
         return {g: len(self.generations.get(g, ())) for g in groups}
 
@@ -311,23 +355,83 @@ def operator_requests(logged: Iterable[tuple[str, str]]) -> Counter[str]:
     return Counter(api for api, client in logged if client == OPERATOR_CLIENT)
 
 
+def kafka_rest_figures(kafka: Mapping[str, int], took: float, groups: int) -> dict[str, Any]:
+    """The at-rest figures of the operators' Kafka requests (`operator_requests`) over a window
+    of `took` s with `groups` groups."""
+    return {
+        "kafkaRequestsPerSecondAtRest": round(sum(kafka.values()) / took, 2),
+        "kafkaRequestsPerSecondAtRestByApi": {a: round(c / took, 3)
+                                              for a, c in sorted(kafka.items())},
+        "kafkaLagAndOffsetReadsPerGroupPerMinute": round(
+            (kafka.get("OFFSET_FETCH", 0) + kafka.get("LIST_OFFSETS", 0)) * 60 / took / groups,
+            4)}
+
+
+def rollouts_figures(complete: Mapping[str, float], switched: Mapping[str, float],
+                     completable: int, rollers: int) -> dict[str, Any]:
+    """The figures of `rollers` rollouts at once, `completable` of which can complete: when
+    each completed and first switched over (seconds since they began, by group)."""
+    return {
+        "rolloutsAtOnce": rollers, "rolloutsCompletable": completable,
+        "rolloutsCompleted": len(complete),
+        "rolloutsAllCompleteSeconds": (round(max(complete.values()), 1)
+                                       if complete and len(complete) == completable else None),
+        "rolloutsFirstSwitchover": len(switched),
+        "rolloutsAllFirstSwitchoverSeconds": (round(max(switched.values()), 1)
+                                              if switched and len(switched) == rollers else None)}
+
+
 def new_generations(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
     """Groups that stabilized new generations between two `generation_counts`, how many."""
     return {g: n - before.get(g, 0) for g, n in after.items() if n > before.get(g, 0)}
 
 
-def wait_settled(list_groups: Any, count: int, timeout: float, since: float,
-                 ) -> tuple[float | None, float | None, dict[str, int]]:
-    """Poll `list_groups()` until `count` groups are settled: seconds from `since` (monotonic)
-    until every group was first observed at its generation, until all were settled (None:
-    not within `timeout`), and what held the rest at the end."""
-    first = None
-    objs: list[Mapping[str, Any]] = []
+@dataclass
+class Settling:
+    """One shard's cold start: seconds until every group given to it was first observed at its
+    generation, until every one was settled and held by it (its `status.shard` names the shard),
+    and what held the rest at the last look."""
+
+    first: float | None = None
+    settled: float | None = None
+    held: dict[str, int] = field(default_factory=dict)
+
+
+def note_settling(progress: Mapping[str | None, Settling], objs: Iterable[Mapping[str, Any]],
+                  shards: Mapping[str, str | None], now: float) -> bool:
+    """Take one list of the groups into each shard's `Settling` (`shards`: group name -> the
+    shard it was given, None: not sharded); whether every shard has settled."""
+    theirs: dict[str | None, list[Mapping[str, Any]]] = {}
+    for obj in objs:
+        if (name := obj["metadata"]["name"]) in shards:
+            theirs.setdefault(shards[name], []).append(obj)
+    expected = Counter(shards.values())
+    for shard, s in progress.items():
+        if s.settled is not None:
+            continue
+        mine = theirs.get(shard, [])
+        if len(mine) < expected[shard]:
+            s.held = {"not listed yet": expected[shard] - len(mine)}
+            continue
+        if s.first is None and all(observed(o) for o in mine):
+            s.first = now
+        elsewhere = Counter(f"status.shard {recorded_shard(o)!r}" for o in mine
+                            if settled(o) and recorded_shard(o) != shard)
+        s.held = {**why_not_settled(mine), **elsewhere}
+        if not s.held:
+            s.settled = now
+    return all(s.settled is not None for s in progress.values())
+
+
+def wait_settled(list_groups: Callable[[], Sequence[Mapping[str, Any]]],
+                 shards: Mapping[str, str | None], timeout: float, since: float,
+                 ) -> dict[str | None, Settling]:
+    """Poll `list_groups()` every second until every group of `shards` (name -> the shard it
+    was given) is settled and held by its shard, or for `timeout` s; each shard's `Settling`,
+    its seconds from `since` (monotonic)."""
+    progress = {shard: Settling() for shard in dict.fromkeys(shards.values())}
     while time.monotonic() - since < timeout:
-        objs = list_groups()
-        if first is None and len(objs) >= count and all(observed(o) for o in objs):
-            first = time.monotonic() - since
-        if len(objs) >= count and all(settled(o) for o in objs):
-            return first, time.monotonic() - since, {}
+        if note_settling(progress, list_groups(), shards, time.monotonic() - since):
+            break
         time.sleep(1.0)
-    return first, None, why_not_settled(objs)
+    return progress

@@ -43,11 +43,15 @@ class OperatorProcess:
     args: tuple[str, ...] = ()
     """More arguments of `staticfleet operator run` (e.g. `--shard b`)."""
 
-    def start(self, timeout: float = 60, wait_healthy: bool = True) -> OperatorProcess:
+    def start(self, timeout: float = 60) -> OperatorProcess:
         """Start it and wait until it answers /healthz; on failure (it exits, or does not answer
-        within `timeout` s) stop it and raise ServerFailed with its log tail. Without
-        `wait_healthy`, return once it is started: an operator armed with a failpoint may reach
-        it (and die) before it answered /healthz, when a rollout is already under way."""
+        within `timeout` s) stop it and raise ServerFailed with its log tail."""
+        self.launch()
+        return self.wait_healthy(timeout)
+
+    def launch(self) -> OperatorProcess:
+        """Start it, without waiting (several operators start at once, then `wait_healthy`; an
+        operator armed with a failpoint may reach it, and die, before it answers /healthz)."""
         self.metrics_port = self.metrics_port or free_port()
         self.health_port = self.health_port or free_port()
         environ = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **(self.extra_env or {})}
@@ -63,14 +67,22 @@ class OperatorProcess:
         if self.env is not None:
             self.env.records.append(self.record)
             environment.save(self.env)
-        if not wait_healthy:
-            return self
+        return self
+
+    def wait_healthy(self, timeout: float = 60) -> OperatorProcess:
+        """Wait until it answers /healthz (`start`)."""
+        assert self.record is not None, "not launched"
         try:
             wait_until(self._healthy, rec=self.record, timeout=timeout, what="healthy")
         except BaseException:
             self.stop()
             raise
         return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not launched"
+        return self.proc.pid
 
     def _healthy(self) -> bool:
         try:

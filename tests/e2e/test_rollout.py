@@ -359,7 +359,7 @@ def test_operator_killed_mid_rollout_resumes_without_restarting_twice(
         try:
             # The rollout is under way: its next pass may delete a pod, and so kill this
             # operator, before it answered /healthz (CI, once).
-            crashing.start(wait_healthy=False)
+            crashing.launch()
             assert crashing.proc is not None
             proc = crashing.proc
             wait_for("the operator to kill itself after a pod DELETE",

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from staticfleet.decisions.shards import SHARD_LABEL, Shard
+from staticfleet.decisions.shards import DEFAULT_SHARD, SHARD_LABEL, Shard
+from staticfleet_dev.testkit.fleetshards import Layout
 
 from .support import CHART, KUBE_VERSION, REPO, Rendered, run
 
@@ -96,6 +97,19 @@ def test_each_shard_is_a_deployment_owning_its_own_groups(
         # Without peering: standalone, one pod.
         assert deploy["spec"]["replicas"] == 1
         assert _flag(_args(deploy), "peering") is None
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_the_fleet_bench_runs_its_shards_as_the_chart_does(
+        render: Callable[..., Rendered], k: int) -> None:
+    """bench/fleet_scale.py --shards K starts its operators with `fleetshards.Layout`'s
+    arguments: those of the chart's Deployments with `shards` its named shards."""
+    layout = Layout(k)
+    deploys = _deployments(render("--set", f"shards={{{','.join(layout.named)}}}"))
+    rendered = {name: [a for a in _args(d) if a.startswith(("--shard=", "--other-shards="))]
+                for name, d in deploys.items()}
+    assert rendered == {("sf-staticfleet" if s == DEFAULT_SHARD else f"sf-staticfleet-{s}"):
+                        list(layout.args(s)) for s in layout.names}
 
 
 def test_every_shards_operator_pods_are_served_and_admitted_to_the_members(

@@ -1,6 +1,7 @@
 """The benchmarks' figure helpers on plain text and numbers: nearest-rank percentiles, the API
 server's request counters by verb and resource, a histogram's quantiles over a window as
-Prometheus estimates them, and the CPU of a process tree whose members come and go."""
+Prometheus estimates them (several processes' added), and the CPU of a process tree whose
+members come and go."""
 
 from __future__ import annotations
 
@@ -79,6 +80,32 @@ def test_a_histograms_quantiles_over_a_window() -> None:
     assert figures.histogram_quantile(0.5, figures.bucket_difference(now, now)) is None
     slow = [(0.5, 1.0), (1.0, 1.0), (float("inf"), 4.0)]
     assert figures.histogram_quantile(0.99, slow) == 1.0, "in +Inf: the highest finite bound"
+
+
+def test_several_operators_histograms_as_one() -> None:
+    one = [(0.01, 10.0), (0.1, 90.0), (float("inf"), 100.0)]
+    other = [(0.01, 0.0), (0.1, 10.0), (float("inf"), 20.0)]
+    both = figures.sum_buckets([one, other])
+    assert both == [(0.01, 10.0), (0.1, 100.0), (float("inf"), 120.0)]
+    assert figures.sum_buckets([one]) == one
+    assert figures.sum_buckets([]) == []
+    assert figures.histogram_quantile(0.5, both) == pytest.approx(0.01 + 0.09 * 50 / 90)
+
+
+@pytest.mark.parametrize(("times", "expected"), [
+    ([3.0, 9.5, 7.0], 9.5),
+    ([3.0, None], None),  # a part never came
+    ([], None),
+    ([0.0], 0.0),
+])
+def test_the_last_of_several_parts_times(times: list[float | None],
+                                         expected: float | None) -> None:
+    assert figures.latest(times) == expected
+
+
+def test_a_figure_rounded_or_not_measured() -> None:
+    assert figures.rounded(1.26, 1) == 1.3
+    assert figures.rounded(None, 1) is None
 
 
 def test_the_cpu_of_a_tree_whose_members_come_and_go() -> None:
