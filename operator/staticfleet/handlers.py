@@ -3,9 +3,15 @@ runs `service.reconcile` whenever a pass is due, and wake it when something chan
 
 Level, not edge: every pass is the same whole pass. A pass is due when the ConsumerGroup's spec
 (or its restart annotation) changed, when one of its member pods changed, when one of its other
-children drifted from what the operator applied (someone changed or deleted it), when the
-previous pass asked to look again (rollouts do, every second or so), and otherwise every
-`RESYNC_S`.
+children drifted from what the operator applied (someone changed or deleted it), when its Kafka
+group's answer in its cluster's batched reads changed (`observe.clusterpool` tells
+`Runner.wake_owners`: its state, members, assignments, coordinator, topics, or a describe that
+fails), when the previous pass asked to look again (rollouts do, every second or so), and
+otherwise after `RESYNC_S` (10 s) while the group is busy, or `REST_RESYNC_S` (60 s) once a pass
+found it at rest (`decisions.pace`: nothing under way, nothing changed, nothing wrong; not
+autoscaled). A group at rest so costs one pass, and one `/status` read per member, a minute: what
+only its members' `/status` or the clock would show (a member that stops fetching, a timeout's
+lowering) is seen at the latest then, or when the plan's deadline says (`Plan.deadline_s`).
 
 Nothing is written at rest: the children the operator server-side-applies (ConfigMap, Service,
 PodDisruptionBudget, and the NetworkPolicy when it makes one) are watched, as controller-runtime's
@@ -26,11 +32,12 @@ so `group_changed` marks the group's slot as left: its daemon ends after the pas
 clears `status.shard` (the new shard waits for that, `decisions.shards.handoff`) and forgets
 what it kept of the group. It deletes nothing: the member pods run on for the new shard. A watch
 that had to list again (HTTP 410) sends no DELETED for a group that left meanwhile, so each daemon
-also reads its group back every `OWNERSHIP_CHECK_S` (5 minutes) and stops the same way. The pod
-index is not sharded: every shard keeps every member pod, so the pods of a group that arrives
-are known at once (a shard label copied onto pods would lag behind the group's, and the new
-shard would see the group without its pods). Nor is the children's watch: every shard sees
-every child, and `noticed` answers only for those it applied, so only a group it holds wakes.
+also reads its group back every `OWNERSHIP_CHECK_S` (5 minutes; at its next pass, so up to a rest
+interval later) and stops the same way. The pod index is not sharded: every shard keeps every
+member pod, so the pods of a group that arrives are known at once (a shard label copied onto
+pods would lag behind the group's, and the new shard would see the group without its pods). Nor
+is the children's watch: every shard sees every child, and `noticed` answers only for those it
+applied, so only a group it holds wakes.
 
 A watch that had to list again sends no DELETED for a child deleted meanwhile (kopf does not
 compare the new list with the old): such a child is made again when its group's content changes
@@ -40,6 +47,7 @@ or the operator restarts (a new operator applies every child once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -52,7 +60,7 @@ from typing import Any
 import kopf
 
 from staticfleet import apply, metrics, service
-from staticfleet.decisions import shards
+from staticfleet.decisions import pace, shards
 from staticfleet.decisions.names import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
 from staticfleet.decisions.settings import MEMBER_HTTP_VIA_ENV, OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, claim_of
@@ -66,6 +74,7 @@ from staticfleet.memory import Memory
 from staticfleet.observe import clusterpool, memberhttp
 
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))
+REST_RESYNC_S = max(RESYNC_S, float(os.environ.get("STATICFLEET_REST_RESYNC_SECONDS", "60")))
 HANDOFF_GRACE_S = float(os.environ.get("STATICFLEET_SHARD_HANDOFF_SECONDS",
                                        str(shards.HANDOFF_GRACE_S)))
 OWNERSHIP_CHECK_S = float(os.environ.get("STATICFLEET_SHARD_CHECK_SECONDS",
@@ -110,6 +119,8 @@ class Slot:
     in_pass: bool = False
     checked_at: float | None = None
     """When the group was last read back from the API server (`Runner.check`)."""
+    resting: bool = False
+    """The last pass found the group at rest (`decisions.pace`)."""
 
 
 @dataclass
@@ -123,6 +134,8 @@ class Runner:
     slots: dict[Key, Slot] = field(default_factory=dict)
     seen: dict[Key, tuple[Any, ...]] = field(default_factory=dict)
     clusters: dict[str, asyncio.Semaphore] = field(default_factory=dict)
+    loop: asyncio.AbstractEventLoop | None = None
+    """The daemons' event loop (known once one started), where `wake_owners` wakes them."""
 
     @property
     def shard(self) -> str | None:
@@ -132,6 +145,7 @@ class Runner:
     def enter(self, key: Key, uid: str) -> Slot:
         """The slot of a daemon starting for the group `key` (a daemon of an earlier visit of
         the group may still be finishing its pass: it keeps its own slot)."""
+        self.loop = asyncio.get_running_loop()
         slot = self.slots[key] = Slot(uid)
         return slot
 
@@ -144,6 +158,20 @@ class Runner:
         slot = self.slots.get(key)
         if slot is not None:
             slot.wake.set()
+
+    def wake_owners(self, uids: frozenset[str]) -> None:
+        """Wake the daemons of the ConsumerGroups `uids` (their Kafka group changed). From any
+        thread: the cluster reads' own call it."""
+        loop = self.loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the operator stops
+            loop.call_soon_threadsafe(self._wake_owners, uids)
+
+    def _wake_owners(self, uids: frozenset[str]) -> None:
+        for slot in self.slots.values():
+            if slot.uid in uids:
+                slot.wake.set()
 
     def gone(self, key: Key, uid: str) -> None:
         """The group left this operator's watch (relabelled to another shard, or deleted): its
@@ -218,8 +246,8 @@ class Runner:
         self.clients.forget(uid)
 
     async def run(self, body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
-                  claimants: tuple[Claimant, ...] = ()) -> float:
-        """One pass; returns when the next one is due (seconds)."""
+                  claimants: tuple[Claimant, ...] = ()) -> pace.Pace:
+        """One pass; returns when the next one is due (`decisions.pace.next_pass`)."""
         cluster = str(((body.get("spec") or {}).get("kafka") or {}).get("bootstrapServers"))
         slots = self.clusters.setdefault(cluster, asyncio.Semaphore(PER_CLUSTER))
         async with slots:
@@ -227,7 +255,7 @@ class Runner:
             plan = await loop.run_in_executor(
                 self.pool, service.reconcile, body, pods, self.clients, self.memory,
                 datetime.now(UTC), claimants)
-        return plan.requeue_after_s if plan.requeue_after_s is not None else RESYNC_S
+        return pace.next_pass(plan, RESYNC_S, REST_RESYNC_S)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -265,10 +293,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         log.warning("every member request goes to %s:%d, not to the member pods (%s: the "
                     "member simulator of a bench)", *ours.member_http_via, MEMBER_HTTP_VIA_ENV)
     memberhttp.route_through(ours.member_http_via)
+    reads = clusterpool.ClusterReads(interval_s=RESYNC_S, rest_s=REST_RESYNC_S)
     memo.runner = Runner(service.Clients(
         kube=apply.Kube(apply.load_client(os.environ.get("KUBECONFIG"))),
-        settings=ours, namespaces=memo.get("namespaces"),
-        reads=clusterpool.ClusterReads(interval_s=RESYNC_S)))
+        settings=ours, namespaces=memo.get("namespaces"), reads=reads))
+    reads.on_change = memo.runner.wake_owners
 
 
 @kopf.on.cleanup()
@@ -378,9 +407,13 @@ async def keep_reconciled(body: kopf.Body, memo: kopf.Memo, stopped: kopf.Daemon
             pods = list(index.get(key, []))
             claimants = tuple(claims.get(claim_of(plain)[0], []))
             slot.in_pass = True
-            delay = await runner.run(plain, pods, claimants)
+            due = await runner.run(plain, pods, claimants)
             slot.in_pass = False
-            await _sleep(slot.wake, stopped, delay)
+            if due.at_rest != slot.resting:
+                slot.resting = due.at_rest
+                log.debug("%s/%s: next pass in %.0f s unless woken (%s)", *key, due.delay_s,
+                          due.why)
+            await _sleep(slot.wake, stopped, due.delay_s)
     finally:
         runner.leave(key, slot)
         await runner.let_go(plain, slot)

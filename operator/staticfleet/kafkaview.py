@@ -14,7 +14,14 @@ from typing import Any
 from staticfleet.decisions.members.observed import pod_ready
 from staticfleet.decisions.snapshot import GroupView
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
-from staticfleet.observe import clusterpool, clusterreads, kafkaadmin, kafkareads, lagreads
+from staticfleet.observe import (
+    clusterheld,
+    clusterpool,
+    clusterreads,
+    kafkaadmin,
+    kafkareads,
+    lagreads,
+)
 
 log = logging.getLogger("staticfleet")
 
@@ -22,7 +29,7 @@ log = logging.getLogger("staticfleet")
 def cluster_read(spec: ConsumerGroupSpec, conf: Mapping[str, str],
                  pods: Sequence[Mapping[str, Any]], rolling: bool, owner: str,
                  reads: clusterpool.ClusterReads
-                 ) -> tuple[clusterreads.ClusterReader | None, clusterreads.GroupRead | None]:
+                 ) -> tuple[clusterreads.ClusterReader | None, clusterheld.GroupRead | None]:
     """The group's answers from its cluster's reads (`clusterpool`), as fresh as this pass
     needs them: its describe read again now while members are in flight (a rollout, a pod that
     is not Ready or is going, fewer or more pods than replicas). None where the cluster has no
@@ -38,7 +45,7 @@ def cluster_read(spec: ConsumerGroupSpec, conf: Mapping[str, str],
 def _read_together(spec: ConsumerGroupSpec, conf: Mapping[str, str],
                    pods: Sequence[Mapping[str, Any]], rolling: bool, owner: str,
                    reads: clusterpool.ClusterReads
-                   ) -> tuple[clusterreads.ClusterReader | None, clusterreads.GroupRead | None]:
+                   ) -> tuple[clusterreads.ClusterReader | None, clusterheld.GroupRead | None]:
     now = time.monotonic()
     reader = reads.reader(conf, now)
     if reader is None:
@@ -47,7 +54,7 @@ def _read_together(spec: ConsumerGroupSpec, conf: Mapping[str, str],
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     in_flight = rolling or len(live) != len(pods) or len(live) != spec.replicas or not all(
         pod_ready(p) for p in live)
-    registration = clusterreads.Registration(
+    registration = clusterheld.Registration(
         kafka.group_id, spec.membership.protocol, tuple(kafka.topics or ()),
         None if kafka.topics is not None else kafka.topic_pattern or "",
         offsets_age_s=lagreads.max_age_s(rolling, spec.autoscaling is not None,
@@ -58,7 +65,7 @@ def _read_together(spec: ConsumerGroupSpec, conf: Mapping[str, str],
 
 
 def topics(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec,
-           held: clusterreads.GroupRead | None) -> kafkareads.TopicsSeen:
+           held: clusterheld.GroupRead | None) -> kafkareads.TopicsSeen:
     """The subscribed topics as the cluster's reads saw them, or, where they did not see them
     all, as the admin client's metadata shows them (which says what is missing)."""
     named = spec.kafka.topics
@@ -71,7 +78,7 @@ def topics(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec,
 
 
 def described(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec,
-              held: clusterreads.GroupRead | None, seen_before: bool) -> GroupView:
+              held: clusterheld.GroupRead | None, seen_before: bool) -> GroupView:
     """The group as the cluster's reads described it. A coordinator that moved or is loading
     the group (its answer says so) is `CoordinatorMoving` at once for a group described before
     (`seen_before`: the status has its state): the pass goes on Degraded, and a coordinator

@@ -179,7 +179,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
                     refused_members=memory.refusals.unanswered(uid, pods, standby=False),
                     last_answers=memory.note_answers(list(statuses), pods, now),
                     member_token=token, member_token_missing=token_missing, problem=problem,
-                    settings=clients.settings)
+                    settings=clients.settings, kafka_watched=reader is not None)
     return snap, admin
 
 

@@ -21,7 +21,8 @@ what stands below it):
 * `status` (the status and its conditions), `tuning` (the timeouts one pass puts in force),
   `autoscaling` (the autoscaler; the load it decides on, measured, in `load`), `planned` (the
   rebalances the operator asks for: scale-down, rejoin), `pods` (pods to create, to delete,
-  standbys to activate), and `plan` over them all;
+  standbys to activate), `pace` (whether the group is at rest after a pass, and when the next
+  one is due), and `plan` over them all;
 * beneath everything: `conditions` (types, reasons, helpers), `scaling` (which ordinals exist,
   which go first), `rebalances` (counting them), `drift` (whether a child still holds what the
   operator applied to it), `settings`, and under `settings` `shards` (which ConsumerGroups a

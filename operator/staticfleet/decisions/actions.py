@@ -16,6 +16,7 @@ from typing import Any, Literal
 from staticfleet.decisions.reasons import RestartReason
 
 Action = Literal["leave", "rejoin", "activate"]
+UNJUDGED = "the pass stopped before it judged whether the group is at rest"
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,13 @@ class Plan:
     scale_to: int | None = None
     """The autoscaler's new `spec.replicas`, written through the scale subresource last; the
     next pass makes the change (planned leaves and joins)."""
+    busy: tuple[str, ...] = (UNJUDGED,)
+    """Why the group is not at rest after this pass: each rule of `pace.AT_REST` that fails
+    (empty: at rest, the next pass comes after the rest interval, `pace.next_pass`)."""
+    deadline_s: float | None = None
+    """The longest the next pass may wait, for a decision that waits on the clock while nothing
+    wakes a pass (a member nearing its stall bound, a timeout's lowering that comes due);
+    unlike `requeue_after_s` it never delays a pass that is due sooner."""
 
 
 def summarize(plan: Plan) -> Sequence[str]:

@@ -10,8 +10,9 @@ timeouts (`tuning`), the members as observed (`members.observed`) and the rebala
 (`planned`), the rollout's step (`rollout.effects`, over the roller in `rollout.roller`), the
 member pods (`pods`), the partitions nobody owns (`planned`), the problems
 (`members.problems`); this module puts the status, the
-Events and the metrics of the pass together. `degraded` is the plan of a pass that cannot
-finish.
+Events and the metrics of the pass together, and `pace` says whether the group is at rest after
+it (its next pass then comes after the rest interval). `degraded` is the plan of a pass that
+cannot finish.
 
 A member restart goes from reason to replacement through these steps:
 `members.observed.observe_members` computes each member's restart reasons once; the roller
@@ -28,7 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from staticfleet.decisions import autoscaling as au
-from staticfleet.decisions import builders, pods, scaling
+from staticfleet.decisions import builders, pace, pods, scaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
 from staticfleet.decisions import status as st
@@ -41,7 +42,7 @@ from staticfleet.decisions.members.problems import (
     member_problems,
     problem_events,
 )
-from staticfleet.decisions.members.stalls import stalled_condition
+from staticfleet.decisions.members.stalls import stalled_condition, until_stalled_s
 from staticfleet.decisions.rollout.effects import Roll, current_spec, rollout_step
 from staticfleet.decisions.rollout.state import PHASES_IN_PROGRESS
 from staticfleet.decisions.settings import ALLOW_TESTING_ANNOTATIONS_ENV
@@ -99,8 +100,8 @@ def decide(snap: Snapshot) -> Plan:
               *(scaled.events if scaled else ()),
               *_status_events(snap.previous, status, problems))
     # 10: The plan: children to apply, members to call (activations, leaves, a rejoin), pods,
-    #     the new replica count.
-    return Plan(
+    #     the new replica count, when to look again.
+    plan = Plan(
         status=_stamped(status, snap.previous, snap), group_configs=tuned.group_configs,
         children=(*_member_token_secret(snap, spec),
                   builders.build_config_map(spec, tuned.effective),
@@ -114,7 +115,13 @@ def decide(snap: Snapshot) -> Plan:
         calls=(activations + changes.down.calls
                + ((unowned.rejoin.call,) if unowned.rejoin else ())),
         annotate=pods.marked_activated(table, activations), switchovers=roll.switchovers,
-        scale_to=scaled.scale_to if scaled else None)
+        scale_to=scaled.scale_to if scaled else None,
+        deadline_s=soonest(tuned.deadline_s, until_stalled_s(
+            table, snap.statuses, snap.end_offsets, snap.lag, spec.processing.batch.max_wait_ms,
+            snap.now, restarting=tuple(f.ordinal for f in roll.state.in_flight))))
+    # 11: Whether the group is at rest after this pass: then its next pass comes after the
+    #     rest interval, not the resync interval (`pace`).
+    return replace(plan, busy=pace.busy(snap, plan))
 
 
 def _autoscale(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable, roll: Roll

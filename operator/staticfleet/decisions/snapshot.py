@@ -158,6 +158,10 @@ class Snapshot:
     """The Secret `<cg>-member-token` or its key does not exist: the plan creates it."""
     settings: OperatorSettings = field(default_factory=OperatorSettings)
     """What the operator was started with (`settings`), the same for every group."""
+    kafka_watched: bool = False
+    """The group's describe came from its cluster's batched reads, which wake a pass when the
+    group's answer changes (`observe.clusterreads`); not when its cluster is read group by
+    group (`pace.kafka_watched`)."""
 
     @property
     def namespace(self) -> str:

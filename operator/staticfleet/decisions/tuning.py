@@ -37,6 +37,8 @@ class Tuned:
     group_configs: dict[str, str]
     """Broker-side group configs to set (all of them on the first pass or a change)."""
     events: tuple[Event, ...]
+    deadline_s: float | None = None
+    """When a value held above its need may be lowered (`rules.lowering_due_s`)."""
 
 
 def tune(snap: Snapshot, spec: ConsumerGroupSpec,
@@ -68,7 +70,8 @@ def tune(snap: Snapshot, spec: ConsumerGroupSpec,
                             f"{detail}: {'; '.join(effective.reasons)}"))
     configs = (effective.group_configs(spec.membership.protocol)
                if changed or before is None else {})
-    return Tuned(effective, changed, configs, tuple(events))
+    return Tuned(effective, changed, configs, tuple(events),
+                 rules.lowering_due_s(effective, snap.now))
 
 
 def rollout_requested(snap: Snapshot, spec: ConsumerGroupSpec,

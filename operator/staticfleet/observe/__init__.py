@@ -12,7 +12,9 @@ layers (.importlinter, `observe-layers`):
 * `clusterreads`: every registered group of one cluster read together, per interval: a few
   requests per coordinator (describes, committed offsets) and per partition leader (end
   offsets) for all groups, through kafka-python's client, in process (issue 37); what a pass
-  takes from them, as fresh as it needs (`clusterpool`).
+  takes from them, as fresh as it needs, and a thread per cluster that reads it every interval
+  and tells the passes whose group changed (`clusterpool`); what they hold of a group and what
+  of that is a change (`clusterheld`).
 * `kafkareads`: what the operator reads from the cluster (the group, its committed and end
   offsets, the topics, the brokers' timeout bounds) and the group configs it sets there.
 * `kafkaadmin`: the admin clients, one per cluster configuration (`AdminPool`), and how a
@@ -23,5 +25,6 @@ layers (.importlinter, `observe-layers`):
   requests: the versions kafka-python lacks, and a batch of them sent and awaited) and
   `clientsettings` (kafka-python's settings for the admin client's configuration).
 
-Everything here blocks; the service calls it from a worker thread.
+Everything here blocks; the service calls it from a worker thread (and `clusterpool` from
+its own threads).
 """

@@ -12,17 +12,27 @@ is not in the last read (just registered), whose answer is older, or whose last 
 A cluster whose settings kafka-python cannot take, whose brokers lack an API version, or that
 did not answer, has no reader for `REFUSED_HOLD_S`: its groups are read one by one
 (`kafkareads`), as before, meanwhile.
+
+Told what changed (`on_change`, set by the handlers), the reads keep going by themselves: each
+reader has a thread that reads its cluster every interval, whether or not a pass asks, and
+tells `on_change` the owners (ConsumerGroup uids) of the groups whose answer changed
+(`clusterheld.signature`), so that a group at rest, whose passes come once a rest interval
+(`decisions.pace`), is woken within a read interval of a change on the broker's side. A group
+is forgotten only once no pass registered it for `forget_after_s` (twice the rest interval).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 from staticfleet.observe.clusteranswers import TP
 from staticfleet.observe.clusterreads import (
+    FORGET_AFTER_S,
     INTERVAL_S,
     ClusterReader,
     GroupRead,
@@ -71,6 +81,13 @@ class ClusterReads:
     """A reader per connection configuration, made on first use."""
 
     interval_s: float = INTERVAL_S
+    rest_s: float = FORGET_AFTER_S / 2
+    """The longest a group's passes wait for each other (`handlers.REST_RESYNC_S`): a group
+    no pass registered for twice that (at least `FORGET_AFTER_S`) is no longer read."""
+    on_change: Callable[[frozenset[str]], None] | None = None
+    """Told the owners (ConsumerGroup uids) of the groups whose answer changed in a whole read;
+    set, every reader reads its cluster every interval by itself (a thread of its own). Called
+    from that thread: it must be thread-safe."""
     readers: dict[str, ClusterReader] = field(default_factory=dict)
     refused: dict[str, tuple[float, str]] = field(default_factory=dict)
     """Configurations that could not have a reader: when, and why."""
@@ -105,7 +122,8 @@ class ClusterReads:
             if found is not None:
                 return found
             try:
-                made = ClusterReader(conf, interval_s=self.interval_s)
+                made = ClusterReader(conf, interval_s=self.interval_s,
+                                     forget_after_s=max(FORGET_AFTER_S, 2 * self.rest_s))
             except Exception as exc:  # Unsupported, or kafka-python's: per group meanwhile
                 log.warning("cluster reads: the cluster at %s is read group by group for "
                             "%.0f s: %s", conf.get("bootstrap.servers", "?"), REFUSED_HOLD_S,
@@ -118,6 +136,10 @@ class ClusterReads:
                 self.refused.pop(name, None)
             log.info("cluster reads: the groups of the cluster at %s are read together",
                      conf.get("bootstrap.servers", "?"))
+            if self.on_change is not None:
+                made.on_change = partial(self._changed, made.key)
+                threading.Thread(target=keep_reading, args=(made,), daemon=True,
+                                 name="cluster-reads").start()
             return made
 
     def group(self, reader: ClusterReader, registration: Registration, now: float,
@@ -134,6 +156,19 @@ class ClusterReads:
             reader.read(now, only=[registration.group_id])
             held = reader.group(registration.group_id)
         return held
+
+    def _changed(self, cluster: str, groups: frozenset[str]) -> None:
+        """Tell `on_change` the owners of `groups` of the cluster `cluster` (its reader's
+        key). Never raises: a read goes on whatever its listener does."""
+        with self.lock:
+            owners = frozenset(uid for uid, (k, group_id) in self.owners.items()
+                               if k == cluster and group_id in groups)
+        if not owners or self.on_change is None:
+            return
+        try:
+            self.on_change(owners)
+        except Exception as exc:  # the passes come at their pace all the same
+            log.warning("cluster reads: telling %d changed groups failed: %r", len(owners), exc)
 
     def forget(self, owner: str) -> None:
         """The ConsumerGroup `owner` (its uid) is deleted: its group is no longer read."""
@@ -158,6 +193,17 @@ class ClusterReads:
             self.readers.clear()
         for reader in closing:
             reader.close()
+
+
+def keep_reading(reader: ClusterReader) -> None:
+    """Read `reader`'s cluster whenever its read is due, whether or not a pass asks, until the
+    reader is closed or its client broke (the next pass makes a new reader)."""
+    while not reader.broken:
+        wait = reader.next_read_in(time.monotonic())
+        if reader.closed.wait(reader.interval_s if wait is None else wait + 0.01):
+            return
+        if wait is not None:
+            reader.refresh(time.monotonic())
 
 
 @dataclass

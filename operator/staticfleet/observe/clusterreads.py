@@ -22,6 +22,10 @@ Requests are chunked by `BATCH` groups. A failed read gives no sample: a group t
 answer has an `Outcome` that says why (`moving`: its coordinator moves), its committed offsets
 and the end offsets keep their last figures with the time they were read.
 
+What changed: a whole read tells `on_change` (once its lock is released) the groups whose
+answer differs from the previous whole read's (`clusterheld.signature`). A pass's own read of
+its group (`only`) tells nothing and leaves that to the next whole read.
+
 In process: kafka-python's client (`wire`) is pure Python, so a request that loses its
 coordinator fails its future; nothing aborts the process, as librdkafka's admin requests can
 (`coordinated`). The reads of one cluster hold its reader's lock; other clusters' go on.
@@ -46,71 +50,31 @@ from staticfleet.observe import clusteranswers as answers
 from staticfleet.observe import wire
 from staticfleet.observe.clientsettings import Unsupported, client_settings
 from staticfleet.observe.clusteranswers import TP, Outcome, TopicsAnswer
+from staticfleet.observe.clusterheld import (
+    INTERVAL_S,
+    Committed,
+    Described,
+    GroupRead,
+    Registration,
+    Signature,
+    signature,
+)
 from staticfleet.observe.kafkareads import TopicsSeen
 
 log = logging.getLogger("staticfleet")
 
-INTERVAL_S = 10.0
-"""How often a cluster is read (the groups' pass interval at rest, handlers.RESYNC_S)."""
-OFFSETS_INTERVAL_S = 60.0
-"""How often a group's committed offsets and its partitions' end offsets are read at rest
-(lagreads.READ_INTERVAL_S): they are then at most this and an interval old."""
 READ_TIMEOUT_S = 5.0
 """How long one read waits for its answers, all rounds together."""
 BATCH = 500
 """Groups (or keys) in one request; more go in several."""
 ROUNDS = 3
 FORGET_AFTER_S = 120.0
-"""A group no pass registered for this long is no longer read (its ConsumerGroup is gone)."""
+"""A group no pass registered for this long is no longer read (its ConsumerGroup is gone); at
+least twice the longest wait between a group's passes (`ClusterReader.forget_after_s`)."""
 VANISHED_S = 30.0
 """A group described before that neither API knows now is no answer this long before it is
 Dead: a coordinator that has just taken a group over says it does not know it until it loaded
 it (Kafka 4.1: Dead, GROUP_ID_NOT_FOUND; a killed coordinator's groups were loaded 5 s on)."""
-
-
-@dataclass(frozen=True)
-class Registration:
-    """A group the operator asks the cluster's reads to cover."""
-
-    group_id: str
-    protocol: str = "classic"
-    """classic or consumer: the describe API asked first (the other, when it does not know it)."""
-    topics: tuple[str, ...] = ()
-    pattern: str | None = None
-    """A subscription pattern instead of `topics`: the read asks for every topic."""
-    offsets_age_s: float = OFFSETS_INTERVAL_S + INTERVAL_S
-    """How old its committed and end offsets may be (`lagreads.max_age_s`): a read reads
-    them when they would be older by the next read."""
-
-
-@dataclass(frozen=True)
-class Described:
-    """A group's last describe: when, and what it said (`outcome.view`, or why none)."""
-
-    at: float
-    outcome: Outcome
-
-
-@dataclass(frozen=True)
-class Committed:
-    """A group's committed offsets as last read, and when."""
-
-    at: float
-    offsets: Mapping[TP, int]
-
-
-@dataclass(frozen=True)
-class GroupRead:
-    """What the cluster's reads hold of one group."""
-
-    described: Described | None
-    committed: Committed | None
-    ends: Mapping[TP, tuple[float, int]]
-    """The end offset of each partition of its topics that has one: (when read, offset)."""
-    topics: TopicsSeen | None
-    """Its topics' partition counts and leaderless partitions; None before any metadata."""
-    missing: frozenset[str] = frozenset()
-    """Its topics the brokers say do not exist."""
 
 
 @dataclass
@@ -141,7 +105,8 @@ class ClusterReader:
 
     def __init__(self, conf: Mapping[str, str], *, interval_s: float = INTERVAL_S,
                  timeout_s: float = READ_TIMEOUT_S, make_client: Callable[..., Any] = KafkaClient,
-                 settings: Mapping[str, Any] | None = None) -> None:
+                 settings: Mapping[str, Any] | None = None,
+                 forget_after_s: float = FORGET_AFTER_S) -> None:
         self.wire = wire.Wire({**client_settings(conf), **(settings or {})}, make_client)
         missing = self.wire.missing()
         if missing:
@@ -149,7 +114,9 @@ class ClusterReader:
             raise Unsupported(f"the brokers do not take {', '.join(missing)}")
         self.key = key(conf)
         self.interval_s, self.timeout_s = interval_s, timeout_s
+        self.forget_after_s = forget_after_s
         self.lock = threading.Lock()
+        self.closed = threading.Event()
         self.broken = ""
         """Why the client failed in a way no read recovers from (a new reader is made)."""
         self.registered: dict[str, tuple[Registration, float]] = {}
@@ -169,6 +136,12 @@ class ClusterReader:
         self.last_read: float | None = None
         self.last_requests: Counter[str] = Counter()
         """The requests of the last read, by API (the brokers' names)."""
+        self.signatures: dict[str, Signature] = {}
+        """Each group's answer in the last whole read (`signature`)."""
+        self.changed: set[str] = set()
+        """Groups whose answer the read under way found changed, to tell `on_change`."""
+        self.on_change: Callable[[frozenset[str]], None] | None = None
+        """Told, after a whole read, the groups whose answer changed (`signature`)."""
 
     # --- what the operator registers ----------------------------------------------------
 
@@ -188,6 +161,7 @@ class ClusterReader:
         self.joined.discard(group_id)
         self.described.pop(group_id, None)
         self.committed.pop(group_id, None)
+        self.signatures.pop(group_id, None)
 
     # --- what the reads hold --------------------------------------------------------------
 
@@ -195,21 +169,32 @@ class ClusterReader:
         """Whether the cluster's read is due (none yet, or the last one an interval ago)."""
         return self.last_read is None or now - self.last_read >= self.interval_s
 
+    def next_read_in(self, now: float) -> float | None:
+        """Seconds until the cluster's read is due (`due`); None while no group is registered."""
+        with self.lock:
+            if not self.registered:
+                return None
+            return 0.0 if self.last_read is None else max(0.0, self.last_read + self.interval_s
+                                                           - now)
+
     def group(self, group_id: str) -> GroupRead:
         """What the reads hold of a registered group now (nothing is asked)."""
         with self.lock:
-            registration = self.registered[group_id][0]
-            topics = self.topics
-            wanted = self._partitions(registration)
-            seen = missing = None
-            if topics is not None:
-                names = self._names(registration)
-                missing = frozenset(n for n in names if n in topics.seen.missing)
-                seen = TopicsSeen({n: topics.seen.counts[n] for n in names
-                                   if n in topics.seen.counts}, topics.seen.leaderless(names))
-            return GroupRead(self.described.get(group_id), self.committed.get(group_id),
-                             {tp: self.ends[tp] for tp in wanted if tp in self.ends},
-                             seen, missing or frozenset())
+            return self._group(group_id)
+
+    def _group(self, group_id: str) -> GroupRead:
+        registration = self.registered[group_id][0]
+        topics = self.topics
+        wanted = self._partitions(registration)
+        seen = missing = None
+        if topics is not None:
+            names = self._names(registration)
+            missing = frozenset(n for n in names if n in topics.seen.missing)
+            seen = TopicsSeen({n: topics.seen.counts[n] for n in names
+                               if n in topics.seen.counts}, topics.seen.leaderless(names))
+        return GroupRead(self.described.get(group_id), self.committed.get(group_id),
+                         {tp: self.ends[tp] for tp in wanted if tp in self.ends},
+                         seen, missing or frozenset())
 
     # --- the reads ------------------------------------------------------------------------
 
@@ -218,31 +203,37 @@ class ClusterReader:
         """One read of the registered groups (`only`: of those alone, a fresh read for one
         group), their offsets when due and those of `offsets` now; returns its requests.
         Never raises: what kafka-python raises marks the reader `broken`."""
-        with self.lock:
-            return self._counted(now, only, set(offsets))
+        return self._counted(now, only, set(offsets), when_due=False)
 
     def refresh(self, now: float) -> Counter[str]:
         """The cluster's read when it is due (`due`), once however many passes ask at once."""
-        with self.lock:
-            return self._counted(now, None, set()) if self.due(now) else Counter()
+        return self._counted(now, None, set(), when_due=True)
 
-    def _counted(self, now: float, only: Collection[str] | None,
-                 offsets: set[str]) -> Counter[str]:
-        before = Counter(self.wire.sent)
-        try:
-            self._read(now, only, offsets)
-        except Exception as exc:  # kafka-python's own failures: a new client next time
-            log.warning("cluster reads: a read failed; a new client will read next: %r", exc)
-            self.broken = repr(exc)
-        self.last_requests = self.wire.sent - before
-        return self.last_requests
+    def _counted(self, now: float, only: Collection[str] | None, offsets: set[str],
+                 when_due: bool) -> Counter[str]:
+        """The read, and then, outside the lock, `on_change` told what it found changed."""
+        with self.lock:
+            if when_due and not self.due(now):
+                return Counter()
+            before = Counter(self.wire.sent)
+            try:
+                self._read(now, only, offsets)
+            except Exception as exc:  # kafka-python's own failures: a new client next time
+                log.warning("cluster reads: a read failed; a new client will read next: %r",
+                            exc)
+                self.broken = repr(exc)
+            self.last_requests = self.wire.sent - before
+            counted, changed, self.changed = self.last_requests, frozenset(self.changed), set()
+        if changed and self.on_change is not None:
+            self.on_change(changed)  # it never raises (`clusterpool.ClusterReads`)
+        return counted
 
     def _read(self, now: float, only: Collection[str] | None, offsets: set[str]) -> None:
         deadline = time.monotonic() + self.timeout_s
         # 1: the groups of this read (a whole read forgets the groups no pass registered).
         if only is None:
             for gone in [g for g, (_, at) in self.registered.items()
-                         if now - at > FORGET_AFTER_S]:
+                         if now - at > self.forget_after_s]:
                 self._drop(gone)
             self.last_read = now
         regs = {g: r for g, (r, _) in self.registered.items() if only is None or g in only}
@@ -268,6 +259,17 @@ class ClusterReader:
             described = self.described.get(group_id)
             if described is not None and described.outcome.view is not None:
                 self.committed[group_id] = Committed(now, committed)
+        # 4: what changed since the last whole read (`signature`), to tell.
+        if only is None:
+            self._compare(regs)
+
+    def _compare(self, groups: Iterable[str]) -> None:
+        for group_id in groups:
+            now_seen = signature(self._group(group_id), self.coordinators.get(group_id))
+            before = self.signatures.get(group_id)
+            self.signatures[group_id] = now_seen
+            if before is not None and before != now_seen:
+                self.changed.add(group_id)
 
     def _due(self, committed: Committed | None, registration: Registration,
              now: float) -> bool:
@@ -479,6 +481,7 @@ class ClusterReader:
             self.ends[tp] = (now, offset)
 
     def close(self) -> None:
+        self.closed.set()
         with self.lock:
             self.wire.close()
 

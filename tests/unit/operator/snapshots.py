@@ -162,3 +162,26 @@ class WarmRoll:
 
     def flight(self) -> dict[str, Any]:
         return self.status["rollout"]["inFlight"][0]
+
+
+def stalled_fleet(idle_s: float, end: int = 50, **spec: Any) -> tuple[Any, dict[str, Any]]:
+    """A settled 3-member fleet (6 partitions, two each) in which member 1 last fetched
+    `idle_s` ago and committed offset 40 on its partitions, whose end offsets are `end`; the
+    others fetch all the time and are caught up."""
+    cg = body(**spec)
+    pods, status = settled(cg)
+    snap = snapshot(cg, pods, previous=status)
+    assert snap.group is not None
+    owned = {m.instance_id: m.partitions for m in snap.group.members}
+    statuses = {}
+    ends = {}
+    for pod in pods:
+        o = ordinal_of(pod)
+        parts = owned[f"orders-{o}"]
+        idle = idle_s if o == 1 else 0.5
+        statuses[pod["metadata"]["uid"]] = {
+            **member_status(o), "processingReady": True, "batchSecondsMax": 2.0,
+            "lastFetchAt": (NOW - timedelta(seconds=idle)).timestamp(),
+            "committed": [[t, p, 40 if o == 1 else end] for t, p in parts]}
+        ends.update({tp: (3.0, end) for tp in parts})
+    return replace(snap, statuses=statuses, end_offsets=ends), status

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from staticfleet.decisions.snapshot import GroupView
-from staticfleet.observe import clusterpool, clusterreads, lagreads
+from staticfleet.observe import clusterheld, clusterpool, lagreads
 from staticfleet.observe.clusteranswers import Outcome, no_answer
-from staticfleet.observe.clusterreads import Described, GroupRead
+from staticfleet.observe.clusterheld import Described, GroupRead
 
 NOW = 1000.0
 INTERVAL = 10.0
@@ -56,4 +56,4 @@ def test_members_in_flight_want_a_describe_as_fresh_as_a_rollout_does() -> None:
 def test_the_cluster_reads_ages_are_the_lag_reads_own() -> None:
     """Written twice (the observe layers keep the two modules apart): held to one value."""
     assert clusterpool.FRESH_S == lagreads.ROLLOUT_AGE_S
-    assert clusterreads.OFFSETS_INTERVAL_S == lagreads.READ_INTERVAL_S
+    assert clusterheld.OFFSETS_INTERVAL_S == lagreads.READ_INTERVAL_S

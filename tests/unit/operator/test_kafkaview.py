@@ -14,7 +14,7 @@ from staticfleet.decisions.snapshot import GroupView
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet.observe.clusteranswers import Outcome, no_answer
-from staticfleet.observe.clusterreads import Described, GroupRead
+from staticfleet.observe.clusterheld import Described, GroupRead
 from staticfleet.observe.wire import COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
 
 pytestmark = pytest.mark.unit

@@ -26,6 +26,13 @@ member waits for `2**n` times its bound (a fresh process's idleness counts from 
 after `MAX_STALL_RESTARTS` the member is only reported, until it finishes a batch again. The
 MembersStalled condition says which members stall and what is done about it
 (`stalled_condition`).
+
+Nothing wakes a pass when a member stops fetching: a group at rest is looked at once a rest
+interval (`pace`, 60 s). So that a stall is not seen that much later, a pass asks to look
+again when the first member with records waiting would pass its bound (`until_stalled_s`, the
+plan's deadline); a member whose records arrive after it stopped is seen by the first pass
+after the brokers' end offsets (read once a minute at rest) show them: up to the rest interval
+and the offsets' age past its bound.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from typing import Any
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import PodDelete
-from staticfleet.decisions.members.observed import MemberTable
+from staticfleet.decisions.members.observed import MemberTable, ObservedMember
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 
 MIN_BOUND_S = 60.0
@@ -133,6 +140,38 @@ def stalled_members(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]
     """The stalled members of `table` (see the module's docstring), by ordinal; `leaderless`:
     the subscribed partitions that have no leader now."""
     out = []
+    for member, status, idle, limit in _judged(table, statuses, max_wait_ms, now, restarting):
+        if idle <= limit:
+            continue
+        waiting = _waiting(member.assignment, status, end_offsets, lag)
+        if waiting:
+            out.append(Stall(member.ordinal, str(member.pod_name), str(member.pod_uid),
+                             round(idle, 1), limit, tuple(sorted(waiting)),
+                             leaderless=all(tp in leaderless for tp, _ in waiting)))
+    return tuple(out)
+
+
+def until_stalled_s(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]],
+                    end_offsets: Mapping[TP, tuple[float, int]],
+                    lag: Mapping[TP, int] | None, max_wait_ms: int, now: datetime,
+                    restarting: Sequence[int] = ()) -> float | None:
+    """How long until the first member that has records waiting and is within its bound
+    passes it, should it fetch nothing meanwhile (None: no such member): when a pass must look
+    again, however long the group rests (`pace`). A member with no record waiting yet has no
+    such time: its stall is seen once records wait, by the pass after the brokers' end offsets
+    showed them."""
+    left = [limit - idle for member, status, idle, limit
+            in _judged(table, statuses, max_wait_ms, now, restarting)
+            if idle <= limit and _waiting(member.assignment, status, end_offsets, lag)]
+    return min(left, default=None)
+
+
+def _judged(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]], max_wait_ms: int,
+            now: datetime, restarting: Sequence[int]
+            ) -> list[tuple[ObservedMember, Mapping[str, Any], float, float]]:
+    """The members the detector judges, each with its `/status`, how long it has been idle
+    and its bound (seconds)."""
+    out = []
     for member in table.members:
         status = statuses.get(member.pod_uid or "")
         if (status is None or member.ordinal in restarting or not member.assignment
@@ -144,25 +183,26 @@ def stalled_members(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]
                                ("lastFetchAt", "lastBatchAt", "processStart")) if m is not None]
         if not moments:
             continue
-        last = max(moments)
-        idle = now.timestamp() - last
-        limit = bound_s(max_wait_ms, _number(status, "batchSecondsMax") or 0.0)
-        if idle <= limit:
-            continue
-        committed = _committed(status)
-        waiting = []
-        for tp in member.assignment:
-            if tp in committed and tp in end_offsets:
-                behind = end_offsets[tp][1] - committed[tp]
-            else:
-                behind = (lag or {}).get(tp, 0)
-            if behind > 0:
-                waiting.append((tp, behind))
-        if waiting:
-            out.append(Stall(member.ordinal, str(member.pod_name), str(member.pod_uid),
-                             round(idle, 1), limit, tuple(sorted(waiting)),
-                             leaderless=all(tp in leaderless for tp, _ in waiting)))
-    return tuple(out)
+        idle = now.timestamp() - max(moments)
+        out.append((member, status, idle,
+                    bound_s(max_wait_ms, _number(status, "batchSecondsMax") or 0.0)))
+    return out
+
+
+def _waiting(assignment: Sequence[TP], status: Mapping[str, Any],
+             end_offsets: Mapping[TP, tuple[float, int]],
+             lag: Mapping[TP, int] | None) -> list[tuple[TP, int]]:
+    """The member's partitions with records past its committed offset, and how many."""
+    committed = _committed(status)
+    waiting = []
+    for tp in assignment:
+        if tp in committed and tp in end_offsets:
+            behind = end_offsets[tp][1] - committed[tp]
+        else:
+            behind = (lag or {}).get(tp, 0)
+        if behind > 0:
+            waiting.append((tp, behind))
+    return waiting
 
 
 def _backed_off(stall: Stall, memory: Mapping[int, Recovery]) -> bool:

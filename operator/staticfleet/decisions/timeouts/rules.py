@@ -405,6 +405,15 @@ def _hysteresis(
     )
 
 
+def lowering_due_s(effective: EffectiveTimeouts, now: datetime,
+                   policy: TimeoutPolicy = DEFAULT_POLICY) -> float | None:
+    """How long until the first automatic value held above its need may be lowered
+    (`_hysteresis`; None: none waits): a pass must look again then, however long the group
+    rests."""
+    return min(((since - now).total_seconds() + policy.lower_hold_s
+                for since in effective.lower_candidate_since.values()), default=None)
+
+
 def _seconds(value: float | None) -> str:
     return "none measured" if value is None else f"{value:.1f} s"
 
