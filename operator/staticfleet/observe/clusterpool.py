@@ -131,13 +131,14 @@ class ClusterReads:
                 with self.lock:
                     self.refused[name] = (now, str(exc))
                 return None
+            if self.on_change is not None:
+                made.on_change = partial(self._changed, made.key)
             with self.lock:
                 self.readers[name] = made
                 self.refused.pop(name, None)
             log.info("cluster reads: the groups of the cluster at %s are read together",
                      conf.get("bootstrap.servers", "?"))
             if self.on_change is not None:
-                made.on_change = partial(self._changed, made.key)
                 threading.Thread(target=keep_reading, args=(made,), daemon=True,
                                  name="cluster-reads").start()
             return made
