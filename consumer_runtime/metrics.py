@@ -54,7 +54,10 @@ class Telemetry:
         # Spark (or whatever processes batches) is up: until then the member holds its
         # partitions in the group but cannot process, so it is not ready to serve.
         self.processing_ready = False
-        self.assigns = self.revokes = self.lost = self.rebalances = 0
+        self.assigns = self.revokes = self.lost = self.rebalances = self.takeovers = 0
+        self.held: set[TopicPartition] = set()
+        """The assignment as the last assign callback left it (a revoke does not shrink it):
+        what a rebalance's assign is compared with to tell a takeover."""
         self.first_assignment: float | None = None
         self.first_batch: float | None = None
         self.records_processed = self.batches_processed = self.dead_lettered = 0
@@ -152,7 +155,12 @@ class Telemetry:
                  member_id: str, *, rebalance: bool = True) -> float | None:
         """Count an assign callback; return seconds since process start if it is the first.
         `rebalance=False`: not a rebalance of the group's (the empty assignment a leaving
-        KIP-848 member gets: the others' assigns count the one rebalance its leave makes)."""
+        KIP-848 member gets: the others' assigns count the one rebalance its leave makes).
+        A rebalance that gives the member a partition it did not hold is also a takeover: a
+        member left, crashed or was evicted (or partitions were added). A member that only
+        gives partitions up (another one joined: the group forming, scaling up) takes over
+        nothing."""
+        partitions = set(partitions)
         with self._lock:
             self.assigns += 1
             self.series.events["assign"].inc()
@@ -165,7 +173,11 @@ class Telemetry:
             elif rebalance:
                 self.rebalances += 1
                 self.series.rebalances.inc()
-            self.assignment |= set(partitions)
+                if partitions - self.held:
+                    self.takeovers += 1
+                    self.series.takeovers.inc()
+            self.assignment |= partitions
+            self.held = set(self.assignment)
             self.holds_assignment = True
             self.state = "running" if self.state == "starting" else self.state
             self.series.assigned.set(len(self.assignment))
@@ -404,6 +416,7 @@ class Telemetry:
                                    "records": self.batch_in_flight[1]}),
                 "pausedWithWork": self.paused_with_work,
                 "rebalances": self.rebalances,
+                "takeovers": self.takeovers,
                 "assigns": self.assigns,
                 "revokes": self.revokes,
                 "lost": self.lost,

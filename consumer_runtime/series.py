@@ -57,6 +57,10 @@ class Series:
                         "Rebalance callbacks: assign, revoke, lost", ("event",))
         rebalances = metric(Counter, "staticfleet_member_rebalances",
                             "Rebalances after the first assignment of this process")
+        takeovers = metric(Counter, "staticfleet_member_takeovers",
+                           "Rebalances after the first assignment of this process that gave it "
+                           "partitions it did not hold (a member left, crashed or was evicted; "
+                           "partitions were added)")
         dead = metric(Counter, "staticfleet_member_dead_lettered_records",
                       "Records sent to the dead-letter topic")
         stage_s = metric(Counter, "staticfleet_member_stage_seconds",
@@ -101,6 +105,7 @@ class Series:
         self.poll_s = poll_s.labels(**self.ids)
         self.commit_s = commit_s.labels(**self.ids)
         self.rebalances = rebalances.labels(**self.ids)
+        self.takeovers = takeovers.labels(**self.ids)
         self.dead = dead.labels(**self.ids)
         self._lagging: set[TopicPartition] = set()
         """The partitions with a lag series."""

@@ -130,6 +130,7 @@ class Member:
     activated_s: float | None = None
     assigns: int = 0
     rebalances: int = 0
+    takeovers: int = 0
     rejoins: int = 0
     drain_resubscribes: int = 0
     drained_at: float | None = None
@@ -267,7 +268,7 @@ class Table:
                 m.rejoins, m.rejoin_pending = m.rejoins + 1, False
             m.assigned_at, m.serving_since = at, at + pace.first_batch_s
             if moved:
-                self._rebalance_others(m)
+                self._rebalance_others(m, takeover=False)
         elif m.phase == "draining":
             m.phase, m.member_id, m.drained_at, m.last_poll = "drained", "", round(at, 3), at
             m.static_leave = ({"outcome": LEAVE_LEFT, "tries": 1, "ms": pace.leave_ms,
@@ -282,14 +283,16 @@ class Table:
             m.due = at + pace.join_s
         elif m.phase == "leaving":
             m.phase, m.member_id, m.last_poll = "left", "", at
-            self._rebalance_others(m)
+            self._rebalance_others(m, takeover=True)
 
-    def _rebalance_others(self, m: Member) -> None:
-        """The group's other serving members take a new assignment."""
+    def _rebalance_others(self, m: Member, *, takeover: bool) -> None:
+        """The group's other serving members take a new assignment: they take over `m`'s
+        partitions when it left, give some up when it joined."""
         for other in self._group(m):
             if other is not m and other.phase == "serving":
                 other.assigns += 1
                 other.rebalances += 1
+                other.takeovers += int(takeover)
 
     def _replaced(self, m: Member) -> bool:
         """Another process of `m`'s instance id is in the group or joining it."""
@@ -420,6 +423,7 @@ class Table:
             "batchInFlight": None,
             "pausedWithWork": False,
             "rebalances": m.rebalances,
+            "takeovers": m.takeovers,
             "assigns": m.assigns,
             "revokes": 0,
             "lost": 0,

@@ -252,6 +252,14 @@ def test_dynamic_rollout_rebalances_once_per_member_at_least(
                  timeout=alerts.t0 + 240 - time.monotonic(), interval=2,
                  describe=lambda: f"rolled out after {rolled_out_after} s; first seen: "
                                   f"{alerts.first}; operator's count: {prometheus.query(count)}")
+        # The members' own alert too: each restarted member's leave hands its partitions to the
+        # others (takeovers), where the group's forming did not.
+        taken = f'staticfleet_member_takeovers_total{{namespace="{namespace}",group="{name}"}}'
+        wait_for("StaticfleetMemberRebalanceRateHigh firing within 300 s of the rollout's start",
+                 lambda: ("StaticfleetMemberRebalanceRateHigh", "firing") in alerts.first,
+                 timeout=alerts.t0 + 300 - time.monotonic(), interval=2,
+                 describe=lambda: f"first seen: {alerts.first}; members' takeovers: "
+                                  f"{prometheus.query(taken)}")
     print(f"rollout complete after {rolled_out_after} s; alerts first seen: {alerts.first}")
 
     new_generations = [g for g in kafka.generations(name) if g not in generations_before]

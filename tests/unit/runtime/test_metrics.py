@@ -5,8 +5,8 @@ import pytest
 from consumer_runtime.metrics import Telemetry, p99
 
 pytestmark = pytest.mark.unit
-CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances", "assigns",
-                 "revokes", "lost", "startupSeconds", "processStart", "batchSecondsMax",
+CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances", "takeovers",
+                 "assigns", "revokes", "lost", "startupSeconds", "processStart", "batchSecondsMax",
                  "batchSecondsP99", "recordsProcessed", "batchesProcessed", "deadLettered",
                  "lastPollAgeSeconds", "state", "processingReady", "waiting", "leaving",
                  "rejoins", "standby", "lastBatchAt", "lag",
@@ -41,6 +41,32 @@ def test_first_assignment_is_not_a_rebalance_later_ones_are() -> None:
     assert sample(t, "staticfleet_member_partition_events_total", event="lost") == 1
     assert sample(t, "staticfleet_member_assigned_partitions") == 1
     assert sample(t, "staticfleet_member_startup_seconds", phase="first_assignment") == 2.0
+
+
+def test_a_member_that_only_gives_partitions_up_takes_over_nothing() -> None:
+    """A group forming member by member (KIP-848 or cooperative: incremental callbacks): the
+    first member gives partitions up to each joiner; those are rebalances, not takeovers. A
+    member leaving then hands its partitions over: a takeover for the one that gets them."""
+    t = telemetry()
+    t.assigned({("a", 0), ("a", 1), ("a", 2)}, now=101.0, member_id="m1")
+    for joined, given_up in ((110.0, {("a", 2)}), (120.0, {("a", 1)})):
+        t.revoked(given_up, lost=False)
+        t.assigned(set(), now=joined, member_id="m1")
+    t.assigned({("a", 2)}, now=130.0, member_id="m1")  # the third member left
+    status = t.status(now=130.0)
+    assert (status["rebalances"], status["takeovers"]) == (3, 1)
+    assert sample(t, "staticfleet_member_takeovers_total") == 1
+
+
+def test_an_eager_rebalance_is_a_takeover_only_with_a_partition_not_held_before() -> None:
+    """Eager (classic range, roundrobin): every rebalance revokes all and assigns anew."""
+    t = telemetry()
+    t.assigned({("a", 0), ("a", 1)}, now=101.0, member_id="m1")
+    t.revoked({("a", 0), ("a", 1)}, lost=False)
+    t.assigned({("a", 0)}, now=110.0, member_id="m1")  # a member joined
+    t.revoked({("a", 0)}, lost=False)
+    t.assigned({("a", 0), ("a", 1)}, now=120.0, member_id="m1")  # it left again
+    assert (t.status(now=120.0)["rebalances"], t.status(now=120.0)["takeovers"]) == (2, 1)
 
 
 def test_the_assign_a_leaving_member_gets_is_not_a_rebalance() -> None:
