@@ -69,12 +69,15 @@ class Clients:
     its offsets and its topics, which the admin clients then read only where these did not."""
     http_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="member-status"))
+    listings: claims.Listings = field(default_factory=claims.Listings)
+    """Sharded: which groups the API server listed alone on their Kafka group, and when."""
 
     def forget(self, uid: str) -> None:
         """ConsumerGroup `uid` is deleted: the API client drops what it cached of it, the
-        cluster's reads its group."""
+        cluster's reads its group, the claim listings it."""
         self.kube.forget(uid)
         self.reads.forget(uid)
+        self.listings.forget(uid)
 
     def close(self) -> None:
         self.http_pool.shutdown(wait=False, cancel_futures=True)
@@ -116,7 +119,8 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
     rolling = bool(((body.get("status") or {}).get("rollout") or {}).get("inFlight"))
     try:
         if clients.settings.shard is not None:
-            claimants = claims.across_shards(body, claimants, clients.kube, clients.namespaces)
+            claimants = claims.across_shards(body, claimants, clients.kube, clients.namespaces,
+                                             clients.listings)
         conf = credentials.admin_conf(spec, namespace, clients.kube)
         admin = clients.admins.get(conf)
         broker_config, bounds_denied = memory.caches.broker_bounds(admin)

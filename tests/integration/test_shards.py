@@ -12,7 +12,8 @@ ConsumerGroups its label selector picks (the API server filters the watch).
   passes over it (the check that covers a DELETED event a relisted watch never sent);
 - a group moved while `b` is dead is taken over once the grace is over;
 - a ConsumerGroup in shard `b` on the same Kafka group as an older one in the default shard is
-  refused (`GroupIdInUse`), though neither shard watches the other's groups;
+  refused (`GroupIdInUse`), though neither shard watches the other's groups, and takes the Kafka
+  group once the older one is deleted;
 - two operators of one shard in one kopf peering object: the older runs passes, the newer runs
   none until the older stops, then takes the shard's groups.
 
@@ -214,6 +215,15 @@ def test_a_kafka_group_used_in_another_shard_is_refused(
     assert groups.get(kubeconfig, namespace, younger)["status"]["shard"] == "b"
     assert not has_condition(kubeconfig, namespace, older, "Degraded", "True", "GroupIdInUse")
     assert not groups.pods(kubeconfig, namespace, younger)
+    # The older one deleted, the younger takes the Kafka group at its next passes: a group that
+    # shares its Kafka group with another shard's is listed again on every pass (one found
+    # alone is not, for `claims.UNIQUE_KEPT_S`).
+    kubectl(kubeconfig, "-n", namespace, "delete", "cg", older, "--wait=false")
+    wait_for(f"{younger} takes {kafka_group} once {older} is gone", lambda: (
+        groups.get(kubeconfig, namespace, younger)["status"].get("groupId") == kafka_group
+        and groups.pods(kubeconfig, namespace, younger)), 60,
+        describe=lambda: groups.get(kubeconfig, namespace, younger)["status"])
+    assert not has_condition(kubeconfig, namespace, younger, "Degraded", "True", "GroupIdInUse")
 
 
 def test_the_oldest_operator_of_a_shard_runs_and_a_newer_one_waits(
