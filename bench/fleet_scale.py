@@ -14,7 +14,8 @@ Scenarios, in this order (`--scenarios` picks some; the environment is made once
      then the N groups are made, the operator stopped;
   a  cold start: the operator starts with the N groups present; seconds until every group was
      observed at its generation, and until every group is settled (observed, Ready, not
-     Degraded);
+     Degraded); the most passes waiting for a slot (staticfleet_reconcile_queue_depth, every
+     2 s), here and at rest;
   b  at rest for --rest-minutes: pass latency p50/p90/p99 (the operator's histogram
      staticfleet_reconcile_duration_seconds over the window), Kubernetes API requests/s by verb
      and writes by resource (apiserver_request_total over the window, less what the same span
@@ -222,8 +223,10 @@ def cold_start(f: Fleet) -> None:
     t0 = time.monotonic()
     f.ops = f.start_operators("main")
     given = {g: f.layout.shard_of(i) for i, g in enumerate(f.names)}
-    f.by_shard, whole = fleetshards.cold_start_figures(
-        f.layout, given, fleet.wait_settled(f.list_groups, given, f.args.settle_timeout, t0))
+    with fleetshards.QueueDepth(f.ops) as queue:
+        f.by_shard, whole = fleetshards.cold_start_figures(
+            f.layout, given, fleet.wait_settled(f.list_groups, given, f.args.settle_timeout, t0))
+    f.report["queueDepthMaxColdStart"] = queue.most
     f.report["coldStartFirstPassSeconds"] = figures.rounded(whole.first, 1)
     f.report["coldStartSeconds"] = figures.rounded(whole.settled, 1)
     if whole.settled is None:
@@ -242,9 +245,10 @@ def at_rest(f: Fleet) -> None:
     events0 = fleet.operator_events(f.core)
     ops = fleetshards.RestWindow.open(f.ops)
     t0 = time.monotonic()
-    while time.monotonic() - t0 < window:
-        time.sleep(5.0)
-        ops.usage.sample()
+    with fleetshards.QueueDepth(f.ops) as queue:
+        while time.monotonic() - t0 < window:
+            time.sleep(5.0)
+            ops.usage.sample()
     took = time.monotonic() - t0
     kafka = fleet.operator_requests(f.brokers.read())
     sim1, api1 = f.sim.stats(), f.api_counts()
@@ -254,9 +258,7 @@ def at_rest(f: Fleet) -> None:
     raw = figures.difference(api1, api0)
     n, r = f.args.groups, f.report
     r.update(ops.close(took, f.by_shard))
-    r["queueDepthMax"] = None
-    f.notes["queueDepthMax"] = ("the operator exports no queue depth: each group's passes run "
-                                "in a daemon of its own (kopf), there is no work queue to read")
+    r["queueDepthMax"] = queue.most
     r.update(fleet.kube_rest_figures(api, raw, fleet.operator_events(f.core) - events0, took))
     r.update(fleet.kafka_rest_figures(kafka, took, n))
     statuses = sim1["requests"].get("status", 0) - sim0["requests"].get("status", 0)

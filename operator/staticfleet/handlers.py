@@ -250,11 +250,15 @@ class Runner:
         """One pass; returns when the next one is due (`decisions.pace.next_pass`)."""
         cluster = str(((body.get("spec") or {}).get("kafka") or {}).get("bootstrapServers"))
         slots = self.clusters.setdefault(cluster, asyncio.Semaphore(PER_CLUSTER))
-        async with slots:
+        with metrics.RECONCILE_QUEUE.track_inprogress():  # the passes waiting for a slot
+            await slots.acquire()
+        try:
             loop = asyncio.get_running_loop()
             plan = await loop.run_in_executor(
                 self.pool, service.reconcile, body, pods, self.clients, self.memory,
                 datetime.now(UTC), claimants)
+        finally:
+            slots.release()
         return pace.next_pass(plan, RESYNC_S, REST_RESYNC_S)
 
     def close(self) -> None:
