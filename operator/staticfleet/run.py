@@ -9,7 +9,7 @@ import time
 import kopf
 from prometheus_client import start_http_server
 
-from staticfleet import allocator
+from staticfleet import allocator, kopfpatch
 from staticfleet.decisions.settings import OTHER_SHARDS_ENV, SHARD_ENV, OperatorSettings
 from staticfleet.metrics import REGISTRY
 
@@ -66,6 +66,7 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, metrics_port: i
     host = f"[{metrics_host}]" if ":" in metrics_host else metrics_host  # IPv6 pod IPs
     liveness = f"http://{host}:{health_port}/healthz" if health_port else None
     allocator.trim_periodically()
+    kopfpatch.install()
     kopf.run(
         standalone=peering is None,
         peering_name=peering,
