@@ -230,6 +230,11 @@ class Telemetry:
         with self._lock:
             self.static_leave = dict(result)
 
+    def predecessor_released(self, outcome: str) -> None:
+        """The static leave this process sent at its start for an earlier process's member id
+        (consumer_runtime/predecessor.py), by its outcome (one of `LEAVE_OUTCOMES`)."""
+        self.series.predecessor_release(outcome)
+
     def undrained(self) -> None:
         """A drained process not replaced within its hold subscribes again."""
         with self._lock:

@@ -78,8 +78,15 @@ class Series:
                               "Static leaves (KIP-848) the member confirmed with the "
                               "coordinator after closing, by where they left the instance id "
                               "(consumer_runtime/staticleave.py)", ("outcome",))
+        self._releases = metric(Counter, "staticfleet_member_predecessor_releases",
+                                "Member ids of an earlier process of this pod (a KIP-848 static "
+                                "member killed without a leave) that this process released "
+                                "with the static leave before it joined, by where the leave "
+                                "left the instance id (consumer_runtime/predecessor.py)",
+                                ("outcome",))
         for outcome in LEAVE_OUTCOMES:
             self._leaves.labels(**self.ids, outcome=outcome)
+            self._releases.labels(**self.ids, outcome=outcome)
         for action in (*REQUESTS, "other"):
             for reason in CONTROL_REFUSALS:
                 self._refused.labels(**self.ids, action=action, reason=reason)
@@ -129,6 +136,9 @@ class Series:
 
     def static_leave(self, outcome: str) -> None:
         self._leaves.labels(**self.ids, outcome=outcome).inc()
+
+    def predecessor_release(self, outcome: str) -> None:
+        self._releases.labels(**self.ids, outcome=outcome).inc()
 
     def stage(self, span: Span) -> None:
         wall, cpu = self._stages[(span.thread, span.stage)]
