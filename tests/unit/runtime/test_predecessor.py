@@ -29,8 +29,7 @@ from member_contract import (
     LEAVE_UNCONFIRMED,
     TERMINATION_MESSAGE_PATH_ENV,
 )
-from tests.unit.runtime.support import base
-from tests.unit.runtime.test_member import (
+from tests.unit.runtime.memberworld import (
     INSTANCE,
     P0,
     P1,
@@ -40,6 +39,7 @@ from tests.unit.runtime.test_member import (
     setup,
     stop,
 )
+from tests.unit.runtime.support import base
 
 pytestmark = pytest.mark.unit
 
