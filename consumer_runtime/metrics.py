@@ -112,7 +112,7 @@ class Telemetry:
         """Each assigned partition's lag from the last statistics (end offset minus the
         committed offset): `/status` reports it, so the operator reads lag from the members
         instead of asking the brokers."""
-        self.series = Series(self.ids, session_timeout_s, max_poll_interval_s)
+        self.series = Series(self.ids, session_timeout_s, max_poll_interval_s, process_start)
         self.registry = self.series.registry
 
     # -- fed by the poll loop ------------------------------------------------------------------

@@ -30,7 +30,7 @@ class Series:
     """The registry and its series, bound to the member's labels (`ids`)."""
 
     def __init__(self, ids: Mapping[str, str], session_timeout_s: float | None,
-                 max_poll_interval_s: float) -> None:
+                 max_poll_interval_s: float, process_start: float) -> None:
         self.registry = CollectorRegistry()
         self.ids = dict(ids)
 
@@ -90,6 +90,10 @@ class Series:
         for action in (*REQUESTS, "other"):
             for reason in CONTROL_REFUSALS:
                 self._refused.labels(**self.ids, action=action, reason=reason)
+        # The alert on takeovers counts a young process's whole counter: its first takeovers may
+        # come before Prometheus first scrapes its pod, which increase() does not see.
+        metric(Gauge, "staticfleet_member_process_start_time_seconds",
+               "Start of this member process, unix time").labels(**self.ids).set(process_start)
         metric(Gauge, "staticfleet_member_max_poll_interval_seconds",
                "Configured max.poll.interval.ms in seconds").labels(**self.ids).set(
                    max_poll_interval_s)
