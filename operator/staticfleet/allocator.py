@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import threading
@@ -29,7 +30,9 @@ ARENAS = 2
 TRIM_EVERY_S = 60.0
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """glibc, looked up once (`find_library` runs `ldconfig -p`), or None."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)
