@@ -83,6 +83,7 @@ def test_a_group_at_rest_passes_once_a_rest_interval_and_a_joining_consumer_wake
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": name,
                          "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
     try:
+        subscribed = time.time()
         consumer.subscribe([topic])
         wait_for("the consumer assigned", lambda: (consumer.poll(0.2), consumer.assignment())[1],
                  timeout=60, interval=0)
@@ -95,5 +96,7 @@ def test_a_group_at_rest_passes_once_a_rest_interval_and_a_joining_consumer_wake
     finally:
         consumer.close()
     assert took < REST_S / 3, f"the change was seen {took:.1f} s after the join: not woken"
-    assert passed is not None and passed >= joined, (passed, joined)
+    # The pass that saw it can end before this test saw its own assignment (once 40 ms before),
+    # never before the consumer began to join.
+    assert passed is not None and passed >= subscribed, (passed, subscribed)
     assert seen["groupState"] == "Stable"
