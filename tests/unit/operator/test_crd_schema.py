@@ -120,6 +120,7 @@ CEL = [
     ("spec.kafka.security.sasl", "sasl.oauthbearer is required with mechanism OAUTHBEARER"),
     ("spec.kafka.security.sasl", "sasl.usernameSecretRef and sasl.passwordSecretRef are required"),
     ("spec.membership", "assignmentStrategy applies to protocol classic only"),
+    ("spec", "rollout.widenSessionTimeout applies to membership.protocol consumer"),
     ("spec.membership.timeouts", "at most a third of sessionTimeoutMs"),
     ("spec.membership.timeouts", "maxPollIntervalMs must be at least sessionTimeoutMs"),
     ("spec.processing.spark", "spark.connectUrl is required with mode connect"),
