@@ -32,6 +32,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from staticfleet import failpoints
+from staticfleet.decisions.conditions import parse_rfc3339
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
@@ -155,7 +156,8 @@ def test_a_kip848_rollout_slower_than_the_session_rebalances_unwidened_and_not_w
     assert moves.moved() == {}, f"partitions moved: {moves.moved()}"
     assert rollout["rebalancesDuringRollout"] == 0 and sorted(
         rollout["membersRestarted"]) == list(range(REPLICAS)), rollout
-    assert record["restoredAt"] >= rollout["finishedAt"], (record, rollout)
+    assert parse_rfc3339(record["restoredAt"]) >= parse_rfc3339(rollout["finishedAt"]), (
+        record, rollout)
     assert kafkareads.group_session_timeout(admin, name) == TUNED_MS
     # Raised by the operator that died, set back by its successor.
     assert "SessionWidened" in crashing.log.read_text()
