@@ -15,6 +15,8 @@ keeps only what they do not tell it yet, or not cheaply, and each part says how 
 * `Answers`: when each member's process last answered. Bound: the `CLOSED_KEPT` latest pods.
 * `Caches`: the brokers' timeout bounds (per cluster, `BOUNDS_TTL_S`) and the lag reads
   (`observe.lagreads.LagReads`, its own intervals).
+* `SessionReads`: the KIP-848 groups whose session timeout this process read from the broker
+  once (its first pass of the group), until the ConsumerGroup is deleted.
 
 The parts kept by ConsumerGroup forget it when it is deleted (`Memory.forget`, each part's
 `forget`); the parts kept by pod forget by their bound. Each part holds its own lock: passes of
@@ -247,6 +249,30 @@ class Answers:
 
 
 @dataclass
+class SessionReads:
+    """The KIP-848 groups (by ConsumerGroup uid) whose session timeout this process has read
+    from the broker and acted on: a group's first pass reads it, and each pass after until one
+    carried out what it decided (or the principal may not read it), so a widened value an
+    operator that stopped left behind is seen once, not read on every pass
+    (`decisions.timeouts.widening`)."""
+
+    done: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def wanted(self, owner: str) -> bool:
+        with self.lock:
+            return owner not in self.done
+
+    def note(self, owner: str) -> None:
+        with self.lock:
+            self.done.add(owner)
+
+    def forget(self, owner: str) -> None:
+        with self.lock:
+            self.done.discard(owner)
+
+
+@dataclass
 class Caches:
     """Reads kept because they are dear: the group-coordinator bounds per cluster (for
     `BOUNDS_TTL_S`), and the lag reads (`lagreads.LagReads`, per group and per cluster)."""
@@ -285,6 +311,7 @@ class Memory:
     refusals: Refusals = field(default_factory=Refusals)
     answers: Answers = field(default_factory=Answers)
     caches: Caches = field(default_factory=Caches)
+    session_reads: SessionReads = field(default_factory=SessionReads)
 
     def note_drained(self, uid: str, at: datetime, last_batch_at: datetime | None = None) -> None:
         """The process of member pod `uid` answered a drain: its consumer closed `at`, after
@@ -307,3 +334,4 @@ class Memory:
         self.refusals.forget(owner)
         self.tokens.forget(owner)
         self.caches.forget(owner)
+        self.session_reads.forget(owner)

@@ -2,12 +2,14 @@
 
 1. `gather` reads one immutable `Snapshot`: the ConsumerGroup (with the status this operator
    last wrote), its member pods (from the handlers' watch-backed index, no API request), the
-   members' `/status`, and from Kafka the group, the subscribed topics' partition counts and
-   the broker's timeout bounds (cached per cluster, `memory.Caches`), and the members' token
-   from its Secret (`credentials`). While that Secret is missing, gather draws a
-   new random token for the plan to create it with: randomness stays out of `decide`, and a
-   token is made once (the next pass reads it back from the Secret). A sharded operator also
-   lists the ConsumerGroups of other shards that use the same Kafka group (`claims`).
+   members' `/status`, and from Kafka the group, the subscribed topics' partition counts,
+   the broker's timeout bounds (cached per cluster, `memory.Caches`) and, on this process's
+   first pass of a KIP-848 group, the group's session timeout as the broker holds it
+   (`memory.SessionReads`), and the members' token from its Secret (`credentials`). While
+   that Secret is missing, gather draws a new random token for the plan to create it with:
+   randomness stays out of `decide`, and a token is made once (the next pass reads it back
+   from the Secret). A sharded operator also lists the ConsumerGroups of other shards that use
+   the same Kafka group (`claims`).
 2. `plan.decide(snapshot)` decides everything (pure, table-tested).
 3. `execute` carries the plan out through `apply` and `observe`, in order: group configs,
    children, pod annotations, calls to members, the status when the plan switches over or
@@ -124,6 +126,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
         conf = credentials.admin_conf(spec, namespace, clients.kube)
         admin = clients.admins.get(conf)
         broker_config, bounds_denied = memory.caches.broker_bounds(admin)
+        group_session_ms = _group_session(admin, spec, uid, memory)
         reader, held = kafkaview.cluster_read(spec, conf, pods, rolling, uid, clients.reads)
         topics = kafkaview.topics(admin, spec, held)
         partitions = topics.counts
@@ -174,7 +177,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
                     statuses=statuses, group=group, partitions=partitions,
                     closed_by_pod=closed_by_pod, final_batches=final_batches,
                     claimants=claimants, broker_config=broker_config,
-                    bounds_denied=bounds_denied,
+                    bounds_denied=bounds_denied, group_session_ms=group_session_ms,
                     lag=lag.by_partition if lag is not None else None,
                     lag_age_s=lag.age_s if lag is not None else None,
                     end_offsets=lag.ends if lag is not None else {},
@@ -185,6 +188,25 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
                     member_token=token, member_token_missing=token_missing, problem=problem,
                     settings=clients.settings, kafka_watched=reader is not None)
     return snap, admin
+
+
+def _group_session(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec, uid: str,
+                   memory: Memory) -> int | None:
+    """A KIP-848 group's session timeout as the broker holds it, on this process's first pass
+    of the group (`memory.SessionReads`): None otherwise, or when it cannot be read now (asked
+    again next pass; never again when the principal may not read it)."""
+    if spec.membership.protocol != "consumer" or not memory.session_reads.wanted(uid):
+        return None
+    try:
+        return kafkareads.group_session_timeout(admin, spec.kafka.group_id)
+    except kafkareads.GroupConfigsDenied as exc:
+        log.warning("%s: the group's session timeout cannot be read (%s): a widening an "
+                    "earlier operator left unrecorded is not seen", spec.kafka.group_id, exc)
+        memory.session_reads.note(uid)
+    except kafkaadmin.KafkaUnavailable as exc:
+        log.info("%s: the group's session timeout was not read, asked again next pass: %s",
+                 spec.kafka.group_id, exc)
+    return None
 
 
 def _failed(base: Snapshot, spec: ConsumerGroupSpec,
@@ -264,6 +286,9 @@ def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, clients:
         plan = degraded(snap, credentials.kafka_problem(snap.spec, exc, admin.conf))
     except apply.ApplyError as exc:
         plan = degraded(snap, Problem(c.API_ERROR, f"the API server refused a request: {exc}"))
+    if snap.group_session_ms is not None and plan.metrics.error is None:
+        # The broker's value was read and acted on: not read again by this process.
+        memory.session_reads.note(body["metadata"]["uid"])
     prefix = f"{snap.namespace}/{snap.name}"
     for line in summarize(plan):
         log.info("%s: %s", prefix, line)

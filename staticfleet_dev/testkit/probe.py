@@ -3,9 +3,14 @@ handle in the test (`ProbeMember`).
 
 The process prints one JSON line per event on stdout: {"event": "assign"|"revoke"|"lost"|
 "closed", "partitions": [[topic, partition], ...], "t": unix-seconds}. SIGTERM closes the
-consumer (a static member sends no LeaveGroup) and exits 0.
+consumer (a static member sends no LeaveGroup; with PROTOCOL consumer, KIP-848, a static member
+leaves with epoch -2, the broker keeping its partitions for the session timeout) and exits 0.
 
 Usage: python -m staticfleet_dev.testkit.probe BOOTSTRAP GROUP TOPIC SESSION_MS [INSTANCE_ID]
+[PROTOCOL]
+
+PROTOCOL is classic (the default) or consumer; with consumer SESSION_MS is not sent (the broker
+owns the session timeout and the heartbeat: group configs).
 """
 
 from __future__ import annotations
@@ -78,15 +83,19 @@ def emit(event: str, partitions: list[TopicPartition] | None = None) -> None:
 def main(argv: list[str]) -> int:
     bootstrap, group, topic, session_ms = argv[:4]
     instance_id = argv[4] if len(argv) > 4 else ""
-    conf = {
+    protocol = argv[5] if len(argv) > 5 else "classic"
+    conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
-        "session.timeout.ms": int(session_ms),
-        "heartbeat.interval.ms": max(100, int(session_ms) // 10),
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "partition.assignment.strategy": "range",
     }
+    if protocol == "consumer":
+        conf["group.protocol"] = "consumer"
+    else:
+        conf.update({"session.timeout.ms": int(session_ms),
+                     "heartbeat.interval.ms": max(100, int(session_ms) // 10),
+                     "partition.assignment.strategy": "range"})
     if instance_id:
         conf["group.instance.id"] = instance_id
     consumer = Consumer(conf)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from staticfleet.decisions.builders import HTTP_PORT
@@ -25,8 +24,14 @@ from staticfleet_dev.stream import read_all
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import get_json, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
-from staticfleet_dev.testkit.poll import Poller, wait_for
-from tests.e2e.support import check_dashboard, crash, restart_count, switchovers
+from staticfleet_dev.testkit.poll import wait_for
+from tests.e2e.support import (
+    OwnerWatch,
+    check_dashboard,
+    crash,
+    restart_count,
+    switchovers,
+)
 from tests.support import unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
@@ -37,26 +42,6 @@ START_LIMIT_S = 90  # a member's start here (process, Spark) is 30-45 s on a loa
 PROCESSING_AGAIN_LIMIT_S = 15.0
 """After a kill -9 of a KIP-848 member, its restart processes again within this (issue 38)."""
 
-
-
-class OwnerWatch(Poller):
-    """Polls the broker's assignment every 0.2 s; records each partition's owners in order."""
-
-    interval = 0.2
-    transient = (KafkaException,)
-
-    def __init__(self, admin: AdminClient, group: str) -> None:
-        self.admin, self.group = admin, group
-        self.history: dict[tuple[str, int], list[str]] = {}
-
-    def poll(self) -> None:
-        for tp, owner in groups.owners(self.admin, self.group).items():
-            seen = self.history.setdefault(tp, [])
-            if not seen or seen[-1] != owner:
-                seen.append(owner)
-
-    def moved(self) -> dict[tuple[str, int], list[str]]:
-        return {tp: o for tp, o in self.history.items() if len(o) > 1}
 
 
 def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_kill_9(

@@ -104,7 +104,20 @@ INVALID = [
     ("assignor with KIP-848",
      with_spec("membership", {"protocol": "consumer", "assignmentStrategy": "range"}),
      "assignmentStrategy applies to protocol classic only"),
+    ("session widening for a classic group", with_spec("rollout.widenSessionTimeout", True),
+     "rollout.widenSessionTimeout applies to membership.protocol consumer (KIP-848) only"),
 ]
+
+
+def test_session_widening_is_taken_where_it_applies_or_is_off(kubeconfig: Path, ns: str) -> None:
+    code, out = dry_run(kubeconfig, ns, with_spec("rollout.widenSessionTimeout", True))
+    assert code != 0 and "spec.rollout.widenSessionTimeout:" in out, out
+    kip848 = with_spec("membership", {"protocol": "consumer"})
+    for obj in (with_spec("rollout.widenSessionTimeout", False),
+                {**kip848, "spec": {**kip848["spec"], "rollout": {"widenSessionTimeout": True}}},
+                {**kip848, "spec": {**kip848["spec"], "rollout": {"widenSessionTimeout": False}}}):
+        code, out = dry_run(kubeconfig, ns, obj)
+        assert code == 0, out
 
 
 @pytest.mark.parametrize(("what", "obj", "message"), INVALID, ids=[i[0] for i in INVALID])

@@ -50,7 +50,14 @@ from staticfleet.decisions.snapshot import Problem, Snapshot
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.decisions.timeouts.inputs import Measurements
 from staticfleet.decisions.timeouts.measurements import measure, recorded
-from staticfleet.decisions.tuning import METRIC_NAMES, Tuned, bounds_condition, tune
+from staticfleet.decisions.tuning import (
+    METRIC_NAMES,
+    Tuned,
+    bounds_condition,
+    tune,
+    widen,
+    widening_hold,
+)
 
 MAX_BACKOFF_S = 60.0
 
@@ -80,7 +87,11 @@ def decide(snap: Snapshot) -> Plan:
     #    standby as late).
     activations = pods.activations(snap, table, spec.replicas)
     roll = rollout_step(snap, spec, view, tuned.effective, table, group.state, seen.count.total,
-                        frozenset(call.ordinal for call in activations))
+                        frozenset(call.ordinal for call in activations),
+                        widening_hold(snap, tuned))
+    # 4b: A KIP-848 group's session timeout, raised for a rollout about to stop members (the
+    #     roller's `SessionTimeoutWidened` held the stop back), set back once none needs it.
+    widened = widen(snap, spec, tuned, roll.state)
     # 5: Member pods to create and to delete, each with why: missing members, the scale-down,
     #    the rollout's step, abandoned standbys, pods that ended, a stalled member.
     changes = pods.pod_changes(snap, spec, view, tuned.effective, table, roll, seen.last)
@@ -94,15 +105,17 @@ def decide(snap: Snapshot) -> Plan:
     problems = member_problems(snap, spec, table)
     status = _status(snap, spec, tuned, measured, total, roll, seen, changes, unowned,
                      problems, scaled)
+    if widened.record is not None:
+        status["timeouts"] = {**status["timeouts"], "widening": widened.record.to_status()}
     status["currentSpec"] = current_spec(snap, spec, status, view.revision)
     # 9: The Events, in the order things were decided, then what the status newly shows.
-    events = (*tuned.events, *seen.events, *changes.events,
+    events = (*tuned.events, *widened.events, *seen.events, *changes.events,
               *(scaled.events if scaled else ()),
               *_status_events(snap.previous, status, problems))
     # 10: The plan: children to apply, members to call (activations, leaves, a rejoin), pods,
     #     the new replica count, when to look again.
     plan = Plan(
-        status=_stamped(status, snap.previous, snap), group_configs=tuned.group_configs,
+        status=_stamped(status, snap.previous, snap), group_configs=widened.group_configs,
         children=(*_member_token_secret(snap, spec),
                   builders.build_config_map(spec, tuned.effective),
                   builders.build_headless_service(spec), builders.build_pdb(spec),
@@ -111,6 +124,7 @@ def decide(snap: Snapshot) -> Plan:
         metrics=_metric_values(snap, spec, table, total, tuned, roll, seen, changes, unowned,
                                status, scaled),
         requeue_after_s=soonest(roll.requeue_after_s, changes.requeue_after_s,
+                                widened.requeue_after_s,
                                 pl.UNASSIGNED_GRACE_S if unowned.missing else None),
         calls=(activations + changes.down.calls
                + ((unowned.rejoin.call,) if unowned.rejoin else ())),

@@ -128,6 +128,10 @@ class Snapshot:
     broker_config: Mapping[str, int] | None = None
     """The broker's group-coordinator bounds (`observe.kafkareads.broker_bounds`) as it reports
     them."""
+    group_session_ms: int | None = None
+    """A KIP-848 group's session timeout (its group config consumer.session.timeout.ms) as the
+    broker holds it: read on an operator process's first pass of the group, so a value an
+    operator that stopped left behind is seen (`timeouts.widening`); None otherwise."""
     bounds_denied: str | None = None
     """Why the broker's bounds could not be read (the principal may not DescribeConfigs on the
     cluster); Kafka's default bounds stand in for them."""

@@ -1,4 +1,6 @@
-"""The timeouts one pass puts in force (pure): `tune`.
+"""The timeouts one pass puts in force (pure): `tune`, and for a KIP-848 group the session
+timeout widened while a rollout needs it (`widening_hold` before the roller's step, `widen`
+after it).
 
 `timeouts` holds the rules: what the three client timeouts must be, from the members'
 measurements and the broker's bounds. This module applies them to one pass: it computes the
@@ -7,6 +9,12 @@ rollout the user asked for, a new value waits for the next one (`timeouts.rules.
 timeout change is never a rollout of its own; restarts that were not taken as samples are noted
 in the reasons. What changed is told in an Event and, for a KIP-848 group, set as broker-side
 group configs. `bounds_condition` says whether the broker's bounds were read.
+
+A KIP-848 group that widens (spec.rollout.widenSessionTimeout, `timeouts.widening`): the roller
+holds a stop back until the widened value is in force (`widening_hold`, from the record the
+previous pass left); after the roller's step, `widen` raises it for a rollout that is about to
+stop members or has members away, and sets the tuned value back once none does
+(`rollout_needs`).
 """
 
 from __future__ import annotations
@@ -17,10 +25,10 @@ from staticfleet.decisions import builders
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Event
 from staticfleet.decisions.reasons import pod_revision
-from staticfleet.decisions.rollout.state import RolloutState
+from staticfleet.decisions.rollout.state import PHASES_IN_PROGRESS, RolloutState
 from staticfleet.decisions.snapshot import Problem, Snapshot
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
-from staticfleet.decisions.timeouts import inputs, rules
+from staticfleet.decisions.timeouts import inputs, rules, widening
 from staticfleet.decisions.timeouts.effective import HEARTBEAT, MAX_POLL, SESSION, EffectiveTimeouts
 from staticfleet.decisions.timeouts.measurements import timeout_notes
 
@@ -39,6 +47,29 @@ class Tuned:
     events: tuple[Event, ...]
     deadline_s: float | None = None
     """When a value held above its need may be lowered (`rules.lowering_due_s`)."""
+    widen_cap_ms: int | None = None
+    """A KIP-848 group that widens its session timeout for rollouts: the most it may widen to
+    (None: the group does not widen)."""
+
+    @property
+    def widen_to(self) -> int | None:
+        """What a rollout widens the session timeout to (None: it does not widen now)."""
+        if self.widen_cap_ms is None:
+            return None
+        return widening.target_ms(self.effective.needed_session_timeout_ms,
+                                  self.effective.session_timeout_ms, self.widen_cap_ms)
+
+
+@dataclass(frozen=True)
+class Widened:
+    """A KIP-848 group's session timeout after this pass: the record (`status.timeouts.widening`),
+    the group configs to set (the tuned ones, with the session timeout in force), its Event and
+    when to look again."""
+
+    record: widening.Widening | None
+    group_configs: dict[str, str]
+    events: tuple[Event, ...] = ()
+    requeue_after_s: float | None = None
 
 
 def tune(snap: Snapshot, spec: ConsumerGroupSpec,
@@ -46,16 +77,18 @@ def tune(snap: Snapshot, spec: ConsumerGroupSpec,
     """The timeouts in force after this pass; a Problem when the explicit ones break a rule."""
     previous = snap.previous
     before = EffectiveTimeouts.from_status(previous.get("timeouts"))
+    bounds = inputs.BrokerBounds.from_broker_config(spec.membership.protocol,
+                                                    snap.broker_config or {})
+    cap = (widening.cap_ms(bounds, spec.membership.auto_tuning.max_session_timeout_ms)
+           if widens(spec) else None)
     try:
         effective = rules.compute_timeouts(
             protocol=spec.membership.protocol, explicit=spec.membership.timeouts,
-            measurements=measured,
-            bounds=inputs.BrokerBounds.from_broker_config(
-                spec.membership.protocol, snap.broker_config or {}),
-            current=before, now=snap.now,
+            measurements=measured, bounds=bounds, current=before, now=snap.now,
             margin_percent=spec.membership.auto_tuning.restart_margin_percent,
             auto_tuning=spec.membership.auto_tuning.enabled,
-            max_auto_session_ms=spec.membership.auto_tuning.max_session_timeout_ms)
+            max_auto_session_ms=spec.membership.auto_tuning.max_session_timeout_ms,
+            widen_cap_ms=cap)
     except rules.TimeoutRuleError as exc:
         return Problem(c.INVALID_TIMEOUTS, str(exc))
     if before is not None and not rollout_requested(snap, spec, before):
@@ -71,7 +104,70 @@ def tune(snap: Snapshot, spec: ConsumerGroupSpec,
     configs = (effective.group_configs(spec.membership.protocol)
                if changed or before is None else {})
     return Tuned(effective, changed, configs, tuple(events),
-                 rules.lowering_due_s(effective, snap.now))
+                 rules.lowering_due_s(effective, snap.now), cap)
+
+
+def widens(spec: ConsumerGroupSpec) -> bool:
+    """The group widens its session timeout for rollouts (KIP-848 only)."""
+    return spec.membership.protocol == "consumer" and spec.rollout.widen_session_timeout
+
+
+def widening_hold(snap: Snapshot, tuned: Tuned) -> tuple[widening.Hold, int] | None:
+    """For the roller (`RolloutLimits.from_timeouts`): what the widening lets it do now, from
+    the record the previous pass left, and its cap; None when the group does not widen."""
+    if tuned.widen_cap_ms is None:
+        return None
+    record = widening.Widening.from_status((snap.previous.get("timeouts") or {}).get("widening"))
+    return (widening.hold(record, tuned.widen_to, tuned.effective.heartbeat_interval_ms,
+                          snap.now), tuned.widen_cap_ms)
+
+
+def widen(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned,
+          rollout: RolloutState) -> Widened:
+    """A KIP-848 group's session timeout after the roller's step `rollout`: raised for a
+    rollout that needs it, set back once none does (`widening.next_widening`), and the group
+    configs to set: the tuned ones, with the session timeout in force, whenever either changes
+    (or the broker, read on this process's first pass, holds another value)."""
+    if spec.membership.protocol != "consumer":
+        return Widened(None, tuned.group_configs)
+    effective = tuned.effective
+    record = widening.Widening.from_status((snap.previous.get("timeouts") or {}).get("widening"))
+    needed_for, not_needed = rollout_needs(rollout, widens(spec))
+    # Only a group whose configs this operator set before has a value to set right.
+    observed = snap.group_session_ms if snap.previous.get("timeouts") else None
+    change = widening.next_widening(
+        record, tuned.widen_to, needed_for, not_needed, effective.session_timeout_ms,
+        effective.heartbeat_interval_ms, observed, snap.now)
+    configs = tuned.group_configs
+    if configs or change.set_ms is not None:
+        in_force = (change.record.session_timeout_ms
+                    if change.record is not None and change.record.raised
+                    else effective.session_timeout_ms)
+        configs = {**effective.group_configs("consumer"),
+                   "consumer.session.timeout.ms": str(in_force)}
+    return Widened(change.record, configs, (change.event,) if change.event else (),
+                   change.recheck_s)
+
+
+def rollout_needs(rollout: RolloutState, enabled: bool) -> tuple[str | None, str]:
+    """What needs the session timeout widened now (the rollout, while it is about to stop a
+    member or has members in flight), or None and why nothing does."""
+    if not enabled:
+        return None, "spec.rollout.widenSessionTimeout is false"
+    what = f"the rollout to revision {rollout.revision}"
+    if rollout.in_flight:
+        away = ", ".join(str(f.ordinal) for f in rollout.in_flight)
+        return f"{what} (member(s) {away} in flight)", ""
+    if rollout.phase in PHASES_IN_PROGRESS:
+        return what, ""
+    if rollout.phase != "Paused" and any(b.name == widening.PREDICATE
+                                         for b in rollout.blocked_by):
+        return what, ""
+    if rollout.phase == "Idle":
+        return None, "no rollout is under way"
+    if rollout.phase == "Paused":
+        return None, f"{what} is paused (spec.rollout.paused) with no member away"
+    return None, f"{what} is {rollout.phase}"
 
 
 def rollout_requested(snap: Snapshot, spec: ConsumerGroupSpec,

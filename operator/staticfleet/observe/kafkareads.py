@@ -2,7 +2,8 @@
 (`describe_group`), its committed and end offsets (`committed_offsets`, `end_offsets`; the
 lag is made of them, and of what the members report, by `lagreads`), the topics' partition
 counts, the brokers' group-coordinator bounds (`broker_bounds`) and a KIP-848 group's own
-configs (`set_group_configs`). Each request goes through `kafkaadmin`, which turns its failures into
+configs (`set_group_configs`, and its session timeout as the broker holds it:
+`group_session_timeout`). Each request goes through `kafkaadmin`, which turns its failures into
 `KafkaUnavailable`; a topic the spec names that does not exist is `TopicMissing`, bounds the
 principal may not read are `BoundsDenied`.
 """
@@ -38,6 +39,9 @@ from staticfleet.observe.kafkaadmin import (
     raise_if_auth_failed,
     start_request,
 )
+
+GROUP_SESSION_CONFIG = "consumer.session.timeout.ms"
+"""A KIP-848 group's own session timeout (a GROUP resource config)."""
 
 # Broker configs that bound the client timeouts, by group protocol.
 CLASSIC_BOUNDS = ("group.min.session.timeout.ms", "group.max.session.timeout.ms")
@@ -217,6 +221,29 @@ def broker_bounds(admin: Admin) -> dict[str, int]:
         raise
     wanted = (*CLASSIC_BOUNDS, *CONSUMER_BOUNDS)
     return {k: int(entries[k].value) for k in wanted if k in entries and entries[k].value}
+
+
+class GroupConfigsDenied(RuntimeError):
+    """The principal may not read the group's configs (DescribeConfigs on the GROUP)."""
+
+
+def group_session_timeout(admin: Admin, group_id: str) -> int | None:
+    """A KIP-848 group's session timeout as the broker holds it (the group config
+    consumer.session.timeout.ms, or the broker's default for it; None when the answer has
+    none). Raises `GroupConfigsDenied` when the principal may not read it, `KafkaUnavailable`
+    when the broker does not answer."""
+    resource = ConfigResource(ResourceType.GROUP, group_id)
+    what = f"describing the configs of group {group_id}"
+    futures = start_request(admin, what, lambda: admin.client.describe_configs(
+        [resource], request_timeout=ADMIN_TIMEOUT_S))
+    try:
+        entries = answer_of(admin, futures[resource], what, optional=True)
+    except KafkaUnavailable as exc:
+        if error_code(exc) in _DENIED_CODES:
+            raise GroupConfigsDenied(str(exc)) from exc
+        raise
+    entry = entries.get(GROUP_SESSION_CONFIG)
+    return int(entry.value) if entry is not None and entry.value else None
 
 
 def set_group_configs(admin: Admin, group_id: str, configs: Mapping[str, str]) -> None:

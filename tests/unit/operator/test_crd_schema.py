@@ -20,6 +20,8 @@ from member_contract import SASL_MECHANISMS, SECURITY_PROTOCOLS
 from staticfleet.decisions.rollout.state import InFlight, Phase, RolloutState
 from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts.widening import State as WideningState
+from staticfleet.decisions.timeouts.widening import Widening
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD = ROOT / "crds" / "consumergroups.staticfleet.io.yaml"
@@ -83,6 +85,18 @@ def test_every_rollout_status_key_the_roller_writes_is_in_the_schema(
     assert written - set(at(schema, "status.rollout")["properties"]) == set()
 
 
+def test_every_widening_key_the_operator_writes_is_in_the_schema(
+        schema: dict[str, Any]) -> None:
+    """`status.timeouts.widening` is the widening's only record: a key the schema lacks would be
+    pruned, and an operator restarted mid-rollout would not know the group is widened."""
+    moment = datetime(2026, 1, 1, tzinfo=UTC)
+    full = Widening("Restored", 62000, 45000, moment, widened_at=moment, stops_from=moment,
+                    restored_at=moment, reason="why")
+    node = at(schema, "status.timeouts.widening")
+    assert set(full.to_status()) - set(node["properties"]) == set()
+    assert node["properties"]["state"]["enum"] == list(typing.get_args(WideningState))
+
+
 def test_names_subresources_and_columns(crd: dict[str, Any]) -> None:
     spec = crd["spec"]
     assert spec["group"] == "staticfleet.io" and spec["scope"] == "Namespaced"
@@ -120,6 +134,7 @@ CEL = [
     ("spec.kafka.security.sasl", "sasl.oauthbearer is required with mechanism OAUTHBEARER"),
     ("spec.kafka.security.sasl", "sasl.usernameSecretRef and sasl.passwordSecretRef are required"),
     ("spec.membership", "assignmentStrategy applies to protocol classic only"),
+    ("spec", "rollout.widenSessionTimeout applies to membership.protocol consumer"),
     ("spec.membership.timeouts", "at most a third of sessionTimeoutMs"),
     ("spec.membership.timeouts", "maxPollIntervalMs must be at least sessionTimeoutMs"),
     ("spec.processing.spark", "spark.connectUrl is required with mode connect"),

@@ -739,9 +739,13 @@ def test_a_restart_that_fits_the_new_timeout_but_not_the_running_one_is_refused(
 
 
 def test_a_kip848_groups_timeout_applies_at_once_so_the_new_one_counts() -> None:
-    cg = with_path(NEW_IMAGE, "spec.membership", {"protocol": "consumer"})
+    """Without widening (the automatic session timeout then covers the restarts;
+    tests/unit/operator/test_widening.py has the group that widens)."""
+    unwidened = with_path(CG, "spec.rollout.widenSessionTimeout", False)
+    cg = with_path(with_path(unwidened, "spec.template.image", "staticfleet/member:0.2.0"),
+                   "spec.membership", {"protocol": "consumer"})
     config = {"group.consumer.max.session.timeout.ms": 120000}
-    pods, status = settled(with_path(CG, "spec.membership", {"protocol": "consumer"}))
+    pods, status = settled(with_path(unwidened, "spec.membership", {"protocol": "consumer"}))
     status["measurements"] = {"restartSecondsRecent": [40.0], "restartSecondsMax": 40.0}
     plan = decide(snapshot(cg, pods, previous=status, broker_config=config))
     assert [d.ordinal for d in plan.delete] == [2]
@@ -978,7 +982,10 @@ def test_a_restart_measured_mid_rollout_does_not_change_the_revision() -> None:
 
 
 def test_a_kip848_groups_session_follows_at_once_without_a_rollout() -> None:
-    cg = with_path(CG, "spec.membership", {"protocol": "consumer"})
+    """Without widening (with it, the tuned value does not follow the restarts:
+    tests/unit/operator/test_widening.py)."""
+    cg = with_path(with_path(CG, "spec.membership", {"protocol": "consumer"}),
+                   "spec.rollout.widenSessionTimeout", False)
     config = {"group.consumer.max.session.timeout.ms": 300000}
     pods, status = settled(cg)
     status["measurements"] = {"restartSecondsRecent": [40.0]}

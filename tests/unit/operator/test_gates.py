@@ -106,6 +106,9 @@ PREDICATES: list[tuple[str, gates.GateContext, str | None]] = [
     ("RestartFitsSessionTimeout", ctx(rolling(preparing(2)), group(member(0), READY2),
                                       replace(WARM, restart_safe=False, needed_session_ms=9e4)),
      "90000"),
+    ("SessionTimeoutWidened", ctx(rolling(preparing(2)), group(member(0), READY2),
+                                  replace(WARM, widening_wait="raised to 62000 ms first")),
+     "62000"),
     ("ReplacementStandbyReady", ctx(rolling(preparing(2)), group(
         member(0), replace(member(2), standby=standby(2, "warming")))), "warming"),
     ("ReplacementStandbyReady", ctx(rolling(preparing(2)), group(member(0), member(2))),

@@ -29,6 +29,9 @@ from staticfleet.decisions.rollout.steps import (
     StopAtRisk,
     Wait,
 )
+from staticfleet.decisions.spec.model import RolloutSpec
+from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
+from staticfleet.decisions.timeouts.widening import Hold
 from tests.unit.operator.support import NOW, record_given
 
 OLD, NEW = "old", "new"
@@ -414,3 +417,20 @@ def test_the_next_member_waits_for_a_rejoined_one_to_be_ready() -> None:
     members = group(member(0), member(1), member(2, NEW, ready=False))
     step = next_step(rejoined(2, 10, 5), members, NEW, LIMITS, NOW).step
     assert not isinstance(step, RestartMembers)
+
+
+def test_a_member_away_is_judged_against_the_widened_session_timeout() -> None:
+    """A KIP-848 group widened for the rollout: a member away 46 s ran out of the tuned 45 s
+    but not of the widened 62 s (its timer was armed with it: `timeouts.widening`)."""
+    tuned = EffectiveTimeouts(45000, 5000, 300000, {}, needed_session_timeout_ms=62000,
+                              restart_safe=True)
+    widened = RolloutLimits.from_timeouts(tuned, RolloutSpec(strategy="Recreate"),
+                                          widening=(Hold(session_ms=62000), 120000))
+    assert widened.session_timeout_ms == 62000 and widened.restart_safe
+    assert widened.widening_wait is None and widened.widen_cap_ms == 120000
+    away = (rolling((2, 46)), group(member(2, NEW, ready=False, in_group=False)))
+    assert isinstance(next_step(*away, NEW, widened, NOW).step, Wait)
+    unwidened = RolloutLimits.from_timeouts(tuned, RolloutSpec(strategy="Recreate"))
+    assert not unwidened.restart_safe, "62 s needed, 45 s without the widening"
+    late = next_step(*away, NEW, replace(unwidened, restart_safe=True), NOW).step
+    assert isinstance(late, StopAtRisk) and late.expired

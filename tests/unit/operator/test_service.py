@@ -147,3 +147,45 @@ def owned(p: dict[str, Any], owner: str) -> dict[str, Any]:
 
 def names(pods: list[Any]) -> list[tuple[str, bool]]:
     return [(p["metadata"]["name"], bool(p["metadata"].get("deletionTimestamp"))) for p in pods]
+
+
+def test_a_kip848_groups_session_is_read_from_the_broker_until_a_pass_acted_on_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gather` reads a KIP-848 group's session timeout on this process's first pass of the
+    group (`memory.SessionReads`), again while no pass carried out what it decided, never for
+    a classic group, and gives up when the principal may not read it."""
+    from staticfleet import service
+    from staticfleet.decisions.spec.model import ConsumerGroupSpec
+    from staticfleet.memory import Memory
+    from staticfleet.observe import kafkaadmin, kafkareads
+    from tests.unit.operator.support import body
+
+    answers: list[Any] = []
+    asked: list[str] = []
+
+    def read(_admin: Any, group_id: str) -> int:
+        asked.append(group_id)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return int(answer)
+
+    monkeypatch.setattr(kafkareads, "group_session_timeout", read)
+    memory, admin = Memory(), object()
+    classic = ConsumerGroupSpec.from_body(body())
+    kip848 = ConsumerGroupSpec.from_body(body(membership={"protocol": "consumer"}))
+    assert service._group_session(admin, classic, "u1", memory) is None and asked == []
+
+    answers[:] = [kafkaadmin.KafkaUnavailable("no answer"), 62000, 62000]
+    assert service._group_session(admin, kip848, "u2", memory) is None
+    assert service._group_session(admin, kip848, "u2", memory) == 62000
+    assert service._group_session(admin, kip848, "u2", memory) == 62000
+    memory.session_reads.note("u2")  # what `execute` does once a pass carried its plan out
+    assert service._group_session(admin, kip848, "u2", memory) is None
+    assert asked == ["orders"] * 3
+
+    answers[:] = [kafkareads.GroupConfigsDenied("GROUP_AUTHORIZATION_FAILED")]
+    assert service._group_session(admin, kip848, "u3", memory) is None
+    assert not memory.session_reads.wanted("u3"), "a denied read is not asked again"
+    memory.forget("u2")
+    assert memory.session_reads.wanted("u2")

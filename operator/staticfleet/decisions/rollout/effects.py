@@ -51,6 +51,7 @@ from staticfleet.decisions.timeouts.measurements import (
     slowest_restart,
     slowest_text,
 )
+from staticfleet.decisions.timeouts.widening import Hold
 
 WHY_RESTART = "restart"
 WHY_HANDOFF = "restart: its standby replacement is ready (warm handoff)"
@@ -108,10 +109,12 @@ class Roll:
 
 def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                  effective: EffectiveTimeouts, table: MemberTable, group_state: str,
-                 rebalances: int, activating: frozenset[int] = frozenset()) -> Roll:
+                 rebalances: int, activating: frozenset[int] = frozenset(),
+                 widening: tuple[Hold, int] | None = None) -> Roll:
     """One rollout step: the roller decides (`roller.next_step`), `record.state_after` says
     what state follows, and `effects` what it means for pods and Events (one row per step
-    type)."""
+    type). `widening`: a KIP-848 group that widens its session timeout for rollouts, what the
+    widening lets the roller do now and its cap (`RolloutLimits.from_timeouts`)."""
     now = snap.now
     state = RolloutState.from_status(snap.previous.get("rollout"))
     # A classic member keeps the session timeout it joined with; a KIP-848 group's is a group
@@ -121,7 +124,8 @@ def rollout_step(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     which = slowest_text(slowest_restart(snap.previous.get("measurements")),
                          slowest_cold_start(snap))
     limits = RolloutLimits.from_timeouts(effective, spec.rollout, running, which,
-                                            float(spec.template.termination_grace_period_seconds))
+                                         float(spec.template.termination_grace_period_seconds),
+                                         widening)
     back = rollback_source(snap)
     obs = GroupObservation(
         members=tuple(m for m in table.members if m.ordinal < spec.replicas),
@@ -191,8 +195,9 @@ def current_spec(snap: Snapshot, spec: ConsumerGroupSpec, status: Mapping[str, A
     timeouts) once every member runs it, kept otherwise."""
     if status.get("currentRevision") != revision:
         return snap.previous.get("currentSpec")
+    timeouts = {k: v for k, v in (status.get("timeouts") or {}).items() if k != "widening"}
     return {"spec": snap.body.get("spec") or {}, "restartedAt": spec.restarted_at,
-            "timeouts": status.get("timeouts")}
+            "timeouts": timeouts or None}
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from staticfleet.decisions.rollout.state import (
     RolloutLimits,
     RolloutState,
 )
+from staticfleet.decisions.timeouts import widening
 
 STUCK_MARGIN_S = 15.0
 """A pod still terminating this long after its grace period is stuck (a node gone, a
@@ -96,6 +97,12 @@ def restart_fits_session(ctx: GateContext, ordinal: int) -> str | None:
             f"run with {ctx.limits.session_timeout_ms} ms")
 
 
+def session_widened(ctx: GateContext, ordinal: int) -> str | None:
+    """A KIP-848 group that widens its session timeout for rollouts: the widened value is in
+    force and every member has heartbeated since (`timeouts.widening.hold`)."""
+    return ctx.limits.widening_wait
+
+
 def replacement_standby_ready(ctx: GateContext, ordinal: int) -> str | None:
     flight = next((f for f in ctx.in_flight if f.ordinal == ordinal), None)
     if flight is None or flight.mode != "warm":
@@ -152,6 +159,7 @@ BEFORE_STOP: tuple[tuple[str, Check], ...] = (
     ("GroupStable", group_stable),
     ("EnoughAvailable", enough_available),
     ("RestartFitsSessionTimeout", restart_fits_session),
+    (widening.PREDICATE, session_widened),
     ("ReplacementStandbyReady", replacement_standby_ready),
     ("NoMemberStuckTerminating", none_stuck_terminating),
     ("PreviousMemberProgressed", previous_progressed),

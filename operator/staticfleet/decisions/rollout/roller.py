@@ -24,9 +24,10 @@ Rules:
 * Order (`plan_rollout`): unready members first (restarting them costs nothing), then by ordinal
   descending, as a StatefulSet rolls.
 * Before a member is stopped every predicate of `gates.BEFORE_STOP` is evaluated (the group is
-  Stable, enough members are available, the restart fits the session timeout, the standby is
-  ready, no pod is stuck terminating, the members restarted so far still process); all that fail
-  are reported in `status.rollout.blockedBy`.
+  Stable, enough members are available, the restart fits the session timeout, a KIP-848
+  group's session timeout is widened for the rollout, the standby is ready, no pod is stuck
+  terminating, the members restarted so far still process); all that fail are reported in
+  `status.rollout.blockedBy`.
 * A member is done when its pod has the target revision, is ready, holds an assignment in the
   group (the group Stable) and has made progress: it processed a batch, or no record waits on
   its partitions. A restarted member whose container fails (batches failing for good, a crash
@@ -168,6 +169,14 @@ def refusal_message(limits: RolloutLimits) -> str:
             "to it, whatever the new value): restarting would rebalance the group once per "
             "member. Make members start faster, or accept those rebalances by deleting the "
             "member pods yourself; members that rejoin then run with the new timeout")
+    if limits.widen_cap_ms is not None:
+        return (
+            f"restarts need a session timeout of {needed} ms{which} but a rollout may widen "
+            f"it to at most {limits.widen_cap_ms} ms (the broker's "
+            "group.consumer.max.session.timeout.ms or "
+            "spec.membership.autoTuning.maxSessionTimeoutMs): restarting would cause "
+            "rebalances. Look at why that restart was slow, raise the broker's maximum or "
+            "maxSessionTimeoutMs, or make members start faster")
     return (
         f"restarts need a session timeout of {needed} ms{which} but the session timeout can "
         f"be at most {limits.effective_session_ms or session} ms (capped by the broker, "

@@ -18,6 +18,7 @@ from staticfleet.decisions.conditions import parse_optional, rfc3339, rfc3339_ms
 from staticfleet.decisions.members.observed import ObservedMember
 from staticfleet.decisions.spec.model import RolloutSpec
 from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
+from staticfleet.decisions.timeouts.widening import Hold
 
 Phase = Literal["Idle", "Pending", "Rolling", "Paused", "AtRisk", "Stopped", "Halted",
                 "RolledBack", "Complete"]
@@ -333,6 +334,11 @@ class RolloutLimits:
     on_failure: str = "Rollback"
     fallback: str = "Recreate"
     termination_grace_s: float = 30.0
+    widening_wait: str | None = None
+    """Why a stop must wait for the group's session timeout to be widened for the rollout (a
+    KIP-848 group, `timeouts.widening`); None: it need not."""
+    widen_cap_ms: int | None = None
+    """The most a rollout may widen the session timeout to (None: the group does not widen)."""
 
     @classmethod
     def from_timeouts(
@@ -342,16 +348,26 @@ class RolloutLimits:
         running_session_timeout_ms: int | None = None,
         slowest_restart: str | None = None,
         termination_grace_s: float = 30.0,
+        widening: tuple[Hold, int] | None = None,
     ) -> RolloutLimits:
+        """`widening`: a KIP-848 group that widens its session timeout for rollouts, what the
+        widening lets the roller do now and its cap; then a stop is held to the widened value
+        once it is in force, and restarts are safe when they fit the cap."""
         session = timeouts.session_timeout_ms
         if running_session_timeout_ms is not None:
             session = min(session, running_session_timeout_ms)
         needed = timeouts.needed_session_timeout_ms
+        hold, cap = widening if widening is not None else (None, None)
+        if hold is not None and hold.session_ms is not None:
+            session = max(session, hold.session_ms)
+        room = session if cap is None else max(session, cap)
         return cls(
             session_timeout_ms=session,
             # The broker holds a restarting member to the timeout it joined with: a restart
             # must fit that one, not only the new effective value.
-            restart_safe=timeouts.restart_safe and (needed is None or needed <= session),
+            restart_safe=timeouts.restart_safe and (needed is None or needed <= room),
+            widening_wait=hold.wait if hold is not None else None,
+            widen_cap_ms=cap,
             running_session_ms=running_session_timeout_ms,
             slowest_restart=slowest_restart,
             capped=not timeouts.restart_safe,

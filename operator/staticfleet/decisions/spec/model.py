@@ -59,6 +59,10 @@ RolloutStrategy = Literal["WarmHandoff", "Recreate"]
 STRATEGIES: tuple[RolloutStrategy, ...] = ("WarmHandoff", "Recreate")
 ON_FAILURE = ("Rollback", "Halt")
 FALLBACKS = ("Recreate", "Stop")
+WIDEN_CLASSIC_MESSAGE = (
+    "applies to membership.protocol consumer (KIP-848) only: a classic member sends its session "
+    "timeout in its JoinGroup, so the operator cannot raise it for a rollout without restarting "
+    "every member; leave it out, or set it to false")
 
 _TRANSFORM_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$", re.ASCII)
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -184,6 +188,10 @@ class RolloutSpec:
     fallback: str = "Recreate"
     """WarmHandoff: what a member whose standby cannot be created or started gets: Recreate
     (a cold restart inside the session timeout) or Stop (the rollout stops)."""
+    widen_session_timeout: bool = False
+    """KIP-848 groups: raise the group's session timeout (a broker-side group config) for the
+    rollout's stops, and set the tuned value back once it ends (`timeouts.widening`). Absent in
+    the spec: on with protocol consumer; refused with protocol classic."""
 
 
 @dataclass(frozen=True)
@@ -242,6 +250,7 @@ class ConsumerGroupSpec:
         replicas = int_or(spec, "replicas", "spec", default=1, minimum=0)
         testing = {key for key in TESTING_ANNOTATIONS
                    if str(annotations.get(key, "")).lower() == "true"}
+        membership = _parse_membership(as_obj(spec.get("membership"), "spec.membership"))
         honoured = testing if allow_testing else set()
         return cls(
             name=name,
@@ -250,9 +259,9 @@ class ConsumerGroupSpec:
             kafka=kafka.parse(as_obj(spec.get("kafka"), "spec.kafka", required=True), name),
             template=_parse_template(as_obj(spec.get("template"), "spec.template", required=True)),
             replicas=replicas,
-            membership=_parse_membership(as_obj(spec.get("membership"), "spec.membership")),
+            membership=membership,
             processing=_parse_processing(as_obj(spec.get("processing"), "spec.processing")),
-            rollout=_parse_rollout(as_obj(spec.get("rollout"), "spec.rollout")),
+            rollout=_parse_rollout(as_obj(spec.get("rollout"), "spec.rollout"), membership),
             recovery=_parse_recovery(as_obj(spec.get("recovery"), "spec.recovery")),
             autoscaling=parse_autoscaling(spec.get("autoscaling")),
             restarted_at=opt_str(annotations, RESTARTED_AT_ANNOTATION, "metadata.annotations"),
@@ -437,11 +446,17 @@ def _parse_recovery(rec: Mapping[str, Any]) -> RecoverySpec:
     return RecoverySpec(restart_stalled_members=restart)
 
 
-def _parse_rollout(ro: Mapping[str, Any]) -> RolloutSpec:
+def _parse_rollout(ro: Mapping[str, Any], membership: MembershipSpec) -> RolloutSpec:
     path = "spec.rollout"
     paused = ro.get("paused", False)
     if not isinstance(paused, bool):
         raise SpecError(f"{path}.paused", "must be a boolean")
+    widen = ro.get("widenSessionTimeout")
+    if widen is not None and not isinstance(widen, bool):
+        raise SpecError(f"{path}.widenSessionTimeout", "must be a boolean")
+    # The CRD's CEL rule, repeated for bodies that did not pass the API server.
+    if widen and membership.protocol != "consumer":
+        raise SpecError(f"{path}.widenSessionTimeout", WIDEN_CLASSIC_MESSAGE)
     strategy = ro.get("strategy", "WarmHandoff")
     if strategy not in STRATEGIES:
         raise SpecError(f"{path}.strategy",
@@ -456,5 +471,6 @@ def _parse_rollout(ro: Mapping[str, Any]) -> RolloutSpec:
         progress_deadline_s=int_or(ro, "progressDeadlineSeconds", path, default=600, minimum=10),
         on_failure=choice(ro, "onFailure", path, ON_FAILURE),
         fallback=choice(ro, "fallback", path, FALLBACKS),
+        widen_session_timeout=(membership.protocol == "consumer" if widen is None else widen),
     )
 

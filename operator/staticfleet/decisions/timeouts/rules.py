@@ -20,6 +20,11 @@ Rules (each explicit value is checked against them; automatic values always sati
   make a crash go unnoticed for half an hour; the broker's maximum for KIP-848 groups) and by the
   broker maximum. A restart that needs more than the cap is not a new timeout: `restart_safe` is
   False and the roller refuses to start.
+* S3 KIP-848 groups that widen for rollouts (`widen_cap_ms`, spec.rollout.widenSessionTimeout:
+  `widening`): the automatic session covers only what any restart takes, a member's cold start
+  + 2 s (a crash or an eviction outside a rollout must still fit), not the rollouts' restarts
+  with their margin: a rollout raises the group's session timeout to what they need while it
+  runs. Restarts are safe when that need fits the widening's cap.
 * H1 heartbeat x 3 <= session; for protocol consumer also within
   group.consumer.min/max.heartbeat.interval.ms.
 * P1 max.poll.interval >= session.
@@ -130,6 +135,15 @@ def restart_need_ms(measurements: Measurements, margin_percent: int = 150,
     return max(needs) if needs else None
 
 
+def cold_need_ms(measurements: Measurements,
+                 policy: TimeoutPolicy = DEFAULT_POLICY) -> int | None:
+    """The session timeout any restart needs, planned or not: the slowest member start + slack
+    (S3: what the automatic session covers when rollouts widen it for their own restarts)."""
+    if measurements.cold_start_s is None:
+        return None
+    return math.ceil(measurements.cold_start_s * 1000) + policy.restart_slack_ms
+
+
 def needed_max_poll_interval_ms(batch_s: float, policy: TimeoutPolicy = DEFAULT_POLICY) -> int:
     """max.poll.interval.ms a batch of `batch_s` seconds needs: batch x 200% + 5 s."""
     return math.ceil(batch_s * policy.batch_margin_percent * 10) + policy.batch_slack_ms
@@ -147,6 +161,7 @@ def compute_timeouts(
     auto_tuning: bool = True,
     policy: TimeoutPolicy = DEFAULT_POLICY,
     max_auto_session_ms: int | None = None,
+    widen_cap_ms: int | None = None,
 ) -> EffectiveTimeouts:
     """Choose the effective timeouts. Raises `TimeoutRuleError` for explicit values (or broker
     bounds) that break a rule; automatic values always satisfy every rule.
@@ -155,6 +170,9 @@ def compute_timeouts(
     cap for classic, none beyond the broker's for consumer).
 
     `current` is the previous result (from `EffectiveTimeouts.from_status`), for hysteresis.
+
+    `widen_cap_ms`: the highest value a rollout may widen the session timeout to (S3; None: the
+    group does not widen).
 
     The rules run in order, each over the one before: the session timeout (S1, S2), then the
     heartbeat inside it (H1), then max.poll.interval above it (P1, P2).
@@ -171,6 +189,7 @@ def compute_timeouts(
         policy=policy, max_auto_session_ms=max_auto_session_ms,
         max_session=min(bounds.max_session_ms, CLIENT_MAX_SESSION_MS),
         restart_need=restart_need_ms(measurements, margin_percent, policy),
+        cold_need=cold_need_ms(measurements, policy), widen_cap=widen_cap_ms,
         batch_need=(needed_max_poll_interval_ms(measurements.slowest_batch_s, policy)
                     if measurements.slowest_batch_s is not None else None),
     )
@@ -183,7 +202,7 @@ def compute_timeouts(
         max_poll_interval_ms=chosen[MAX_POLL].value,
         sources={name: c.source for name, c in chosen.items()},
         reasons=tuple(reason for c in chosen.values() for reason in c.reasons),
-        restart_safe=ask.restart_need is None or ask.restart_need <= session.value,
+        restart_safe=ask.restart_need is None or ask.restart_need <= ask.room(session.value),
         needed_session_timeout_ms=ask.restart_need,
         lower_candidate_since={name: c.lower_since for name, c in chosen.items()
                                if c.lower_since is not None},
@@ -208,6 +227,14 @@ class _Ask:
     max_session: int
     restart_need: int | None
     batch_need: int | None
+    cold_need: int | None = None
+    widen_cap: int | None = None
+    """S3: the cap of a rollout's widened session timeout (None: the group does not widen)."""
+
+    def room(self, session: int) -> int:
+        """The longest restart a rollout may take without a rebalance: the session timeout, or
+        what a rollout may widen it to."""
+        return session if self.widen_cap is None else max(session, self.widen_cap)
 
 
 @dataclass(frozen=True)
@@ -235,7 +262,9 @@ def _session(ask: _Ask) -> _Chosen:
                 f"[{bounds.min_session_ms}, {max_session}] ms",
             )
         reasons = [f"{SESSION}={session} (explicit): set in spec.membership.timeouts"]
-        if restart_need is not None and restart_need > session:
+        if ask.widen_cap is not None:
+            reasons.append(_widened_note(ask, session))
+        elif restart_need is not None and restart_need > session:
             reasons.append(
                 f"{SESSION}: restarts need {restart_need} ms (slowest restart "
                 f"{_seconds(ask.measurements.slowest_restart_s)}, slowest member start "
@@ -261,14 +290,19 @@ def _session(ask: _Ask) -> _Chosen:
     if cap is not None:
         upper = max(lower, min(upper, cap))
     target = lower
-    if ask.auto_tuning and restart_need is not None and restart_need > lower:
-        target = min(step_up(restart_need, lower, policy), upper)
+    need = ask.cold_need if ask.widen_cap is not None else restart_need
+    if ask.auto_tuning and need is not None and need > lower:
+        target = min(step_up(need, lower, policy), upper)
     session, since, note = _hysteresis(SESSION, target, ask.current, ask.now, policy)
     session = _clamp(session, lower, upper)
     source: Source = "default" if session == lower and lower == default else "auto"
-    reasons = [_session_reason(session, source, ask.measurements, restart_need,
-                               ask.margin_percent, policy, ask.auto_tuning) + note]
-    if restart_need is not None and restart_need > upper:
+    measured = (ask.measurements if ask.widen_cap is None
+                else replace(ask.measurements, restart_seconds=()))
+    reasons = [_session_reason(session, source, measured, need, ask.margin_percent, policy,
+                               ask.auto_tuning) + note]
+    if ask.widen_cap is not None:
+        reasons.append(_widened_note(ask, session))
+    elif restart_need is not None and restart_need > upper:
         reasons.append(
             f"{SESSION}: the slowest restart needs {restart_need} ms but at most {upper} ms is "
             "allowed (spec.membership.autoTuning.maxSessionTimeoutMs, the broker group max "
@@ -276,6 +310,23 @@ def _session(ask: _Ask) -> _Chosen:
             "that slow is a problem to look at, not a timeout to grow"
         )
     return _Chosen(session, source, tuple(reasons), since)
+
+
+def _widened_note(ask: _Ask, session: int) -> str:
+    """S3: what the rollouts widen the session timeout to."""
+    need, cap = ask.restart_need, ask.widen_cap
+    assert cap is not None
+    if need is None or need <= session:
+        return (f"{SESSION}: rollouts widen it when their measured restarts need more "
+                "(spec.rollout.widenSessionTimeout); they need no more now")
+    if need <= cap:
+        return (f"{SESSION}: each rollout widens it to {need} ms while it runs (what its "
+                "restarts need, spec.rollout.widenSessionTimeout); dead members are detected at "
+                f"{session} ms the rest of the time")
+    return (f"{SESSION}: the slowest restart needs {need} ms, more than a rollout may widen it "
+            f"to ({cap} ms: the broker's group.consumer.max.session.timeout.ms or "
+            "autoTuning.maxSessionTimeoutMs): restarts cannot be made safe; a restart that "
+            "slow is a problem to look at, not a timeout to grow")
 
 
 def _heartbeat(ask: _Ask, session: int) -> _Chosen:
