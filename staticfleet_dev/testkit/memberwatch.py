@@ -76,7 +76,10 @@ class MemberWatch(Poller):
         self._pool = ThreadPoolExecutor(8)
 
     def started(self) -> None:
+        """The pods and every member's /status once before the watch returns: a member's
+        fetches up to that moment are known (`fetch_stall` of a moment right after)."""
         self.begin(get_json(self.kubeconfig, "-n", self.namespace, "pods")["items"])
+        self._read_statuses()
 
     def begin(self, items: list[dict[str, Any]]) -> None:
         """Take the namespace's pods at the watch's start: a pod seen after is made while
@@ -92,6 +95,9 @@ class MemberWatch(Poller):
         self._rounds += 1
         if self._rounds % self.pods_every == 0:
             self.note_pods(get_json(self.kubeconfig, "-n", self.namespace, "pods")["items"])
+        self._read_statuses()
+
+    def _read_statuses(self) -> None:
         uids = list(self.targets)
         for uid, st in zip(uids, self._pool.map(self._status, uids), strict=True):
             if st is not None:
