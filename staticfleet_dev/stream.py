@@ -93,6 +93,14 @@ def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list[bytes]:
 def read_timed(bootstrap: str, topic: str, timeout: float = 30.0) -> list[tuple[bytes, int]]:
     """Every value currently in `topic` (all partitions, from the beginning), each with its
     record's timestamp (ms; a sink's record: when the member wrote it)."""
+    return [(value, at) for value, _, at in read_stamped(bootstrap, topic, timeout)]
+
+
+def read_stamped(bootstrap: str, topic: str,
+                 timeout: float = 30.0) -> list[tuple[bytes, int, int]]:
+    """Every value currently in `topic` (all partitions, from the beginning), each with its
+    partition and its record's timestamp (ms: when the producer made it, or with the topic's
+    `message.timestamp.type` LogAppendTime when the broker appended it)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", **QUIET})
     try:
@@ -100,7 +108,7 @@ def read_timed(bootstrap: str, topic: str, timeout: float = 30.0) -> list[tuple[
         parts = [TopicPartition(topic, p) for p in md.partitions]
         ends = {p.partition: consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts}
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        values: list[tuple[bytes, int]] = []
+        values: list[tuple[bytes, int, int]] = []
         seen = dict.fromkeys(ends, 0)
         deadline = time.monotonic() + timeout
         while any(seen[p] < ends[p] for p in ends) and time.monotonic() < deadline:
@@ -108,7 +116,7 @@ def read_timed(bootstrap: str, topic: str, timeout: float = 30.0) -> list[tuple[
                 part, offset, value = msg.partition(), msg.offset(), msg.value()
                 if (msg.error() is None and part is not None and offset is not None
                         and value is not None):
-                    values.append((value, msg.timestamp()[1]))
+                    values.append((value, part, msg.timestamp()[1]))
                     seen[part] = offset + 1
         return values
     finally:

@@ -7,6 +7,8 @@
   says (`ready_and_idle`, `rollout_complete`) and waiting on it (`start`, `wait_rollout`);
 - `operator`: the operator as a real process (`OperatorProcess`), this checkout's or an
   earlier commit's (`Variant`, `worktree`);
+- `memberwatch`: what the member processes of a namespace did while brokers restarted around
+  them (`MemberWatch`: process restarts, partition owners, fetch stalls);
 - `probe`: a bare confluent-kafka group member as a process, for broker-level tests;
 - `secured`: a broker with secured listeners and the credentials of each.
 
