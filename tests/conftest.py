@@ -131,7 +131,7 @@ def _three_brokers(tmp_path_factory: pytest.TempPathFactory,
     try:
         yield cluster
     finally:
-        cluster.shutdown()
+        cluster.discard()  # its data is the module's: nothing to shut down gracefully
         environment.down(name)
 
 
@@ -172,10 +172,13 @@ def operator(local_env: environment.LocalEnv, crds: None, local_node: ProcessRec
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     """The operator as a real process (`staticfleet operator run`), one for the session: with
     the NetworkPolicy sources the chart would give it (`MEMBER_INGRESS_FROM`), and allowed the
-    test-only annotations that some tests set (the chart never allows them)."""
+    test-only annotations that some tests set (the chart never allows them). Its passes come
+    every 5 s while a group is busy, and it reads a Secret again after 5 s (the defaults: 10 and
+    60 s): a test that deletes a Secret sees it missing, or made again, within a pass or two."""
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     proc = OperatorProcess(kubeconfig=local_env.kubeconfig, log=log,
                            extra_env={"STATICFLEET_RESYNC_SECONDS": "5",
+                                      "STATICFLEET_SECRET_TTL_SECONDS": "5",
                                       MEMBER_INGRESS_FROM_ENV: json.dumps(MEMBER_INGRESS_FROM)},
                            allow_testing_annotations=True)
     try:

@@ -13,7 +13,8 @@ member pods) and tell `noticed` of each change; a child someone edited (a field 
 sets) or deleted is forgotten (`decisions.drift`), and its group's next pass, which the handlers
 wake at once, applies it again. The operator's own writes, and changes to fields it does not
 set, wake nothing. What it applied is remembered before the request is sent, so the watch's
-event of that very write finds it. A Secret is read at most once per `SECRET_TTL_S`.
+event of that very write finds it. A Secret is read at most once per `Kube.secret_ttl_s`
+(`SECRET_TTL_S`, 60 s, unless `STATICFLEET_SECRET_TTL_SECONDS` says otherwise).
 """
 
 from __future__ import annotations
@@ -124,6 +125,8 @@ class Kube:
     as sent (owner reference included), for `noticed` to compare the watched child with."""
     secrets: dict[tuple[str, str], tuple[float, dict[str, str]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    secret_ttl_s: float = SECRET_TTL_S
+    """How long a Secret read is kept (`secret_data`)."""
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api)
@@ -373,10 +376,10 @@ class Kube:
             raise _error(exc, f"posting an Event about {meta['name']}") from exc
 
     def secret_data(self, namespace: str, name: str) -> dict[str, str]:
-        """A Secret's decoded data, read at most once per `SECRET_TTL_S`."""
+        """A Secret's decoded data, read at most once per `secret_ttl_s`."""
         with self.lock:
             cached = self.secrets.get((namespace, name))
-        if cached is not None and time.monotonic() - cached[0] < SECRET_TTL_S:
+        if cached is not None and time.monotonic() - cached[0] < self.secret_ttl_s:
             return cached[1]
         try:
             secret = self.core.read_namespaced_secret(name, namespace)

@@ -79,6 +79,7 @@ HANDOFF_GRACE_S = float(os.environ.get("STATICFLEET_SHARD_HANDOFF_SECONDS",
                                        str(shards.HANDOFF_GRACE_S)))
 OWNERSHIP_CHECK_S = float(os.environ.get("STATICFLEET_SHARD_CHECK_SECONDS",
                                          str(shards.OWNERSHIP_CHECK_S)))
+SECRET_TTL_S = float(os.environ.get("STATICFLEET_SECRET_TTL_SECONDS", str(apply.SECRET_TTL_S)))
 OWNED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGER},{GROUP_LABEL}"
 """The watches of the member pods and of the other children, filtered by the API server (the
 handlers' `labels=` filter the same again, in the process)."""
@@ -299,7 +300,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memberhttp.route_through(ours.member_http_via)
     reads = clusterpool.ClusterReads(interval_s=RESYNC_S, rest_s=REST_RESYNC_S)
     memo.runner = Runner(service.Clients(
-        kube=apply.Kube(apply.load_client(os.environ.get("KUBECONFIG"))),
+        kube=apply.Kube(apply.load_client(os.environ.get("KUBECONFIG")),
+                        secret_ttl_s=SECRET_TTL_S),
         settings=ours, namespaces=memo.get("namespaces"), reads=reads))
     reads.on_change = memo.runner.wake_owners
 

@@ -167,6 +167,16 @@ def start(kubeconfig: Path, namespace: str, obj: dict[str, Any],
                        "Ready")
 
 
+def start_all(kubeconfig: Path, namespace: str, objs: Sequence[dict[str, Any]],
+              timeout: float = 240) -> list[dict[str, Any]]:
+    """`start` for several ConsumerGroups that form side by side: apply them all, then wait
+    until each is Ready with no rollout pending (`timeout` each)."""
+    for obj in objs:
+        apply(kubeconfig, namespace, obj)
+    return [wait_status(kubeconfig, namespace, obj["metadata"]["name"], ready_and_idle, timeout,
+                        "Ready") for obj in objs]
+
+
 def wait_rollout(kubeconfig: Path, namespace: str, name: str, timeout: float,
                  what: str = "rolled out") -> dict[str, Any]:
     """Wait until the rollout of the group's current spec is complete; the group then."""

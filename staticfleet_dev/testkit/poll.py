@@ -27,6 +27,31 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0,
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{seen}{context}")
 
 
+def wait_unchanged(what: str, read: Callable[[], Any], seconds: float, timeout: float,
+                   interval: float = 1.0, key: Callable[[Any], Any] = lambda value: value,
+                   describe: Callable[[Any, Any], Any] | None = None) -> Any:
+    """Call `read` every `interval` seconds until `key` of what it returns has stayed the same
+    for `seconds`, and return the last value read. A change starts the count again from the
+    read that saw it, so the quiet stretch is counted from the last change, not from the next
+    whole window after it; the claim is the same: the reads at both ends of `seconds` and every
+    one between agree. After `timeout` fail as `wait_for` does, with `describe(before, after)`
+    of the last change seen (the two values read on either side of it)."""
+    first = read()
+    state = {"since": time.monotonic(), "last": first, "before": first}
+
+    def quiet() -> bool:
+        value = read()
+        if key(value) != key(state["last"]):
+            state.update(since=time.monotonic(), before=state["last"])
+        state["last"] = value
+        return time.monotonic() - state["since"] >= seconds
+
+    wait_for(what, quiet, timeout, interval,
+             describe=None if describe is None else lambda: describe(state["before"],
+                                                                     state["last"]))
+    return state["last"]
+
+
 class Poller:
     """Calls `poll()` every `interval` seconds in a daemon thread inside a `with` block; a poll
     that raises one of `transient` is skipped. `started()` runs once on entering."""

@@ -63,8 +63,7 @@ def roll(secured_kafka: SecuredKafka, kubeconfig: Path, namespace: str,
     plaintext = secured_kafka.broker.bootstrap
     producers = [SteadyProducer(plaintext, g.topic, rate=50).start() for g in groups_]
     try:
-        for g in groups_:
-            groups.start(kubeconfig, namespace, g.cg)
+        groups.start_all(kubeconfig, namespace, [g.cg for g in groups_])
         time.sleep(3)
         counters = {g.name: groups.counters_settled(kubeconfig, namespace, g.name)
                     for g in groups_}

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import subprocess
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,13 @@ def can_i(kubeconfig: Path, sa: str, verb: str, resource: str, *args: str) -> bo
     return answer == "yes"
 
 
+def can_all(kubeconfig: Path, checks: Sequence[tuple[str, ...]]) -> list[bool]:
+    """`can_i` of each (user, verb, resource, kubectl args...), asked side by side (each is a
+    kubectl process and a request), in the order given."""
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(lambda check: can_i(kubeconfig, *check), checks))
+
+
 def http_get(url: str) -> str | None:
     try:
         with urllib.request.urlopen(url, timeout=3) as resp:
@@ -280,7 +288,7 @@ def bind_builtin_roles(kubeconfig: Path, namespace: str) -> dict[str, str]:
         "consumergroups", "consumergroups/status", "consumergroups/scale")}, view
     ns = ("-n", namespace)
     cg = "consumergroups.staticfleet.io"
-    for user, verb, resource, extra, allowed in (
+    checks: tuple[tuple[str, str, str, tuple[str, ...], bool], ...] = (
         (users["view"], "list", cg, (), True),
         (users["view"], "watch", cg, (), True),
         (users["view"], "create", cg, (), False),
@@ -291,9 +299,11 @@ def bind_builtin_roles(kubeconfig: Path, namespace: str) -> dict[str, str]:
         (users["edit"], "patch", cg, ("--subresource=status",), False),
         (users["admin"], "deletecollection", cg, (), True),
         (users["admin"], "update", cg, ("--subresource=status",), False),
-    ):
-        assert can_i(kubeconfig, user, verb, resource, *extra, *ns) is allowed, (
-            f"{user} {verb} {resource} {extra}: expected {allowed}")
+    )
+    answers = can_all(kubeconfig, [(user, verb, resource, *extra, *ns)
+                                   for user, verb, resource, extra, _ in checks])
+    for (user, verb, resource, extra, allowed), answer in zip(checks, answers, strict=True):
+        assert answer is allowed, f"{user} {verb} {resource} {extra}: expected {allowed}"
     return users
 
 
@@ -369,7 +379,7 @@ def test_install_runs_the_operator_under_its_own_service_account(
         assert "Forbidden" not in log and " 403" not in log, log
 
         # What the ServiceAccount may do, and what it may not (docs/security.md).
-        for verb, resource, *extra in (
+        may: tuple[tuple[str, ...], ...] = (
             ("create", "pods", "-n", namespace),
             ("delete", "pods", "-n", namespace),
             ("patch", "pods", "-n", namespace),
@@ -392,9 +402,8 @@ def test_install_runs_the_operator_under_its_own_service_account(
             ("create", "networkpolicies.networking.k8s.io", "-n", namespace),
             ("patch", "networkpolicies.networking.k8s.io", "-n", namespace),
             ("list", "customresourcedefinitions.apiextensions.k8s.io"),
-        ):
-            assert can_i(kubeconfig, sa, verb, resource, *extra), f"cannot {verb} {resource}"
-        for verb, resource, *extra in (
+        )
+        may_not: tuple[tuple[str, ...], ...] = (
             ("watch", "namespaces"),
             ("delete", "namespaces"),
             ("update", "customresourcedefinitions.apiextensions.k8s.io"),
@@ -413,8 +422,12 @@ def test_install_runs_the_operator_under_its_own_service_account(
             ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
             ("create", "serviceaccounts", "--subresource=token", "-n", release_ns),
             ("delete", "consumergroups.staticfleet.io", "-n", namespace),
-        ):
-            assert not can_i(kubeconfig, sa, verb, resource, *extra), f"may {verb} {resource}"
+        )
+        answers = can_all(kubeconfig, [(sa, *check) for check in (*may, *may_not)])
+        for (verb, resource, *_), answer in zip(may, answers[:len(may)], strict=True):
+            assert answer, f"cannot {verb} {resource}"
+        for (verb, resource, *_), answer in zip(may_not, answers[len(may):], strict=True):
+            assert not answer, f"may {verb} {resource}"
         # NOTE: in the all-namespaces mode the ClusterRole grants `get secrets` in every
         # namespace (kube-system included): the operator reads the Kafka credentials a group
         # references, and RBAC cannot narrow `get` to those. watchNamespaces confines it

@@ -28,7 +28,7 @@ from staticfleet_dev.testkit import figures, groups
 from staticfleet_dev.testkit.groups import PLACEHOLDER_MEMBER
 from staticfleet_dev.testkit.kube import get_json, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
-from staticfleet_dev.testkit.poll import wait_for
+from staticfleet_dev.testkit.poll import wait_for, wait_unchanged
 from tests.support import unique
 
 pytestmark = pytest.mark.integration
@@ -86,17 +86,10 @@ def test_a_changed_or_deleted_child_is_applied_again_and_none_is_written_at_rest
         describe=lambda: operator.log_tail(20))
 
     # Settled: the first passes may still change a child (the timeouts they tune go into
-    # config.json); then none changes for a while.
-    before: dict[str, dict[str, Any]] = {}
-
-    def settled() -> bool:
-        nonlocal before
-        first = children(kubeconfig, namespace, name)
-        time.sleep(10)
-        before = children(kubeconfig, namespace, name)
-        return versions(first) == versions(before)
-
-    wait_for("the children to settle", settled, timeout=120, interval=0)
+    # config.json); then none changes for a while (a change starts the count again).
+    before: dict[str, dict[str, Any]] = wait_unchanged(
+        "the children to settle", lambda: children(kubeconfig, namespace, name), 10,
+        timeout=120, key=versions)
     config = before["configmap"]["data"]["config.json"]
     uids = {kind: child["metadata"]["uid"] for kind, child in before.items()}
 

@@ -220,8 +220,9 @@ def test_the_operator_makes_the_token_sends_it_and_remakes_it_when_deleted(
     assert assigned_everywhere(kafka_admin, name, [f"{name}-0", f"{name}-1"], 4) is not None
     assert "refused POST /leave from 127.0.0.1" in pod_log(local_env, zero)
 
-    # The Secret deleted by hand: made again (next pass after the operator's Secret cache,
-    # 60 s, expired), with a new token, which the members' volumes then hold.
+    # The Secret deleted by hand: made again (next pass after the operator's Secret cache
+    # expired: 5 s for the session's operator, 60 s by default), with a new token, which the
+    # members' volumes then hold.
     kubectl(kubeconfig, "-n", namespace, "delete", "secret", f"{name}-member-token")
     again = wait_for("the token Secret made again", lambda: (
         s := token_secret(kubeconfig, namespace, name)) and s["metadata"]["uid"] != secret[

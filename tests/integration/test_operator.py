@@ -26,7 +26,7 @@ from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import create_namespace, get_json, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
-from staticfleet_dev.testkit.poll import wait_for
+from staticfleet_dev.testkit.poll import wait_for, wait_unchanged
 from staticfleet_dev.testkit.probe import group_state
 from tests.integration.support import (
     GROUP_LABEL,
@@ -605,18 +605,13 @@ def test_a_group_at_rest_is_not_written(
         (groups.get(kubeconfig, namespace, name).get("status") or {}).get("members") or []) == 2,
         timeout=120)
     rest_s = 25.0  # five passes
-    last: dict[str, Any] = {}
 
-    def settled() -> bool:
-        """The object did not change for `rest_s`."""
-        nonlocal last
-        first = groups.get(kubeconfig, namespace, name)
-        time.sleep(rest_s)
-        last = groups.get(kubeconfig, namespace, name)
+    def moved(first: dict[str, Any], last: dict[str, Any]) -> str:
         changed = {k: (first["status"].get(k), v) for k, v in last["status"].items()
                    if first["status"].get(k) != v}
-        last["changed"] = changed
-        return first["metadata"]["resourceVersion"] == last["metadata"]["resourceVersion"]
+        return f"status fields that moved last: {changed}"
 
-    wait_for(f"{rest_s:.0f} s without a write", settled, timeout=150, interval=0,
-             describe=lambda: f"status fields that moved: {last.get('changed')}")
+    # The object read every second; a write (the group still forming) starts the count again.
+    wait_unchanged(f"{rest_s:.0f} s without a write",
+                   lambda: groups.get(kubeconfig, namespace, name), rest_s, timeout=150,
+                   key=lambda obj: obj["metadata"]["resourceVersion"], describe=moved)

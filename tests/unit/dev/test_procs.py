@@ -2,6 +2,8 @@
 on one port when the kernel handed a just-closed port out again)."""
 import socket
 
+import pytest
+
 from staticfleet_dev.procs import free_ports
 
 
@@ -21,3 +23,19 @@ def test_group_coordinator_partition_hashes_as_java_does() -> None:
     assert java_hash("polygenelubricants") == -(1 << 31)
     assert offsets_partition("polygenelubricants", 3) == 0, "Utils.abs(MIN_VALUE) is 0"
     assert offsets_partition("hello", 50) == 99162322 % 50
+
+
+def test_a_cluster_id_is_what_kafka_storage_random_uuid_prints(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """16 bytes in URL-safe base64 without padding; never the zero or the reserved UUID, nor
+    one whose text starts with a dash (kafka-storage would read it as an option)."""
+    import base64
+    import os
+
+    from staticfleet_dev import kafka
+
+    draws = iter([bytes(16), (1).to_bytes(16, "big"), b"\xfb" + bytes(15), b"\x01" * 16])
+    monkeypatch.setattr(os, "urandom", lambda n: next(draws))
+    cluster_id = kafka._cluster_id()
+    assert cluster_id == base64.urlsafe_b64encode(b"\x01" * 16).rstrip(b"=").decode()
+    assert len(cluster_id) == 22 and not cluster_id.startswith("-")

@@ -3,12 +3,13 @@ says, and the files of the checkout it runs from."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from staticfleet_dev.testkit import groups, kube
-from staticfleet_dev.testkit.poll import wait_for
+from staticfleet_dev.testkit import groups, kube, poll
+from staticfleet_dev.testkit.poll import wait_for, wait_unchanged
 
 pytestmark = pytest.mark.unit
 
@@ -29,6 +30,55 @@ def test_a_wait_that_runs_out_names_what_it_waited_for_and_what_it_saw_last() ->
     with pytest.raises(AssertionError) as failed:
         wait_for("a Ready group", lambda: False, timeout=0)
     assert str(failed.value) == "timed out after 0s waiting for a Ready group"
+
+
+class Clock:
+    """The poll module's clock: `sleep` moves it on, nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(poll, "time", SimpleNamespace(monotonic=clock.monotonic,
+                                                      sleep=clock.sleep))
+    return clock
+
+
+def test_a_quiet_stretch_is_counted_from_the_last_change(clock: Clock) -> None:
+    reads = iter(["a", "b", "b", "c", "c", "c", "c"])
+    seen: list[tuple[float, str]] = []
+
+    def read() -> str:
+        seen.append((clock.now, value := next(reads)))
+        return value
+
+    assert wait_unchanged("no change", read, seconds=3, timeout=60) == "c"
+    # "c" first read at 2 s, the same at 3, 4 and 5 s: three seconds without a change.
+    assert seen[-1] == (5.0, "c") and seen[3] == (2.0, "c")
+
+
+def test_the_key_decides_what_counts_as_a_change(clock: Clock) -> None:
+    reads = iter([{"rv": 1, "t": t} for t in range(4)])
+    last = wait_unchanged("no write", lambda: next(reads), seconds=2, timeout=60,
+                          key=lambda obj: obj["rv"])
+    assert last == {"rv": 1, "t": 3} and clock.now == 2
+
+
+def test_a_wait_for_quiet_that_runs_out_shows_the_last_change(clock: Clock) -> None:
+    reads = iter(range(100))
+    with pytest.raises(AssertionError, match=r"^timed out after 3s waiting for no change\n"
+                                             r"moved: 3 -> 4$"):
+        wait_unchanged("no change", lambda: next(reads), seconds=2, timeout=3,
+                       describe=lambda before, after: f"moved: {before} -> {after}")
 
 
 def _cg(*, ready: str = "True", observed: int = 2, generation: int = 2,

@@ -181,3 +181,31 @@ def test_a_deleted_group_is_forgotten_and_its_namesake_applied_anew() -> None:
     again["metadata"]["uid"] = "u-2"
     assert k.apply(apply.adopt(builders.build_headless_service(
         ConsumerGroupSpec.from_body(body())), again)), "a new group of the same name"
+
+
+class FakeCore:
+    """The Secrets of a fake API server, counting reads."""
+
+    def __init__(self) -> None:
+        self.token = "YQ=="  # "a"
+        self.reads = 0
+
+    def read_namespaced_secret(self, name: str, namespace: str) -> Any:
+        self.reads += 1
+        return client.V1Secret(data={"token": self.token})
+
+
+@pytest.mark.parametrize(("ttl", "reads"), [(60.0, 1), (5.0, 2)])
+def test_a_secret_is_read_again_once_its_ttl_ran_out(
+        monkeypatch: pytest.MonkeyPatch, ttl: float, reads: int) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    k = apply.Kube(client.ApiClient(), secret_ttl_s=ttl)
+    core = FakeCore()
+    k.core = core  # type: ignore[assignment]
+    assert k.secret_value("ns", "creds", "token") == "a"
+    core.token = "Yg=="  # "b": the Secret changed by hand
+    now[0] += 10
+    assert k.secret_value("ns", "creds", "token") == ("a" if reads == 1 else "b")
+    assert core.reads == reads
+    assert apply.Kube(client.ApiClient()).secret_ttl_s == apply.SECRET_TTL_S == 60.0
