@@ -1,0 +1,160 @@
+"""The rebalance ledger against the real broker, the real API server, the local node and the
+session's operator (issue 38, item 1): a plain confluent-kafka consumer that joins the group
+with its group.id and leaves it is the cause `foreign_member` of the two rebalances it makes, a
+scale-up the cause `scale` of its; each shows in `status.rebalanceLedger.recent`, in
+`staticfleet_rebalances_by_cause_total` and (the foreign one) as a Warning Event, and no
+rebalance is `unknown`.
+
+The members are real `consumer_runtime` processes: the rebalances are counted from their own
+counters (`/status` rebalances), as in production. Their Spark runs through the session's
+Connect server, so that a member is a Python process that starts in seconds; the subject is the
+operator's reading of the group, not the members' Spark.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer
+
+from staticfleet_dev.kafka import KafkaBroker
+from staticfleet_dev.spark_connect import ConnectServer
+from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import wait_for
+from tests.integration.support import consumer_group, patch_cg, ready_and_stable, summary
+from tests.support import unique
+
+pytestmark = pytest.mark.integration
+
+CAUSE_METRIC = "staticfleet_rebalances_by_cause_total"
+TOTAL_METRIC = "staticfleet_rebalances_total"
+
+
+class ForeignConsumer:
+    """A plain consumer of the group's group.id (no group.instance.id: a dynamic member),
+    polled in a thread of its own so that it stays in the group until `close`."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                  "session.timeout.ms": 10000, "log_level": 3})
+        self.consumer.subscribe([topic])
+        self.assigned: list[Any] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            self.consumer.poll(0.2)
+            self.assigned = list(self.consumer.assignment())
+
+    def close(self) -> None:
+        """Leave the group (LeaveGroup) and stop."""
+        self.stopping.set()
+        self.thread.join(10)
+        self.consumer.close()
+
+
+@pytest.fixture
+def foreign() -> Iterator[list[ForeignConsumer]]:
+    made: list[ForeignConsumer] = []
+    yield made
+    for consumer in made:
+        if not consumer.stopping.is_set():
+            consumer.close()
+
+
+def ledger(kubeconfig: Path, namespace: str, name: str) -> dict[str, Any]:
+    return dict((groups.get(kubeconfig, namespace, name).get("status") or {}).get(
+        "rebalanceLedger") or {})
+
+
+def causes(kubeconfig: Path, namespace: str, name: str) -> list[str]:
+    return [e["cause"] for e in ledger(kubeconfig, namespace, name).get("recent") or ()]
+
+
+def counted(operator: OperatorProcess, metric: str, namespace: str,
+            name: str) -> dict[str, float]:
+    """The operator's series of `metric` for the group, by cause ("" without one)."""
+    out = {}
+    for line in operator.metrics().splitlines():
+        if (line.startswith(metric + "{") and f'namespace="{namespace}"' in line
+                and f'group="{name}"' in line):
+            cause = re.search(r'cause="([^"]*)"', line)
+            out[cause.group(1) if cause else ""] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalances(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        make_topic: Callable[..., str], spark_connect: ConnectServer,
+        foreign: list[ForeignConsumer]) -> None:
+    topic = make_topic("ledger", 4)
+    name = unique("ledger")
+    cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2,
+                        connect_url=spark_connect.url)
+    cg["spec"]["membership"]["timeouts"] = {"sessionTimeoutMs": 10000}
+    groups.apply(kubeconfig, namespace, cg)
+    wait_for("Ready with 2 members", lambda: ready_and_stable(kubeconfig, namespace, name, 2),
+             timeout=240, interval=1, describe=lambda: summary(kubeconfig, namespace, name))
+    # The group forming (the second member joining) is the operator's own: scale (Create).
+    wait_for("every rebalance so far given its cause", lambda: not ledger(
+        kubeconfig, namespace, name).get("pending"), timeout=60, interval=1)
+    formed = causes(kubeconfig, namespace, name)
+    assert set(formed) <= {"scale"}, formed
+
+    # 1: a plain consumer with the group's group.id joins: its rebalance is foreign_member.
+    joining = ForeignConsumer(kafka.bootstrap, name, topic)
+    foreign.append(joining)
+    wait_for("the foreign consumer assigned", lambda: joining.assigned, timeout=60)
+    recent = wait_for("a rebalance given the cause foreign_member", lambda: (
+        r if "foreign_member" in (r := causes(kubeconfig, namespace, name))[len(formed):]
+        else None), timeout=90, interval=1,
+        describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
+    entry = next(e for e in ledger(kubeconfig, namespace, name)["recent"][len(formed):]
+                 if e["cause"] == "foreign_member")
+    assert "joined the group" in entry["evidence"] and "instance id none" in entry["evidence"]
+    warnings = wait_for("a ForeignMember Event", lambda: groups.events(
+        kubeconfig, namespace, name, "ForeignMember"), timeout=30)
+    assert warnings[0]["type"] == "Warning"
+    assert f"group.id {name}" in warnings[0]["message"]
+
+    # 2: it leaves (LeaveGroup): that rebalance is its too.
+    joined = len(recent)
+    joining.close()
+    wait_for("the rebalance of its leave given the cause foreign_member", lambda: (
+        "foreign_member" in causes(kubeconfig, namespace, name)[joined:]), timeout=90,
+        interval=1, describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
+    left = next(e for e in ledger(kubeconfig, namespace, name)["recent"][joined:]
+                if e["cause"] == "foreign_member")
+    assert "left the group" in left["evidence"]
+
+    # 3: 2 -> 3 members: the new member's join is scale.
+    before = len(causes(kubeconfig, namespace, name))
+    patch_cg(kubeconfig, namespace, name, {"spec": {"replicas": 3}})
+    wait_for("Ready with 3 members", lambda: ready_and_stable(kubeconfig, namespace, name, 3),
+             timeout=240, interval=1, describe=lambda: summary(kubeconfig, namespace, name))
+    wait_for("the scale-up's rebalance given the cause scale", lambda: (
+        "scale" in causes(kubeconfig, namespace, name)[before:]), timeout=90, interval=1,
+        describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
+
+    # Nothing unknown: in the status, in the metric, as an Event; and once none is pending,
+    # the counts by cause add up to the operator's total.
+    final = wait_for("no rebalance waiting for its cause", lambda: (
+        lg if not (lg := ledger(kubeconfig, namespace, name)).get("pending") else None),
+        timeout=60, interval=1)
+    assert "unknown" not in [e["cause"] for e in final["recent"]], final
+    assert isinstance(final.get("coordinator"), int), "the batched reads' coordinator, kept"
+    assert groups.events(kubeconfig, namespace, name, "RebalanceUnexplained") == []
+    by_cause = counted(operator, CAUSE_METRIC, namespace, name)
+    total = counted(operator, TOTAL_METRIC, namespace, name)[""]
+    assert by_cause["unknown"] == 0, by_cause
+    assert by_cause["foreign_member"] >= 2 and by_cause["scale"] >= 1, by_cause
+    assert sum(by_cause.values()) == total == final["recent"][-1]["rebalance"], (by_cause,
+                                                                                  total, final)
