@@ -1,9 +1,12 @@
 """The rebalance ledger against the real broker, the real API server, the local node and the
 session's operator (issue 38, item 1): a plain confluent-kafka consumer that joins the group
-with its group.id and leaves it is the cause `foreign_member` of the two rebalances it makes, a
-scale-up the cause `scale` of its; each shows in `status.rebalanceLedger.recent`, in
+with its group.id and leaves it is the cause `foreign_member` of the two rebalances it makes; a
+member whose process is frozen (SIGSTOP) past its session timeout and then goes on is the cause
+`member_timeout` of the rebalances its eviction and its return make; a scale-up the cause
+`scale` of its. Each shows in `status.rebalanceLedger.recent`, in
 `staticfleet_rebalances_by_cause_total` and (the foreign one) as a Warning Event, and no
-rebalance is `unknown`.
+rebalance is `unknown`. A KIP-848 member killed with SIGKILL, fenced once its dead process's
+session ran out, is the cause `member_crash` of the epoch bump that moved its partitions.
 
 The members are real `consumer_runtime` processes: the rebalances are counted from their own
 counters (`/status` rebalances), as in production. Their Spark runs through the session's
@@ -13,8 +16,11 @@ operator's reading of the group, not the members' Spark.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,11 +33,13 @@ from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
+from tests.e2e.support import member_process
 from tests.integration.support import consumer_group, patch_cg, ready_and_stable, summary
 from tests.support import unique
 
 pytestmark = pytest.mark.integration
 
+SESSION_S = 10
 CAUSE_METRIC = "staticfleet_rebalances_by_cause_total"
 TOTAL_METRIC = "staticfleet_rebalances_total"
 
@@ -99,7 +107,7 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
     name = unique("ledger")
     cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2,
                         connect_url=spark_connect.url)
-    cg["spec"]["membership"]["timeouts"] = {"sessionTimeoutMs": 10000}
+    cg["spec"]["membership"]["timeouts"] = {"sessionTimeoutMs": SESSION_S * 1000}
     groups.apply(kubeconfig, namespace, cg)
     wait_for("Ready with 2 members", lambda: ready_and_stable(kubeconfig, namespace, name, 2),
              timeout=240, interval=1, describe=lambda: summary(kubeconfig, namespace, name))
@@ -135,7 +143,30 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
                 if e["cause"] == "foreign_member")
     assert "left the group" in left["evidence"]
 
-    # 3: 2 -> 3 members: the new member's join is scale.
+    # 3: member 1's process frozen past its session timeout: the broker evicts it (a
+    #    rebalance), and it joins again as a new member when it goes on (another). Its
+    #    container never restarts: no crash, a timeout. (Before the scale-up: a rebalance
+    #    within a planned scale change's window is the scale change's.)
+    wait_for("no rebalance waiting for its cause", lambda: not ledger(
+        kubeconfig, namespace, name).get("pending"), timeout=60, interval=1)
+    frozen = len(causes(kubeconfig, namespace, name))
+    pid, _ = member_process(namespace, f"{name}-1")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(SESSION_S + 6)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for("the eviction's rebalance given the cause member_timeout", lambda: (
+        "member_timeout" in causes(kubeconfig, namespace, name)[frozen:]), timeout=90,
+        interval=1, describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
+    wait_for("Ready with 2 members again", lambda: ready_and_stable(
+        kubeconfig, namespace, name, 2), timeout=120, interval=1,
+        describe=lambda: summary(kubeconfig, namespace, name))
+    timed_out = next(e for e in ledger(kubeconfig, namespace, name)["recent"][frozen:]
+                     if e["cause"] == "member_timeout")
+    assert f"instance id {name}-1" in timed_out["evidence"], timed_out
+
+    # 4: 2 -> 3 members: the new member's join is scale.
     before = len(causes(kubeconfig, namespace, name))
     patch_cg(kubeconfig, namespace, name, {"spec": {"replicas": 3}})
     wait_for("Ready with 3 members", lambda: ready_and_stable(kubeconfig, namespace, name, 3),
@@ -156,5 +187,48 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
     total = counted(operator, TOTAL_METRIC, namespace, name)[""]
     assert by_cause["unknown"] == 0, by_cause
     assert by_cause["foreign_member"] >= 2 and by_cause["scale"] >= 1, by_cause
+    assert by_cause["member_timeout"] >= 1, by_cause
     assert sum(by_cause.values()) == total == final["recent"][-1]["rebalance"], (by_cause,
                                                                                   total, final)
+
+
+def test_a_kip848_member_killed_and_fenced_past_its_session_timeout_is_a_member_crash(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
+        make_topic: Callable[..., str], spark_connect: ConnectServer) -> None:
+    """kill -9 of a KIP-848 member: its container restarts in place at once, but the broker
+    holds its instance id for the dead process until that one's session runs out, then fences
+    it with a new group epoch that moves its partitions (a rebalance). The member pod's
+    containerStatuses say it was killed: member_crash, with the group epoch."""
+    topic = make_topic("ledger848", 4)
+    name = unique("ledger848")
+    cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2,
+                        connect_url=spark_connect.url)
+    cg["spec"]["membership"]["protocol"] = "consumer"
+    cg["spec"]["membership"]["timeouts"] = {"sessionTimeoutMs": SESSION_S * 1000}
+    groups.apply(kubeconfig, namespace, cg)
+    wait_for("Ready with 2 members", lambda: ready_and_stable(kubeconfig, namespace, name, 2),
+             timeout=240, interval=1, describe=lambda: summary(kubeconfig, namespace, name))
+    wait_for("every rebalance so far given its cause", lambda: not ledger(
+        kubeconfig, namespace, name).get("pending"), timeout=60, interval=1)
+    formed = causes(kubeconfig, namespace, name)
+    assert set(formed) <= {"scale"}, formed
+
+    pid, _ = member_process(namespace, f"{name}-1")
+    os.kill(pid, signal.SIGKILL)
+    wait_for("the fence's rebalance given the cause member_crash", lambda: (
+        "member_crash" in causes(kubeconfig, namespace, name)[len(formed):]),
+        timeout=SESSION_S + 90, interval=1,
+        describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
+    crashed = next(e for e in ledger(kubeconfig, namespace, name)["recent"][len(formed):]
+                   if e["cause"] == "member_crash")
+    assert crashed["evidence"].startswith(f"member 1 (pod {name}-1) exited: killed by SIGKILL")
+    assert isinstance(crashed.get("epoch"), int) and crashed["epoch"] > 0, crashed
+    wait_for("Ready with 2 members again", lambda: ready_and_stable(
+        kubeconfig, namespace, name, 2), timeout=120, interval=1,
+        describe=lambda: summary(kubeconfig, namespace, name))
+    final = wait_for("no rebalance waiting for its cause", lambda: (
+        lg if not (lg := ledger(kubeconfig, namespace, name)).get("pending") else None),
+        timeout=60, interval=1)
+    assert set(e["cause"] for e in final["recent"]) <= {"scale", "member_crash"}, final
+    by_cause = counted(operator, CAUSE_METRIC, namespace, name)
+    assert by_cause["member_crash"] >= 1 and by_cause["unknown"] == 0, by_cause

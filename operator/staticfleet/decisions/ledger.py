@@ -158,8 +158,10 @@ def book(snap: Snapshot, spec: ConsumerGroupSpec, group: GroupView, seen: pl.Exp
                         crashes=crashes(snap.pods), planned_scale=scale, planned_rejoin=rejoin,
                         rollout=rollout_evidence(rollout, now, window_s))
     decided, waiting, signs = decide((*ledger.pending, *counted), evidence)
-    ledger = replace(ledger, recent=(*ledger.recent, *decided)[-RECENT:], pending=waiting,
-                     signs=signs)
+    # In the order they were counted: one that waited for its evidence goes before those
+    # counted after it.
+    recent = sorted((*ledger.recent, *decided), key=lambda e: e.rebalance)
+    ledger = replace(ledger, recent=tuple(recent[-RECENT:]), pending=waiting, signs=signs)
     # 5: what shows.
     wait = min((SETTLE_S - (now - e.time).total_seconds() for e in waiting), default=None)
     return Booked(ledger, Counter(e.cause for e in decided if e.cause is not None),

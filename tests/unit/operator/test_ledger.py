@@ -284,3 +284,14 @@ def test_two_foreign_members_two_rebalances_each_its_own() -> None:
     assert [(cause, said.split(" joined")[0]) for _, cause, said in decided] == [
         (ca.FOREIGN_MEMBER, "member a"), (ca.FOREIGN_MEMBER, "member b")]
     assert left == ()
+
+
+def test_evidence_goes_to_the_oldest_rebalance_waiting_and_the_ledger_stays_in_order() -> None:
+    pods, status = settled(CG)
+    _, status = one_pass(CG, pods, status, counter=1, at_s=10)
+    _, status = one_pass(CG, pods, status, counter=2, extra=(FOREIGN,), at_s=20)
+    assert [(e["rebalance"], e["cause"]) for e in recent(status)] == [(1, ca.FOREIGN_MEMBER)]
+    assert [e["rebalance"] for e in status[lg.KEY]["pending"]] == [2]
+    _, status = one_pass(CG, pods, status, counter=2, extra=(FOREIGN,), at_s=50)
+    assert [(e["rebalance"], e["cause"]) for e in recent(status)] == [
+        (1, ca.FOREIGN_MEMBER), (2, ca.UNKNOWN)]
