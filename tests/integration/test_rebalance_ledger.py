@@ -5,8 +5,10 @@ member whose process is frozen (SIGSTOP) past its session timeout and then goes 
 `member_timeout` of the rebalances its eviction and its return make; a scale-up the cause
 `scale` of its. Each shows in `status.rebalanceLedger.recent`, in
 `staticfleet_rebalances_by_cause_total` and (the foreign one) as a Warning Event, and no
-rebalance is `unknown`. A KIP-848 member killed with SIGKILL, fenced once its dead process's
-session ran out, is the cause `member_crash` of the epoch bump that moved its partitions.
+rebalance is `unknown`. A member that hangs past its session timeout and is then killed
+(SIGKILL) is the cause `member_crash` of the rebalance its restarted process's join makes. In a
+KIP-848 group, a foreign consumer's join and leave are `foreign_member`, each entry with the
+group epoch.
 
 The members are real `consumer_runtime` processes: the rebalances are counted from their own
 counters (`/status` rebalances), as in production. Their Spark runs through the session's
@@ -16,6 +18,7 @@ operator's reading of the group, not the members' Spark.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -48,9 +51,15 @@ class ForeignConsumer:
     """A plain consumer of the group's group.id (no group.instance.id: a dynamic member),
     polled in a thread of its own so that it stays in the group until `close`."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                  "session.timeout.ms": 10000, "log_level": 3})
+    def __init__(self, bootstrap: str, group: str, topic: str,
+                 protocol: str = "classic") -> None:
+        conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
+                                "log_level": 3}
+        if protocol == "consumer":
+            conf["group.protocol"] = "consumer"
+        else:
+            conf["session.timeout.ms"] = 10000
+        self.consumer = Consumer(conf)
         self.consumer.subscribe([topic])
         self.assigned: list[Any] = []
         self.stopping = threading.Event()
@@ -166,7 +175,29 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
                      if e["cause"] == "member_timeout")
     assert f"instance id {name}-1" in timed_out["evidence"], timed_out
 
-    # 4: 2 -> 3 members: the new member's join is scale.
+    # 4: member 0's process hangs past its session timeout (evicted: a rebalance, a timeout
+    #    while its process is alive) and is then killed (SIGKILL, as a liveness probe or a
+    #    person would): its container restarts in place and joins as a new member, a
+    #    rebalance whose cause is the crash its containerStatuses show.
+    wait_for("no rebalance waiting for its cause", lambda: not ledger(
+        kubeconfig, namespace, name).get("pending"), timeout=60, interval=1)
+    hung = len(causes(kubeconfig, namespace, name))
+    pid, _ = member_process(namespace, f"{name}-0")
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(SESSION_S + 6)
+    os.kill(pid, signal.SIGKILL)
+    wait_for("the rejoin's rebalance given the cause member_crash", lambda: (
+        "member_crash" in causes(kubeconfig, namespace, name)[hung:]), timeout=120,
+        interval=1, describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
+    crashed = next(e for e in ledger(kubeconfig, namespace, name)["recent"][hung:]
+                   if e["cause"] == "member_crash")
+    assert re.match(rf"member 0 \(pod {name}-0\) exited at [-0-9T:]+Z: killed by SIGKILL",
+                    crashed["evidence"]), crashed
+    wait_for("Ready with 2 members again", lambda: ready_and_stable(
+        kubeconfig, namespace, name, 2), timeout=120, interval=1,
+        describe=lambda: summary(kubeconfig, namespace, name))
+
+    # 5: 2 -> 3 members: the new member's join is scale.
     before = len(causes(kubeconfig, namespace, name))
     patch_cg(kubeconfig, namespace, name, {"spec": {"replicas": 3}})
     wait_for("Ready with 3 members", lambda: ready_and_stable(kubeconfig, namespace, name, 3),
@@ -180,6 +211,7 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
     final = wait_for("no rebalance waiting for its cause", lambda: (
         lg if not (lg := ledger(kubeconfig, namespace, name)).get("pending") else None),
         timeout=60, interval=1)
+    print("ledger:", json.dumps(final, indent=1))
     assert "unknown" not in [e["cause"] for e in final["recent"]], final
     assert isinstance(final.get("coordinator"), int), "the batched reads' coordinator, kept"
     assert groups.events(kubeconfig, namespace, name, "RebalanceUnexplained") == []
@@ -187,48 +219,53 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
     total = counted(operator, TOTAL_METRIC, namespace, name)[""]
     assert by_cause["unknown"] == 0, by_cause
     assert by_cause["foreign_member"] >= 2 and by_cause["scale"] >= 1, by_cause
-    assert by_cause["member_timeout"] >= 1, by_cause
+    assert by_cause["member_timeout"] >= 1 and by_cause["member_crash"] >= 1, by_cause
     assert sum(by_cause.values()) == total == final["recent"][-1]["rebalance"], (by_cause,
                                                                                   total, final)
 
 
-def test_a_kip848_member_killed_and_fenced_past_its_session_timeout_is_a_member_crash(
+def test_a_foreign_consumer_of_a_kip848_group_is_the_cause_with_the_group_epoch(
         operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
-        make_topic: Callable[..., str], spark_connect: ConnectServer) -> None:
-    """kill -9 of a KIP-848 member: its container restarts in place at once, but the broker
-    holds its instance id for the dead process until that one's session runs out, then fences
-    it with a new group epoch that moves its partitions (a rebalance). The member pod's
-    containerStatuses say it was killed: member_crash, with the group epoch."""
+        make_topic: Callable[..., str], spark_connect: ConnectServer,
+        foreign: list[ForeignConsumer]) -> None:
+    """A KIP-848 group (protocol consumer): a consumer of the same protocol joins it with its
+    group.id and leaves. Its join bumps the group epoch and takes partitions from the members
+    (their assign callbacks count it); its leave gives them back. Both are foreign_member, each
+    entry with the group epoch the describe read."""
     topic = make_topic("ledger848", 4)
     name = unique("ledger848")
     cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2,
                         connect_url=spark_connect.url)
     cg["spec"]["membership"]["protocol"] = "consumer"
-    cg["spec"]["membership"]["timeouts"] = {"sessionTimeoutMs": SESSION_S * 1000}
+    cg["spec"]["membership"].pop("assignmentStrategy", None)  # the broker assigns (KIP-848)
     groups.apply(kubeconfig, namespace, cg)
     wait_for("Ready with 2 members", lambda: ready_and_stable(kubeconfig, namespace, name, 2),
              timeout=240, interval=1, describe=lambda: summary(kubeconfig, namespace, name))
     wait_for("every rebalance so far given its cause", lambda: not ledger(
         kubeconfig, namespace, name).get("pending"), timeout=60, interval=1)
-    formed = causes(kubeconfig, namespace, name)
-    assert set(formed) <= {"scale"}, formed
+    formed = ledger(kubeconfig, namespace, name)["recent"]
+    assert {e["cause"] for e in formed} <= {"scale"}, formed
 
-    pid, _ = member_process(namespace, f"{name}-1")
-    os.kill(pid, signal.SIGKILL)
-    wait_for("the fence's rebalance given the cause member_crash", lambda: (
-        "member_crash" in causes(kubeconfig, namespace, name)[len(formed):]),
-        timeout=SESSION_S + 90, interval=1,
-        describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
-    crashed = next(e for e in ledger(kubeconfig, namespace, name)["recent"][len(formed):]
-                   if e["cause"] == "member_crash")
-    assert crashed["evidence"].startswith(f"member 1 (pod {name}-1) exited: killed by SIGKILL")
-    assert isinstance(crashed.get("epoch"), int) and crashed["epoch"] > 0, crashed
-    wait_for("Ready with 2 members again", lambda: ready_and_stable(
-        kubeconfig, namespace, name, 2), timeout=120, interval=1,
-        describe=lambda: summary(kubeconfig, namespace, name))
+    joining = ForeignConsumer(kafka.bootstrap, name, topic, protocol="consumer")
+    foreign.append(joining)
+    wait_for("the foreign consumer assigned", lambda: joining.assigned, timeout=60)
+    wait_for("its join's rebalance given the cause foreign_member", lambda: (
+        "foreign_member" in causes(kubeconfig, namespace, name)[len(formed):]), timeout=90,
+        interval=1, describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
+    joined = len(causes(kubeconfig, namespace, name))
+    joining.close()
+    wait_for("its leave's rebalance given the cause foreign_member", lambda: (
+        "foreign_member" in causes(kubeconfig, namespace, name)[joined:]), timeout=90,
+        interval=1, describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
     final = wait_for("no rebalance waiting for its cause", lambda: (
         lg if not (lg := ledger(kubeconfig, namespace, name)).get("pending") else None),
         timeout=60, interval=1)
-    assert set(e["cause"] for e in final["recent"]) <= {"scale", "member_crash"}, final
+    print("ledger:", json.dumps(final, indent=1))
+    entries = [e for e in final["recent"][len(formed):] if e["cause"] == "foreign_member"]
+    assert len(entries) >= 2, final
+    epochs = [e.get("epoch") for e in final["recent"]]
+    assert all(isinstance(x, int) for x in epochs), final
+    assert epochs == sorted(epochs) and epochs[-1] > max(e["epoch"] for e in formed), final
+    assert {e["cause"] for e in final["recent"]} <= {"scale", "foreign_member"}, final
     by_cause = counted(operator, CAUSE_METRIC, namespace, name)
-    assert by_cause["member_crash"] >= 1 and by_cause["unknown"] == 0, by_cause
+    assert by_cause["foreign_member"] >= 2 and by_cause["unknown"] == 0, by_cause

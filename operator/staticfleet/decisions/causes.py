@@ -86,6 +86,7 @@ class Crash:
     at: datetime | None
     """When the container exited (None: the pod ended, with no exit time)."""
     account: str
+    """How: the exit (`killed by SIGKILL (exit code 137)...`) or why the pod ended."""
 
 
 @dataclass(frozen=True)
@@ -150,9 +151,9 @@ def member_crash(ev: Evidence) -> Quote | None:
     if not crashes:
         return None
     first = crashes[0]
-    when = f" at {rfc3339(first.at)}" if first.at is not None else ""
+    what = f"exited at {rfc3339(first.at)}" if first.at is not None else "ended"
     more = f" (and {len(crashes) - 1} more member(s))" if len(crashes) > 1 else ""
-    return Quote(f"member {first.ordinal} (pod {first.pod}) {first.account}{when}{more}")
+    return Quote(f"member {first.ordinal} (pod {first.pod}) {what}: {first.account}{more}")
 
 
 def rollout(ev: Evidence) -> Quote | None:

@@ -332,7 +332,7 @@ def crashes(pods: Iterable[Mapping[str, Any]]) -> tuple[Crash, ...]:
         if ordinal is None or meta.get("deletionTimestamp"):
             continue
         if pod_ended(pod):
-            out.append(Crash(ordinal, meta["name"], None, f"ended: {ended_reason(pod)}"))
+            out.append(Crash(ordinal, meta["name"], None, ended_reason(pod)))
             continue
         for cs in (pod.get("status") or {}).get("containerStatuses") or ():
             if cs.get("name") != MEMBER_CONTAINER:
@@ -345,7 +345,7 @@ def crashes(pods: Iterable[Mapping[str, Any]]) -> tuple[Crash, ...]:
                                       str(term.get("reason") or ""))
                     out.append(Crash(ordinal, meta["name"],
                                      c.parse_rfc3339(str(term["finishedAt"])),
-                                     f"exited: {failure.account()}"))
+                                     failure.account()))
                     break
     return tuple(sorted(out, key=lambda x: x.ordinal))
 

@@ -31,8 +31,8 @@ GAP = Sign(ca.BROKERS_UNANSWERED, NOW - timedelta(seconds=20),
            "the group's describe failed (CoordinatorMoving)")
 LEFT = Sign(ca.MEMBER_LEFT, NOW - timedelta(seconds=30),
             "member 1 (instance id orders-1) left the group")
-CRASH = Crash(1, "orders-1", NOW - timedelta(seconds=50), "exited: killed by SIGKILL")
-ENDED = Crash(2, "orders-2", None, "ended: Failed (Evicted)")
+CRASH = Crash(1, "orders-1", NOW - timedelta(seconds=50), "killed by SIGKILL")
+ENDED = Crash(2, "orders-2", None, "Failed (Evicted)")
 SCALE = "the operator's planned rebalance ScaleUp (members [3])"
 REJOIN = "the operator's planned rebalance UnassignedPartitions (members [0])"
 ROLLOUT = "the rollout to revision abc (Rolling) restarts members [2]"
@@ -106,7 +106,9 @@ def test_a_pod_that_ended_explains_for_as_long_as_it_is_there() -> None:
 def test_each_rule_quotes_its_evidence() -> None:
     for kinds, quoted in [(("foreign joined",), FOREIGN.says), (("scale",), SCALE),
                           (("coordinator moved",), MOVED.says), (("brokers unanswered",), GAP.says),
-                          (("crash",), "member 1 (pod orders-1) exited: killed by SIGKILL"),
+                          (("crash",), "member 1 (pod orders-1) exited at "
+                                       "2026-01-01T11:59:10Z: killed by SIGKILL"),
+                          (("pod ended",), "member 2 (pod orders-2) ended: Failed (Evicted)"),
                           (("rollout",), ROLLOUT), (("member left",), LEFT.says)]:
         found = ca.attribute(evidence(*kinds))
         assert found is not None and quoted in found[1].evidence, (kinds, found)

@@ -172,7 +172,9 @@ def test_a_member_container_that_was_killed_is_the_cause(finished_s_ago: float,
         return
     [entry] = recent(status)
     assert entry["cause"] == cause
-    assert entry["evidence"].startswith("member 1 (pod orders-1) exited: killed by SIGKILL")
+    assert entry["evidence"].startswith(
+        "member 1 (pod orders-1) exited at 2026-01-01T11:59:10Z: killed by SIGKILL (exit code "
+        "137)")
 
 
 def test_a_member_back_under_a_new_member_id_unasked_timed_out() -> None:
