@@ -12,7 +12,11 @@ out, each between batches, on the loop's thread:
   the coordinator (consumer_runtime/staticleave.py, kafka-python's client, imported when a leave
   or a drain first needs one), the client warmed while the batch in flight finishes;
 - a join the broker refuses for now (UNRELEASED_INSTANCE_ID, `_join_refused`): give up the
-  consumer and try a new one after a back-off (`_wait_to_join`).
+  consumer and try a new one after a back-off (`_wait_to_join`);
+- at the start of a KIP-848 static member, the release of the member id an earlier process of its
+  pod recorded and left registered (`_release_predecessor`, consumer_runtime/predecessor.py),
+  with the same static leave, so that the join is not refused in the first place; every
+  assignment records the member id for the next process (`_entered`).
 
 The broker's view of the group is `_group_view` (consumer_runtime/groupview.py), which the unit
 tests (tests/unit/runtime/test_member.py) replace with a scripted one.
@@ -36,9 +40,10 @@ from consumer_runtime.membership import (
     leave_subscription,
 )
 from consumer_runtime.metrics import Telemetry
+from consumer_runtime.predecessor import RELEASE_S, MemberIdFile
 from consumer_runtime.records import TopicPartition as TP
 from consumer_runtime.steering import Requests
-from member_contract import LEAVE_LEFT, LEAVE_UNCONFIRMED
+from member_contract import LEAVE_GONE, LEAVE_LEFT, LEAVE_TAKEN, LEAVE_UNCONFIRMED
 
 if TYPE_CHECKING:  # kafka-python's clients, imported when a leave or a drain first needs one
     from consumer_runtime.groupview import GroupView
@@ -74,6 +79,23 @@ def _log_leave(result: LeaveResult, instance_id: str) -> None:
                  result.detail)
 
 
+def _log_release(result: LeaveResult, member_id: str, instance_id: str) -> None:
+    """One line on the release of an earlier process's member id (`_release_predecessor`)."""
+    said = (f"member id {member_id} of an earlier process of this pod: static leave "
+            f"{result.outcome} after {result.seconds:.3f} s and {result.tries} "
+            f"{'try' if result.tries == 1 else 'tries'}")
+    if result.outcome == LEAVE_LEFT:
+        log.info("%s: instance id %s released; joining in its place, with its assignment",
+                 said, instance_id)
+    elif result.outcome in (LEAVE_GONE, LEAVE_TAKEN):
+        log.info("%s (%s): %s; nothing released, joining as usual", said, result.detail,
+                 "the group does not know it" if result.outcome == LEAVE_GONE
+                 else f"another member holds instance id {instance_id}")
+    else:
+        log.warning("%s (%s): joining as usual, refused until its session times out if it is "
+                    "still registered", said, result.detail or "no answer")
+
+
 class Leaving:
     """The poll loop's ways out of the group and back in, and their state; `Member` inherits
     them and sets the loop's state they share (below) in its constructor."""
@@ -96,7 +118,10 @@ class Leaving:
         def _on_lost(self, consumer: Consumer | None,
                      partitions: list[TopicPartition]) -> None: ...
 
-    def __init__(self) -> None:
+    def __init__(self, member_ids: MemberIdFile | None = None) -> None:
+        self.member_ids = member_ids
+        """Where this KIP-848 static member records its member id for the next process of its
+        pod, and finds the one an earlier process left (None: classic, dynamic, run by hand)."""
         self.left = False
         self.drained_member_id = ""
         self.drain_ends_at = 0.0
@@ -188,6 +213,34 @@ class Leaving:
         client.close()  # the next drain or stop warms a new one
         self.telemetry.static_leave_confirmed(result.as_status())
         _log_leave(result, self.config.group_instance_id or "")
+
+    # -- a crashed predecessor's member id, released at the start (predecessor.py) --------------
+
+    def _release_predecessor(self) -> None:
+        """Before the first subscribe: release the member id an earlier process of this pod
+        recorded (a KIP-848 static member killed without a leave) with the static leave, so
+        that this process takes the instance id over at once instead of being refused until
+        that member's session times out. Whatever the coordinator answers, the join follows."""
+        ids = self.member_ids
+        member_id = ids.predecessor() if ids is not None else None
+        if not member_id:
+            return
+        client = self._static_leave()
+        if client is None:
+            return
+        instance_id = self.config.group_instance_id or ""
+        result = client.confirm(member_id, instance_id, self.clock() + RELEASE_S)
+        client.close()
+        self.telemetry.predecessor_released(result.outcome)
+        _log_release(result, member_id, instance_id)
+
+    def _entered(self, member_id: str) -> None:
+        """Assigned as `member_id`: a close of this consumer is a leave the coordinator must
+        see (`entered_member_id`), and a KIP-848 static member records it for the next process
+        of its pod, on every assignment."""
+        self.entered_member_id = member_id
+        if self.member_ids is not None:
+            self.member_ids.write(member_id)
 
     # -- a join the broker refuses for now (UNRELEASED_INSTANCE_ID) ------------------------------
 

@@ -25,6 +25,7 @@ from consumer_runtime.control import TokenFile
 from consumer_runtime.http import serve
 from consumer_runtime.member import Member
 from consumer_runtime.metrics import Telemetry
+from consumer_runtime.predecessor import MemberIdFile
 from consumer_runtime.processing import BatchProcessor
 from consumer_runtime.records import Batch
 from consumer_runtime.sinks import DeadLetters, Sink, build_dead_letters, build_sink
@@ -115,7 +116,8 @@ def main(env: Mapping[str, str] | None = None) -> int:
     try:
         member = Member(config, telemetry, processor.handle, ready=spark.done,
                         startup_check=lambda: spark.exception(0) if spark.done() else None,
-                        timeline=timeline, prepare=lambda n, batch: _prepare(spark, n, batch))
+                        timeline=timeline, prepare=lambda n, batch: _prepare(spark, n, batch),
+                        member_ids=MemberIdFile.for_member(env, config))
         telemetry.consumer_made(time.monotonic())
     except KafkaException as exc:
         _last_words(env, f"consumer_runtime: configuration refused: consumer: librdkafka "

@@ -2,27 +2,25 @@
 
 One batch is processed at a time, in a worker thread, while this loop keeps calling the consumer:
 it gathers the next batch meanwhile, and the one after it (buffer.DEPTH), and once both are full,
-waits up to HOLD_UNPAUSED_S for the worker, then pauses the assigned partitions and goes on
-polling (which fetches nothing but serves callbacks and keeps `max.poll.interval.ms` satisfied)
-until the worker is done. When the worker is done, the loop hands over the next batch if it is
-due, commits the finished batch's offsets synchronously and resumes the partitions. Every
-consumer call happens on this thread. The stages are timed (consumer_runtime/timeline.py).
+waits up to HOLD_UNPAUSED_S for the worker, then pauses the assigned partitions and goes on polling
+(which fetches nothing but serves callbacks and keeps `max.poll.interval.ms` satisfied) until the
+worker is done. Then the loop hands over the next batch if it is due, commits the finished batch's
+offsets synchronously and resumes the partitions. All consumer calls are on this thread; stages
+are timed (timeline.py).
 
-The operator steers the loop through its requests (stop, leave, rejoin, drain and, for a
-standby, activate), each carried out only between batches: the batch in flight finishes and is
-committed first, with the partitions paused. consumer_runtime/steering.py says what each request
-means and when it is taken. The ways out of the group and back in (the leave, the drain and its
-hold, a KIP-848 member's static leave, a join the broker refuses for now) are the mixin
-`Leaving` (consumer_runtime/leaving.py) that `Member` inherits. A drained process whose
-replacement holds its instance id ends the loop (`replaced`); main.py leaves word for a restart
-of the container to stay out.
+The operator steers the loop through its requests (stop, leave, rejoin, drain and, for a standby,
+activate), each carried out only between batches, after the batch in flight is committed, with the
+partitions paused (consumer_runtime/steering.py). The ways out of the group and back in (the leave,
+the drain and its hold, a KIP-848 member's static leave and its release of a crashed predecessor's
+member id, a join the broker refuses for now) are the mixin `Leaving` (consumer_runtime/leaving.py)
+that `Member` inherits. A drained process whose replacement holds its instance id ends the loop
+(`replaced`); main.py leaves word for a restart to stay out.
 
-What the stall detector needs to tell a long batch from a hang is reported per batch and per
-change, never per record: the batch in flight (`Telemetry.batch_started`), the partitions paused
-for the work held (`Telemetry.paused_for_work`), and every poll (`lastPollAt`).
-
-Time is the loop's `clock` and its idle waits are `rest`, both arguments, so the unit tests
-(tests/unit/runtime/test_member.py) drive the lifecycle with a scripted consumer.
+The stall detector's needs are reported per batch and per change, never per record: the batch in
+flight (`Telemetry.batch_started`), the partitions paused for the work held
+(`Telemetry.paused_for_work`), and every poll (`lastPollAt`). Time is the loop's `clock` and its
+idle waits are `rest`, both arguments, so the unit tests (tests/unit/runtime/test_member.py) drive
+the lifecycle with a scripted consumer.
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ from consumer_runtime.membership import (
     is_unreleased_instance_id,
 )
 from consumer_runtime.metrics import Telemetry
+from consumer_runtime.predecessor import MemberIdFile
 from consumer_runtime.processing import Outcome
 from consumer_runtime.records import Batch, next_offsets
 from consumer_runtime.records import TopicPartition as TP
@@ -93,18 +92,19 @@ class Member(Leaving):
                  handle: Callable[[int, Batch], Outcome],
                  ready: Callable[[], bool] = lambda: True,
                  startup_check: Callable[[], BaseException | None] = lambda: None,
-                 timeline: Timeline | None = None,
-                 clock: Callable[[], float] = time.monotonic,
+                 timeline: Timeline | None = None, clock: Callable[[], float] = time.monotonic,
                  rest: Callable[[float], object] | None = None,
-                 prepare: Callable[[int, Batch], object] | None = None) -> None:
+                 prepare: Callable[[int, Batch], object] | None = None,
+                 member_ids: MemberIdFile | None = None) -> None:
         """`handle` processes one batch (in the worker). No batch is handed over before `ready()`
         (Spark started), so a revoke never waits for Spark's start; `startup_check` reports a
         failed start so the member stops instead of idling. `timeline` times the loop's stages.
         `clock`: monotonic seconds; `rest(s)`: wait up to s seconds with nothing to do (by
         default until a stop request comes, at most s). `prepare(batch_id, batch)` is told of
         the next batch as soon as it is due while the worker is still busy (`_stage`), so it can
-        start on it (Spark builds its DataFrame); `handle` then gets that very object."""
-        super().__init__()
+        start on it (Spark builds its DataFrame); `handle` then gets that very object.
+        `member_ids`: a KIP-848 static member's record of its member id (`Leaving`)."""
+        super().__init__(member_ids)
         self.config = config
         self.clock = clock
         self.timeline = timeline or Timeline()
@@ -160,6 +160,7 @@ class Member(Leaving):
                 return 1
             log.info("stopped in standby, never in the group")
             return 0
+        self._release_predecessor()
         self._subscribe()
         drain_began: float | None = None
         draining_for: str | None = None
@@ -431,7 +432,7 @@ class Member(Leaving):
         self.assignment |= tps
         self.paused -= tps
         self.joined = True
-        self.entered_member_id = consumer.memberid() or ""
+        self._entered(consumer.memberid() or "")
         self.assigned_at = self.clock()
         self.buffer.catch_up(self.assigned_at)
         first = self.telemetry.assigned(tps, self.clock(), consumer.memberid() or "",

@@ -112,7 +112,7 @@ class Telemetry:
         """Each assigned partition's lag from the last statistics (end offset minus the
         committed offset): `/status` reports it, so the operator reads lag from the members
         instead of asking the brokers."""
-        self.series = Series(self.ids, session_timeout_s, max_poll_interval_s)
+        self.series = Series(self.ids, session_timeout_s, max_poll_interval_s, process_start)
         self.registry = self.series.registry
 
     # -- fed by the poll loop ------------------------------------------------------------------
@@ -229,6 +229,11 @@ class Telemetry:
         self.series.static_leave(result["outcome"])
         with self._lock:
             self.static_leave = dict(result)
+
+    def predecessor_released(self, outcome: str) -> None:
+        """The static leave this process sent at its start for an earlier process's member id
+        (consumer_runtime/predecessor.py), by its outcome (one of `LEAVE_OUTCOMES`)."""
+        self.series.predecessor_release(outcome)
 
     def undrained(self) -> None:
         """A drained process not replaced within its hold subscribes again."""

@@ -30,7 +30,7 @@ class Series:
     """The registry and its series, bound to the member's labels (`ids`)."""
 
     def __init__(self, ids: Mapping[str, str], session_timeout_s: float | None,
-                 max_poll_interval_s: float) -> None:
+                 max_poll_interval_s: float, process_start: float) -> None:
         self.registry = CollectorRegistry()
         self.ids = dict(ids)
 
@@ -78,11 +78,22 @@ class Series:
                               "Static leaves (KIP-848) the member confirmed with the "
                               "coordinator after closing, by where they left the instance id "
                               "(consumer_runtime/staticleave.py)", ("outcome",))
+        self._releases = metric(Counter, "staticfleet_member_predecessor_releases",
+                                "Member ids of an earlier process of this pod (a KIP-848 static "
+                                "member killed without a leave) that this process released "
+                                "with the static leave before it joined, by where the leave "
+                                "left the instance id (consumer_runtime/predecessor.py)",
+                                ("outcome",))
         for outcome in LEAVE_OUTCOMES:
             self._leaves.labels(**self.ids, outcome=outcome)
+            self._releases.labels(**self.ids, outcome=outcome)
         for action in (*REQUESTS, "other"):
             for reason in CONTROL_REFUSALS:
                 self._refused.labels(**self.ids, action=action, reason=reason)
+        # The alert on takeovers counts a young process's whole counter: its first takeovers may
+        # come before Prometheus first scrapes its pod, which increase() does not see.
+        metric(Gauge, "staticfleet_member_process_start_time_seconds",
+               "Start of this member process, unix time").labels(**self.ids).set(process_start)
         metric(Gauge, "staticfleet_member_max_poll_interval_seconds",
                "Configured max.poll.interval.ms in seconds").labels(**self.ids).set(
                    max_poll_interval_s)
@@ -129,6 +140,9 @@ class Series:
 
     def static_leave(self, outcome: str) -> None:
         self._leaves.labels(**self.ids, outcome=outcome).inc()
+
+    def predecessor_release(self, outcome: str) -> None:
+        self._releases.labels(**self.ids, outcome=outcome).inc()
 
     def stage(self, span: Span) -> None:
         wall, cpu = self._stages[(span.thread, span.stage)]

@@ -156,15 +156,31 @@ class Replaced:
         return replaced
 
 
-def replaced_path(env: Mapping[str, str]) -> Path | None:
-    """Where a restart of this container finds a `Replaced` record: beside the file
+def pod_dir(env: Mapping[str, str]) -> Path | None:
+    """A directory that outlives this container but not its pod, where a process leaves word
+    for the next process of its container (`Replaced`; a KIP-848 member's id,
+    consumer_runtime/predecessor.py): the directory of the file
     `STATICFLEET_TERMINATION_MESSAGE_PATH` names (the local node: a directory of the pod's own,
-    kept across container starts), else in the pod's /tmp when a kubelet mounted
+    kept across container starts), else the pod's /tmp when a kubelet mounted
     /dev/termination-log; None for a process run by hand (nothing restarts it)."""
     named = env.get(TERMINATION_MESSAGE_PATH_ENV, "").strip()
     if named:
-        return Path(named).with_name(REPLACED_FILE)
-    return POD_TMP / REPLACED_FILE if Path(DEFAULT_TERMINATION_PATH).exists() else None
+        return Path(named).parent
+    return POD_TMP if Path(DEFAULT_TERMINATION_PATH).exists() else None
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all (a temporary file beside it, renamed over
+    it): a process killed halfway leaves the old content or none, never half a record."""
+    part = path.with_name(f".{path.name}.part")
+    part.write_text(text)
+    part.replace(path)
+
+
+def replaced_path(env: Mapping[str, str]) -> Path | None:
+    """Where a restart of this container finds a `Replaced` record (in `pod_dir`)."""
+    directory = pod_dir(env)
+    return None if directory is None else directory / REPLACED_FILE
 
 
 def write_replaced(env: Mapping[str, str], replaced: Replaced) -> bool:
@@ -173,10 +189,8 @@ def write_replaced(env: Mapping[str, str], replaced: Replaced) -> bool:
     path = replaced_path(env)
     if path is None:
         return True
-    part = path.with_name(f".{path.name}.part")
-    try:  # whole or not at all: a half-written record would read as none
-        part.write_text(json.dumps(asdict(replaced)))
-        part.replace(path)
+    try:
+        write_whole(path, json.dumps(asdict(replaced)))
     except OSError as exc:
         log.warning("cannot write %s: %s", path, exc.strerror)
         return False

@@ -464,11 +464,27 @@ class KafkaCluster:
                            f"{self.log_tails()}")
 
     def make_topic(self, name: str, partitions: int) -> str:
+        """Create `name` on every node. A node restarted by an earlier test can leave the kept
+        client a broker handle destroyed under a request (`_DESTROY_BROKER`, seen in CI): that
+        is asked again, and a topic the first try made counts as made."""
+        from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import NewTopic
 
-        futures = self.admin().create_topics(
-            [NewTopic(name, partitions, replication_factor=len(self.nodes))])
-        futures[name].result(30)
+        transient = {KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                     KafkaError._ALL_BROKERS_DOWN, KafkaError.NOT_CONTROLLER}
+        for attempt in range(3):
+            futures = self.admin().create_topics(
+                [NewTopic(name, partitions, replication_factor=len(self.nodes))])
+            try:
+                futures[name].result(30)
+                return name
+            except KafkaException as exc:
+                code = exc.args[0].code()
+                if attempt and code == KafkaError.TOPIC_ALREADY_EXISTS:
+                    return name
+                if code not in transient or attempt == 2:
+                    raise
+                time.sleep(1.0)
         return name
 
     def _logs(self) -> str:

@@ -250,11 +250,15 @@ class Runner:
         """One pass; returns when the next one is due (`decisions.pace.next_pass`)."""
         cluster = str(((body.get("spec") or {}).get("kafka") or {}).get("bootstrapServers"))
         slots = self.clusters.setdefault(cluster, asyncio.Semaphore(PER_CLUSTER))
-        async with slots:
+        with metrics.RECONCILE_QUEUE.track_inprogress():  # the passes waiting for a slot
+            await slots.acquire()
+        try:
             loop = asyncio.get_running_loop()
             plan = await loop.run_in_executor(
                 self.pool, service.reconcile, body, pods, self.clients, self.memory,
                 datetime.now(UTC), claimants)
+        finally:
+            slots.release()
         return pace.next_pass(plan, RESYNC_S, REST_RESYNC_S)
 
     def close(self) -> None:
@@ -308,17 +312,19 @@ def close(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.index("", "v1", "pods", labels=OWNED)
-def member_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Body,
-                **_: Any) -> dict[Key, dict[str, Any]]:
+async def member_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Body,
+                      **_: Any) -> dict[Key, dict[str, Any]]:
     """Member pods by (namespace, ConsumerGroup), kept current by the pod watch; without their
-    `managedFields`, which no pass reads (a few KiB a pod, 3,000 pods at 1,000 groups)."""
+    `managedFields`, which no pass reads (a few KiB a pod, 3,000 pods at 1,000 groups). Both
+    indexes are coroutines: kopf runs a plain function in its thread pool, a hop per event, and
+    at a restart every pod and group of the watch goes through them before any pass runs."""
     pod = _plain(body)
     pod["metadata"].pop("managedFields", None)
     return {(namespace or "", labels[GROUP_LABEL]): pod}
 
 
 @kopf.index(API_GROUP, API_VERSION, PLURAL)
-def group_ids(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Claimant]:
+async def group_ids(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Claimant]:
     """Every ConsumerGroup this operator watches by the Kafka group it uses (cluster, group
     id). Sharded, that is this shard's; a pass adds the other shards' (`claims`)."""
     key, claimant = claim_of(body)

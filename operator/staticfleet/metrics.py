@@ -109,6 +109,10 @@ AUTOSCALER_BUDGET_LEFT = Gauge(
 AUTOSCALER_METRICS = (AUTOSCALER_TARGET_LAG, AUTOSCALER_DESIRED, AUTOSCALER_BUDGET_LEFT)
 _LAG_SERIES: dict[tuple[str, str], set[tuple[str, ...]]] = {}
 """The partition series each ConsumerGroup exported last, to drop the ones that went."""
+RECONCILE_QUEUE = Gauge(
+    "staticfleet_reconcile_queue_depth",
+    "Passes that are due and wait for a slot of their Kafka cluster (at most "
+    "STATICFLEET_WORKERS / 2 run at once per cluster)", registry=REGISTRY)
 RECONCILE_DURATION = Histogram(
     "staticfleet_reconcile_duration_seconds", "One reconcile pass: gather, decide, execute",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=REGISTRY)

@@ -9,6 +9,7 @@ import time
 import kopf
 from prometheus_client import start_http_server
 
+from staticfleet import allocator, kopfpatch
 from staticfleet.decisions.settings import OTHER_SHARDS_ENV, SHARD_ENV, OperatorSettings
 from staticfleet.metrics import REGISTRY
 
@@ -42,6 +43,7 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, metrics_port: i
     """Serve until SIGTERM. Watches `namespaces`, or every namespace when none is given; with
     `shard`, only that shard's ConsumerGroups (`decisions.shards`); with `peering`, pauses while
     an older operator of the same peering object runs."""
+    allocator.limit_arenas()  # before any thread: the passes' pool would hold an arena each
     import staticfleet.handlers  # noqa: F401  (registers the handlers with Kopf)
 
     flags = {SHARD_ENV: shard, OTHER_SHARDS_ENV: other_shards}
@@ -63,6 +65,8 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, metrics_port: i
         start_http_server(metrics_port, addr=metrics_host, registry=REGISTRY)
     host = f"[{metrics_host}]" if ":" in metrics_host else metrics_host  # IPv6 pod IPs
     liveness = f"http://{host}:{health_port}/healthz" if health_port else None
+    allocator.trim_periodically()
+    kopfpatch.install()
     kopf.run(
         standalone=peering is None,
         peering_name=peering,

@@ -23,9 +23,12 @@ from staticfleet.decisions.shards import DEFAULT_SHARD, SHARD_LABEL, Shard, sele
 from staticfleet_dev.testkit import figures
 from staticfleet_dev.testkit.fleet import Settling, recorded_shard
 from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import Poller
 
 HISTOGRAM = "staticfleet_reconcile_duration_seconds"
 """The operator's histogram of its passes' durations."""
+QUEUE = "staticfleet_reconcile_queue_depth"
+"""The operator's gauge of the passes waiting for a slot of their Kafka cluster."""
 LAST_PASS = "staticfleet_reconcile_last_timestamp_seconds"
 """The operator's gauge of each group's last pass (Unix time), labels namespace and group: a
 shard's operator keeps it for the groups it runs passes for, and drops it for a group it lets
@@ -260,3 +263,20 @@ class RestWindow:
             by_shard[s].update(pass_figures(hists[s], took), **self.usage.report([s]))
         return {**pass_figures(figures.sum_buckets(hists.values()), took),
                 **self.usage.report(list(self.ops))}
+
+
+class QueueDepth(Poller):
+    """The most passes waiting for a slot (`QUEUE`), all operators together, every 2 s inside
+    the `with` block."""
+
+    interval = 2.0
+    transient = (AssertionError, OSError)
+
+    def __init__(self, ops: Mapping[str | None, OperatorProcess]) -> None:
+        self.ops = ops
+        self.most: float | None = None
+
+    def poll(self) -> None:
+        depth = sum(value for op in self.ops.values()
+                    for _, value in figures.samples(op.metrics(), QUEUE))
+        self.most = depth if self.most is None else max(self.most, depth)

@@ -8,6 +8,7 @@ and the broker owns), every pod crash-looped, and the ConsumerGroup said only "t
 from __future__ import annotations
 
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from staticfleet.decisions.builders import HTTP_PORT
+from staticfleet.observe import memberhttp
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.prometheus import Prometheus
 from staticfleet_dev.spark_connect import ConnectServer
@@ -31,6 +34,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failu
 REPLICAS = 3
 SESSION_MS = 20000  # a KIP-848 group config; the test broker allows 1-60 s
 START_LIMIT_S = 90  # a member's start here (process, Spark) is 30-45 s on a loaded machine
+PROCESSING_AGAIN_LIMIT_S = 15.0
+"""After a kill -9 of a KIP-848 member, its restart processes again within this (issue 38)."""
 
 
 
@@ -93,25 +98,55 @@ def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_
     time.sleep(6)
     check_dashboard(prometheus, namespace, name, started)
 
-    # kill -9 of a replacement after its activation: its container restarts in standby (the
-    # pod's environment), the operator activates it again, and it waits out the old
-    # registration instead of crash-looping.
+    # kill -9 of a replacement after its activation, under load: its container restarts in
+    # place and joins directly (the pod is marked activated). The new process finds the dead
+    # member's id in the pod's directory and releases it with the static leave
+    # (consumer_runtime/predecessor.py): it takes the instance id over at once, with its
+    # partitions, instead of being refused until the dead member's session expires (42 s
+    # before, with the default 45 s).
     pod = member_pod(kubeconfig, namespace, name, 1)
     assert pod != f"{name}-1", "member 1 runs in its warm replacement pod"
+    ip = get_json(kubeconfig, "-n", namespace, "pod", pod)["status"]["podIP"]
     before = restart_count(kubeconfig, namespace, pod)
-    killed = time.monotonic()
-    crash(kubeconfig, namespace, pod)
-    wait_for_pod_ready(kubeconfig, namespace, pod, SESSION_MS / 1000 + START_LIMIT_S)
-    back_s = time.monotonic() - killed
-    groups.wait_status(kubeconfig, namespace, name, groups.ready, 60, "Ready again")
-    print(f"kill -9 of {pod}: its member ready again after {back_s:.1f} s (session timeout "
-          f"{SESSION_MS} ms)")
+
+    def processing_again() -> dict[str, Any] | None:
+        status = memberhttp.read_member_status(ip, HTTP_PORT)
+        started = status and status.get("processStart")
+        first = status and (status.get("startupSeconds") or {}).get("firstBatch")
+        return status if started and first is not None and started > killed else None
+
+    with OwnerWatch(kafka_admin, name) as watch:
+        killed = time.time()
+        crash(kubeconfig, namespace, pod)
+        status = wait_for(f"{pod} processing again", processing_again,
+                          SESSION_MS / 1000 + START_LIMIT_S, interval=0.2)
+        phases = status["startupSeconds"]
+        processing_s = status["processStart"] + phases["firstBatch"] - killed
+        in_group_s = status["processStart"] + phases["firstAssignment"] - killed
+        wait_for_pod_ready(kubeconfig, namespace, pod, 60)
+        groups.wait_status(kubeconfig, namespace, name, groups.ready, 60, "Ready again")
+    released = member_metric(ip, "staticfleet_member_predecessor_releases_total", "left")
+    print(f"kill -9 of {pod} under load: processing again after {processing_s:.1f} s (in the "
+          f"group after {in_group_s:.1f} s; session timeout {SESSION_MS} ms); dead member's "
+          f"id released: {released}")
+    assert released == 1.0, "the restart did not release the dead member's id"
+    assert status["waiting"] is None and status["rebalances"] == 0, status
+    assert watch.moved() == {}, f"partitions changed owner after the kill: {watch.moved()}"
+    assert processing_s < PROCESSING_AGAIN_LIMIT_S, status
 
     produced = stream["producer"].stop()
     groups.wait_caught_up(kafka.bootstrap, name, [stream["topic"]])
     missing = set(stream["producer"].produced) - set(read_all(kafka.bootstrap, stream["out"]))
     assert produced > 0 and not missing, f"{len(missing)} of {produced} records lost"
     assert restart_count(kubeconfig, namespace, pod) == before + 1, "no restart loop"
+
+
+def member_metric(ip: str, name: str, outcome: str) -> float | None:
+    """A member's counter `name` with `outcome`, from its /metrics."""
+    with urllib.request.urlopen(f"http://{ip}:{HTTP_PORT}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return next((float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+                 if ln.startswith(name + "{") and f'outcome="{outcome}"' in ln), None)
 
 
 def member_pod(kubeconfig: Path, namespace: str, name: str, ordinal: int) -> str:

@@ -1,0 +1,45 @@
+"""`staticfleet_reconcile_queue_depth`: the passes that wait for a slot of their Kafka cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from staticfleet import handlers
+from staticfleet.metrics import REGISTRY
+
+pytestmark = pytest.mark.unit
+DEPTH = "staticfleet_reconcile_queue_depth"
+
+
+def test_passes_beyond_a_clusters_slots_are_counted_while_they_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = threading.Event()
+    ran: list[str] = []
+
+    def reconcile(body: Any, *_: Any) -> None:
+        ran.append(body["spec"]["kafka"]["bootstrapServers"])
+        gate.wait(10)
+
+    monkeypatch.setattr(handlers.service, "reconcile", reconcile)
+    monkeypatch.setattr(handlers.pace, "next_pass", lambda *_: None)
+
+    async def scenario() -> tuple[float | None, float | None]:
+        runner = handlers.Runner(clients=None)  # type: ignore[arg-type]
+        one = {"spec": {"kafka": {"bootstrapServers": "one:9092"}}}
+        other = {"spec": {"kafka": {"bootstrapServers": "other:9092"}}}
+        tasks = [asyncio.create_task(runner.run(one, [])) for _ in range(handlers.PER_CLUSTER + 3)]
+        tasks.append(asyncio.create_task(runner.run(other, [])))  # its own cluster's slots
+        await asyncio.sleep(0.3)
+        waiting = REGISTRY.get_sample_value(DEPTH)
+        gate.set()
+        await asyncio.gather(*tasks)
+        runner.pool.shutdown()
+        return waiting, REGISTRY.get_sample_value(DEPTH)
+
+    waiting, after = asyncio.run(scenario())
+    assert (waiting, after) == (3, 0)
+    assert ran.count("one:9092") == handlers.PER_CLUSTER + 3 and ran.count("other:9092") == 1
