@@ -22,18 +22,17 @@ import json
 import os
 import re
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
 
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit import ledger as kit
+from staticfleet_dev.testkit.consumers import ForeignConsumer
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
 from tests.e2e.support import member_process
@@ -43,39 +42,6 @@ from tests.support import unique
 pytestmark = pytest.mark.integration
 
 SESSION_S = 10
-CAUSE_METRIC = "staticfleet_rebalances_by_cause_total"
-TOTAL_METRIC = "staticfleet_rebalances_total"
-
-
-class ForeignConsumer:
-    """A plain consumer of the group's group.id (no group.instance.id: a dynamic member),
-    polled in a thread of its own so that it stays in the group until `close`."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str,
-                 protocol: str = "classic") -> None:
-        conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
-                                "log_level": 3}
-        if protocol == "consumer":
-            conf["group.protocol"] = "consumer"
-        else:
-            conf["session.timeout.ms"] = 10000
-        self.consumer = Consumer(conf)
-        self.consumer.subscribe([topic])
-        self.assigned: list[Any] = []
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stopping.is_set():
-            self.consumer.poll(0.2)
-            self.assigned = list(self.consumer.assignment())
-
-    def close(self) -> None:
-        """Leave the group (LeaveGroup) and stop."""
-        self.stopping.set()
-        self.thread.join(10)
-        self.consumer.close()
 
 
 @pytest.fixture
@@ -83,29 +49,7 @@ def foreign() -> Iterator[list[ForeignConsumer]]:
     made: list[ForeignConsumer] = []
     yield made
     for consumer in made:
-        if not consumer.stopping.is_set():
-            consumer.close()
-
-
-def ledger(kubeconfig: Path, namespace: str, name: str) -> dict[str, Any]:
-    return dict((groups.get(kubeconfig, namespace, name).get("status") or {}).get(
-        "rebalanceLedger") or {})
-
-
-def causes(kubeconfig: Path, namespace: str, name: str) -> list[str]:
-    return [e["cause"] for e in ledger(kubeconfig, namespace, name).get("recent") or ()]
-
-
-def counted(operator: OperatorProcess, metric: str, namespace: str,
-            name: str) -> dict[str, float]:
-    """The operator's series of `metric` for the group, by cause ("" without one)."""
-    out = {}
-    for line in operator.metrics().splitlines():
-        if (line.startswith(metric + "{") and f'namespace="{namespace}"' in line
-                and f'group="{name}"' in line):
-            cause = re.search(r'cause="([^"]*)"', line)
-            out[cause.group(1) if cause else ""] = float(line.rsplit(" ", 1)[1])
-    return out
+        consumer.close()
 
 
 def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalances(
@@ -121,9 +65,9 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
     wait_for("Ready with 2 members", lambda: ready_and_stable(kubeconfig, namespace, name, 2),
              timeout=240, interval=1, describe=lambda: summary(kubeconfig, namespace, name))
     # The group forming (the second member joining) is the operator's own: scale (Create).
-    wait_for("every rebalance so far given its cause", lambda: not ledger(
+    wait_for("every rebalance so far given its cause", lambda: not kit.ledger(
         kubeconfig, namespace, name).get("pending"), timeout=60, interval=1)
-    formed = causes(kubeconfig, namespace, name)
+    formed = kit.causes(kubeconfig, namespace, name)
     assert set(formed) <= {"scale"}, formed
 
     # 1: a plain consumer with the group's group.id joins: its rebalance is foreign_member.
@@ -131,10 +75,10 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
     foreign.append(joining)
     wait_for("the foreign consumer assigned", lambda: joining.assigned, timeout=60)
     recent = wait_for("a rebalance given the cause foreign_member", lambda: (
-        r if "foreign_member" in (r := causes(kubeconfig, namespace, name))[len(formed):]
+        r if "foreign_member" in (r := kit.causes(kubeconfig, namespace, name))[len(formed):]
         else None), timeout=90, interval=1,
-        describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
-    entry = next(e for e in ledger(kubeconfig, namespace, name)["recent"][len(formed):]
+        describe=lambda: f"ledger: {kit.ledger(kubeconfig, namespace, name)}")
+    entry = next(e for e in kit.ledger(kubeconfig, namespace, name)["recent"][len(formed):]
                  if e["cause"] == "foreign_member")
     assert "joined the group" in entry["evidence"] and "instance id none" in entry["evidence"]
     warnings = wait_for("a ForeignMember Event", lambda: groups.events(
@@ -146,9 +90,9 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
     joined = len(recent)
     joining.close()
     wait_for("the rebalance of its leave given the cause foreign_member", lambda: (
-        "foreign_member" in causes(kubeconfig, namespace, name)[joined:]), timeout=90,
-        interval=1, describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
-    left = next(e for e in ledger(kubeconfig, namespace, name)["recent"][joined:]
+        "foreign_member" in kit.causes(kubeconfig, namespace, name)[joined:]), timeout=90,
+        interval=1, describe=lambda: f"ledger: {kit.ledger(kubeconfig, namespace, name)}")
+    left = next(e for e in kit.ledger(kubeconfig, namespace, name)["recent"][joined:]
                 if e["cause"] == "foreign_member")
     assert "left the group" in left["evidence"]
 
@@ -156,9 +100,9 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
     #    rebalance), and it joins again as a new member when it goes on (another). Its
     #    container never restarts: no crash, a timeout. (Before the scale-up: a rebalance
     #    within a planned scale change's window is the scale change's.)
-    wait_for("no rebalance waiting for its cause", lambda: not ledger(
+    wait_for("no rebalance waiting for its cause", lambda: not kit.ledger(
         kubeconfig, namespace, name).get("pending"), timeout=60, interval=1)
-    frozen = len(causes(kubeconfig, namespace, name))
+    frozen = len(kit.causes(kubeconfig, namespace, name))
     pid, _ = member_process(namespace, f"{name}-1")
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -166,12 +110,12 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
     finally:
         os.kill(pid, signal.SIGCONT)
     wait_for("the eviction's rebalance given the cause member_timeout", lambda: (
-        "member_timeout" in causes(kubeconfig, namespace, name)[frozen:]), timeout=90,
-        interval=1, describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
+        "member_timeout" in kit.causes(kubeconfig, namespace, name)[frozen:]), timeout=90,
+        interval=1, describe=lambda: f"ledger: {kit.ledger(kubeconfig, namespace, name)}")
     wait_for("Ready with 2 members again", lambda: ready_and_stable(
         kubeconfig, namespace, name, 2), timeout=120, interval=1,
         describe=lambda: summary(kubeconfig, namespace, name))
-    timed_out = next(e for e in ledger(kubeconfig, namespace, name)["recent"][frozen:]
+    timed_out = next(e for e in kit.ledger(kubeconfig, namespace, name)["recent"][frozen:]
                      if e["cause"] == "member_timeout")
     assert f"instance id {name}-1" in timed_out["evidence"], timed_out
 
@@ -179,17 +123,17 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
     #    while its process is alive) and is then killed (SIGKILL, as a liveness probe or a
     #    person would): its container restarts in place and joins as a new member, a
     #    rebalance whose cause is the crash its containerStatuses show.
-    wait_for("no rebalance waiting for its cause", lambda: not ledger(
+    wait_for("no rebalance waiting for its cause", lambda: not kit.ledger(
         kubeconfig, namespace, name).get("pending"), timeout=60, interval=1)
-    hung = len(causes(kubeconfig, namespace, name))
+    hung = len(kit.causes(kubeconfig, namespace, name))
     pid, _ = member_process(namespace, f"{name}-0")
     os.kill(pid, signal.SIGSTOP)
     time.sleep(SESSION_S + 6)
     os.kill(pid, signal.SIGKILL)
     wait_for("the rejoin's rebalance given the cause member_crash", lambda: (
-        "member_crash" in causes(kubeconfig, namespace, name)[hung:]), timeout=120,
-        interval=1, describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
-    crashed = next(e for e in ledger(kubeconfig, namespace, name)["recent"][hung:]
+        "member_crash" in kit.causes(kubeconfig, namespace, name)[hung:]), timeout=120,
+        interval=1, describe=lambda: f"ledger: {kit.ledger(kubeconfig, namespace, name)}")
+    crashed = next(e for e in kit.ledger(kubeconfig, namespace, name)["recent"][hung:]
                    if e["cause"] == "member_crash")
     assert re.match(rf"member 0 \(pod {name}-0\) exited at [-0-9T:]+Z: killed by SIGKILL",
                     crashed["evidence"]), crashed
@@ -198,25 +142,25 @@ def test_a_foreign_consumer_and_a_scale_up_are_each_the_cause_of_their_rebalance
         describe=lambda: summary(kubeconfig, namespace, name))
 
     # 5: 2 -> 3 members: the new member's join is scale.
-    before = len(causes(kubeconfig, namespace, name))
+    before = len(kit.causes(kubeconfig, namespace, name))
     patch_cg(kubeconfig, namespace, name, {"spec": {"replicas": 3}})
     wait_for("Ready with 3 members", lambda: ready_and_stable(kubeconfig, namespace, name, 3),
              timeout=240, interval=1, describe=lambda: summary(kubeconfig, namespace, name))
     wait_for("the scale-up's rebalance given the cause scale", lambda: (
-        "scale" in causes(kubeconfig, namespace, name)[before:]), timeout=90, interval=1,
-        describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
+        "scale" in kit.causes(kubeconfig, namespace, name)[before:]), timeout=90, interval=1,
+        describe=lambda: f"ledger: {kit.ledger(kubeconfig, namespace, name)}")
 
     # Nothing unknown: in the status, in the metric, as an Event; and once none is pending,
     # the counts by cause add up to the operator's total.
     final = wait_for("no rebalance waiting for its cause", lambda: (
-        lg if not (lg := ledger(kubeconfig, namespace, name)).get("pending") else None),
+        lg if not (lg := kit.ledger(kubeconfig, namespace, name)).get("pending") else None),
         timeout=60, interval=1)
     print("ledger:", json.dumps(final, indent=1))
     assert "unknown" not in [e["cause"] for e in final["recent"]], final
     assert isinstance(final.get("coordinator"), int), "the batched reads' coordinator, kept"
     assert groups.events(kubeconfig, namespace, name, "RebalanceUnexplained") == []
-    by_cause = counted(operator, CAUSE_METRIC, namespace, name)
-    total = counted(operator, TOTAL_METRIC, namespace, name)[""]
+    by_cause = kit.counted(operator.metrics(), kit.CAUSE_METRIC, namespace, name)
+    total = kit.counted(operator.metrics(), kit.TOTAL_METRIC, namespace, name)[""]
     assert by_cause["unknown"] == 0, by_cause
     assert by_cause["foreign_member"] >= 2 and by_cause["scale"] >= 1, by_cause
     assert by_cause["member_timeout"] >= 1 and by_cause["member_crash"] >= 1, by_cause
@@ -241,24 +185,24 @@ def test_a_foreign_consumer_of_a_kip848_group_is_the_cause_with_the_group_epoch(
     groups.apply(kubeconfig, namespace, cg)
     wait_for("Ready with 2 members", lambda: ready_and_stable(kubeconfig, namespace, name, 2),
              timeout=240, interval=1, describe=lambda: summary(kubeconfig, namespace, name))
-    wait_for("every rebalance so far given its cause", lambda: not ledger(
+    wait_for("every rebalance so far given its cause", lambda: not kit.ledger(
         kubeconfig, namespace, name).get("pending"), timeout=60, interval=1)
-    formed = ledger(kubeconfig, namespace, name)["recent"]
+    formed = kit.ledger(kubeconfig, namespace, name)["recent"]
     assert {e["cause"] for e in formed} <= {"scale"}, formed
 
     joining = ForeignConsumer(kafka.bootstrap, name, topic, protocol="consumer")
     foreign.append(joining)
     wait_for("the foreign consumer assigned", lambda: joining.assigned, timeout=60)
     wait_for("its join's rebalance given the cause foreign_member", lambda: (
-        "foreign_member" in causes(kubeconfig, namespace, name)[len(formed):]), timeout=90,
-        interval=1, describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
-    joined = len(causes(kubeconfig, namespace, name))
+        "foreign_member" in kit.causes(kubeconfig, namespace, name)[len(formed):]), timeout=90,
+        interval=1, describe=lambda: f"ledger: {kit.ledger(kubeconfig, namespace, name)}")
+    joined = len(kit.causes(kubeconfig, namespace, name))
     joining.close()
     wait_for("its leave's rebalance given the cause foreign_member", lambda: (
-        "foreign_member" in causes(kubeconfig, namespace, name)[joined:]), timeout=90,
-        interval=1, describe=lambda: f"ledger: {ledger(kubeconfig, namespace, name)}")
+        "foreign_member" in kit.causes(kubeconfig, namespace, name)[joined:]), timeout=90,
+        interval=1, describe=lambda: f"ledger: {kit.ledger(kubeconfig, namespace, name)}")
     final = wait_for("no rebalance waiting for its cause", lambda: (
-        lg if not (lg := ledger(kubeconfig, namespace, name)).get("pending") else None),
+        lg if not (lg := kit.ledger(kubeconfig, namespace, name)).get("pending") else None),
         timeout=60, interval=1)
     print("ledger:", json.dumps(final, indent=1))
     entries = [e for e in final["recent"][len(formed):] if e["cause"] == "foreign_member"]
@@ -267,5 +211,5 @@ def test_a_foreign_consumer_of_a_kip848_group_is_the_cause_with_the_group_epoch(
     assert all(isinstance(x, int) for x in epochs), final
     assert epochs == sorted(epochs) and epochs[-1] > max(e["epoch"] for e in formed), final
     assert {e["cause"] for e in final["recent"]} <= {"scale", "foreign_member"}, final
-    by_cause = counted(operator, CAUSE_METRIC, namespace, name)
+    by_cause = kit.counted(operator.metrics(), kit.CAUSE_METRIC, namespace, name)
     assert by_cause["foreign_member"] >= 2 and by_cause["unknown"] == 0, by_cause
