@@ -6,8 +6,8 @@ The evidence (`Evidence`) is what the brokers showed and what the operator itsel
 left, the coordinator moved, the brokers did not answer, a member of ours left the group), the
 member containers that exited with an error, the rebalance the operator planned, and the
 rollout. A predicate returns what it quotes (`Quote`) or None. The first row that quotes
-decides; a rebalance no row explains is `unknown` once it waited `ledger.SETTLE_S` for its
-evidence (what explains it may be seen a pass after the rebalance is counted).
+decides, once the rebalance waited `ledger.GATHER_S` for what a read later may show; a
+rebalance no row explains is `unknown` once it waited `ledger.SETTLE_S`.
 
 The rows, most specific first (docs/contracts.md, "Why the group rebalanced"):
 
@@ -105,6 +105,10 @@ class Evidence:
     now."""
     rollout: str | None = None
     """The rollout that restarts members now, or ended within the window."""
+    shared: frozenset[Sign] = frozenset()
+    """Signs that rebalances counted in the same pass already quoted: a rule that consumes
+    signs quotes one of them only when no other is left (one change that the members'
+    counters show as several rebalances at once)."""
 
     def recent(self, *kinds: str) -> tuple[Sign, ...]:
         """The signs of `kinds` within the window, oldest first."""
@@ -129,7 +133,8 @@ def _said(sign: Sign) -> str:
 
 def foreign_member(ev: Evidence) -> Quote | None:
     signs = ev.recent(FOREIGN_JOINED, FOREIGN_LEFT)
-    return Quote(_said(signs[0]), consumes=signs[0]) if signs else None
+    first = next((s for s in signs if s not in ev.shared), signs[0] if signs else None)
+    return Quote(_said(first), consumes=first) if first is not None else None
 
 
 def scale(ev: Evidence) -> Quote | None:
@@ -209,9 +214,7 @@ def attribute(ev: Evidence) -> tuple[Rule, Quote] | None:
     return None
 
 
-def unexplained(ev: Evidence, waited_s: float) -> str:
-    """What an `unknown` rebalance's entry says: every rule found nothing."""
-    return (f"no rule found evidence within {waited_s:.0f} s: no member that is none of ours "
-            "joined or left, no scale change planned, the coordinator did not move, the "
-            "brokers answered, no member crashed, no rollout ran, no member of ours left the "
-            "group")
+def unexplained(waited_s: float) -> str:
+    """What an `unknown` rebalance's entry says: every rule, by name, found nothing."""
+    return (f"no rule found evidence within {waited_s:.0f} s; checked, in order: "
+            f"{', '.join(rule.cause for rule in RULES)}")

@@ -12,8 +12,8 @@ Each pass, in `book`:
    answer (`unanswered`, from `plan.degraded`).
 3. The rebalances the pass counted (`planned.Explained`) become pending entries: their number
    in `status.rebalances`, when they were counted and, for KIP-848, the group epoch.
-4. Each pending entry gets its cause (`causes.attribute`); one that no rule explains waits
-   `SETTLE_S` for its evidence, then is `unknown`.
+4. Each pending entry `GATHER_S` old gets its cause (`causes.attribute`); one that no rule
+   explains waits on, `SETTLE_S` in all, then is `unknown`.
 5. What shows: the last `RECENT` entries decided, their count by cause
    (`staticfleet_rebalances_by_cause_total`), and a Warning for each `unknown`
    (RebalanceUnexplained) and each `foreign_member` (ForeignMember).
@@ -46,6 +46,12 @@ from staticfleet.decisions.timeouts.effective import SESSION
 KEY = "rebalanceLedger"
 RECENT = 10
 """Entries `status.rebalanceLedger.recent` keeps."""
+GATHER_S = 10.0
+"""How long a counted rebalance waits before it is given a cause, whatever evidence there is
+already: what caused it may show a cluster read (`clusterheld.INTERVAL_S`) after the members'
+counters or the group's state did (a coordinator move is found once the controller fenced the
+old broker and a read asked again), and evidence left from an earlier change, still in its
+window, must not take it first."""
 SETTLE_S = 30.0
 """How long a counted rebalance that no rule explains waits for its evidence before it is
 `unknown`: a member list or a crash may be seen a pass after the members' counters moved."""
@@ -149,8 +155,8 @@ def book(snap: Snapshot, spec: ConsumerGroupSpec, group: GroupView, seen: pl.Exp
     ledger = note_signs(before, snap, spec, group, seen, rollout, first=raw is None,
                         window_s=window_s)
     # 3: the rebalances counted this pass, pending.
-    first = seen.count.total - seen.count.increase
-    counted = tuple(Entry(now, first + i + 1, group.epoch)
+    before_pass = seen.count.total - seen.count.increase
+    counted = tuple(Entry(now, before_pass + i + 1, group.epoch)
                     for i in range(seen.count.increase))
     # 4: each pending entry's cause, from the evidence.
     scale, rejoin = planned_evidence(seen, now)
@@ -163,7 +169,7 @@ def book(snap: Snapshot, spec: ConsumerGroupSpec, group: GroupView, seen: pl.Exp
     recent = sorted((*ledger.recent, *decided), key=lambda e: e.rebalance)
     ledger = replace(ledger, recent=tuple(recent[-RECENT:]), pending=waiting, signs=signs)
     # 5: what shows.
-    wait = min((SETTLE_S - (now - e.time).total_seconds() for e in waiting), default=None)
+    wait = min((_due(e, now) - (now - e.time).total_seconds() for e in waiting), default=None)
     return Booked(ledger, Counter(e.cause for e in decided if e.cause is not None),
                   tuple(_event(e, spec) for e in decided
                         if e.cause in (ca.UNKNOWN, ca.FOREIGN_MEMBER)),
@@ -173,33 +179,35 @@ def book(snap: Snapshot, spec: ConsumerGroupSpec, group: GroupView, seen: pl.Exp
 def decide(entries: Iterable[Entry], evidence: Evidence
            ) -> tuple[tuple[Entry, ...], tuple[Entry, ...], tuple[Sign, ...]]:
     """The entries given a cause, those still waiting, and the signs left. A sign that explains
-    one rebalance (`causes.Quote.consumes`) is spent by it, but still explains the others the
-    same pass counted: a change that makes the group rebalance twice at once (a cooperative
-    group's follow-up rebalance) shows in the members' counters together."""
+    one rebalance (`causes.Quote.consumes`) is spent by it: rebalances counted in a later pass
+    no longer see it, those counted in the same pass quote it only when no other sign is left
+    (`causes.Evidence.shared`): a change that makes the group rebalance twice at once (a
+    cooperative group's follow-up rebalance) shows in the members' counters together."""
     decided, waiting = [], []
-    signs = evidence.signs
-    spent: dict[datetime, set[Sign]] = {}
+    spent: dict[datetime, set[Sign]] = {}  # by when the rebalances that quoted them were counted
     for entry in entries:
-        unspent = tuple(s for s in signs if not any(s in used for used in spent.values()))
-        kept = tuple(s for s in signs if not any(
-            s in used for at, used in spent.items() if at != entry.time))
-        found = ca.attribute(replace(evidence, signs=kept))
-        fresh = ca.attribute(replace(evidence, signs=unspent))
-        if found is not None and fresh is not None and fresh[0] == found[0]:
-            found = fresh  # the same rule on a sign not spent yet
+        elsewhere = {s for at, used in spent.items() if at != entry.time for s in used}
+        found = ca.attribute(replace(
+            evidence, signs=tuple(s for s in evidence.signs if s not in elsewhere),
+            shared=frozenset(spent.get(entry.time, ()))))
         waited = (evidence.now - entry.time).total_seconds()
-        if found is not None:
+        if found is not None and waited >= GATHER_S:
             rule, quote = found
             if quote.consumes is not None:
                 spent.setdefault(entry.time, set()).add(quote.consumes)
             decided.append(replace(entry, cause=rule.cause, evidence=quote.evidence[:SAID]))
-        elif waited >= SETTLE_S:
-            decided.append(replace(entry, cause=ca.UNKNOWN,
-                                   evidence=ca.unexplained(evidence, waited)))
+        elif found is None and waited >= SETTLE_S:
+            decided.append(replace(entry, cause=ca.UNKNOWN, evidence=ca.unexplained(waited)))
         else:
             waiting.append(entry)
-    used = set().union(*spent.values()) if spent else set()
-    return tuple(decided), tuple(waiting), tuple(s for s in signs if s not in used)
+    used = set().union(*spent.values())
+    return tuple(decided), tuple(waiting), tuple(s for s in evidence.signs if s not in used)
+
+
+def _due(entry: Entry, now: datetime) -> float:
+    """How old a waiting entry is when the next look at it is due: `GATHER_S`, then
+    `SETTLE_S`."""
+    return GATHER_S if (now - entry.time).total_seconds() < GATHER_S else SETTLE_S
 
 
 # --- the signs -------------------------------------------------------------------------------
@@ -292,30 +300,29 @@ def _joined(member: GroupMemberView) -> str:
 
 def members_left(snap: Snapshot, spec: ConsumerGroupSpec, group: GroupView,
                  seen: pl.Explained, rollout: RolloutState) -> list[Sign]:
-    """Members of ours (by the previous status' `members`) that the broker no longer lists, or
-    lists under another member id, while the operator asked nothing of them: not restarted
-    by the rollout, not asked to leave or to rejoin, their pod not being deleted."""
+    """Members of ours (by the previous status' `members`) whose member id the broker no longer
+    lists, under their instance id or at all (a dynamic member has none), while the operator
+    asked nothing of them: not restarted by the rollout, not asked to leave or to rejoin,
+    their pod not being deleted."""
     asked = set(seen.last.members) if seen.last is not None and seen.last.explains(
         snap.now) else set()
     asked |= {f.ordinal for f in rollout.in_flight}
     asked |= {o for p in snap.pods if p["metadata"].get("deletionTimestamp")
               and (o := ordinal_of(p)) is not None}
     listed = group.by_instance()
+    ids = {m.member_id for m in group.members}
     out = []
     for entry in snap.previous.get("members") or ():
         ordinal, was = int(entry.get("ordinal", -1)), entry.get("memberId")
-        instance = entry.get("instanceId")
-        if not was or not instance or ordinal in asked or not 0 <= ordinal < spec.replicas:
+        if not was or was in ids or ordinal in asked or not 0 <= ordinal < spec.replicas:
             continue
-        now = listed.get(str(instance))
-        if now is None:
-            out.append(Sign(ca.MEMBER_LEFT, snap.now, f"member {ordinal} (instance id "
-                                                      f"{instance}) left the group (it was "
-                                                      f"member {was})"))
-        elif now.member_id != was:
-            out.append(Sign(ca.MEMBER_LEFT, snap.now, f"member {ordinal} (instance id "
-                                                      f"{instance}) joined again as member "
-                                                      f"{now.member_id} (it was member {was})"))
+        instance = None if spec.dynamic_membership_for_testing else entry.get("instanceId")
+        who = f"instance id {instance}" if instance else f"pod {entry.get('pod')}"
+        current = listed.get(str(instance)) if instance else None
+        said = (f"joined again as member {current.member_id}" if current is not None
+                else "left the group")
+        out.append(Sign(ca.MEMBER_LEFT, snap.now,
+                        f"member {ordinal} ({who}) {said} (it was member {was})"))
     return out
 
 

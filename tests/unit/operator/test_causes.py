@@ -128,6 +128,21 @@ def test_the_oldest_foreign_sign_explains_first() -> None:
     assert found is not None and found[1].consumes == older
 
 
+def test_a_foreign_sign_another_rebalance_of_the_pass_quoted_is_quoted_last() -> None:
+    older = replace(FOREIGN, at=NOW - timedelta(seconds=30), says="member rdkafka-0 joined")
+    ev = replace(evidence("foreign joined"), signs=(FOREIGN, older), shared=frozenset({older}))
+    found = ca.attribute(ev)
+    assert found is not None and found[1].consumes == FOREIGN
+    found = ca.attribute(replace(ev, shared=frozenset({older, FOREIGN})))
+    assert found is not None and found[1].consumes == older
+
+
+def test_an_unknown_rebalance_names_every_rule_it_checked() -> None:
+    said = ca.unexplained(31.4)
+    assert said.startswith("no rule found evidence within 31 s")
+    assert said.endswith(", ".join(rule.cause for rule in ca.RULES))
+
+
 def test_every_cause_has_a_row_and_unknown_comes_last() -> None:
     assert ca.CAUSES == (ca.FOREIGN_MEMBER, ca.SCALE, ca.COORDINATOR_MOVE, ca.BROKER_RESTART,
                          ca.MEMBER_CRASH, ca.ROLLOUT, ca.MEMBER_TIMEOUT, ca.UNKNOWN)

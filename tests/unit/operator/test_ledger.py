@@ -16,6 +16,8 @@ from staticfleet.decisions import ledger as lg
 from staticfleet.decisions.actions import Plan
 from staticfleet.decisions.names import MEMBER_CONTAINER
 from staticfleet.decisions.plan import decide, without_nulls
+from staticfleet.decisions.planned import explain_rebalances
+from staticfleet.decisions.rollout.state import RolloutState
 from staticfleet.decisions.snapshot import GroupMemberView, Problem
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from tests.unit.operator.snapshots import CG, body, ordinal_of, settled, snapshot
@@ -72,8 +74,12 @@ def test_a_foreign_member_joining_then_leaving_is_the_cause_each_time() -> None:
     assert [s["sign"] for s in status[lg.KEY]["signs"]] == [ca.FOREIGN_JOINED]
     assert status[lg.KEY]["foreignMembers"] == [FOREIGN.member_id]
     assert recent(status) == [] and warnings(plan) == []
-    # The counters move: the rebalance is the foreign member's, and its sign is spent.
+    # The counters move: the rebalance waits for what a read later may show, then it is the
+    # foreign member's, and its sign is spent.
     plan, status = one_pass(CG, pods, status, extra=(FOREIGN,), counter=1, at_s=20)
+    assert recent(status) == [] and len(status[lg.KEY]["pending"]) == 1
+    plan, status = one_pass(CG, pods, status, extra=(FOREIGN,), counter=1,
+                            at_s=20 + lg.GATHER_S)
     [entry] = recent(status)
     assert (entry["rebalance"], entry["cause"]) == (1, ca.FOREIGN_MEMBER)
     assert "rdkafka-7f3a joined the group" in entry["evidence"]
@@ -83,7 +89,8 @@ def test_a_foreign_member_joining_then_leaving_is_the_cause_each_time() -> None:
     [(_, message)] = [w for w in warnings(plan) if w[0] == c.FOREIGN_MEMBER]
     assert "rebalance 1" in message and "group.id orders" in message
     # It leaves: the next rebalance is its too.
-    plan, status = one_pass(CG, pods, status, counter=2, at_s=30)
+    _, status = one_pass(CG, pods, status, counter=2, at_s=40)
+    plan, status = one_pass(CG, pods, status, counter=2, at_s=40 + lg.GATHER_S)
     assert [(e["rebalance"], e["cause"]) for e in recent(status)] == [
         (1, ca.FOREIGN_MEMBER), (2, ca.FOREIGN_MEMBER)]
     assert "left the group" in recent(status)[-1]["evidence"]
@@ -167,6 +174,7 @@ def test_a_member_container_that_was_killed_is_the_cause(finished_s_ago: float,
     pods, status = settled(CG)
     pods = [crashed(p, finished_s_ago) if ordinal_of(p) == 1 else p for p in pods]
     _, status = one_pass(CG, pods, status, counter=1, at_s=10)
+    _, status = one_pass(CG, pods, status, counter=1, at_s=10 + lg.GATHER_S)
     if cause is None:
         assert recent(status) == [], "pending: no evidence"
         return
@@ -180,6 +188,7 @@ def test_a_member_container_that_was_killed_is_the_cause(finished_s_ago: float,
 def test_a_member_back_under_a_new_member_id_unasked_timed_out() -> None:
     pods, status = settled(CG)
     _, status = one_pass(CG, pods, status, counter=1, member_ids={1: "m-1-again"}, at_s=10)
+    _, status = one_pass(CG, pods, status, counter=1, member_ids={1: "m-1-again"}, at_s=20)
     [entry] = recent(status)
     assert entry["cause"] == ca.MEMBER_TIMEOUT
     assert "member 1 (instance id orders-1) joined again as member m-1-again" in entry["evidence"]
@@ -190,8 +199,9 @@ def test_the_operators_scale_down_is_the_cause() -> None:
     two = with_path(CG, "spec.replicas", 2)
     _, status = one_pass(two, pods, status, at_s=1)
     assert status["plannedRebalance"]["reason"] == "ScaleDown"
-    _, status = one_pass(two, [p for p in pods if ordinal_of(p) < 2], status, counter=1,
-                         at_s=5)
+    for at_s in (5, 5 + lg.GATHER_S):
+        _, status = one_pass(two, [p for p in pods if ordinal_of(p) < 2], status, counter=1,
+                             at_s=at_s)
     [entry] = recent(status)
     assert entry["cause"] == ca.SCALE and "ScaleDown (members [2])" in entry["evidence"]
 
@@ -204,7 +214,39 @@ def test_a_pass_the_brokers_did_not_answer_is_a_sign_of_a_broker_restart() -> No
     [sign] = stopped[lg.KEY]["signs"]
     assert sign["sign"] == ca.BROKERS_UNANSWERED and "CoordinatorMoving" in sign["evidence"]
     _, status = one_pass(CG, pods, stopped, counter=1, at_s=20)
+    _, status = one_pass(CG, pods, status, counter=1, at_s=20 + lg.GATHER_S)
     assert [e["cause"] for e in recent(status)] == [ca.BROKER_RESTART]
+
+
+def test_evidence_left_from_an_earlier_change_waits_for_what_a_read_later_shows() -> None:
+    """Seen in the e2e: the coordinator's broker killed while a broker restart's sign was still
+    in its window; the group's rebalance was counted before a read found the new coordinator."""
+    pods, status = settled(CG)
+    _, status = one_pass(CG, pods, status, coordinator=1, at_s=5)
+    snap = replace(snapshot(CG, pods, previous=status, now_offset_s=10), problem=Problem(
+        c.KAFKA_UNREACHABLE, "no bootstrap server accepts a connection"))
+    status = without_nulls(dict(decide(snap).status))
+    _, status = one_pass(CG, pods, status, counter=1, coordinator=1, at_s=40)
+    assert recent(status) == [], "the brokers' sign alone does not decide it at once"
+    _, status = one_pass(CG, pods, status, counter=1, coordinator=2, at_s=45)
+    _, status = one_pass(CG, pods, status, counter=1, coordinator=2, at_s=40 + lg.GATHER_S)
+    [entry] = recent(status)
+    assert entry["cause"] == ca.COORDINATOR_MOVE, entry
+
+
+def test_a_dynamic_member_listed_under_its_member_id_has_not_left() -> None:
+    """A dynamic member has no instance id in the broker's list: it is found by member id."""
+    pods, status = settled(CG)
+    snap = snapshot(CG, pods, previous=status, now_offset_s=10)
+    assert snap.group is not None and snap.spec is not None
+    dynamic = replace(snap.spec, dynamic_membership_for_testing=True)
+    anonymous = tuple(replace(m, instance_id=None) for m in snap.group.members)
+    seen = explain_rebalances(snap, snap.group)
+    group = replace(snap.group, members=anonymous)
+    assert lg.members_left(snap, dynamic, group, seen, RolloutState()) == []
+    [sign] = lg.members_left(snap, dynamic, replace(group, members=anonymous[1:]), seen,
+                             RolloutState())
+    assert sign.says == "member 0 (pod orders-0) left the group (it was member m-0)"
 
 
 def test_a_kip848_entry_quotes_the_group_epoch() -> None:
@@ -220,7 +262,8 @@ def test_a_kip848_entry_quotes_the_group_epoch() -> None:
 def test_recent_keeps_the_last_ten_and_a_sign_that_is_not_consumed_explains_them_all() -> None:
     pods, status = settled(CG)
     _, status = one_pass(CG, pods, status, coordinator=1, at_s=5)
-    plan, status = one_pass(CG, pods, status, counter=12, coordinator=2, at_s=10)
+    _, status = one_pass(CG, pods, status, counter=12, coordinator=2, at_s=10)
+    plan, status = one_pass(CG, pods, status, counter=12, coordinator=2, at_s=20)
     assert [e["rebalance"] for e in recent(status)] == list(range(3, 13))
     assert plan.metrics.rebalance_causes == {ca.COORDINATOR_MOVE: 12}
 
@@ -257,7 +300,7 @@ JOINED = ca.Sign(ca.FOREIGN_JOINED, NOW, "member a joined the group")
 ALSO_JOINED = ca.Sign(ca.FOREIGN_JOINED, NOW + timedelta(seconds=1), "member b joined the group")
 
 
-def entries_decided(entries: tuple[lg.Entry, ...], *signs: ca.Sign, at_s: float = 10
+def entries_decided(entries: tuple[lg.Entry, ...], *signs: ca.Sign, at_s: float = 20
                     ) -> tuple[list[tuple[int, str | None, str]], tuple[ca.Sign, ...]]:
     ev = ca.Evidence(now=NOW + timedelta(seconds=at_s), window_s=100, signs=signs)
     decided, _, left = lg.decide(entries, ev)
