@@ -18,8 +18,9 @@ The rows, most specific first (docs/contracts.md, "Why the group rebalanced"):
 3. `coordinator_move`: the group's coordinator is another broker than before.
 4. `broker_restart`: the brokers did not answer for the group, or partitions had no leader.
 5. `member_crash`: a member container exited with an error or was killed, or its pod ended.
-6. `rollout`: a rollout restarts members (or ended within the window), or the operator asked a
-   member to rejoin so that partitions nobody owned get assigned.
+6. `rollout`: a rollout restarts members, started and has not ended (or ended within the
+   window), or the operator asked a member to rejoin so that partitions nobody owned get
+   assigned.
 7. `member_timeout`: a member of ours left the group, or came back under a new member id,
    while the operator asked nothing of it and it did not crash: its session or its
    max.poll.interval.ms ran out.
@@ -194,8 +195,8 @@ RULES: tuple[Rule, ...] = (
          "a member pod's containerStatuses: an exit with an error or a signal (lastState or "
          "state terminated), or the pod ended (Failed: evicted)"),
     Rule(ROLLOUT, rollout,
-         "status.rollout: members in flight, Rolling, AtRisk or Stopped, or ended in the "
-         "window; or status.plannedRebalance UnassignedPartitions in its window"),
+         "status.rollout: members in flight, started and not ended, or ended in the window; "
+         "or status.plannedRebalance UnassignedPartitions in its window"),
     Rule(MEMBER_TIMEOUT, member_timeout,
          "a member of ours (status.members memberId) is no longer listed, or listed under "
          "another member id, and the operator asked nothing of it"),

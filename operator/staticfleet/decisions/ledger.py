@@ -370,13 +370,15 @@ def planned_evidence(seen: pl.Explained, now: datetime) -> tuple[str | None, str
 
 
 def rollout_evidence(state: RolloutState, now: datetime, window_s: float) -> str | None:
-    """The rollout that restarts members now, or ended within the window."""
+    """The rollout that restarts members now, that started and has not ended (Rolling, AtRisk,
+    Paused, or Pending again: a refusal after a restart), or that ended within the window."""
     revision = (state.revision or "")[:10]
     if state.in_flight:
         return (f"the rollout to revision {revision} ({state.phase}) restarts members "
                 f"{[f.ordinal for f in state.in_flight]}")
-    if state.phase in ("Rolling", "AtRisk", "Stopped"):
-        return f"the rollout to revision {revision} is {state.phase}: {state.reason}"[:SAID]
+    if state.started_at is not None and state.finished_at is None and state.phase != "Idle":
+        return (f"the rollout to revision {revision} ({state.phase}) restarted members "
+                f"{list(state.members_restarted)}: {state.reason}")[:SAID]
     if state.finished_at is not None and (now - state.finished_at).total_seconds() <= window_s:
         return (f"the rollout to revision {revision} ended ({state.phase}) at "
                 f"{c.rfc3339(state.finished_at)}")

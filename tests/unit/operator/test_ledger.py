@@ -194,6 +194,26 @@ def test_a_member_back_under_a_new_member_id_unasked_timed_out() -> None:
     assert "member 1 (instance id orders-1) joined again as member m-1-again" in entry["evidence"]
 
 
+@pytest.mark.parametrize(("state", "said"), [
+    (RolloutState(revision="abc", phase="Pending", started_at=NOW, members_restarted=(1,),
+                  reason="restarts need a session timeout of 6595 ms"),
+     "the rollout to revision abc (Pending) restarted members [1]: restarts need"),
+    (RolloutState(revision="abc", phase="Paused", started_at=NOW, members_restarted=(0,)),
+     "(Paused) restarted members [0]"),
+    (RolloutState(revision="abc", phase="Stopped", started_at=NOW, finished_at=NOW),
+     "ended (Stopped)"),
+    (RolloutState(revision="abc", phase="Pending", reason="restarts need more"), None),
+    (RolloutState(revision="abc", phase="Complete", started_at=NOW - timedelta(seconds=500),
+                  finished_at=NOW - timedelta(seconds=400)), None),
+], ids=["refused after a restart", "paused", "stopped", "refused before any", "long over"])
+def test_a_rollout_under_way_or_just_ended_is_evidence(state: RolloutState,
+                                                       said: str | None) -> None:
+    """Seen in the e2e: a rollout refused (RestartUnsafe) after its first restart is Pending
+    again; its restart's rebalances are its."""
+    found = lg.rollout_evidence(state, NOW + timedelta(seconds=10), 135)
+    assert (found is None) if said is None else (found is not None and said in found), found
+
+
 def test_the_operators_scale_down_is_the_cause() -> None:
     pods, status = settled(CG)
     two = with_path(CG, "spec.replicas", 2)
