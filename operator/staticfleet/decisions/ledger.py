@@ -11,7 +11,9 @@ Each pass, in `book`:
    are dropped. A pass that could not describe the group notes that the brokers did not
    answer (`unanswered`, from `plan.degraded`).
 3. The rebalances the pass counted (`planned.Explained`) become pending entries: their number
-   in `status.rebalances`, when they were counted and, for KIP-848, the group epoch.
+   in `status.rebalances`, when they were counted, for KIP-848 the group epoch, and the
+   operator's own record then (a scale change planned, a rollout or rejoin under way), which
+   explains them as it was then.
 4. Each pending entry `GATHER_S` old gets its cause (`causes.attribute`); one that no rule
    explains waits on, `SETTLE_S` in all, then is `unknown`.
 5. What shows: the last `RECENT` entries decided, their count by cause
@@ -83,6 +85,12 @@ class Entry:
     """A KIP-848 group's epoch as the pass that counted it read it."""
     cause: str | None = None
     evidence: str = ""
+    scale: str | None = None
+    """While it waits: the scale change the operator had planned when the pass counted it."""
+    rollout: str | None = None
+    """While it waits: the rollout (or rejoin) under way when the pass counted it. The
+    operator's own record explains the rebalance as it was then: a new group's planned joins
+    end once it is Ready, a rollout's restarts once they are done."""
 
     def to_status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"time": c.rfc3339(self.time), "rebalance": self.rebalance}
@@ -90,15 +98,20 @@ class Entry:
             out["epoch"] = self.epoch
         if self.cause is not None:
             out.update(cause=self.cause, evidence=self.evidence)
+        elif self.scale or self.rollout:
+            out["recorded"] = {k: v for k, v in (("scale", self.scale),
+                                                 ("rollout", self.rollout)) if v}
         return out
 
     @classmethod
     def from_status(cls, raw: Mapping[str, Any]) -> Entry:
         epoch = raw.get("epoch")
+        recorded = raw.get("recorded") or {}
         return cls(c.parse_rfc3339(str(raw["time"])), int(raw.get("rebalance") or 0),
                    int(epoch) if epoch is not None else None,
                    str(raw["cause"]) if raw.get("cause") else None,
-                   str(raw.get("evidence") or ""))
+                   str(raw.get("evidence") or ""), recorded.get("scale"),
+                   recorded.get("rollout"))
 
 
 @dataclass(frozen=True)
@@ -154,15 +167,17 @@ def book(snap: Snapshot, spec: ConsumerGroupSpec, group: GroupView, seen: pl.Exp
     # 2: the signs this pass shows.
     ledger = note_signs(before, snap, spec, group, seen, rollout, first=raw is None,
                         window_s=window_s)
-    # 3: the rebalances counted this pass, pending.
+    # 3: the rebalances counted this pass, pending, with the operator's record as it is now.
+    scale, rejoin = planned_evidence(seen, now)
+    rolling = rollout_evidence(rollout, now, window_s)
     before_pass = seen.count.total - seen.count.increase
-    counted = tuple(Entry(now, before_pass + i + 1, group.epoch)
+    counted = tuple(Entry(now, before_pass + i + 1, group.epoch, scale=scale,
+                          rollout=rolling or rejoin)
                     for i in range(seen.count.increase))
     # 4: each pending entry's cause, from the evidence.
-    scale, rejoin = planned_evidence(seen, now)
     evidence = Evidence(now=now, window_s=window_s, signs=ledger.signs,
                         crashes=crashes(snap.pods), planned_scale=scale, planned_rejoin=rejoin,
-                        rollout=rollout_evidence(rollout, now, window_s))
+                        rollout=rolling)
     decided, waiting, signs = decide((*ledger.pending, *counted), evidence)
     # In the order they were counted: one that waited for its evidence goes before those
     # counted after it.
@@ -189,15 +204,19 @@ def decide(entries: Iterable[Entry], evidence: Evidence
         elsewhere = {s for at, used in spent.items() if at != entry.time for s in used}
         found = ca.attribute(replace(
             evidence, signs=tuple(s for s in evidence.signs if s not in elsewhere),
-            shared=frozenset(spent.get(entry.time, ()))))
+            shared=frozenset(spent.get(entry.time, ())),
+            planned_scale=entry.scale or evidence.planned_scale,
+            rollout=entry.rollout or evidence.rollout))
         waited = (evidence.now - entry.time).total_seconds()
         if found is not None and waited >= GATHER_S:
             rule, quote = found
             if quote.consumes is not None:
                 spent.setdefault(entry.time, set()).add(quote.consumes)
-            decided.append(replace(entry, cause=rule.cause, evidence=quote.evidence[:SAID]))
+            decided.append(replace(entry, cause=rule.cause, evidence=quote.evidence[:SAID],
+                                   scale=None, rollout=None))
         elif found is None and waited >= SETTLE_S:
-            decided.append(replace(entry, cause=ca.UNKNOWN, evidence=ca.unexplained(waited)))
+            decided.append(replace(entry, cause=ca.UNKNOWN, evidence=ca.unexplained(waited),
+                                   scale=None, rollout=None))
         else:
             waiting.append(entry)
     used = set().union(*spent.values())

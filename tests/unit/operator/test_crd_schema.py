@@ -89,13 +89,16 @@ def test_the_rebalance_ledger_the_pass_writes_is_in_the_schema(schema: dict[str,
     """Every key of `status.rebalanceLedger` (and of its entries and signs) is in the schema
     (the API server would prune it), and the causes and signs are the code's, in its order."""
     moment = datetime(2026, 1, 1, tzinfo=UTC)
-    written = Ledger(recent=(Entry(moment, 1, 2, CAUSES[0], "e"),), pending=(Entry(moment, 2, 3),),
+    written = Ledger(recent=(Entry(moment, 1, 2, CAUSES[0], "e"),),
+                     pending=(Entry(moment, 2, 3, scale="s", rollout="r"),),
                      signs=(Sign(SIGN_KINDS[0], moment, "s"),), foreign=("x",),
                      coordinator=1).to_status()
     node = at(schema, "status.rebalanceLedger")
     assert set(written) - set(node["properties"]) == set()
     for key in ("recent", "pending", "signs"):
         assert set(written[key][0]) - set(node["properties"][key]["items"]["properties"]) == set()
+    recorded = node["properties"]["pending"]["items"]["properties"]["recorded"]["properties"]
+    assert set(written["pending"][0]["recorded"]) - set(recorded) == set()
     assert at(schema, "status.rebalanceLedger.recent")["items"]["properties"]["cause"][
         "enum"] == list(CAUSES)
     assert at(schema, "status.rebalanceLedger.signs")["items"]["properties"]["sign"][

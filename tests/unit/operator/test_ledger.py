@@ -291,7 +291,7 @@ def test_recent_keeps_the_last_ten_and_a_sign_that_is_not_consumed_explains_them
 def test_the_ledger_reads_back_what_it_writes() -> None:
     ledger = lg.Ledger(
         recent=(lg.Entry(NOW, 3, 7, ca.SCALE, "asked"),),
-        pending=(lg.Entry(NOW, 4),),
+        pending=(lg.Entry(NOW, 4), lg.Entry(NOW, 5, scale="planned", rollout="rolling")),
         signs=(ca.Sign(ca.MEMBER_LEFT, NOW, "member 1 left"),),
         foreign=("x",), coordinator=2)
     assert lg.Ledger.from_status(without_nulls(ledger.to_status())) == ledger
@@ -334,6 +334,18 @@ def test_a_foreign_sign_explains_every_rebalance_counted_with_the_first_one() ->
     decided, left = entries_decided((lg.Entry(at, 1), lg.Entry(at, 2)), JOINED)
     assert [cause for _, cause, _ in decided] == [ca.FOREIGN_MEMBER] * 2
     assert left == ()
+
+
+def test_the_operators_record_when_it_was_counted_explains_a_rebalance() -> None:
+    """Seen in the e2e: a new group's joins were counted as planned (Create), but the group
+    was Ready by the time the entry was decided, and the planned joins no longer showed."""
+    at = NOW + timedelta(seconds=5)
+    decided, _ = entries_decided((lg.Entry(at, 1, scale="the operator's planned rebalance "
+                                                      "Create (members [0, 1])"),
+                                  lg.Entry(at, 2, rollout="the rollout restarts members [1]")))
+    assert [(cause, said) for _, cause, said in decided] == [
+        (ca.SCALE, "the operator's planned rebalance Create (members [0, 1])"),
+        (ca.ROLLOUT, "the rollout restarts members [1]")]
 
 
 def test_a_spent_foreign_sign_explains_no_rebalance_counted_in_a_later_pass() -> None:
