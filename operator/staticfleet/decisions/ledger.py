@@ -290,8 +290,17 @@ def unanswered(previous: Mapping[str, Any], reason: str, message: str,
     session_ms = (previous.get("timeouts") or {}).get(SESSION) or DEFAULT_SESSION_MS
     window_s = int(session_ms) / 1000 + GRACE_S
     sign = Sign(ca.BROKERS_UNANSWERED, now, f"the group's describe failed ({reason}): "
-                                            f"{message[:200]}")
+                                            f"{clipped(message, 240)}")
     return replace(ledger, signs=noted(ledger.signs, (sign,), now, window_s)).to_status()
+
+
+def clipped(text: str, most: int) -> str:
+    """`text` cut to `most` characters, at its last clause ("; ") within them when it has one
+    (a quote that stops mid-parenthesis reads as garbled)."""
+    if len(text) <= most:
+        return text
+    head = text[:most]
+    return head[:head.rfind("; ")] if "; " in head else head
 
 
 _NUMBERED = re.compile(r"-\d+(-[0-9a-z]{5})?$")

@@ -238,6 +238,14 @@ def test_a_pass_the_brokers_did_not_answer_is_a_sign_of_a_broker_restart() -> No
     assert [e["cause"] for e in recent(status)] == [ca.BROKER_RESTART]
 
 
+def test_a_long_message_is_quoted_to_its_last_clause_that_fits() -> None:
+    said = ("finding the coordinator of group orders: error 15: ; the group's coordinator is "
+            "moving (a broker restarted or a leader election moved it); the members find it")
+    assert lg.clipped(said, 200) == said
+    assert lg.clipped(said, 120) == "finding the coordinator of group orders: error 15: "
+    assert lg.clipped("x" * 50, 20) == "x" * 20
+
+
 def test_evidence_left_from_an_earlier_change_waits_for_what_a_read_later_shows() -> None:
     """Seen in the e2e: the coordinator's broker killed while a broker restart's sign was still
     in its window; the group's rebalance was counted before a read found the new coordinator."""
