@@ -71,6 +71,14 @@ PANELS: tuple[Row | Graph, ...] = (
               (q("max by (namespace, group) "
                  "(increase(staticfleet_member_rebalances_total{SEL}[5m]))"),
                "{{namespace}}/{{group}}"),)),
+    Graph("timeseries", "Rebalances by cause (5m)",
+          "The operator's rebalances over 5 minutes by the cause its ledger gave each "
+          "(status.rebalanceLedger): foreign_member, scale, coordinator_move, broker_restart, "
+          "member_crash, rollout, member_timeout or unknown (the alert "
+          "StaticfleetRebalanceCauseUnknown fires on that).", "short", 24, (
+              (q("sum by (namespace, group, cause) "
+                 "(increase(staticfleet_rebalances_by_cause_total{SEL}[5m]))"),
+               "{{group}} {{cause}}"),)),
     Graph("timeseries", "Partition events", "Assign, revoke and lost callbacks per second.",
           "ops", 24, (
               (q("sum by (group, event) "

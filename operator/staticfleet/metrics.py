@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from staticfleet.decisions.actions import MetricValues
+from staticfleet.decisions.causes import CAUSES
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 LABELS = ("namespace", "group")
@@ -19,6 +20,10 @@ PLANNED_REBALANCES = Counter(
     "staticfleet_planned_rebalances",
     "Of the rebalances observed, the ones the operator asked for (scale-down leaves, scale-up "
     "joins, a rejoin that assigns unowned partitions)", LABELS, registry=REGISTRY)
+REBALANCES_BY_CAUSE = Counter(
+    "staticfleet_rebalances_by_cause",
+    "Rebalances of the group the operator observed, by the cause its ledger gave each "
+    "(docs/contracts.md: Why the group rebalanced)", (*LABELS, "cause"), registry=REGISTRY)
 UNASSIGNED_PARTITIONS = Gauge(
     "staticfleet_group_unassigned_partitions",
     "Partitions of the subscribed topics no member owns while the group is Stable", LABELS,
@@ -143,6 +148,9 @@ def forget(namespace: str, group: str) -> None:
     for timeout in ("session", "heartbeat", "max_poll"):
         with contextlib.suppress(KeyError):
             TIMEOUT_CHANGES.remove(namespace, group, timeout)
+    for cause in CAUSES:
+        with contextlib.suppress(KeyError):
+            REBALANCES_BY_CAUSE.remove(namespace, group, cause)
 
 
 def _sum_labels(namespace: str, group: str) -> list[tuple[str, ...]]:
@@ -194,6 +202,8 @@ def export(namespace: str, group: str, values: MetricValues, seconds: float) -> 
     if values.error is None:
         for timeout in ("session", "heartbeat", "max_poll"):
             TIMEOUT_CHANGES.labels(*labels, timeout)
+        for cause in CAUSES:  # every cause from 0, so that the first one's increase shows
+            REBALANCES_BY_CAUSE.labels(*labels, cause).inc(values.rebalance_causes.get(cause, 0))
     if values.lag is not None and values.group_id is not None:
         _export_lag(namespace, group, values.group_id, values.lag)
         if values.lag_age_s is not None:

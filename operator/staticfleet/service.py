@@ -186,7 +186,8 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
                     refused_members=memory.refusals.unanswered(uid, pods, standby=False),
                     last_answers=memory.note_answers(list(statuses), pods, now),
                     member_token=token, member_token_missing=token_missing, problem=problem,
-                    settings=clients.settings, kafka_watched=reader is not None)
+                    settings=clients.settings, kafka_watched=reader is not None,
+                    coordinator=held.coordinator if held is not None else None)
     return snap, admin
 
 

@@ -1,5 +1,6 @@
-"""A static member for the tests that need one in a group without the runtime: a
-confluent-kafka consumer polled in a thread of its own."""
+"""Group members without the runtime, each a confluent-kafka consumer polled in a thread of its
+own: a static member (`PolledMember`) for the tests that need one in a group, and a consumer of
+a ConsumerGroup's group.id that is none of its members (`ForeignConsumer`)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,40 @@ class PolledMember:
             self.member_id = self.consumer.memberid() or ""
 
     def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(10)
+        self.consumer.close()
+
+
+class ForeignConsumer:
+    """A plain consumer of `group` (no group.instance.id: a dynamic member, librdkafka's own
+    client id), polled in a thread so that it stays in the group until `close`; what the
+    rebalance ledger names `foreign_member`. `protocol` "consumer" joins by KIP-848."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str,
+                 protocol: str = "classic") -> None:
+        conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
+                                "log_level": 3}
+        if protocol == "consumer":
+            conf["group.protocol"] = "consumer"
+        else:
+            conf["session.timeout.ms"] = 10000
+        self.consumer = Consumer(conf)
+        self.consumer.subscribe([topic])
+        self.assigned: list[Any] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            self.consumer.poll(0.2)
+            self.assigned = list(self.consumer.assignment())
+
+    def close(self) -> None:
+        """Leave the group (LeaveGroup) and stop; a second call does nothing."""
+        if self.stopping.is_set():
+            return
         self.stopping.set()
         self.thread.join(10)
         self.consumer.close()

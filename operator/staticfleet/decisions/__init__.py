@@ -20,7 +20,9 @@ what stands below it):
   own map is its `__init__`);
 * `status` (the status and its conditions), `tuning` (the timeouts one pass puts in force),
   `autoscaling` (the autoscaler; the load it decides on, measured, in `load`), `planned` (the
-  rebalances the operator asks for: scale-down, rejoin), `pods` (pods to create, to delete,
+  rebalances the operator asks for: scale-down, rejoin), `causes` (why a rebalance happened:
+  the rules, as rows) and `ledger` (the rebalance ledger of the status: each rebalance with its
+  cause and evidence), `pods` (pods to create, to delete,
   standbys to activate), `pace` (whether the group is at rest after a pass, and when the next
   one is due), and `plan` over them all;
 * beneath everything: `conditions` (types, reasons, helpers), `scaling` (which ordinals exist,

@@ -115,6 +115,8 @@ class MetricValues:
     """Rebalances seen since the previous pass."""
     planned_rebalances: int = 0
     """Of those, the ones the operator asked for (`planned`)."""
+    rebalance_causes: Mapping[str, int] = field(default_factory=dict)
+    """The rebalances given a cause this pass (`ledger`), by cause."""
     unassigned_partitions: int | None = None
     lag: Mapping[tuple[str, int], int] | None = None
     """Each committed partition's lag as the broker sees it (None: not read this pass)."""

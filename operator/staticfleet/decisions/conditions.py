@@ -129,6 +129,10 @@ SCALED_UP = "ScaledUp"
 MEMBER_LEAVING = "MemberLeaving"
 SCALE_DOWN_TAKEN_BACK = "ScaleDownTakenBack"
 PLANNED_REBALANCE = "PlannedRebalance"
+REBALANCE_UNEXPLAINED = "RebalanceUnexplained"
+"""A rebalance the ledger found no cause for (`ledger`, cause unknown)."""
+FOREIGN_MEMBER = "ForeignMember"
+"""A rebalance a member that is none of the ConsumerGroup's made, joining or leaving."""
 RECREATING_FAILED_POD = "RecreatingFailedPod"
 
 # --- why the roller waits (status.rollout.reason's code, Progressing's message) ---

@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from staticfleet.decisions import autoscaling as au
-from staticfleet.decisions import builders, pace, pods, scaling
+from staticfleet.decisions import builders, ledger, pace, pods, scaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
 from staticfleet.decisions import status as st
@@ -92,6 +92,8 @@ def decide(snap: Snapshot) -> Plan:
     # 4b: A KIP-848 group's session timeout, raised for a rollout about to stop members (the
     #     roller's `SessionTimeoutWidened` held the stop back), set back once none needs it.
     widened = widen(snap, spec, tuned, roll.state)
+    # 4c: The cause of each rebalance counted (`ledger`), from the signs the passes noted.
+    booked = ledger.book(snap, spec, group, seen, roll.state, tuned.effective.session_timeout_ms)
     # 5: Member pods to create and to delete, each with why: missing members, the scale-down,
     #    the rollout's step, abandoned standbys, pods that ended, a stalled member.
     changes = pods.pod_changes(snap, spec, view, tuned.effective, table, roll, seen.last)
@@ -108,8 +110,9 @@ def decide(snap: Snapshot) -> Plan:
     if widened.record is not None:
         status["timeouts"] = {**status["timeouts"], "widening": widened.record.to_status()}
     status["currentSpec"] = current_spec(snap, spec, status, view.revision)
+    status[ledger.KEY] = booked.ledger.to_status()
     # 9: The Events, in the order things were decided, then what the status newly shows.
-    events = (*tuned.events, *widened.events, *seen.events, *changes.events,
+    events = (*tuned.events, *widened.events, *seen.events, *booked.events, *changes.events,
               *(scaled.events if scaled else ()),
               *_status_events(snap.previous, status, problems))
     # 10: The plan: children to apply, members to call (activations, leaves, a rejoin), pods,
@@ -121,8 +124,9 @@ def decide(snap: Snapshot) -> Plan:
                   builders.build_headless_service(spec), builders.build_pdb(spec),
                   *_member_network_policy(snap, spec)),
         create=changes.create, delete=changes.delete, events=events,
-        metrics=_metric_values(snap, spec, table, total, tuned, roll, seen, changes, unowned,
-                               status, scaled),
+        metrics=replace(_metric_values(snap, spec, table, total, tuned, roll, seen, changes,
+                                       unowned, status, scaled),
+                        rebalance_causes=booked.causes),
         requeue_after_s=soonest(roll.requeue_after_s, changes.requeue_after_s,
                                 widened.requeue_after_s,
                                 pl.UNASSIGNED_GRACE_S if unowned.missing else None),
@@ -130,7 +134,7 @@ def decide(snap: Snapshot) -> Plan:
                + ((unowned.rejoin.call,) if unowned.rejoin else ())),
         annotate=pods.marked_activated(table, activations), switchovers=roll.switchovers,
         scale_to=scaled.scale_to if scaled else None,
-        deadline_s=soonest(tuned.deadline_s, until_stalled_s(
+        deadline_s=soonest(tuned.deadline_s, booked.wait_s, until_stalled_s(
             table, snap.statuses, snap.end_offsets, snap.lag, spec.processing.batch.max_wait_ms,
             snap.now, restarting=tuple(f.ordinal for f in roll.state.in_flight))))
     # 11: Whether the group is at rest after this pass: then its next pass comes after the
@@ -312,6 +316,9 @@ def degraded(snap: Snapshot, problem: Problem) -> Plan:
     status.pop("shard", None)
     if (shard := _shard_of(snap)) is not None:
         status["shard"] = shard
+    gap = ledger.unanswered(previous, problem.reason, problem.message, snap.now)
+    if gap is not None:
+        status[ledger.KEY] = gap
     failures = int(status.get("consecutiveFailures") or 0)
     status["consecutiveFailures"] = failures + 1
     status["lastReconciled"] = c.rfc3339(snap.now)

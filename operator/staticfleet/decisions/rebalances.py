@@ -31,21 +31,26 @@ def count_rebalances(
 ) -> RebalanceCount:
     """The members' own counters (a static member's rejoin is not a rebalance) give the
     increase: the largest increase of one member, since every member sees the same rebalance.
-    A group seen leaving Stable while no counter moved counts one."""
+    A member whose `/status` did not answer this pass is taken to have seen what the others
+    did: its counter, read a pass later, shows the same rebalances, which are not counted
+    again. A group seen leaving Stable while no counter moved counts one."""
     seen: Mapping[str, int] = previous.get("memberRebalanceCounters") or {}
     deltas = []
     counters: dict[str, int] = {}
+    unread = []
     for pod in pods:
         uid = pod["metadata"]["uid"]
         st = statuses.get(uid)
         if st is None:
             if uid in seen:
-                counters[uid] = int(seen[uid])
+                unread.append(uid)
             continue
         value = int(st.get("rebalances") or 0)
         counters[uid] = value
         deltas.append(max(0, value - int(seen[uid])) if uid in seen else value)
     seen_by_members = max(deltas, default=0)
+    for uid in unread:
+        counters[uid] = int(seen[uid]) + seen_by_members
     # A rebalance counted from the state in an earlier pass shows in the counters later: it
     # is not counted twice.
     credit = int(previous.get("rebalancesFromState") or 0)

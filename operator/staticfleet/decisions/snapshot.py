@@ -38,6 +38,9 @@ class GroupView:
     state: str
     protocol: str
     members: tuple[GroupMemberView, ...] = ()
+    epoch: int | None = None
+    """A KIP-848 group's epoch as its ConsumerGroupDescribe gives it (None: a classic group,
+    whose DescribeGroups answer has no generation, or a read that does not give it)."""
 
     def by_instance(self) -> dict[str, GroupMemberView]:
         return {m.instance_id: m for m in self.members if m.instance_id}
@@ -162,6 +165,9 @@ class Snapshot:
     """The Secret `<cg>-member-token` or its key does not exist: the plan creates it."""
     settings: OperatorSettings = field(default_factory=OperatorSettings)
     """What the operator was started with (`settings`), the same for every group."""
+    coordinator: int | None = None
+    """The broker that coordinates the group, as its cluster's batched reads last found it
+    (None: not known, or the cluster is read group by group)."""
     kafka_watched: bool = False
     """The group's describe came from its cluster's batched reads, which wake a pass when the
     group's answer changes (`observe.clusterreads`); not when its cluster is read group by

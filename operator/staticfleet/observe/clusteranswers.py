@@ -119,15 +119,17 @@ def classic_outcome(group: Any) -> Outcome:
 def consumer_outcome(group: Any) -> Outcome:
     """One group of a ConsumerGroupDescribe v0 answer: GROUP_ID_NOT_FOUND is a group this
     API does not know (none, or a classic group). A member's partitions are its current
-    assignment (what the admin client shows)."""
-    code, message, group_id, state, _epoch, _target_epoch, _assignor, members = group[:8]
+    assignment (what the admin client shows); the view carries the group epoch (the rebalance
+    ledger's entries quote it)."""
+    code, message, group_id, state, epoch, _target_epoch, _assignor, members = group[:8]
     if code == GROUP_ID_NOT_FOUND or (code == NONE and str(state).lower() == "dead"):
         return Outcome(elsewhere=True)
     if code != NONE:
         return Outcome(code=code, text=f"describing group {group_id}: error {code}: "
                                        f"{message or ''}".rstrip(": "))
     return Outcome(GroupView(state=state_name(state, CONSUMER_STATES), protocol="consumer",
-                             members=tuple(_consumer_member(m) for m in members or ())))
+                             members=tuple(_consumer_member(m) for m in members or ()),
+                             epoch=int(epoch)))
 
 
 def _consumer_member(member: Any) -> GroupMemberView:

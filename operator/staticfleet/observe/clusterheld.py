@@ -69,6 +69,8 @@ class GroupRead:
     """Its topics' partition counts and leaderless partitions; None before any metadata."""
     missing: frozenset[str] = frozenset()
     """Its topics the brokers say do not exist."""
+    coordinator: int | None = None
+    """The broker that coordinates it, as last found (None: not known now)."""
 
 
 Signature = tuple[Any, ...]

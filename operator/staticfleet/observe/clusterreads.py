@@ -194,7 +194,7 @@ class ClusterReader:
                                if n in topics.seen.counts}, topics.seen.leaderless(names))
         return GroupRead(self.described.get(group_id), self.committed.get(group_id),
                          {tp: self.ends[tp] for tp in wanted if tp in self.ends},
-                         seen, missing or frozenset())
+                         seen, missing or frozenset(), self.coordinators.get(group_id))
 
     # --- the reads ------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ def test_the_alerts_the_project_asks_for() -> None:
         "StaticfleetRebalanceRateHigh",
         "StaticfleetRebalanceRateCritical",
         "StaticfleetMemberRebalanceRateHigh",
+        "StaticfleetRebalanceCauseUnknown",
         "StaticfleetRolloutAtRisk",
         "StaticfleetRolloutStuck",
         "StaticfleetIdleMembers",

@@ -115,6 +115,7 @@ def _panel_metrics(dashboard: dict[str, Any]) -> list[set[str]]:
     [
         ("rebalances", {"staticfleet_rebalances_total"}),
         ("rebalances seen by members", {"staticfleet_member_rebalances_total"}),
+        ("rebalances by cause", {"staticfleet_rebalances_by_cause_total"}),
         (
             "member absence during rollouts against the session timeout",
             {"staticfleet_member_absence_seconds", "staticfleet_effective_timeout_seconds"},

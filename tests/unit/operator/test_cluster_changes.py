@@ -273,3 +273,14 @@ def test_a_broken_reader_stops_reading() -> None:
     due = Due([0.0, 0.0], Closing(waits=5), broken="kafka-python failed")
     clusterpool.keep_reading(due)  # type: ignore[arg-type]
     assert due.refreshed == 0 and due.closed.timeouts == []
+
+
+def test_what_the_reads_hold_of_a_group_names_its_coordinator_as_last_found() -> None:
+    """The rebalance ledger's evidence of a coordinator move (`Snapshot.coordinator`)."""
+    cluster = Cluster()
+    reads, _ = reader(cluster)
+    reads.read(0.0)
+    assert reads.group("a").coordinator == 1
+    coordinator_moves(cluster)
+    reads.read(10.0)
+    assert reads.group("a").coordinator == 2 and reads.group("b").coordinator == 1

@@ -85,17 +85,17 @@ def consumer_member(member_id: str, instance: str | None, owned: list[int],
 
 
 def consumer(code: int, group: str, state: str, members: list[Any],
-             message: str | None = None) -> tuple[Any, ...]:
-    return (code, message, group, state, 5, 5, "uniform", members, -2147483648, {})
+             message: str | None = None, epoch: int = 5) -> tuple[Any, ...]:
+    return (code, message, group, state, epoch, 5, "uniform", members, -2147483648, {})
 
 
-def test_a_consumer_group_is_its_members_with_their_current_assignment() -> None:
+def test_a_consumer_group_is_its_members_with_their_current_assignment_and_its_epoch() -> None:
     answer = decoded(CONSUMER_DESCRIBE, 0, [consumer(0, "g", "stable", [
         consumer_member("m-1", "g-0", [3, 1], [3, 1]),
-        consumer_member("m-2", "g-1", [], [0])])])
+        consumer_member("m-2", "g-1", [], [0])], epoch=7)])
     assert answers.described(answer) == {"g": answers.Outcome(GroupView("Stable", "consumer", (
         GroupMemberView("m-1", "g-0", "c", "/10.0.0.9", (("t", 1), ("t", 3))),
-        GroupMemberView("m-2", "g-1", "c", "/10.0.0.9", ()))))}
+        GroupMemberView("m-2", "g-1", "c", "/10.0.0.9", ())), epoch=7))}
 
 
 @pytest.mark.parametrize(("code", "elsewhere", "moved"), [

@@ -17,6 +17,8 @@ import pytest
 import yaml
 
 from member_contract import SASL_MECHANISMS, SECURITY_PROTOCOLS
+from staticfleet.decisions.causes import CAUSES, SIGN_KINDS, Sign
+from staticfleet.decisions.ledger import RECENT, Entry, Ledger
 from staticfleet.decisions.rollout.state import InFlight, Phase, RolloutState
 from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
@@ -95,6 +97,27 @@ def test_every_widening_key_the_operator_writes_is_in_the_schema(
     node = at(schema, "status.timeouts.widening")
     assert set(full.to_status()) - set(node["properties"]) == set()
     assert node["properties"]["state"]["enum"] == list(typing.get_args(WideningState))
+
+
+def test_the_rebalance_ledger_the_pass_writes_is_in_the_schema(schema: dict[str, Any]) -> None:
+    """Every key of `status.rebalanceLedger` (and of its entries and signs) is in the schema
+    (the API server would prune it), and the causes and signs are the code's, in its order."""
+    moment = datetime(2026, 1, 1, tzinfo=UTC)
+    written = Ledger(recent=(Entry(moment, 1, 2, CAUSES[0], "e"),),
+                     pending=(Entry(moment, 2, 3, scale="s", rollout="r"),),
+                     signs=(Sign(SIGN_KINDS[0], moment, "s"),), foreign=("x",),
+                     coordinator=1).to_status()
+    node = at(schema, "status.rebalanceLedger")
+    assert set(written) - set(node["properties"]) == set()
+    for key in ("recent", "pending", "signs"):
+        assert set(written[key][0]) - set(node["properties"][key]["items"]["properties"]) == set()
+    recorded = node["properties"]["pending"]["items"]["properties"]["recorded"]["properties"]
+    assert set(written["pending"][0]["recorded"]) - set(recorded) == set()
+    assert at(schema, "status.rebalanceLedger.recent")["items"]["properties"]["cause"][
+        "enum"] == list(CAUSES)
+    assert at(schema, "status.rebalanceLedger.signs")["items"]["properties"]["sign"][
+        "enum"] == list(SIGN_KINDS)
+    assert at(schema, "status.rebalanceLedger.recent")["maxItems"] == RECENT
 
 
 def test_names_subresources_and_columns(crd: dict[str, Any]) -> None:

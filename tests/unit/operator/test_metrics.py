@@ -41,6 +41,25 @@ def test_counters_show_zero_from_the_first_pass() -> None:
     assert value("staticfleet_rebalances_total", **ids) is None
 
 
+def test_rebalances_by_cause_start_at_zero_for_every_cause_and_count_each_pass() -> None:
+    from staticfleet.decisions.causes import CAUSES
+
+    ids = {"namespace": "ns", "group": "ledgered"}
+    metrics.export("ns", "ledgered", MetricValues(), 0.1)
+    assert {cause: value("staticfleet_rebalances_by_cause_total", **ids, cause=cause)
+            for cause in CAUSES} == dict.fromkeys(CAUSES, 0)
+    metrics.export("ns", "ledgered", MetricValues(
+        rebalances=2, rebalance_causes={"scale": 1, "foreign_member": 1}), 0.1)
+    metrics.export("ns", "ledgered", MetricValues(rebalance_causes={"unknown": 1}), 0.1)
+    assert value("staticfleet_rebalances_by_cause_total", **ids, cause="scale") == 1
+    assert value("staticfleet_rebalances_by_cause_total", **ids, cause="foreign_member") == 1
+    assert value("staticfleet_rebalances_by_cause_total", **ids, cause="unknown") == 1
+    assert value("staticfleet_rebalances_by_cause_total", **ids, cause="rollout") == 0
+    assert value("staticfleet_rebalances_total", **ids) == 2, "the unlabelled total as before"
+    metrics.forget("ns", "ledgered")
+    assert value("staticfleet_rebalances_by_cause_total", **ids, cause="unknown") is None
+
+
 def test_the_autoscaler_series_exist_while_spec_autoscaling_does() -> None:
     import math
 

@@ -42,8 +42,12 @@ def passes(*seen: tuple[str, dict[str, int] | None]) -> list[int]:
     # Two rebalances seen from the state, the counters catch up at once.
     ((("PreparingRebalance", None), ("Stable", None), ("PreparingRebalance", None),
       ("Stable", {"a": 2, "b": 2})), [1, 1, 2, 2]),
+    # One member's counter shows it a pass after the other's (its /status did not answer):
+    # one rebalance, not two; the next one counts.
+    ((("Stable", {"a": 1}), ("Stable", {"a": 1, "b": 1}), ("Stable", {"a": 2, "b": 2})),
+     [1, 1, 2]),
 ], ids=["same pass", "counters a pass later", "two passes later", "one more after",
-        "two from state"])
+        "two from state", "one member a pass later"])
 def test_a_rebalance_is_counted_once(seen: tuple[tuple[str, dict[str, int] | None], ...],
                                      totals: list[int]) -> None:
     assert passes(*seen) == totals
