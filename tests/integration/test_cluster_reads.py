@@ -41,11 +41,24 @@ TP = tuple[str, int]
 
 
 def normal(view: GroupView | None) -> GroupView | None:
-    """A view with its members in one order (the two reads may list them in another)."""
+    """A view with its members in one order (the two reads may list them in another), without
+    the group epoch: the per-group read (librdkafka's DescribeConsumerGroups, the operator's
+    fallback) does not give it, and the cluster's read is checked for it on its own
+    (`epochs_given`)."""
     if view is None:
         return None
-    return replace(view, members=tuple(sorted(view.members, key=lambda m: (
+    return replace(view, epoch=None, members=tuple(sorted(view.members, key=lambda m: (
         m.instance_id or "", m.member_id))))
+
+
+def epochs_given(view: GroupView | None) -> bool:
+    """Whether the cluster's read of a group gives the epoch it should: a KIP-848 group with
+    members has one (at least 1, its first member's join), a classic group has none."""
+    if view is None:
+        return False
+    if view.protocol == "consumer" and view.members:
+        return view.epoch is not None and view.epoch >= 1
+    return view.protocol != "classic" or view.epoch is None
 
 
 @pytest.fixture
@@ -185,6 +198,7 @@ def test_sixty_groups_read_together_answer_as_read_one_by_one_with_a_few_request
             assert read.described is not None and read.committed is not None, r
             assert (normal(read.described.outcome.view), dict(read.committed.offsets)) == (
                 expected[r.group_id]), r
+            assert epochs_given(read.described.outcome.view), read.described.outcome.view
             assert {tp: end for tp, (_, end) in read.ends.items()} == {
                 tp: ends[tp] for tp in groups.tps(r)}
             assert read.topics is not None and read.topics.counts == {
@@ -346,6 +360,7 @@ def test_a_pass_takes_its_group_from_the_clusters_read_and_reads_it_alone_only_w
             assert held.described is not None and held.committed is not None
             assert (normal(held.described.outcome.view), dict(held.committed.offsets)) == (
                 expected[r.group_id])
+            assert epochs_given(held.described.outcome.view), held.described.outcome.view
 
         def requests(now: float, in_flight: bool = False,
                      which: list[Registration] = regs) -> Counter[str]:
