@@ -38,7 +38,7 @@ from staticfleet.observe import memberhttp
 from staticfleet_dev.kafka import KafkaCluster, offsets_partition
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.stream import SteadyProducer, read_all
-from staticfleet_dev.testkit import groups
+from staticfleet_dev.testkit import groups, ledger
 from staticfleet_dev.testkit.kube import get_json, kubectl
 from staticfleet_dev.testkit.memberwatch import MemberWatch
 from staticfleet_dev.testkit.operator import OperatorProcess
@@ -193,6 +193,7 @@ def test_rollouts_ride_out_a_coordinator_kill_and_a_broker_roll(
         # the leaving member asks the broker every 0.2 s whether its partitions moved, which
         # librdkafka's in-process admin request could answer with an abort (librdkafka#4605).
         scale_down_while_the_coordinator_dies(kafka_cluster, kubeconfig, namespace, list(cgs))
+        check_ledger(kubeconfig, namespace, list(cgs))
     finally:
         produced = {name: p.stop() for name, p in producers.items()}
     for name, (topic, out, _) in cgs.items():
@@ -246,6 +247,25 @@ def check_broker_roll(watch: MemberWatch, stops: list[BrokerStop], names: list[s
         assert not watch.owner_changes(name), (
             f"{name}: partitions changed owner in the broker roll: {watch.owner_changes(name)}")
     assert not watch.restarted(), f"member processes restarted: {watch.restarted()}"
+
+
+def check_ledger(kubeconfig: Path, namespace: str, names: list[str]) -> None:
+    """Issue 38, items 1 and 3: every rebalance the operator counted for these groups through
+    the coordinator's kill, the broker roll and the scale-down has a cause in the rebalance
+    ledger, none `unknown` (the groups' forming and the scale-down are `scale`; anything the
+    brokers made would be `coordinator_move` or `broker_restart`). The entries are read once
+    none waits for its cause."""
+    def settled(name: str) -> dict[str, Any] | None:
+        got = ledger.ledger(kubeconfig, namespace, name)
+        return None if got.get("pending") else got
+
+    for name in names:
+        led = wait_for(f"{name}'s ledger with no rebalance waiting for its cause",
+                       partial(settled, name), 60)
+        recent = led.get("recent") or []
+        print(f"{name}: rebalance ledger (rebalance, epoch, cause): "
+              f"{[(e['rebalance'], e.get('epoch'), e.get('cause')) for e in recent]}")
+        assert all(e.get("cause") not in (None, "unknown") for e in recent), recent
 
 
 class ExitWatch(Poller):
