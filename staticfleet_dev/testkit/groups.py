@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 from staticfleet.decisions.spec.model import API_GROUP, API_VERSION, KIND
 from staticfleet_dev.stream import committed_lag
 from staticfleet_dev.testkit.kube import kubectl, to_yaml
-from staticfleet_dev.testkit.poll import wait_for
+from staticfleet_dev.testkit.poll import Poller, wait_for
 
 PLACEHOLDER_MEMBER = ["python", "-c", """
 import http.server, os
@@ -207,6 +207,26 @@ def owners(admin: AdminClient, group: str) -> dict[TP, str]:
         return {}
     return {(tp.topic, tp.partition): m.group_instance_id or m.member_id
             for m in desc.members for tp in m.assignment.topic_partitions}
+
+
+class OwnerWatch(Poller):
+    """Each partition's owners in order (`owners`), as the broker shows them every `interval`
+    seconds inside a `with` block; `moved()` the partitions that changed owner."""
+
+    transient = (KafkaException,)
+
+    def __init__(self, admin: AdminClient, group: str, interval: float = 0.2) -> None:
+        self.admin, self.group, self.interval = admin, group, interval
+        self.history: dict[TP, list[str]] = {}
+
+    def poll(self) -> None:
+        for tp, owner in owners(self.admin, self.group).items():
+            seen = self.history.setdefault(tp, [])
+            if not seen or seen[-1] != owner:
+                seen.append(owner)
+
+    def moved(self) -> dict[TP, list[str]]:
+        return {tp: o for tp, o in self.history.items() if len(o) > 1}
 
 
 def wait_owned(admin: AdminClient, group: str, wanted: set[TP], by: set[str],

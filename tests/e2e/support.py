@@ -1,5 +1,6 @@
-"""Helpers the e2e tests share: starting and following a rollout, who owns each partition as
-it goes (`OwnerWatch`), the dashboard's answers, a member's process and its crash."""
+"""Helpers the e2e tests share: starting and following a rollout, the dashboard's answers, a
+member's process and its crash (who owns each partition as a rollout goes:
+`testkit.groups.OwnerWatch`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
-
 from staticfleet_dev import dashboard, grafana_alerts
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.prometheus import Prometheus, dashboard_answers, legend_labels
@@ -19,27 +17,7 @@ from staticfleet_dev.stream import read_all
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import get_json, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
-from staticfleet_dev.testkit.poll import Poller, wait_for
-
-
-class OwnerWatch(Poller):
-    """Polls the broker's assignment every 0.2 s; records each partition's owners in order."""
-
-    interval = 0.2
-    transient = (KafkaException,)
-
-    def __init__(self, admin: AdminClient, group: str) -> None:
-        self.admin, self.group = admin, group
-        self.history: dict[tuple[str, int], list[str]] = {}
-
-    def poll(self) -> None:
-        for tp, owner in groups.owners(self.admin, self.group).items():
-            seen = self.history.setdefault(tp, [])
-            if not seen or seen[-1] != owner:
-                seen.append(owner)
-
-    def moved(self) -> dict[tuple[str, int], list[str]]:
-        return {tp: o for tp, o in self.history.items() if len(o) > 1}
+from staticfleet_dev.testkit.poll import wait_for
 
 
 def trigger(kubeconfig: Path, namespace: str, name: str, patch: str) -> None:

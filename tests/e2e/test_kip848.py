@@ -26,7 +26,6 @@ from staticfleet_dev.testkit.kube import get_json, kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
 from tests.e2e.support import (
-    OwnerWatch,
     check_dashboard,
     crash,
     restart_count,
@@ -60,7 +59,7 @@ def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_
     # A rolling restart by warm handoff: every partition keeps its owner (absent for a moment,
     # never moved); each replacement joined after its old member's leave with epoch -2.
     started = time.time()
-    with OwnerWatch(kafka_admin, name) as watch:
+    with groups.OwnerWatch(kafka_admin, name) as watch:
         kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=json", "-p",
                 '[{"op": "add", "path": "/spec/template/env/-", '
                 '"value": {"name": "ROLLOUT_MARK", "value": "1"}}]')
@@ -100,7 +99,7 @@ def test_a_kip848_group_processes_rolls_without_moving_a_partition_and_survives_
         first = status and (status.get("startupSeconds") or {}).get("firstBatch")
         return status if started and first is not None and started > killed else None
 
-    with OwnerWatch(kafka_admin, name) as watch:
+    with groups.OwnerWatch(kafka_admin, name) as watch:
         killed = time.time()
         crash(kubeconfig, namespace, pod)
         status = wait_for(f"{pod} processing again", processing_again,

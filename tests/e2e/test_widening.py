@@ -39,7 +39,7 @@ from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import Poller, wait_for
-from tests.e2e.support import OwnerWatch, drain, trigger
+from tests.e2e.support import drain, trigger
 from tests.support import unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
@@ -92,7 +92,7 @@ def test_a_kip848_rollout_slower_than_the_session_rebalances_unwidened_and_not_w
     assert kafkareads.group_session_timeout(admin, name) == TUNED_MS
 
     # 1: Widening off: the late member's partitions move to the other member.
-    with OwnerWatch(kafka_admin, name) as moves, SessionWatch(admin, name) as sessions:
+    with groups.OwnerWatch(kafka_admin, name) as moves, SessionWatch(admin, name) as sessions:
         trigger(kubeconfig, namespace, name, env_patch(
             [{"name": "SLOW_START_S", "value": str(SLOW_START_S)}]))
         stopped = groups.wait_status(kubeconfig, namespace, name, lambda o: (
@@ -115,7 +115,7 @@ def test_a_kip848_rollout_slower_than_the_session_rebalances_unwidened_and_not_w
     crashing = OperatorProcess(kubeconfig=kubeconfig, log=tmp_path / "operator-crash.log",
                                extra_env={"STATICFLEET_RESYNC_SECONDS": "5",
                                           failpoints.ENV: failpoints.AFTER_POD_DELETE})
-    with OwnerWatch(kafka_admin, name) as moves, SessionWatch(admin, name) as sessions:
+    with groups.OwnerWatch(kafka_admin, name) as moves, SessionWatch(admin, name) as sessions:
         try:
             crashing.launch()
             trigger(kubeconfig, namespace, name, json.dumps([

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AdminClient,
 )
@@ -29,8 +28,8 @@ from consumer_runtime.staticleave import GroupCoordinator
 from member_contract import TERMINATION_MESSAGE_PATH_ENV
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
-from staticfleet_dev.testkit.groups import owners
-from staticfleet_dev.testkit.poll import Poller, wait_for
+from staticfleet_dev.testkit.groups import OwnerWatch
+from staticfleet_dev.testkit.poll import wait_for
 from tests.integration.runtime_spark_helpers import (
     RuntimeProcess,
     produce,
@@ -159,26 +158,6 @@ def split(bootstrap: str, group: str) -> Described | None:
     return found if sorted(len(m[2]) for m in found.members.values()) == [2, 2] else None
 
 
-class OwnerWatch(Poller):
-    """Each partition's owners (instance ids) in order, as the broker shows them every 0.1 s."""
-
-    interval = 0.1
-    transient = (KafkaException,)
-
-    def __init__(self, admin: AdminClient, group: str) -> None:
-        self.admin, self.group = admin, group
-        self.history: dict[tuple[str, int], list[str]] = {}
-
-    def poll(self) -> None:
-        for tp, owner in owners(self.admin, self.group).items():
-            seen = self.history.setdefault(tp, [])
-            if not seen or seen[-1] != owner:
-                seen.append(owner)
-
-    def moved(self) -> dict[tuple[str, int], list[str]]:
-        return {tp: o for tp, o in self.history.items() if len(o) > 1}
-
-
 def pod(tmp_path: Path, name: str) -> dict[str, str]:
     """A member's environment in pod `name`: its termination message file in a directory of the
     pod's own, kept across container starts, as the local node gives it."""
@@ -220,7 +199,7 @@ def test_kill9_a_restart_in_the_same_pod_releases_the_dead_member_and_is_back_in
         before, other_before = first.status() or {}, other.status() or {}
         recorded = MemberIdRecord.parse((tmp_path / "a" / MEMBER_ID_FILE).read_text())
         assert recorded is not None and recorded.member_id == before["memberId"], recorded
-        with OwnerWatch(kafka_admin, group) as watch:
+        with OwnerWatch(kafka_admin, group, interval=0.1) as watch:
             first.kill9()
             killed = time.time()
             with running(config, tmp_path / "again.log", crashing, pod(tmp_path, "a")) as again:

@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from staticfleet.decisions.timeouts import widening
@@ -31,9 +30,9 @@ from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.testkit import groups
-from staticfleet_dev.testkit.groups import PLACEHOLDER_MEMBER, owners
+from staticfleet_dev.testkit.groups import PLACEHOLDER_MEMBER, OwnerWatch, owners
 from staticfleet_dev.testkit.operator import OperatorProcess
-from staticfleet_dev.testkit.poll import Poller, wait_for
+from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.testkit.probe import ProbeMember
 from tests.support import unique
 
@@ -53,26 +52,6 @@ def admin(kafka: KafkaBroker) -> Iterator[kafkaadmin.Admin]:
     pool = kafkaadmin.AdminPool()
     yield pool.get({"bootstrap.servers": kafka.bootstrap})
     pool.close()
-
-
-class OwnerWatch(Poller):
-    """Each partition's owners (instance ids) in order, as the broker shows them every 0.1 s."""
-
-    interval = 0.1
-    transient = (KafkaException,)
-
-    def __init__(self, admin: AdminClient, group: str) -> None:
-        self.admin, self.group = admin, group
-        self.history: dict[tuple[str, int], list[str]] = {}
-
-    def poll(self) -> None:
-        for tp, owner in owners(self.admin, self.group).items():
-            seen = self.history.setdefault(tp, [])
-            if not seen or seen[-1] != owner:
-                seen.append(owner)
-
-    def moved(self) -> dict[tuple[str, int], list[str]]:
-        return {tp: o for tp, o in self.history.items() if len(o) > 1}
 
 
 def member(kafka: KafkaBroker, group: str, topic: str, ordinal: int) -> ProbeMember:
@@ -133,7 +112,7 @@ def test_the_broker_holds_a_stopped_member_to_the_widened_session_and_then_the_t
                                           HEARTBEAT_MS, WIDENED_MS, datetime.now(UTC))
         assert in_force.record is not None and in_force.record.state == "Widened"
         time.sleep(in_force.recheck_s or 0)
-        with OwnerWatch(kafka_admin, group) as watch:
+        with OwnerWatch(kafka_admin, group, interval=0.1) as watch:
             members[1].terminate()
             time.sleep(AWAY_S)
             held = owners(kafka_admin, group)
