@@ -82,7 +82,10 @@ class Entry:
     rebalance: int
     """Its number in `status.rebalances`."""
     epoch: int | None = None
-    """A KIP-848 group's epoch as the pass that counted it read it."""
+    """A KIP-848 group's epoch after the rebalance: as the pass that counted it read it, or, when
+    that read was not past the epoch of the rebalance before (the members' counters are read
+    each pass, the group's describe may be older, or the group not described yet), the first
+    epoch past it that a pass read while the entry waited for its cause (`with_epochs`)."""
     cause: str | None = None
     evidence: str = ""
     scale: str | None = None
@@ -174,11 +177,13 @@ def book(snap: Snapshot, spec: ConsumerGroupSpec, group: GroupView, seen: pl.Exp
     counted = tuple(Entry(now, before_pass + i + 1, group.epoch, scale=scale,
                           rollout=rolling or rejoin)
                     for i in range(seen.count.increase))
-    # 4: each pending entry's cause, from the evidence.
+    # 4: each pending entry's cause, from the evidence; an entry counted from a stale describe
+    #    takes the group epoch read since.
+    pending = with_epochs((*ledger.pending, *counted), ledger.recent, group.epoch)
     evidence = Evidence(now=now, window_s=window_s, signs=ledger.signs,
                         crashes=crashes(snap.pods), planned_scale=scale, planned_rejoin=rejoin,
                         rollout=rolling)
-    decided, waiting, signs = decide((*ledger.pending, *counted), evidence)
+    decided, waiting, signs = decide(pending, evidence)
     # In the order they were counted: one that waited for its evidence goes before those
     # counted after it.
     recent = sorted((*ledger.recent, *decided), key=lambda e: e.rebalance)
@@ -189,6 +194,25 @@ def book(snap: Snapshot, spec: ConsumerGroupSpec, group: GroupView, seen: pl.Exp
                   tuple(_event(e, spec) for e in decided
                         if e.cause in (ca.UNKNOWN, ca.FOREIGN_MEMBER)),
                   None if wait is None else max(1.0, wait))
+
+
+def with_epochs(entries: Iterable[Entry], earlier: Iterable[Entry], epoch: int | None
+                ) -> tuple[Entry, ...]:
+    """The waiting `entries` (in the order counted), each whose epoch is missing or not past the
+    epoch of the rebalances counted before it (`earlier` and the entries before it, counted in
+    an earlier pass) given `epoch`, this pass's read, when that is past them. Rebalances counted
+    in one pass share the epoch (one read cannot tell them apart); an epoch that never moves
+    past (a KIP-848 group made again starts at 1) stays as read."""
+    out: list[Entry] = []
+    earlier = tuple(earlier)
+    for entry in entries:
+        before = max((e.epoch for e in (*earlier, *out)
+                      if e.epoch is not None and e.time < entry.time), default=None)
+        stale = entry.epoch is None or (before is not None and entry.epoch <= before)
+        if stale and epoch is not None and (before is None or epoch > before):
+            entry = replace(entry, epoch=epoch)
+        out.append(entry)
+    return tuple(out)
 
 
 def decide(entries: Iterable[Entry], evidence: Evidence

@@ -287,6 +287,53 @@ def test_a_kip848_entry_quotes_the_group_epoch() -> None:
     assert "group epoch 12" in dict(warnings(plan))[c.REBALANCE_UNEXPLAINED]
 
 
+def test_an_entry_counted_before_its_epoch_was_read_takes_the_first_epoch_past_the_last() -> None:
+    """The members' counters are read each pass, the group's describe may be older: a rebalance
+    counted from a describe that still shows the epoch before it (or none: a new group) takes
+    the first epoch past it read while it waits; one that never moves past keeps its read."""
+    cg = body(membership={"protocol": "consumer"})
+    pods, status = settled(cg)
+    _, status = one_pass(cg, pods, status, counter=1, epoch=None, at_s=10)
+    assert "epoch" not in status[lg.KEY]["pending"][0]
+    _, status = one_pass(cg, pods, status, counter=1, epoch=7, at_s=15)
+    assert status[lg.KEY]["pending"][0]["epoch"] == 7
+    _, status = one_pass(cg, pods, status, counter=1, epoch=8, at_s=50)
+    assert recent(status)[0]["epoch"] == 7, "the first epoch read past the one before"
+    # The next rebalance counted while the describe still shows 7: it takes 9 once read.
+    _, status = one_pass(cg, pods, status, counter=2, epoch=7, at_s=60)
+    assert status[lg.KEY]["pending"][0]["epoch"] == 7
+    _, status = one_pass(cg, pods, status, counter=2, epoch=9, at_s=65)
+    assert status[lg.KEY]["pending"][0]["epoch"] == 9
+    # One counted from a fresh read keeps it, whatever is read later.
+    _, status = one_pass(cg, pods, status, counter=3, epoch=10, at_s=70)
+    _, status = one_pass(cg, pods, status, counter=3, epoch=11, at_s=75)
+    assert [e.get("epoch") for e in status[lg.KEY]["pending"]] == [9, 10]
+
+
+@pytest.mark.parametrize(("counted", "before", "read", "expected"), [
+    (None, (), 4, 4),
+    (None, (), None, None),
+    (3, (3,), 4, 4),
+    (3, (3,), 3, 3),
+    (5, (3,), 6, 5),
+    (2, (9,), 1, 2),
+], ids=["none-read", "none-at-all", "stale-then-past", "stale-still", "fresh", "group-made-again"])
+def test_which_entries_take_this_passes_epoch(counted: int | None, before: tuple[int, ...],
+                                              read: int | None, expected: int | None) -> None:
+    """An entry counted with epoch `counted` after rebalances of epochs `before`, in a pass
+    that reads `read`: the epoch it has after."""
+    earlier = tuple(lg.Entry(NOW - timedelta(seconds=60 - i), i + 1, e, cause="scale")
+                    for i, e in enumerate(before))
+    (got,) = lg.with_epochs((lg.Entry(NOW, len(earlier) + 1, counted),), earlier, read)
+    assert got.epoch == expected
+
+
+def test_rebalances_counted_in_one_pass_share_the_epoch_taken() -> None:
+    two = (lg.Entry(NOW, 4, 3), lg.Entry(NOW, 5, 3))
+    earlier = (lg.Entry(NOW - timedelta(seconds=30), 3, 3, cause="scale"),)
+    assert [e.epoch for e in lg.with_epochs(two, earlier, 5)] == [5, 5]
+
+
 def test_recent_keeps_the_last_ten_and_a_sign_that_is_not_consumed_explains_them_all() -> None:
     pods, status = settled(CG)
     _, status = one_pass(CG, pods, status, coordinator=1, at_s=5)
