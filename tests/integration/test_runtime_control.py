@@ -268,15 +268,17 @@ def test_a_drain_processes_the_records_already_fetched_before_it_closes(
                             max_records=10000, max_wait_ms=60000,
                             spark=through(spark_connect))
     first, rest = records(topic, 0, 100, 2), records(topic, 100, 200, 2)
+    # Right after the assignment the first batch does not wait (catching up): it takes what
+    # was waiting on the partitions (`first`, produced before the member joins), as the first
+    # fetch brought it (all of it, or one partition's part); whatever comes after it waits for
+    # maxWaitMs. (Produced after the join, `first` could come after every partition's first
+    # fetch had answered empty, which ends the catching up: CI saw its batch wait the 60 s.)
+    produce(kafka.bootstrap, topic, first)
     exit_report = tmp_path / "member.exit"
     with running(config, tmp_path / "member.log", f"{group}-0",
                  {"STATICFLEET_TERMINATION_MESSAGE_PATH": str(exit_report)}) as member:
         member.wait_status(lambda s: len(s["assignment"]) == 2 and s["processingReady"], 300,
                            "in the group, Spark ready")
-        # Right after the assignment the first batch does not wait (catching up): it takes
-        # what the first fetch brought (all of `first`, or one partition's part); whatever
-        # comes after it waits for maxWaitMs.
-        produce(kafka.bootstrap, topic, first)
         member.wait_status(lambda s: s["recordsProcessed"] > 0, 60, "the catching-up batch")
         producing = time.time()
         produce(kafka.bootstrap, topic, rest)
