@@ -446,7 +446,7 @@ class Member(Leaving):
                      "%s (%d refused tries)", self.clock() - self.join_refused_at,
                      self.config.group_instance_id, self.join_attempts)
             self.join_refused_at, self.join_attempts = None, 0
-            self.telemetry.wait_over()
+            self.telemetry.wait_over(self.clock())
         if self.requests.rejoining and not self.left:
             with self.requests.lock:
                 self.requests.rejoining = False

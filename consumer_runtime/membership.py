@@ -37,8 +37,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from consumer_runtime.config import RuntimeConfig
+from consumer_runtime.metrics import UNRELEASED_WAIT
 
-UNRELEASED = "UnreleasedInstanceId"
+UNRELEASED = UNRELEASED_WAIT
 """The `waiting.reason` while the broker still holds the instance id for an earlier process."""
 _UNRELEASED_TEXT = KafkaError(KafkaError.UNRELEASED_INSTANCE_ID).str()
 JOIN_BACKOFF_S = 0.5

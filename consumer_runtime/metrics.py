@@ -59,6 +59,9 @@ class Telemetry:
         """The assignment as the last assign callback left it (a revoke does not shrink it):
         what a rebalance's assign is compared with to tell a takeover."""
         self.first_assignment: float | None = None
+        self.instance_release_wait_s: float | None = None
+        """Seconds the process waited, before its first assignment, for the broker to release
+        its instance id from an earlier process's registration (UnreleasedInstanceId)."""
         self.first_batch: float | None = None
         self.records_processed = self.batches_processed = self.dead_lettered = 0
         self.batch_seconds: deque[float] = deque(maxlen=1000)
@@ -261,8 +264,15 @@ class Telemetry:
                 self.waiting = Waiting(reason, message, since=now)
             self.waiting.attempts += 1
 
-    def wait_over(self) -> None:
+    def wait_over(self, now: float | None = None) -> None:
+        """The member is in the group. Its first wait for its instance id (the one in its start:
+        it is ended by the first assignment) is kept as `instance_release_wait_s`; `now` is on
+        the clock of `wait_began`."""
         with self._lock:
+            waited = self.waiting
+            if (now is not None and waited is not None and waited.reason == UNRELEASED_WAIT
+                    and self.instance_release_wait_s is None):
+                self.instance_release_wait_s = round(max(0.0, now - waited.since), 3)
             self.waiting = None
 
     def leave_accepted(self) -> None:
@@ -429,7 +439,8 @@ class Telemetry:
                                    "firstBatch": self.first_batch,
                                    "consumerMade": self.consumer_made_s,
                                    "standbyReady": self.standby_ready_s,
-                                   "activated": self.activated_s},
+                                   "activated": self.activated_s,
+                                   "instanceReleaseWait": self.instance_release_wait_s},
                 "lastBatchAt": self.last_batch_at(),
                 "standby": self.standby,
                 "processStart": self.process_start,
@@ -461,6 +472,11 @@ class Telemetry:
 
     def _since_start(self, now: float) -> float:
         return round(now - self.started_at + self.age_at_start, 3)
+
+
+UNRELEASED_WAIT = "UnreleasedInstanceId"
+"""The `waiting.reason` of a wait for the broker to release the instance id
+(`consumer_runtime.membership`)."""
 
 
 @dataclass

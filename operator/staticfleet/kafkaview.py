@@ -86,12 +86,18 @@ def described(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec,
     own describe (`kafkareads.describe_group`), which looks the coordinator up afresh and asks
     again for a few seconds before it says `CoordinatorMoving`: a new group's first answer on a
     fresh cluster is often COORDINATOR_NOT_AVAILABLE while the offsets topic is made (CI: a
-    Warning CoordinatorMoving for a group created seconds after the broker started)."""
+    Warning CoordinatorMoving for a group created seconds after the broker started). A group
+    the reads hold no answer for because its coordinator may be loading it
+    (`Outcome.loading`) is `CoordinatorMoving` too: the per-group read would describe it
+    without its members, which is what the reads' rule waits out."""
     group_id = spec.kafka.group_id
     described = held.described if held is not None else None
     if described is not None and described.outcome.view is not None:
         return described.outcome.view
-    if described is not None and described.outcome.said_moving and seen_before:
+    if described is not None and seen_before and (described.outcome.said_moving
+                                                  or described.outcome.loading):
+        # A coordinator that may be loading the group (its members vanished from one answer
+        # to the next) gives a per-group read the same empty group: no fallback to that.
         raise kafkaadmin.CoordinatorMoving(
             f"describing group {group_id} at {admin.bootstrap}: {described.outcome.text}; the "
             "group's coordinator is moving")

@@ -224,6 +224,34 @@ class Refusals:
 
 
 @dataclass
+class Notices:
+    """Events said once per change, not every pass: by ConsumerGroup uid and Event reason, what
+    was said last (a key the caller chooses, such as the members named) and when."""
+
+    REPEAT_S = 600.0
+    """The same thing is said again after this long (an Event's `lastTimestamp` ages)."""
+
+    said: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def due(self, owner: str, reason: str, key: str) -> bool:
+        """Whether `key` is new for `owner`'s `reason` (or old enough to repeat): then it is
+        noted as said."""
+        now = time.monotonic()
+        with self.lock:
+            last = self.said.get((owner, reason))
+            if last is not None and last[0] == key and now - last[1] < self.REPEAT_S:
+                return False
+            self.said[(owner, reason)] = (key, now)
+            return True
+
+    def forget(self, owner: str) -> None:
+        with self.lock:
+            for key in [k for k in self.said if k[0] == owner]:
+                del self.said[key]
+
+
+@dataclass
 class Answers:
     """When each member pod's process last answered (`/status`, a drain), by pod uid; the
     `CLOSED_KEPT` latest."""
@@ -312,6 +340,7 @@ class Memory:
     answers: Answers = field(default_factory=Answers)
     caches: Caches = field(default_factory=Caches)
     session_reads: SessionReads = field(default_factory=SessionReads)
+    notices: Notices = field(default_factory=Notices)
 
     def note_drained(self, uid: str, at: datetime, last_batch_at: datetime | None = None) -> None:
         """The process of member pod `uid` answered a drain: its consumer closed `at`, after
@@ -335,3 +364,4 @@ class Memory:
         self.tokens.forget(owner)
         self.caches.forget(owner)
         self.session_reads.forget(owner)
+        self.notices.forget(owner)

@@ -32,6 +32,11 @@ STALLED_MEMBERS = Gauge(
     "staticfleet_stalled_members",
     "Members that hold partitions with records waiting and fetched nothing for longer than "
     "their bound (condition MembersStalled)", LABELS, registry=REGISTRY)
+SLOW_MEMBERS = Gauge(
+    "staticfleet_slow_members",
+    "Members whose /status did not answer within the operator's deadline (or answered more "
+    "than it reads) on the group's last pass (Event MemberStatusSlow)", LABELS,
+    registry=REGISTRY)
 STALLED_RESTARTS = Counter(
     "staticfleet_stalled_member_restarts", "Stalled members the operator restarted", LABELS,
     registry=REGISTRY)
@@ -122,6 +127,7 @@ def forget(namespace: str, group: str) -> None:
     """Drop the series of a deleted ConsumerGroup so they do not linger."""
     for metric in (ROLLOUT_IN_PROGRESS, ROLLOUT_AT_RISK, GROUP_PARTITIONS, IDLE_MEMBERS,
                    RECONCILE_LAST, UNASSIGNED_PARTITIONS, STALLED_MEMBERS, STALLED_RESTARTS,
+                   SLOW_MEMBERS,
                    *AUTOSCALER_METRICS):
         with contextlib.suppress(KeyError):
             metric.remove(namespace, group)
@@ -213,6 +219,8 @@ def export(namespace: str, group: str, values: MetricValues, seconds: float) -> 
     if values.stalled_members is not None:
         STALLED_MEMBERS.labels(*labels).set(values.stalled_members)
         STALLED_RESTARTS.labels(*labels).inc(values.stalled_restarts)
+    if values.slow_members is not None:
+        SLOW_MEMBERS.labels(*labels).set(values.slow_members)
     _export_autoscaling(labels, values)
     for timeout in values.timeout_changes:
         TIMEOUT_CHANGES.labels(*labels, timeout).inc()

@@ -28,9 +28,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from staticfleet import apply, claims, credentials, failpoints, kafkaview, metrics, switchover
@@ -45,7 +44,7 @@ from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
 from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.memory import Memory
-from staticfleet.observe import clusterpool, kafkaadmin, kafkareads, memberhttp
+from staticfleet.observe import clusterpool, kafkaadmin, kafkareads, memberhttp, memberreads
 from staticfleet.statuspatch import merge_patch
 
 TOPIC_RETRY_S = 10.0
@@ -69,8 +68,9 @@ class Clients:
     reads: clusterpool.ClusterReads = field(default_factory=clusterpool.ClusterReads)
     """Every cluster's groups read together (issue 37), where kafka-python can: the group,
     its offsets and its topics, which the admin clients then read only where these did not."""
-    http_pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="member-status"))
+    member_reads: memberreads.MemberReads = field(
+        default_factory=lambda: memberreads.MemberReads(_read_status))
+    """Every group's member `/status` reads, on workers shared fairly between groups."""
     listings: claims.Listings = field(default_factory=claims.Listings)
     """Sharded: which groups the API server listed alone on their Kafka group, and when."""
 
@@ -82,7 +82,7 @@ class Clients:
         self.listings.forget(uid)
 
     def close(self) -> None:
-        self.http_pool.shutdown(wait=False, cancel_futures=True)
+        self.member_reads.close()
         self.reads.close()
         self.admins.close()
         self.kube.close()
@@ -164,7 +164,7 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
     # Members being stopped are read too while their process runs: a warm handoff's processing
     # gap starts at the old process's last batch.
     running = live + [p for p in pods if still_running(p, closed_by_pod)]
-    statuses = _member_statuses(running, clients, memory)
+    statuses, slow = _member_statuses(running, clients, memory, uid)
     lag = None
     if group is not None:
         lag = memory.caches.lag_reads.lag(
@@ -174,7 +174,8 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
             offsets=None if reader is None or held is None else clusterpool.GroupOffsets(
                 reader, spec.kafka.group_id))
     snap = Snapshot(body=body, now=now, spec=spec, pods=tuple(pods),
-                    statuses=statuses, group=group, partitions=partitions,
+                    statuses=statuses, slow_members=slow, group=group,
+                    partitions=partitions,
                     closed_by_pod=closed_by_pod, final_batches=final_batches,
                     claimants=claimants, broker_config=broker_config,
                     bounds_denied=bounds_denied, group_session_ms=group_session_ms,
@@ -215,26 +216,27 @@ def _failed(base: Snapshot, spec: ConsumerGroupSpec,
     return replace(base, spec=spec, problem=problem), None
 
 
-def _member_statuses(pods: Sequence[Mapping[str, Any]], clients: Clients,
-                     memory: Memory) -> dict[str, Mapping[str, Any]]:
-    """Each running pod's `/status`, by pod uid (absent when it does not answer)."""
-    try:
-        futures = {p["metadata"]["uid"]: clients.http_pool.submit(_read_status, ip)
-                   for p in pods if (ip := (p.get("status") or {}).get("podIP"))}
-    except RuntimeError:  # the operator is shutting down: the pool is closed
-        return {}
+def _member_statuses(pods: Sequence[Mapping[str, Any]], clients: Clients, memory: Memory,
+                     group: str = "") -> tuple[dict[str, Mapping[str, Any]], dict[str, str]]:
+    """Each running pod's `/status`, by pod uid (absent when it does not answer), and why each
+    pod whose process took the connection but gave no answer in time is slow, by pod uid
+    (`memberreads`: the group's reads share the workers fairly with every other group's)."""
+    targets = {p["metadata"]["uid"]: ip for p in pods
+               if (ip := (p.get("status") or {}).get("podIP"))}
     out: dict[str, Mapping[str, Any]] = {}
-    for uid, fut in futures.items():
-        answer, read_at = fut.result()
-        if answer is not None:
-            out[uid] = answer
+    slow: dict[str, str] = {}
+    for uid, (read, read_at) in clients.member_reads.read(group, targets).items():
+        if read.status is not None:
+            out[uid] = read.status
             memory.answers.note(uid, read_at)  # its own read time, not the pass's start
-    return out
+        elif read.slow is not None:
+            slow[uid] = read.slow
+    return out, slow
 
 
-def _read_status(ip: str) -> tuple[Mapping[str, Any] | None, datetime]:
-    """A member's `/status` and when its answer came."""
-    return memberhttp.read_member_status(ip, memberhttp.MEMBER_PORT), datetime.now(UTC)
+def _read_status(ip: str) -> memberhttp.StatusRead:
+    """A member's `/status`, within its deadline."""
+    return memberhttp.read_status(ip, memberhttp.MEMBER_PORT)
 
 
 # --- execute --------------------------------------------------------------------------------
@@ -295,6 +297,9 @@ def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, clients:
         log.info("%s: %s", prefix, line)
     _write_status(snap, plan, kube, memory)
     for event in plan.events:
+        if event.reason == c.MEMBER_STATUS_SLOW and not memory.notices.due(
+                body["metadata"]["uid"], event.reason, event.message):
+            continue  # said already: the same members, slow the same way
         try:
             kube.post_event(body, event.type, event.reason, event.message)
         except apply.ApplyError as exc:

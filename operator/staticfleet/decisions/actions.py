@@ -130,6 +130,8 @@ class MetricValues:
     """(seconds, phase) of a rollout that ended this pass."""
     stalled_members: int | None = None
     stalled_restarts: int = 0
+    slow_members: int | None = None
+    """Members whose /status did not answer in time this pass (`members.slow`)."""
     autoscaling: AutoscalingFigures | None = None
     """The autoscaler's figures (None: spec.autoscaling is off)."""
     error: str | None = None

@@ -42,6 +42,7 @@ from staticfleet.decisions.members.problems import (
     member_problems,
     problem_events,
 )
+from staticfleet.decisions.members.slow import slow_member_events, slow_members
 from staticfleet.decisions.members.stalls import stalled_condition, until_stalled_s
 from staticfleet.decisions.rollout.effects import Roll, current_spec, rollout_step
 from staticfleet.decisions.rollout.state import PHASES_IN_PROGRESS
@@ -81,7 +82,7 @@ def decide(snap: Snapshot) -> Plan:
     view = builders.member_spec_view(spec, tuned.effective)
     total = sum(partitions.values())
     table = observe_members(spec=spec, view=view, pods=snap.pods, statuses=snap.statuses,
-                            group=group, partitions=total)
+                            group=group, partitions=total, slow=snap.slow_members)
     seen = pl.explain_rebalances(snap, group)
     # 4: Standbys to activate, then the rollout's step (which does not count an activating
     #    standby as late).
@@ -114,7 +115,7 @@ def decide(snap: Snapshot) -> Plan:
     # 9: The Events, in the order things were decided, then what the status newly shows.
     events = (*tuned.events, *widened.events, *seen.events, *booked.events, *changes.events,
               *(scaled.events if scaled else ()),
-              *_status_events(snap.previous, status, problems))
+              *_status_events(snap.previous, status, problems), *slow_member_events(snap))
     # 10: The plan: children to apply, members to call (activations, leaves, a rejoin), pods,
     #     the new replica count, when to look again.
     plan = Plan(
@@ -259,6 +260,7 @@ def _metric_values(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable, 
         timeout_changes=tuple(METRIC_NAMES[f] for f in tuned.changed),
         absences_s=tuple(r[1] for r in roll.restarts), processing_gaps_s=roll.gaps,
         rollout_finished=roll.finished, stalled_members=len(changes.stalls),
+        slow_members=len(slow_members(snap)),
         stalled_restarts=len(changes.stalled_restart),
         autoscaling=AutoscalingFigures(
             lag_seconds=scaled.lag_seconds, target_lag_seconds=scaled.status["targetLagSeconds"],

@@ -219,7 +219,7 @@ def table_without_group(snap: Snapshot) -> MemberTable:
     return observe_members(
         spec=spec, view=builders.member_spec_view(spec, effective), pods=snap.pods,
         statuses=snap.statuses, group=GroupView(state="Unknown", protocol=spec.membership.protocol),
-        partitions=sum((snap.partitions or {}).values()))
+        partitions=sum((snap.partitions or {}).values()), slow=snap.slow_members)
 
 
 def handoffs_under_way(snap: Snapshot) -> tuple[MemberCall, ...]:

@@ -115,6 +115,10 @@ class Snapshot:
     """Every member pod of the group, terminating ones included."""
     statuses: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Each answering member's `/status`, by pod uid."""
+    slow_members: Mapping[str, str] = field(default_factory=dict)
+    """Member pods (by uid) whose process took the connection but gave no whole `/status`
+    within its deadline (or one over the size the operator reads), and what it did: the
+    process is there and slow, which on its own is never a reason to replace it."""
     group: GroupView | None = None
     partitions: Mapping[str, int] | None = None
     """Partition count of each subscribed topic."""

@@ -55,6 +55,10 @@ class Outcome:
     """A classic group that is Empty without a protocol type: no consumer ever joined it as its
     coordinator knows it (an offsets-only group; or, for a group that had members, a
     coordinator elected a moment ago that has not loaded them: seen on Kafka 4.1 under load)."""
+    loading: bool = False
+    """No answer because the group's coordinator may still be loading a group it had (its
+    members vanished, or neither API knows it now), for up to `clusterreads.VANISHED_S`: a
+    per-group read of the same coordinator would say the same wrong thing, so none is made."""
 
     @property
     def moving(self) -> bool:
@@ -72,9 +76,10 @@ class Outcome:
         return self.code in MOVED_CODES or self.code < 0
 
 
-def no_answer(why: str) -> Outcome:
-    """The outcome of a group whose coordinator did not answer (or none was found)."""
-    return Outcome(code=-1, text=why)
+def no_answer(why: str, loading: bool = False) -> Outcome:
+    """The outcome of a group whose coordinator did not answer (or none was found), or may be
+    loading it (`loading`)."""
+    return Outcome(code=-1, text=why, loading=loading)
 
 
 def state_name(state: str | None, known: tuple[str, ...] = CLASSIC_STATES) -> str:

@@ -410,7 +410,7 @@ class ClusterReader:
         elif (outcome.unjoined and group_id in self.joined
               and now - self.vanished.setdefault(group_id, now) < VANISHED_S):
             outcome = answers.no_answer("its coordinator describes the group without the "
-                                        "members it had: it may be loading them")
+                                        "members it had: it may be loading them", loading=True)
         elif outcome.view is not None:
             (self.joined.add if outcome.view.members else self.joined.discard)(group_id)
             self.kinds[group_id] = outcome.view.protocol
@@ -428,7 +428,7 @@ class ClusterReader:
         still be loading it)."""
         if group_id in self.kinds and now - self.vanished.setdefault(group_id, now) < VANISHED_S:
             return answers.no_answer("neither API knows the group it described before: its "
-                                     "coordinator may be loading it")
+                                     "coordinator may be loading it", loading=True)
         self.kinds.pop(group_id, None)
         self.vanished.pop(group_id, None)
         return Outcome(answers.dead(self.registered[group_id][0].protocol))

@@ -147,14 +147,15 @@ def test_each_status_answer_is_stamped_with_its_own_read_time(
     the silence before a close look longer than it was."""
     from datetime import UTC, datetime, timedelta
 
-    monkeypatch.setattr(memberhttp, "read_member_status", lambda ip, port: {"memberId": "m"})
+    monkeypatch.setattr(memberhttp, "read_status",
+                        lambda ip, port: memberhttp.StatusRead({"memberId": "m"}))
     clients, memory = service.Clients(kube=cast(apply.Kube, object())), Memory()
     pod = {"metadata": {"uid": "uid-1"}, "status": {"podIP": "10.0.0.1"}}
     before = datetime.now(UTC)
-    statuses = service._member_statuses([pod], clients, memory)
+    statuses, slow = service._member_statuses([pod], clients, memory)
     answers = memory.note_answers(list(statuses), [pod], before - timedelta(seconds=10))
-    assert answers["uid-1"] >= before
-    clients.http_pool.shutdown()
+    assert answers["uid-1"] >= before and not slow
+    clients.member_reads.close()
 
 
 def test_a_drains_answer_is_an_answer_kept_after_its_pod_is_gone() -> None:

@@ -85,3 +85,19 @@ def test_a_known_group_with_no_answer_at_all_is_asked_alone(asked_alone: list[st
     admin = cast(kafkaadmin.Admin, object())
     assert kafkaview.described(admin, SPEC, held(no_answer("no reply")), True) is ALONE
     assert asked_alone == ["orders"]
+
+
+def test_a_group_its_coordinator_may_be_loading_is_not_asked_alone(
+        asked_alone: list[str]) -> None:
+    """Issue 46 item 10: the cluster's reads hold a group whose members vanished from one
+    answer to the next as no answer for 30 s (its coordinator may be loading it), and the pass
+    then asked the group alone, of the same coordinator, which described it Empty without its
+    members: the rule was undone. Now the pass is CoordinatorMoving and asks nothing; a group
+    never described before is still asked alone."""
+    admin = cast(kafkaadmin.Admin, type("A", (), {"bootstrap": "k:9092"})())
+    loading = no_answer("its coordinator describes the group without the members it had",
+                        loading=True)
+    with pytest.raises(kafkaadmin.CoordinatorMoving, match="members it had"):
+        kafkaview.described(admin, SPEC, held(loading), seen_before=True)
+    assert asked_alone == []
+    assert kafkaview.described(admin, SPEC, held(loading), seen_before=False) is ALONE

@@ -253,3 +253,28 @@ def test_a_drained_members_static_leave_is_a_warning_only_when_it_keeps_no_place
     else:
         assert got is not None and got[0] == reason, got
         assert says is not None and says in got[1] and "member 2 (pod g-2)" in got[1], got
+
+
+def test_a_wait_for_the_instance_id_to_be_released_is_no_part_of_a_start() -> None:
+    """Issue 46 item 10: a KIP-848 replacement of a member that died without leaving waited
+    the dead registration's session timeout (44 s here) before its first assignment; that was
+    taken as its cold start and raised the session timeout, every such crash a step up."""
+    from consumer_runtime.metrics import UNRELEASED_WAIT, Telemetry
+
+    p = pod(1)
+    p["status"]["containerStatuses"] = [{
+        "name": MEMBER_CONTAINER, "restartCount": 0,
+        "state": {"running": {"startedAt": "2026-01-01T12:00:00Z"}}}]
+    start = datetime(2026, 1, 1, 12, 0, 1, tzinfo=UTC).timestamp()
+    telemetry = Telemetry(namespace="ns", group="g", member="g-1", instance_id="g-1",
+                          session_timeout_s=45.0, max_poll_interval_s=60.0,
+                          process_start=start, started_at=0.0)
+    telemetry.wait_began(UNRELEASED_WAIT, "the broker still holds instance id g-1", 2.0)
+    telemetry.wait_over(46.0)
+    telemetry.wait_began(UNRELEASED_WAIT, "a later wait (fenced): not the start's", 100.0)
+    telemetry.wait_over(130.0)
+    phases = telemetry.status(131.0)["startupSeconds"]
+    assert phases["instanceReleaseWait"] == 44.0
+    status = {"processStart": start,
+              "startupSeconds": {**phases, "firstAssignment": 46.5, "consumerMade": 1.0}}
+    assert cold_start_s(p, status) == pytest.approx(3.5)

@@ -314,6 +314,9 @@ class ObservedMember:
     """When its process was first assigned partitions (from /status: its own clock)."""
     answers: bool = False
     """Its process answered /status this pass."""
+    slow: str | None = None
+    """Its process took the connection but gave no whole /status in time (what it did): it is
+    there and slow, which alone never makes it replaced (`snapshot.Snapshot.slow_members`)."""
     standby: ObservedMember | None = None
     """A newer live pod of this ordinal beside it: a warm handoff's replacement."""
     crash: str | None = None
@@ -361,6 +364,7 @@ def observe_members(
     statuses: Mapping[str, Mapping[str, Any]],
     group: GroupView,
     partitions: int | None = None,
+    slow: Mapping[str, str] | None = None,
 ) -> MemberTable:
     """`partitions`: the subscribed topics' total; with more members than partitions some
     members legitimately hold none, so being listed by the broker is enough to be in.
@@ -371,7 +375,8 @@ def observe_members(
     ready, not in the group, `pod_phase` Failed: unavailable) until it is deleted."""
     table = _by_role(pods)
     seen = _Seen(spec, view, statuses, group.by_instance(), group.by_member_id(),
-                 idle_possible=partitions is not None and spec.replicas > partitions)
+                 idle_possible=partitions is not None and spec.replicas > partitions,
+                 slow=slow or {})
     members = []
     for ordinal in table.ordinals():
         if ordinal in table.live:
@@ -426,6 +431,8 @@ class _Seen:
     by_member_id: Mapping[str, GroupMemberView]
     idle_possible: bool
     """More members than partitions: being listed without partitions is being in the group."""
+    slow: Mapping[str, str]
+    """Why each pod (by uid) whose process did not answer /status in time is slow."""
 
     def member(self, ordinal: int, pod: Mapping[str, Any], is_live: bool) -> ObservedMember:
         """Member `ordinal` as its pod `pod` shows it (`is_live`: not being deleted, not ended)."""
@@ -458,7 +465,7 @@ class _Seen:
             standby_ready_at=_moment(st, "standbyReady"),
             first_batch_at=_moment(st, "firstBatch"),
             first_assignment_at=_moment(st, "firstAssignment"),
-            answers=bool(st),
+            answers=bool(st), slow=None if st else self.slow.get(meta["uid"]),
             crash=(crash.account()
                    if (crash := member_crash(pod)) is not None and not pod_ended(pod) else None),
             pod_failed=ended_reason(pod) if pod_ended(pod) else None,

@@ -173,6 +173,10 @@ BEFORE_PREPARE: tuple[tuple[str, Check], ...] = (
 )
 """What holds back starting a standby replacement (it stops nobody)."""
 
+REPLACEMENT_ANSWERS = "ReplacementAnswers"
+"""Not a predicate but reported with them: an activated replacement's process takes the
+operator's connection and does not answer /status in time, so its activation cannot be
+confirmed; the handoff waits (a slow answer alone never replaces a member, `warm`)."""
 REPLACEMENT_CREATED = "ReplacementCreated"
 """Not a predicate but reported with them: the API server did not create a warm handoff's
 standby, and the cold restart that `spec.rollout.fallback: Recreate` would make instead is held

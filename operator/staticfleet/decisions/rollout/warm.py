@@ -128,6 +128,14 @@ def _activating(ctx: GateContext, f: InFlight) -> Step | float | None:
             f"({ctx.limits.standby_timeout_s:.0f} s) and its old process is gone; it is "
             "replaced by a cold start, which must fit in the session timeout"))
     waited = (ctx.now - (sent or f.closed_at)).total_seconds()
+    if not active and rep is not None and rep.slow is not None:
+        # Its process is there and took the connection: a slow /status is not a failed
+        # activation, and deleting a member that may serve for being slow to answer is the
+        # one thing not to do. The handoff waits for an answer, and says why.
+        return blocked_wait((Blocker(gates.REPLACEMENT_ANSWERS, (
+            f"the replacement of member {f.ordinal} (pod {rep.pod_name}) does not answer "
+            f"/status in time ({rep.slow[:120]}): its activation is confirmed once it "
+            "answers; it is not replaced for being slow")),), 1.0)
     if not active and waited > ACTIVATION_GIVE_UP_S:
         who = f"pod {rep.pod_name}" if rep is not None else "its pod"
         what = (f"within {ACTIVATION_GIVE_UP_S:.0f} s of the activation"

@@ -78,6 +78,11 @@ def cold_start_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> fl
     if first is None or start is None or started is None:
         return None
     activated, made = phases.get("activated"), phases.get("consumerMade")
+    # A KIP-848 replacement of a member that died without leaving waits for the broker to let
+    # go of its instance id (the dead registration's session timeout): that wait is the
+    # session timeout's own length, not the member's start, and counting it would raise the
+    # session timeout by itself at every such crash.
+    first = float(first) - float(phases.get("instanceReleaseWait") or 0.0)
     if joined_as_new(pod):
         return None if made is None else max(0.0, float(start) + float(made) - started)
     if activated is not None:
