@@ -23,6 +23,7 @@ from member_contract import (
     HTTP_PORT,
     HTTP_PORT_ENV,
     MECHANISM_CREDENTIALS,
+    PATTERN_SUBSCRIPTION,
     POD_NAME_ENV,
     POD_NAMESPACE_ENV,
     SECRET_ENV,
@@ -135,11 +136,16 @@ class RuntimeConfig:
         return int(self.consumer["max.poll.interval.ms"])
 
     def subscription(self) -> list[str]:
-        """What to pass to `Consumer.subscribe`: topic names, or one `^`-anchored regex."""
+        """What to pass to `Consumer.subscribe`: topic names, or one regex anchored at both
+        ends, `^(pattern)$`, so that it is a full match of the topic name for both protocols
+        (docs/consumergroup.md, "Topic patterns"): librdkafka's classic consumer searches with
+        POSIX `regexec` (a bare `^pattern` would be a prefix match), and for KIP-848 librdkafka
+        sends `(^(pattern)$)` to the broker, whose RE2J matches the whole name. The operator
+        counts the same topics (member_contract's `PATTERN_SUBSCRIPTION`)."""
         if self.topics is not None:
             return list(self.topics)
         assert self.topic_pattern is not None
-        return ["^" + self.topic_pattern]
+        return [PATTERN_SUBSCRIPTION.format(pattern=self.topic_pattern)]
 
 
 def load_config(env: Mapping[str, str],
