@@ -15,15 +15,18 @@ import textwrap
 
 import pytest
 
+from consumer_runtime.config import parse_config
 from member_contract import PATTERN_SUBSCRIPTION
 from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.kafka import TOPIC_PATTERN_MAX_LENGTH, parse, topic_matcher
+from tests.unit.runtime.support import base as runtime_base
 
 NAMES = ("orders", "orders-eu", "orders-us", "xorders", "orders.eu", "orders_1", "order",
          "a", "aa", "aaa", "_", "b", "d", "1", "12", "Orders", "eu-orders", "orders-eu-2")
 AGREED = ("orders", "orders-.*", "orders-(eu|us)", "(x)?orders", "orders|xorders", "orders.*",
           "[[:alpha:]]+", "[a-z_]+", "[^x].*", "[]a]x", "a{2}", "a{1,}", "a{1,2}", "[0-9]+",
-          "orders\\.eu", "^orders$", "(orders)-.+", "orders-[[:alnum:]]+", ".*-eu", "")
+          "orders\\.eu", "^orders$", "(orders)-.+", "orders-[[:alnum:]]+", ".*-eu",
+          "[[:alpha:]_]+", "[^]a]*", "(a+)*", "(orders|xorders)(-eu)?")
 
 
 def glibc_search(regex: str, name: str) -> bool:
@@ -49,6 +52,12 @@ def test_the_operator_counts_what_a_classic_member_subscribes_to(pattern: str) -
         n for n in NAMES if glibc_search(subscription, n)}
 
 
+@pytest.mark.parametrize("pattern", AGREED)
+def test_a_member_takes_every_pattern_the_operator_takes(pattern: str) -> None:
+    raw = runtime_base() | {"topics": None, "topicPattern": pattern}
+    assert parse_config(raw, {}).subscription() == [PATTERN_SUBSCRIPTION.format(pattern=pattern)]
+
+
 def test_the_old_subscription_was_a_prefix_search() -> None:
     """What main subscribed to (`"^" + pattern`) took every topic the pattern prefixes."""
     assert [n for n in NAMES if glibc_search("^orders", n)] == [
@@ -57,6 +66,7 @@ def test_the_old_subscription_was_a_prefix_search() -> None:
 
 
 @pytest.mark.parametrize(("pattern", "says"), [
+    ("", "is empty; write a pattern, or list the topics in spec.kafka.topics"),
     ("orders-(", "is not a POSIX extended regular expression as RE2 reads it (missing )"),
     ("orders-\\d+", "(invalid escape sequence: \\d); there is no \\d, \\w, \\s, \\b or (?...): "
      "write [0-9]"),
@@ -68,6 +78,9 @@ def test_the_old_subscription_was_a_prefix_search() -> None:
     ("a{,3}", "has a { at 1 that is not a repetition {n}, {n,} or {n,m}"),
     ("orders{", "has a { at 6 that is not a repetition"),
     ("a{1001}", "invalid repetition size"),
+    ("orders-a+*", "has two repetition operators in a row at 9, which POSIX leaves undefined"),
+    ("orders-.*?", "has two repetition operators in a row at 9"),
+    ("a{2}{3}", "has two repetition operators in a row at 4"),
     ("o" * (TOPIC_PATTERN_MAX_LENGTH + 1), "is 257 characters long, longer than the 256 "
      "allowed; shorten it"),
 ])

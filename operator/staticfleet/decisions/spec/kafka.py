@@ -47,34 +47,14 @@ _REPEAT = re.compile(r"\{[0-9]+(,[0-9]*)?\}")
 def topic_pattern_problem(pattern: str) -> str | None:
     """Why `pattern` cannot be a `topicPattern`, or None: too long, or not a pattern that RE2,
     glibc's POSIX regex (a classic member's librdkafka) and the broker's RE2J read alike."""
+    if not pattern:
+        return "is empty; write a pattern, or list the topics in spec.kafka.topics"
     if len(pattern) > TOPIC_PATTERN_MAX_LENGTH:
         return (f"is {len(pattern)} characters long, longer than the "
                 f"{TOPIC_PATTERN_MAX_LENGTH} allowed; shorten it")
-    i, bracket = 0, -1
-    while i < len(pattern):
-        ch = pattern[i]
-        if bracket >= 0:
-            if ch == "\\":
-                return (f"has a backslash inside a bracket expression at {i}: a classic member's "
-                        "POSIX regex reads it as a literal, RE2 as an escape; write the "
-                        "characters themselves (put - last, e.g. [a-z.-])")
-            if ch == "[" and pattern[i + 1:i + 2] in (":", ".", "="):
-                end = pattern.find(pattern[i + 1] + "]", i + 2)
-                i = len(pattern) if end < 0 else end + 1
-                continue
-            if ch == "]" and i > bracket:
-                bracket = -1
-        elif ch == "\\":
-            i += 1
-        elif ch == "[":
-            bracket = i + 1 + (pattern[i + 1:i + 2] == "^")
-            i = bracket
-            continue
-        elif ch == "{" and not _REPEAT.match(pattern, i):
-            return (f"has a {{ at {i} that is not a repetition {{n}}, {{n,}} or {{n,m}}: the "
-                    "engines read it differently; write a repetition or leave it out "
-                    "(topic names hold no braces)")
-        i += 1
+    problem = _read_differently(pattern)
+    if problem is not None:
+        return problem
     try:
         re2.compile(pattern, _RE2_OPTIONS)
     except re2.error as exc:
@@ -82,6 +62,46 @@ def topic_pattern_problem(pattern: str) -> str | None:
         return (f"is not a POSIX extended regular expression as RE2 reads it ({reason}); "
                 "there is no \\d, \\w, \\s, \\b or (?...): write [0-9], [a-zA-Z0-9_], "
                 "plain (...) and so on")
+    return None
+
+
+def _read_differently(pattern: str) -> str | None:
+    """The first place where RE2 (which accepts it) and glibc's POSIX regex would read
+    `pattern` differently, or where POSIX leaves it undefined: a backslash inside a bracket
+    expression, a `{` that is not a repetition, two repetition operators in a row."""
+    i, bracket, repeated = 0, -1, False
+    while i < len(pattern):
+        ch, was_repeated, repeated = pattern[i], repeated, False
+        if bracket >= 0:  # inside [...]: `bracket` is where its first member stands
+            if ch == "\\":
+                return (f"has a backslash inside a bracket expression at {i}: a classic "
+                        "member's POSIX regex reads it as a literal, RE2 as an escape; write "
+                        "the characters themselves (put - last, e.g. [a-z.-])")
+            if ch == "[" and pattern[i + 1:i + 2] in (":", ".", "="):  # [:alpha:] and kin
+                end = pattern.find(pattern[i + 1] + "]", i + 2)
+                i = len(pattern) if end < 0 else end + 2
+                continue
+            if ch == "]" and i > bracket:
+                bracket = -1
+        elif ch == "\\":
+            i += 1
+        elif ch == "[":
+            bracket = i = i + 1 + (pattern[i + 1:i + 2] == "^")
+            continue
+        elif ch in "*+?{":
+            repeat = _REPEAT.match(pattern, i) if ch == "{" else None
+            if ch == "{" and repeat is None:
+                return (f"has a {{ at {i} that is not a repetition {{n}}, {{n,}} or {{n,m}}: "
+                        "the engines read it differently; write a repetition or leave it out "
+                        "(topic names hold no braces)")
+            if was_repeated:
+                return (f"has two repetition operators in a row at {i}, which POSIX leaves "
+                        "undefined; group the first, e.g. (a+)* for a+*")
+            repeated = True
+            if repeat is not None:
+                i = repeat.end()
+                continue
+        i += 1
     return None
 
 
