@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from member_contract import (
     HTTP_PORT,
     HTTP_PORT_ENV,
     MECHANISM_CREDENTIALS,
+    PATTERN_SUBSCRIPTION,
     POD_NAME_ENV,
     POD_NAMESPACE_ENV,
     SECRET_ENV,
@@ -135,11 +137,16 @@ class RuntimeConfig:
         return int(self.consumer["max.poll.interval.ms"])
 
     def subscription(self) -> list[str]:
-        """What to pass to `Consumer.subscribe`: topic names, or one `^`-anchored regex."""
+        """What to pass to `Consumer.subscribe`: topic names, or one regex anchored at both
+        ends, `^(pattern)$`, so that it is a full match of the topic name for both protocols
+        (docs/consumergroup.md, "Topic patterns"): librdkafka's classic consumer searches with
+        POSIX `regexec` (a bare `^pattern` would be a prefix match), and for KIP-848 librdkafka
+        sends `(^(pattern)$)` to the broker, whose RE2J matches the whole name. The operator
+        counts the same topics (member_contract's `PATTERN_SUBSCRIPTION`)."""
         if self.topics is not None:
             return list(self.topics)
         assert self.topic_pattern is not None
-        return ["^" + self.topic_pattern]
+        return [PATTERN_SUBSCRIPTION.format(pattern=self.topic_pattern)]
 
 
 def load_config(env: Mapping[str, str],
@@ -260,7 +267,12 @@ def _subscription(top: Mapping[str, Any]) -> tuple[tuple[str, ...] | None, str |
     if pattern is not None:
         pattern = _text(pattern, "topicPattern")
         try:
-            re.compile(pattern)
+            # A syntax check only: the operator refuses what the engines that match it read
+            # differently (staticfleet/decisions/spec/kafka.py); POSIX classes ([[:alpha:]])
+            # are a FutureWarning to Python's re, which never matches with it here.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                re.compile(pattern)
         except re.error as exc:
             raise ConfigError(f"topicPattern: not a valid regular expression ({exc}); "
                               "fix the pattern") from None

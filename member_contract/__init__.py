@@ -14,6 +14,7 @@ the member image both ship this package, and neither may bring the other's code 
   configuration, the member's environment and the static leave's kafka-python configuration
   are each tested against these tables: adding a mechanism here fails every side that does not
   carry it.
+* The regex a member subscribes to for a `topicPattern` (`PATTERN_SUBSCRIPTION`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,16 @@ LEAVE_GONE = "gone"
 LEAVE_UNCONFIRMED = "unconfirmed"
 """No answer that says where the instance id stands, within the time given."""
 LEAVE_OUTCOMES = (LEAVE_LEFT, LEAVE_TAKEN, LEAVE_GONE, LEAVE_UNCONFIRMED)
+
+# --- a topicPattern's subscription -----------------------------------------------------------
+
+PATTERN_SUBSCRIPTION = "^({pattern})$"
+"""What a member passes to `Consumer.subscribe` for `spec.kafka.topicPattern` (`.format(
+pattern=...)`): anchored at both ends, so that both protocols match the whole topic name, as
+the operator counts it (`staticfleet.decisions.spec.kafka.topic_matcher`). A classic member's
+librdkafka searches with POSIX `regexec` (a bare `^pattern` matched every name it prefixes);
+for KIP-848 librdkafka sends `(^(pattern)$)` to the broker, whose RE2J matches the whole name.
+A group, not `(?:...)`: POSIX regcomp refuses that."""
 
 # --- how a member's Kafka client connects ----------------------------------------------------
 

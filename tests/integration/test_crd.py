@@ -51,6 +51,13 @@ def with_spec(path: str, value: Any) -> dict[str, Any]:
     return obj
 
 
+def with_pattern(pattern: str) -> dict[str, Any]:
+    """The valid object subscribing by `pattern` instead of its topics."""
+    obj = with_spec("kafka.topicPattern", pattern)
+    del obj["spec"]["kafka"]["topics"]
+    return obj
+
+
 def dry_run(kubeconfig: Path, ns: str, obj: dict[str, Any]) -> tuple[int, str]:
     proc = kubectl(kubeconfig, "-n", ns, "apply", "--dry-run=server", "-f", "-",
                    input=to_yaml(obj), check=False)
@@ -70,6 +77,7 @@ INVALID = [
      "heartbeatIntervalMs must be at most a third of sessionTimeoutMs"),
     ("topics and a pattern", with_spec("kafka.topicPattern", "orders-.*"),
      "set exactly one of kafka.topics or kafka.topicPattern"),
+    ("a topic pattern too long", with_pattern("o" * 257), "spec.kafka.topicPattern: Too long"),
     ("a topic name Kafka refuses", with_spec("kafka.topics", ["orders/eu"]), "spec.kafka.topics"),
     ("an operator-owned client property",
      with_spec("kafka.clientProperties", {"group.instance.id": "x"}),

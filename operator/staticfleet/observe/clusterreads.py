@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 from collections import Counter, defaultdict
@@ -46,6 +45,7 @@ from typing import Any
 
 from kafka import KafkaClient
 
+from staticfleet.decisions.spec.kafka import topic_matcher
 from staticfleet.observe import clusteranswers as answers
 from staticfleet.observe import wire
 from staticfleet.observe.clientsettings import Unsupported, client_settings
@@ -284,9 +284,9 @@ class ClusterReader:
             return list(registration.topics)
         if self.topics is None:
             return []
-        rx = re.compile(registration.pattern)
+        matches = topic_matcher(registration.pattern)
         return sorted(n for n in self.topics.seen.counts
-                      if not n.startswith("__") and rx.fullmatch(n))
+                      if not n.startswith("__") and matches(n))
 
     def _partitions(self, registration: Registration) -> list[TP]:
         counts = self.topics.seen.counts if self.topics is not None else {}

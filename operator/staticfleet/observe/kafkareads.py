@@ -10,7 +10,6 @@ principal may not read are `BoundsDenied`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from confluent_kafka.admin import (
 )
 
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView
+from staticfleet.decisions.spec.kafka import topic_matcher
 from staticfleet.observe.kafkaadmin import (
     ADMIN_TIMEOUT_S,
     GROUP_TIMEOUT_S,
@@ -185,9 +185,9 @@ def pattern_topics_seen(admin: Admin, pattern: str) -> TopicsSeen:
         admin.pool.record(admin.key, message)
         raise KafkaUnavailable(message) from exc
     admin.pool.record(admin.key, None)
-    rx = re.compile(pattern)
+    matches = topic_matcher(pattern)
     matched = {name: t for name, t in md.topics.items()
-               if not name.startswith("__") and rx.fullmatch(name)}
+               if not name.startswith("__") and matches(name)}
     return TopicsSeen({name: len(t.partitions) for name, t in matched.items()},
                       frozenset(tp for name, t in matched.items() for tp in _leaderless(name, t)))
 

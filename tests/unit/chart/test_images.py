@@ -146,8 +146,8 @@ CONTROL_PLANE = {"kopf", "kubernetes"}
 def test_extras_per_image() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["dependencies"] == [], "the base installs nothing: every image picks an extra"
-    assert {"kopf", "kubernetes", "confluent-kafka", "prometheus-client", "pyyaml"} <= \
-        _extra("operator")
+    assert {"kopf", "kubernetes", "confluent-kafka", "prometheus-client", "pyyaml",
+            "google-re2"} <= _extra("operator")
     assert not _extra("operator") & SPARK_STACK, "the operator image has no Spark stack"
     assert {"confluent-kafka", "pyspark", "pyarrow", "pandas"} <= _extra("member")
     assert not _extra("member") & CONTROL_PLANE, "members need no Kubernetes client"

@@ -36,9 +36,9 @@ def test_empty_instance_id_means_dynamic_and_member_is_pod_name() -> None:
     assert cfg.member == "orders-3"
 
 
-def test_pattern_subscription_is_anchored() -> None:
+def test_pattern_subscription_is_anchored_at_both_ends() -> None:
     raw = base() | {"topics": None, "topicPattern": "orders\\..*"}
-    assert parse_config(raw, {}).subscription() == ["^orders\\..*"]
+    assert parse_config(raw, {}).subscription() == ["^(orders\\..*)$"]
 
 
 def test_config_file_is_read_when_env_json_is_absent() -> None:

@@ -3,14 +3,22 @@ connect (TLS, SASL, OAUTHBEARER, with Secret references), as typed, frozen datac
 `parse` for that section of a body. The clientProperties the operator owns are refused here with
 the field to use instead (the CRD's CEL rules, repeated for bodies that did not pass the API
 server). `kafkaclient` makes the clients' configurations from these.
+
+`spec.kafka.topicPattern` is read here once for everyone (`topic_matcher`): a full match of
+the topic name, in the syntax that means the same to the three engines that read it
+(docs/consumergroup.md, "Topic patterns"), run in RE2 (linear time: a tenant's pattern cannot
+hold the operator).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
+
+import re2
 
 from member_contract import SASL_MECHANISMS, SECURITY_PROTOCOLS
 from staticfleet.decisions.spec.fields import SpecError, as_obj, opt_str, req_str, str_list, str_map
@@ -19,6 +27,92 @@ SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _GROUP_ID_RE = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
+
+TOPIC_PATTERN_MAX_LENGTH = 256
+"""The longest `topicPattern` (the CRD's maxLength says the same)."""
+
+
+def _re2_options() -> Any:
+    options = re2.Options()
+    options.posix_syntax = True   # POSIX extended syntax: what librdkafka's regcomp reads
+    options.one_line = True       # ^ and $ at the name's ends only (posix_syntax alone: lines)
+    options.log_errors = False    # a refused pattern is an InvalidSpec, not a line on stderr
+    return options
+
+
+_RE2_OPTIONS = _re2_options()
+_REPEAT = re.compile(r"\{[0-9]+(,[0-9]*)?\}")
+
+
+def topic_pattern_problem(pattern: str) -> str | None:
+    """Why `pattern` cannot be a `topicPattern`, or None: too long, or not a pattern that RE2,
+    glibc's POSIX regex (a classic member's librdkafka) and the broker's RE2J read alike."""
+    if not pattern:
+        return "is empty; write a pattern, or list the topics in spec.kafka.topics"
+    if len(pattern) > TOPIC_PATTERN_MAX_LENGTH:
+        return (f"is {len(pattern)} characters long, longer than the "
+                f"{TOPIC_PATTERN_MAX_LENGTH} allowed; shorten it")
+    problem = _read_differently(pattern)
+    if problem is not None:
+        return problem
+    try:
+        re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if isinstance(exc.args[0], bytes) else str(exc)
+        return (f"is not a POSIX extended regular expression as RE2 reads it ({reason}); "
+                "there is no \\d, \\w, \\s, \\b or (?...): write [0-9], [a-zA-Z0-9_], "
+                "plain (...) and so on")
+    return None
+
+
+def _read_differently(pattern: str) -> str | None:
+    """The first place where RE2 (which accepts it) and glibc's POSIX regex would read
+    `pattern` differently, or where POSIX leaves it undefined: a backslash inside a bracket
+    expression, a `{` that is not a repetition, two repetition operators in a row."""
+    i, bracket, repeated = 0, -1, False
+    while i < len(pattern):
+        ch, was_repeated, repeated = pattern[i], repeated, False
+        if bracket >= 0:  # inside [...]: `bracket` is where its first member stands
+            if ch == "\\":
+                return (f"has a backslash inside a bracket expression at {i}: a classic "
+                        "member's POSIX regex reads it as a literal, RE2 as an escape; write "
+                        "the characters themselves (put - last, e.g. [a-z.-])")
+            if ch == "[" and pattern[i + 1:i + 2] in (":", ".", "="):  # [:alpha:] and kin
+                end = pattern.find(pattern[i + 1] + "]", i + 2)
+                i = len(pattern) if end < 0 else end + 2
+                continue
+            if ch == "]" and i > bracket:
+                bracket = -1
+        elif ch == "\\":
+            i += 1
+        elif ch == "[":
+            bracket = i = i + 1 + (pattern[i + 1:i + 2] == "^")
+            continue
+        elif ch in "*+?{":
+            repeat = _REPEAT.match(pattern, i) if ch == "{" else None
+            if ch == "{" and repeat is None:
+                return (f"has a {{ at {i} that is not a repetition {{n}}, {{n,}} or {{n,m}}: "
+                        "the engines read it differently; write a repetition or leave it out "
+                        "(topic names hold no braces)")
+            if was_repeated:
+                return (f"has two repetition operators in a row at {i}, which POSIX leaves "
+                        "undefined; group the first, e.g. (a+)* for a+*")
+            repeated = True
+            if repeat is not None:
+                i = repeat.end()
+                continue
+        i += 1
+    return None
+
+
+@lru_cache(maxsize=1024)
+def topic_matcher(pattern: str) -> Callable[[str], bool]:
+    """Whether a topic name is one `pattern` subscribes to: a full match, in RE2 (linear in
+    the name's length), as the members' subscription (member_contract's
+    `PATTERN_SUBSCRIPTION`) matches it. `pattern` has passed `topic_pattern_problem` (the
+    spec parser's); RE2 refuses one that has not."""
+    rx = re2.compile(pattern, _RE2_OPTIONS)
+    return lambda name: rx.fullmatch(name) is not None
 
 # clientProperties keys the operator owns, and the field to use instead (mirrors the CRD's CEL).
 OWNED_CLIENT_PROPERTIES: Mapping[str, str] = {
@@ -154,11 +248,8 @@ def parse(kafka: Mapping[str, Any], name: str) -> KafkaSpec:
         for i, topic in enumerate(parsed_topics):
             if not _TOPIC_RE.match(topic):
                 raise SpecError(f"{path}.topics[{i}]", f"{topic!r} is not a valid topic name")
-    if pattern is not None:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise SpecError(f"{path}.topicPattern", f"is not a valid regex: {exc}") from None
+    if pattern is not None and (problem := topic_pattern_problem(pattern)) is not None:
+        raise SpecError(f"{path}.topicPattern", problem)
     group_id = opt_str(kafka, "groupId", path) or name
     if not _GROUP_ID_RE.match(group_id):
         raise SpecError(f"{path}.groupId", f"{group_id!r} must match {_GROUP_ID_RE.pattern}")
