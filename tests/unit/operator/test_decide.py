@@ -27,7 +27,7 @@ from staticfleet.decisions.names import (
     SESSION_ANNOTATION,
 )
 from staticfleet.decisions.plan import decide, without_nulls
-from staticfleet.decisions.planned import WHY_SCALE_DOWN, WHY_TAKEN_BACK
+from staticfleet.decisions.planned import WHY_ASK_AGAIN, WHY_SCALE_DOWN, WHY_TAKEN_BACK
 from staticfleet.decisions.pods import (
     WHY_ENDED,
     WHY_ENDED_REPLACEMENT,
@@ -184,16 +184,21 @@ def test_the_autoscaler_sets_replicas_from_the_lag_and_steps_aside_when_removed(
     assert off.metrics.autoscaling is None
 
 
-def scale_down(replicas: int, *, after_s: float, left: tuple[int, ...] = ()
-               ) -> tuple[Plan, Plan]:
+def scale_down(replicas: int, *, after_s: float, left: tuple[int, ...] = (),
+               took_it: bool = True) -> tuple[Plan, Plan]:
     """The pass that asks the members beyond `replicas` to leave, and a pass `after_s` later
-    in which the members `left` are out of the group."""
+    in which the members `left` are out of the group; `took_it`: the asked members' `/status`
+    says they are leaving (False: the call never reached them)."""
     pods, status = settled(CG)
     cg = with_path(CG, "spec.replicas", replicas)
     ask = decide(snapshot(cg, pods, previous=status))
     stays = tuple(o for o in range(3) if o not in left)
+    asked = {m.ordinal for m in ask.calls}
+    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{ordinal_of(p)}", "rebalances": 0,
+                                       "leaving": took_it and ordinal_of(p) in asked}
+                for p in pods if ordinal_of(p) in stays}
     later = decide(snapshot(cg, pods, previous=without_nulls(dict(ask.status)),
-                            in_group=stays, now_offset_s=after_s))
+                            in_group=stays, now_offset_s=after_s, statuses=statuses))
     return ask, later
 
 
@@ -225,6 +230,26 @@ def test_a_member_asked_to_leave_is_deleted_once_out_of_the_group(
     if why:
         assert why in later.delete[0].why
         assert "ScaledDown" in reasons(later)
+
+
+@pytest.mark.parametrize("after_s", [2, 31])
+def test_a_member_recorded_as_asked_that_is_not_leaving_is_asked_again_within_the_wait(
+        after_s: float) -> None:
+    """Issue 46, item 5: the planned leave is written to the status before the call
+    (`service.execute`); an operator killed between the two leaves a record whose member was
+    never asked. Its successor asks again (the record and its window unchanged, so the
+    rebalance counts as planned), until `LEAVE_WAIT_S`; after that the pod goes, as for a
+    member that did not leave."""
+    ask, later = scale_down(2, after_s=after_s, took_it=False)
+    if after_s < 30:
+        assert [(m.ordinal, m.action, m.why) for m in later.calls] == [
+            (2, "leave", WHY_ASK_AGAIN)]
+        assert later.delete == ()
+        assert later.status["plannedRebalance"] == ask.status["plannedRebalance"]
+        assert "MemberLeaving" not in reasons(later), "one Event for the scale-down"
+    else:
+        assert later.calls == ()
+        assert [d.ordinal for d in later.delete] == [2]
 
 
 def test_a_scale_down_taken_back_remakes_the_members_that_left_as_planned_joins() -> None:
