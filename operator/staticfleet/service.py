@@ -45,6 +45,7 @@ from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
 from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts import widening
 from staticfleet.memory import Memory
 from staticfleet.observe import clusterpool, kafkaadmin, kafkareads, memberhttp
 from staticfleet.statuspatch import merge_patch
@@ -252,11 +253,11 @@ def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, clients:
             # the broker is told, so an operator killed in between leaves a record whose
             # successor reads the broker's value on its first pass and sets it right
             # (`timeouts.widening`). A write the broker refuses makes the next pass read it too.
+            group_id = snap.spec.kafka.group_id
             snap = _journal(snap, plan, kube, memory)
             failpoints.hit(failpoints.BEFORE_GROUP_CONFIGS)
             try:
-                kafkareads.set_group_configs(admin, snap.spec.kafka.group_id,
-                                             plan.group_configs)
+                kafkareads.set_group_configs(admin, group_id, plan.group_configs)
             except kafkaadmin.KafkaUnavailable:
                 memory.session_reads.forget(body["metadata"]["uid"])
                 raise
@@ -376,3 +377,41 @@ def _write_status(snap: Snapshot, plan: Plan, kube: apply.Kube, memory: Memory,
         return False
     memory.own.wrote_status(snap.body["metadata"]["uid"], new)
     return True
+
+
+# --- deletion -------------------------------------------------------------------------------
+
+
+def release(body: Mapping[str, Any], clients: Clients, memory: Memory) -> str | None:
+    """A ConsumerGroup being deleted (its last pass over): set back on the broker what it left
+    there, a KIP-848 group's session timeout widened mid-rollout (`widening.left_behind`, from
+    the status this process last wrote, else the body's). Returns what was done (None:
+    nothing). Raises KafkaUnavailable when the broker does not answer, apply.ApplyError (or
+    SecretMissing) when the client credentials cannot be read."""
+    uid = body["metadata"]["uid"]
+    status = memory.own.last_status(uid) or body.get("status") or {}
+    record = widening.Widening.from_status((status.get("timeouts") or {}).get("widening"))
+    if record is None:
+        return None
+    try:
+        spec = ConsumerGroupSpec.from_body(
+            body, allow_testing=clients.settings.allow_testing_annotations)
+    except SpecError:
+        return None
+    if spec.membership.protocol != "consumer":
+        return None
+    admin = clients.admins.get(credentials.admin_conf(spec, body["metadata"]["namespace"],
+                                                      clients.kube))
+    group = spec.kafka.group_id
+    observed = None
+    if not record.raised:
+        try:
+            observed = kafkareads.group_session_timeout(admin, group)
+        except kafkareads.GroupConfigsDenied:
+            return None
+    value = widening.left_behind(record, observed)
+    if value is None:
+        return None
+    kafkareads.set_group_configs(admin, group, {kafkareads.GROUP_SESSION_CONFIG: str(value)})
+    return (f"set group {group}'s session timeout back to the tuned {value} ms (the widening "
+            f"was {record.state}, {record.session_timeout_ms} ms)")
