@@ -1887,6 +1887,57 @@ def test_a_member_in_a_long_first_batch_is_working_not_stalled() -> None:
     assert plan.metrics.stalled_members == 0
 
 
+@pytest.mark.parametrize(("running_s", "member_slowest_s", "group_slowest_s", "overdue"), [
+    (3600, 2.0, None, True),      # an hour in a hung sink call: past max.poll.interval.ms
+    (250, 2.0, None, False),      # within max.poll.interval.ms (300 s)
+    (450, 100.0, None, False),    # 5 x its own slowest batch (500 s) ...
+    (700, 100.0, None, True),     # ... then past it
+    (550, 2.0, 120.0, False),     # 5 x the group's slowest measured (600 s) ...
+    (650, 2.0, 120.0, True),      # ... then past it
+], ids=["hung-hour", "within-max-poll", "within-own", "past-own", "within-group",
+        "past-group"])
+def test_a_batch_that_never_ends_is_reported_not_restarted(
+        running_s: float, member_slowest_s: float, group_slowest_s: float | None,
+        overdue: bool) -> None:
+    """Issue 46, item 6: a batch in flight was never judged, however long (a member stuck in
+    a hung sink call for an hour was MembersStalled=False). Past its bound (`overdue_bound_s`)
+    it is reported: the condition (reason BatchOverdue), a Warning Event, the metric; its
+    member is never restarted for it (restartStalledMembers is on here)."""
+    snap, _ = stalled_fleet(idle_s=running_s)
+    started = (NOW - timedelta(seconds=running_s)).timestamp()
+    snap = with_member_1(snap, batchInFlight={"startedAt": started, "records": 1000},
+                         batchSecondsMax=member_slowest_s)
+    if group_slowest_s is not None:
+        status = copy.deepcopy(dict(snap.body["status"]))
+        status["measurements"] = {**status.get("measurements", {}),
+                                  "batchSecondsMax": group_slowest_s}
+        snap = replace(snap, body={**snap.body, "status": status})
+    plan = decide(snap)
+    assert plan.status["timeouts"]["maxPollIntervalMs"] == 300000
+    assert plan.delete == (), "never restarted for a long batch"
+    cond = c.get_condition(plan.status["conditions"], c.MEMBERS_STALLED)
+    assert plan.metrics.overdue_batches == int(overdue)
+    if overdue:
+        assert (cond["status"], cond["reason"]) == ("True", c.BATCH_OVERDUE)
+        assert f"for {running_s:.0f} s, past its bound" in cond["message"]
+        assert "member 1 (pod orders-1)" in cond["message"] and "1000 records" in cond["message"]
+        assert ("Warning", c.BATCH_OVERDUE) in [(e.type, e.reason) for e in plan.events]
+    else:
+        assert cond["status"] == "False"
+        assert c.BATCH_OVERDUE not in reasons(plan)
+        bound = max(300.0, 5 * max(member_slowest_s, group_slowest_s or 0.0))
+        assert plan.deadline_s is not None and plan.deadline_s <= bound - running_s + 0.5, (
+            "a pass is due when the batch would pass its bound")
+
+
+def test_the_overdue_bound() -> None:
+    from staticfleet.decisions.members.stalls import overdue_bound_s
+
+    assert overdue_bound_s(300000, 2.0) == 300.0
+    assert overdue_bound_s(10000, 2.0) == 60.0
+    assert overdue_bound_s(300000, 100.0) == 500.0
+
+
 def test_idleness_counts_from_the_last_finished_batch_too() -> None:
     snap, _ = stalled_fleet(idle_s=90)
     snap = with_member_1(snap, lastBatchAt=(NOW - timedelta(seconds=20)).timestamp())
