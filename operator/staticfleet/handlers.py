@@ -39,6 +39,10 @@ pods would lag behind the group's, and the new shard would see the group without
 is the children's watch: every shard sees every child, and `noticed` answers only for those it
 applied, so only a group it holds wakes.
 
+A ConsumerGroup deleted is held by the finalizer kopf puts on it for its daemon: the delete
+handler (`forget`) waits for its last pass, sets back what it left on the broker (a KIP-848
+group's session timeout widened mid-rollout, `service.release`), then forgets it.
+
 A watch that had to list again sends no DELETED for a child deleted meanwhile (kopf does not
 compare the new list with the old): such a child is made again when its group's content changes
 or the operator restarts (a new operator applies every child once).

@@ -20,6 +20,9 @@
    decides nothing; an action the API server or the broker refuses turns the pass into a
    Degraded one (`plan.degraded`).
 
+A ConsumerGroup being deleted gets one more call, `release`: what it left on the broker (a
+widened session timeout) is set back.
+
 The clients the passes share are a `Clients`; what they remember between passes (own writes,
 member exits, tokens, refusals, answers, caches) is a `memory.Memory`.
 """

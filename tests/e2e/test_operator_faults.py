@@ -243,7 +243,7 @@ def test_a_batch_that_never_ends_is_reported_and_its_member_left_alone(
     name = unique("hung")
     spec = groups.consumer_group(
         name, kafka.bootstrap, stream["topic"], replicas=1, out_topic=stream["out"],
-        connect_url=spark_connect.url,
+        connect_url=spark_connect.url, session_ms=10000,  # within max.poll.interval.ms
         env=[{"name": "SLOW_FIRST_BATCH_S", "value": str(HUNG_BATCH_S)},
              {"name": "PYTHONPATH", "value": str(REPO)}])
     spec["spec"]["processing"]["transform"] = (
