@@ -268,7 +268,7 @@ def test_a_batch_that_never_ends_is_reported_and_its_member_left_alone(
     assert events and events[-1]["type"] == "Warning", events
     assert "member 0" in events[-1]["message"] and "past its bound of 60 s" in (
         events[-1]["message"]), events
-    gauge = f'staticfleet_overdue_batches{{namespace="{namespace}",group="{name}"}} 1.0'
+    gauge = f'staticfleet_overdue_batches{{group="{name}",namespace="{namespace}"}} 1.0'
     wait_for("the gauge at 1", lambda: gauge in operator.metrics(), timeout=30)
     done = groups.wait_status(kubeconfig, namespace, name, lambda o: (
         (stalled(o) or {}).get("status") == "False"), HUNG_BATCH_S + 60, "the batch done")

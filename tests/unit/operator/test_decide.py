@@ -1919,7 +1919,7 @@ def test_a_batch_that_never_ends_is_reported_not_restarted(
     assert plan.metrics.overdue_batches == int(overdue)
     if overdue:
         assert (cond["status"], cond["reason"]) == ("True", c.BATCH_OVERDUE)
-        assert f"for {running_s:.0f} s, past its bound" in cond["message"]
+        assert f"for {running_s:.1f} s, past its bound" in cond["message"]
         assert "member 1 (pod orders-1)" in cond["message"] and "1000 records" in cond["message"]
         assert ("Warning", c.BATCH_OVERDUE) in [(e.type, e.reason) for e in plan.events]
     else:

@@ -166,7 +166,7 @@ class Overdue:
         measured = (f"{OVERDUE_FACTOR} x the slowest batch measured, {self.slowest_s:.1f} s"
                     if self.slowest_s else "no batch measured yet")
         return (f"member {self.ordinal} (pod {self.pod}) has run one batch of {self.records} "
-                f"records for {self.running_s:.0f} s, past its bound of {self.bound_s:.0f} s "
+                f"records for {self.running_s:.1f} s, past its bound of {self.bound_s:.0f} s "
                 f"({measured}; at least max.poll.interval.ms): its transform or sink may hang")
 
 
