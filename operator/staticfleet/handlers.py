@@ -39,6 +39,10 @@ pods would lag behind the group's, and the new shard would see the group without
 is the children's watch: every shard sees every child, and `noticed` answers only for those it
 applied, so only a group it holds wakes.
 
+A ConsumerGroup deleted is held by the finalizer kopf puts on it for its daemon: the delete
+handler (`forget`) waits for its last pass, sets back what it left on the broker (a KIP-848
+group's session timeout widened mid-rollout, `service.release`), then forgets it.
+
 A watch that had to list again sends no DELETED for a child deleted meanwhile (kopf does not
 compare the new list with the old): such a child is made again when its group's content changes
 or the operator restarts (a new operator applies every child once).
@@ -52,7 +56,7 @@ import functools
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -71,7 +75,7 @@ from staticfleet.decisions.spec.model import (
     RESTARTED_AT_ANNOTATION,
 )
 from staticfleet.memory import Memory
-from staticfleet.observe import clusterpool, memberhttp
+from staticfleet.observe import clusterpool, kafkaadmin, memberhttp
 
 RESYNC_S = float(os.environ.get("STATICFLEET_RESYNC_SECONDS", "10"))
 REST_RESYNC_S = max(RESYNC_S, float(os.environ.get("STATICFLEET_REST_RESYNC_SECONDS", "60")))
@@ -90,6 +94,10 @@ CHILDREN = (("", "v1", "configmaps"), ("", "v1", "services"),
 NETWORK_POLICIES = ("networking.k8s.io", "v1", "networkpolicies")
 """Applied, and watched, only when the operator makes NetworkPolicies (its RBAC has them only
 then)."""
+RELEASE_WAIT_S = 30.0
+"""How long a deletion waits for the group's last pass (its thread) before it sets back what
+the group left on the broker."""
+RELEASE_RETRIES = 6
 WORKERS = int(os.environ.get("STATICFLEET_WORKERS", "16"))
 PER_CLUSTER = max(1, WORKERS // 2)
 
@@ -137,6 +145,8 @@ class Runner:
     clusters: dict[str, asyncio.Semaphore] = field(default_factory=dict)
     loop: asyncio.AbstractEventLoop | None = None
     """The daemons' event loop (known once one started), where `wake_owners` wakes them."""
+    passing: dict[str, Future[Any]] = field(default_factory=dict)
+    """The pass under way of each group (by uid), until its thread is done."""
 
     @property
     def shard(self) -> str | None:
@@ -254,13 +264,32 @@ class Runner:
         with metrics.RECONCILE_QUEUE.track_inprogress():  # the passes waiting for a slot
             await slots.acquire()
         try:
-            loop = asyncio.get_running_loop()
-            plan = await loop.run_in_executor(
-                self.pool, service.reconcile, body, pods, self.clients, self.memory,
-                datetime.now(UTC), claimants)
+            uid = str((body.get("metadata") or {}).get("uid"))
+            future = self.pool.submit(service.reconcile, body, pods, self.clients, self.memory,
+                                      datetime.now(UTC), claimants)
+            self.passing[uid] = future  # its thread runs on when the daemon is cancelled
+            future.add_done_callback(lambda done: self._passed(uid, done))
+            plan = await asyncio.wrap_future(future)
         finally:
             slots.release()
         return pace.next_pass(plan, RESYNC_S, REST_RESYNC_S)
+
+    def _passed(self, uid: str, done: Future[Any]) -> None:
+        if self.passing.get(uid) is done:
+            del self.passing[uid]
+
+    async def release(self, body: Mapping[str, Any]) -> str | None:
+        """The group is being deleted: once its last pass is over (a cancelled daemon's thread
+        may still run one, for at most `RELEASE_WAIT_S`), set back what it left on the broker
+        (`service.release`)."""
+        loop = asyncio.get_running_loop()
+        last = self.passing.get(body["metadata"]["uid"])
+        if last is not None:
+            with contextlib.suppress(Exception):  # its timeout, or the pass's own failure
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(last)),
+                                       RELEASE_WAIT_S)
+        return await loop.run_in_executor(self.pool, service.release, body, self.clients,
+                                          self.memory)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -441,8 +470,27 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float)
             w.cancel()
 
 
-@kopf.on.delete(API_GROUP, API_VERSION, PLURAL, optional=True)
-def forget(namespace: str | None, name: str, uid: str, memo: kopf.Memo, **_: Any) -> None:
+@kopf.on.delete(API_GROUP, API_VERSION, PLURAL, optional=True, retries=RELEASE_RETRIES)
+async def forget(namespace: str | None, name: str, uid: str, body: kopf.Body, memo: kopf.Memo,
+                 retry: int, **_: Any) -> None:
+    """A ConsumerGroup deleted: what it left on the broker is set back (`Runner.release`: a
+    widened session timeout) while the daemon's finalizer still holds it, then what the
+    process kept of it is forgotten. A broker that does not answer is asked again
+    `RELEASE_RETRIES` times, 5 s apart; then, or when its credentials are gone, the deletion
+    goes on and the log says what was left behind."""
     if namespace is None:
         return
-    memo.runner.forget(namespace, name, uid)
+    runner: Runner = memo.runner
+    try:
+        done = await runner.release(_plain(body))
+        if done is not None:
+            log.info("%s/%s deleted: %s", namespace, name, done)
+    except kafkaadmin.KafkaUnavailable as exc:
+        if retry + 1 < RELEASE_RETRIES:
+            raise kopf.TemporaryError(f"the broker did not answer: {exc}", delay=5.0) from exc
+        log.warning("%s/%s deleted: its group's widened session timeout was not set back "
+                    "(%s); set consumer.session.timeout.ms yourself", namespace, name, exc)
+    except apply.ApplyError as exc:
+        log.warning("%s/%s deleted: its group's widened session timeout was not set back, "
+                    "its Kafka credentials cannot be read (%s)", namespace, name, exc)
+    runner.forget(namespace, name, uid)

@@ -37,6 +37,11 @@ SLOW_MEMBERS = Gauge(
     "Members whose /status did not answer within the operator's deadline (or answered more "
     "than it reads) on the group's last pass (Event MemberStatusSlow)", LABELS,
     registry=REGISTRY)
+OVERDUE_BATCHES = Gauge(
+    "staticfleet_overdue_batches",
+    "Members whose batch in flight runs past its bound (5 x the slowest batch measured for the "
+    "group, at least max.poll.interval.ms): a hung transform or sink (condition MembersStalled, "
+    "reason BatchOverdue); never restarted for it", LABELS, registry=REGISTRY)
 STALLED_RESTARTS = Counter(
     "staticfleet_stalled_member_restarts", "Stalled members the operator restarted", LABELS,
     registry=REGISTRY)
@@ -127,8 +132,7 @@ def forget(namespace: str, group: str) -> None:
     """Drop the series of a deleted ConsumerGroup so they do not linger."""
     for metric in (ROLLOUT_IN_PROGRESS, ROLLOUT_AT_RISK, GROUP_PARTITIONS, IDLE_MEMBERS,
                    RECONCILE_LAST, UNASSIGNED_PARTITIONS, STALLED_MEMBERS, STALLED_RESTARTS,
-                   SLOW_MEMBERS,
-                   *AUTOSCALER_METRICS):
+                   SLOW_MEMBERS, OVERDUE_BATCHES, *AUTOSCALER_METRICS):
         with contextlib.suppress(KeyError):
             metric.remove(namespace, group)
     for timeout in ("session", "heartbeat", "max_poll"):
@@ -221,6 +225,8 @@ def export(namespace: str, group: str, values: MetricValues, seconds: float) -> 
         STALLED_RESTARTS.labels(*labels).inc(values.stalled_restarts)
     if values.slow_members is not None:
         SLOW_MEMBERS.labels(*labels).set(values.slow_members)
+    if values.overdue_batches is not None:
+        OVERDUE_BATCHES.labels(*labels).set(values.overdue_batches)
     _export_autoscaling(labels, values)
     for timeout in values.timeout_changes:
         TIMEOUT_CHANGES.labels(*labels, timeout).inc()

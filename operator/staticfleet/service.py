@@ -12,12 +12,16 @@
    the same Kafka group (`claims`).
 2. `plan.decide(snapshot)` decides everything (pure, table-tested).
 3. `execute` carries the plan out through `apply` and `observe`, in order: group configs,
-   children, pod annotations, calls to members, the status when the plan switches over or
-   deletes pods (written ahead: a journal to resume from), the warm handoffs' switches
-   (`switchover`), pod creations, pod deletions; then the status (only when it changed), the
-   Events, the metrics, and one log line per action with its reasons. It decides nothing; an
-   action the API server or the broker refuses turns the pass into a Degraded one
-   (`plan.degraded`).
+   children, pod annotations, calls to members, the warm handoffs' switches
+   (`switchover`), pod creations, pod deletions; the status is written ahead of the first of
+   these acts that leaves something outside the API server (the group configs, a member call,
+   a switchover, a pod deletion: a journal to resume from); then the status (only when it
+   changed), the Events, the metrics, and one log line per action with its reasons. It
+   decides nothing; an action the API server or the broker refuses turns the pass into a
+   Degraded one (`plan.degraded`).
+
+A ConsumerGroup being deleted gets one more call, `release`: what it left on the broker (a
+widened session timeout) is set back.
 
 The clients the passes share are a `Clients`; what they remember between passes (own writes,
 member exits, tokens, refusals, answers, caches) is a `memory.Memory`.
@@ -43,6 +47,7 @@ from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
 from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
+from staticfleet.decisions.timeouts import widening
 from staticfleet.memory import Memory
 from staticfleet.observe import clusterpool, kafkaadmin, kafkareads, memberhttp, memberreads
 from staticfleet.statuspatch import merge_patch
@@ -249,11 +254,28 @@ def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, clients:
     body, kube = snap.body, clients.kube
     try:
         if plan.group_configs and admin is not None and snap.spec is not None:
-            kafkareads.set_group_configs(admin, snap.spec.kafka.group_id, plan.group_configs)
+            # Write ahead: the widening's record (raised, or set back) is in the status before
+            # the broker is told, so an operator killed in between leaves a record whose
+            # successor reads the broker's value on its first pass and sets it right
+            # (`timeouts.widening`). A write the broker refuses makes the next pass read it too.
+            group_id = snap.spec.kafka.group_id
+            snap = _journal(snap, plan, kube, memory)
+            failpoints.hit(failpoints.BEFORE_GROUP_CONFIGS)
+            try:
+                kafkareads.set_group_configs(admin, group_id, plan.group_configs)
+            except kafkaadmin.KafkaUnavailable:
+                memory.session_reads.forget(body["metadata"]["uid"])
+                raise
         for child in plan.children:
             kube.apply(apply.adopt(child, body))
         for mark in plan.annotate:  # before the calls: a standby is marked, then activated
             kube.annotate_pod(snap.namespace, mark.name, mark.uid, mark.annotations)
+        if plan.calls:
+            # Write ahead: a scale-down's planned leave is in the status before the member is
+            # asked, so the successor of an operator killed in between counts its rebalance as
+            # planned, and asks again a member that does not say it is leaving (`planned`).
+            snap = _journal(snap, plan, kube, memory)
+            failpoints.hit(failpoints.BEFORE_MEMBER_CALLS)
         _ask_members(snap, plan, kube, memory)
         if plan.switchovers or plan.delete:
             # Write ahead: the handover is in the status before the old member is drained, and
@@ -337,10 +359,11 @@ def _unscaled(snap: Snapshot, plan: Plan) -> Plan:
 
 
 def _journal(snap: Snapshot, plan: Plan, kube: apply.Kube, memory: Memory) -> Snapshot:
-    """Write the plan's status before its switchovers and pod deletions; the snapshot as if
-    that status had been read (a later refusal's Degraded status keeps the journal). Raises
-    ApplyError when the status cannot be written: then no switchover starts and no pod is
-    deleted."""
+    """Write the plan's status before its group configs, member calls, switchovers and pod
+    deletions; the snapshot as if that status had been read (a later refusal's Degraded status
+    keeps the journal; a second journal of the same pass writes nothing). Raises ApplyError
+    when the status cannot be written: then no config is set, no member called, no switchover
+    starts and no pod is deleted."""
     if not _write_status(snap, plan, kube, memory, raise_on_refusal=True):
         return snap
     return replace(snap, body={**snap.body, "status": without_nulls(dict(plan.status))})
@@ -362,3 +385,41 @@ def _write_status(snap: Snapshot, plan: Plan, kube: apply.Kube, memory: Memory,
         return False
     memory.own.wrote_status(snap.body["metadata"]["uid"], new)
     return True
+
+
+# --- deletion -------------------------------------------------------------------------------
+
+
+def release(body: Mapping[str, Any], clients: Clients, memory: Memory) -> str | None:
+    """A ConsumerGroup being deleted (its last pass over): set back on the broker what it left
+    there, a KIP-848 group's session timeout widened mid-rollout (`widening.left_behind`, from
+    the status this process last wrote, else the body's). Returns what was done (None:
+    nothing). Raises KafkaUnavailable when the broker does not answer, apply.ApplyError (or
+    SecretMissing) when the client credentials cannot be read."""
+    uid = body["metadata"]["uid"]
+    status = memory.own.last_status(uid) or body.get("status") or {}
+    record = widening.Widening.from_status((status.get("timeouts") or {}).get("widening"))
+    if record is None:
+        return None
+    try:
+        spec = ConsumerGroupSpec.from_body(
+            body, allow_testing=clients.settings.allow_testing_annotations)
+    except SpecError:
+        return None
+    if spec.membership.protocol != "consumer":
+        return None
+    admin = clients.admins.get(credentials.admin_conf(spec, body["metadata"]["namespace"],
+                                                      clients.kube))
+    group = spec.kafka.group_id
+    observed = None
+    if not record.raised:
+        try:
+            observed = kafkareads.group_session_timeout(admin, group)
+        except kafkareads.GroupConfigsDenied:
+            return None
+    value = widening.left_behind(record, observed)
+    if value is None:
+        return None
+    kafkareads.set_group_configs(admin, group, {kafkareads.GROUP_SESSION_CONFIG: str(value)})
+    return (f"set group {group}'s session timeout back to the tuned {value} ms (the widening "
+            f"was {record.state}, {record.session_timeout_ms} ms)")

@@ -22,6 +22,13 @@ running real members, the real broker, a steady stream, the operator as its own 
    (`/status` `batchInFlight`) and the detector leaves it be: the batch is processed once, the
    pod is never replaced, nothing is written twice, and no stall Event appears.
 
+3. A batch that never ends (issue 46, item 6): a member whose first real batch takes 150 s
+   under `maxPollIntervalMs` 20 s (its bound: 60 s, nothing measured yet). Before, a batch in
+   flight was never judged however long; now, past its bound, `MembersStalled` turns True with
+   the reason `BatchOverdue`, a Warning `BatchOverdue` Event names the member, the gauge
+   `staticfleet_overdue_batches` shows 1, the member is never restarted, and once the batch
+   ends the condition is False again, nothing lost.
+
 The slow member (`slow_member`, its own namespace, topics and stream) starts before the crash
 test and its two minutes run beside it: the two share the machine's time, not a group. The
 stall detector looks at it on every pass of whichever operator runs meanwhile, the crashing
@@ -224,3 +231,54 @@ def test_a_two_minute_first_batch_is_processed_once_and_its_member_never_restart
     assert not obj["status"].get("stalledRestarts")
     assert not missing, f"{len(missing)} records lost"
     assert duplicates == 0, f"{duplicates} records written twice"
+
+
+HUNG_BATCH_S = 150
+
+
+def test_a_batch_that_never_ends_is_reported_and_its_member_left_alone(
+    kafka: KafkaBroker, kubeconfig: Path, operator: OperatorProcess, namespace: str,
+    stream: dict[str, Any], spark_connect: ConnectServer,
+) -> None:
+    name = unique("hung")
+    spec = groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=1, out_topic=stream["out"],
+        connect_url=spark_connect.url, session_ms=10000,  # within max.poll.interval.ms
+        env=[{"name": "SLOW_FIRST_BATCH_S", "value": str(HUNG_BATCH_S)},
+             {"name": "PYTHONPATH", "value": str(REPO)}])
+    spec["spec"]["processing"]["transform"] = (
+        "tests.integration.spark_test_transforms:slow_first_real_batch")
+    spec["spec"]["membership"]["timeouts"]["maxPollIntervalMs"] = 20000
+    groups.apply(kubeconfig, namespace, spec)
+    pod = wait_for("the member's pod", lambda: next(
+        iter(groups.pods(kubeconfig, namespace, name)), None), timeout=60)
+
+    def stalled(obj: dict[str, Any]) -> dict[str, Any] | None:
+        return next((c for c in (obj.get("status") or {}).get("conditions") or ()
+                     if c["type"] == "MembersStalled"), None)
+
+    began = time.monotonic()
+    obj = groups.wait_status(kubeconfig, namespace, name, lambda o: (
+        (stalled(o) or {}).get("reason") == "BatchOverdue"), HUNG_BATCH_S + 60,
+        "the batch reported overdue")
+    seen_s = time.monotonic() - began
+    cond = stalled(obj)
+    assert cond is not None and cond["status"] == "True", cond
+    events = groups.events(kubeconfig, namespace, name, "BatchOverdue")
+    assert events and events[-1]["type"] == "Warning", events
+    assert "member 0" in events[-1]["message"] and "past its bound of 60 s" in (
+        events[-1]["message"]), events
+    gauge = f'staticfleet_overdue_batches{{group="{name}",namespace="{namespace}"}} 1.0'
+    wait_for("the gauge at 1", lambda: gauge in operator.metrics(), timeout=30)
+    done = groups.wait_status(kubeconfig, namespace, name, lambda o: (
+        (stalled(o) or {}).get("status") == "False"), HUNG_BATCH_S + 60, "the batch done")
+    now = get_json(kubeconfig, "-n", namespace, "pod", pod["metadata"]["name"])
+    restarts = [c.get("restartCount", 0) for c in now["status"].get("containerStatuses") or ()]
+    print(f"hung batch: reported {seen_s:.0f} s after the group was applied: {cond['message']}; "
+          f"cleared once it ended ({stalled(done)}); pod replaced "
+          f"{now['metadata']['uid'] != pod['metadata']['uid']}, restarts {restarts}")
+    assert now["metadata"]["uid"] == pod["metadata"]["uid"] and restarts == [0]
+    assert not done["status"].get("stalledRestarts")
+    produced, out = drain(kafka, name, stream)
+    missing = set(stream["producer"].produced) - set(out)
+    assert produced > 0 and not missing, f"{len(missing)} of {produced} records lost"

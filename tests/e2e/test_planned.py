@@ -17,12 +17,14 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from staticfleet import failpoints
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.stream import SteadyProducer, read_all
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.kube import kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
+from staticfleet_dev.testkit.poll import wait_for
 from tests.support import unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
@@ -96,6 +98,62 @@ def test_scale_down_hands_partitions_over_at_once_and_scaling_is_planned(
     assert up["status"]["rebalances"] - formed["rebalances"] == (
         up["status"]["plannedRebalances"] - formed.get("plannedRebalances", 0)), (
         "every rebalance of the scale-down and the scale-up was planned", formed, up["status"])
+    warnings = [(e["reason"], e["message"]) for e in groups.events(kubeconfig, namespace, name)
+                if e["type"] == "Warning"]
+    assert warnings == []
+    no_loss(kafka, name, stream, [stream["topic"]])
+
+
+def test_an_operator_killed_between_a_leaves_record_and_its_call_leaves_a_planned_scale_down(
+    kafka: KafkaBroker, kafka_admin: AdminClient, kubeconfig: Path, operator: OperatorProcess,
+    namespace: str, stream: dict[str, Any], spark_connect: ConnectServer, tmp_path: Path,
+) -> None:
+    """Issue 46, item 5: the scale-down's planned leave is written to the status before the
+    member is called. An operator killed between the two (the failpoint `before-member-calls`)
+    leaves the record with the member still in the group; its successor asks the member again
+    (its `/status` says it is not leaving), the partitions move at once, and the rebalance is
+    counted as planned: no UnexpectedRebalance."""
+    name = unique("leavekill")
+    groups.apply(kubeconfig, namespace, groups.consumer_group(
+        name, kafka.bootstrap, stream["topic"], replicas=2, out_topic=stream["out"],
+        session_ms=SESSION_MS, connect_url=spark_connect.url))
+    groups.wait_status(kubeconfig, namespace, name, groups.ready, 240, "Ready")
+    time.sleep(3)
+    formed = groups.get(kubeconfig, namespace, name)["status"]
+    everything = {(stream["topic"], p) for p in range(6)}
+
+    operator.stop()
+    crashing = OperatorProcess(kubeconfig=kubeconfig, log=tmp_path / "crashing.log",
+                               extra_env={failpoints.ENV: failpoints.BEFORE_MEMBER_CALLS})
+    try:
+        crashing.launch().wait_healthy()
+        scale(kubeconfig, namespace, name, 1)
+        assert crashing.proc is not None
+        proc = crashing.proc
+        wait_for("the operator to kill itself before the leave", lambda: proc.poll() is not None,
+                 timeout=60, interval=0.2)
+        assert proc.returncode == -9, crashing.log_tail()
+    finally:
+        crashing.kill()
+        operator.start()
+    killed = time.monotonic()
+    mid = groups.get(kubeconfig, namespace, name)["status"]
+    assert mid["plannedRebalance"]["reason"] == "ScaleDown", mid["plannedRebalance"]
+    assert mid["plannedRebalance"]["members"] == [1], mid["plannedRebalance"]
+    handover_s = groups.wait_owned(kafka_admin, name, everything, {f"{name}-0"},
+                                   SESSION_MS / 1000 + 30)
+    down = groups.wait_status(
+        kubeconfig, namespace, name,
+        lambda o: groups.ready(o) and o["status"].get("replicas") == 1
+        and o["status"].get("plannedRebalances", 0) > formed.get("plannedRebalances", 0),
+        120, "Ready with 1 and the leave's rebalance counted as planned")
+    print(f"killed between the leave's record and its call: every partition with member 0 "
+          f"{handover_s:.1f} s after the successor started ({time.monotonic() - killed:.1f} s "
+          f"to Ready); rebalances {down['status']['rebalances'] - formed['rebalances']}, "
+          f"planned {down['status']['plannedRebalances'] - formed.get('plannedRebalances', 0)}")
+    assert handover_s < HANDOVER_LIMIT_S + 10, "the partitions waited for the session timeout"
+    assert down["status"]["rebalances"] - formed["rebalances"] == (
+        down["status"]["plannedRebalances"] - formed.get("plannedRebalances", 0)), down["status"]
     warnings = [(e["reason"], e["message"]) for e in groups.events(kubeconfig, namespace, name)
                 if e["type"] == "Warning"]
     assert warnings == []

@@ -13,24 +13,37 @@ against the real broker:
    timeout widened on the broker with no rollout (one that stopped between raising it and
    writing its status) sets the tuned value back, says so in an Event and in
    `status.timeouts.widening`, and restarts no member.
+3. The record before the act, and nothing left behind (issue 46, items 5 and 7): an operator
+   killed between writing a rollout's widening to the status and setting it on the broker (the
+   failpoint `before-group-configs`) leaves the record with the broker unchanged; its successor
+   reads the broker's value, raises it and goes on to Widened. Deleted mid-rollout (a member in
+   flight), the ConsumerGroup sets the tuned value back on the broker before its finalizer goes.
+   The member is a placeholder pod that ignores SIGTERM (its stop lasts its grace period: the
+   rollout stays in flight) whose instance id a bare static member holds in the group (so the
+   group is Stable and the member counts as in it); the restart the widening is sized from is
+   written into `status.measurements` while no operator runs.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from staticfleet import failpoints
 from staticfleet.decisions.timeouts import widening
 from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.groups import PLACEHOLDER_MEMBER, OwnerWatch, owners
+from staticfleet_dev.testkit.kube import kubectl
 from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
 from staticfleet_dev.testkit.probe import ProbeMember
@@ -177,3 +190,82 @@ def test_an_operator_that_finds_the_group_widened_with_no_rollout_sets_the_tuned
     assert events and "the broker held 30000 ms" in events[-1]["message"], events
     (now,) = groups.pods(kubeconfig, namespace, name)
     assert now["metadata"]["uid"] == pod["metadata"]["uid"], "the member was restarted"
+
+
+STUBBORN_MEMBER = [*PLACEHOLDER_MEMBER[:2], (
+    "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + PLACEHOLDER_MEMBER[2])]
+"""A placeholder whose stop lasts its pod's grace period (it ignores SIGTERM)."""
+
+
+def widening_of(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict(((obj.get("status") or {}).get("timeouts") or {}).get("widening") or {})
+
+
+def test_a_widening_killed_before_its_config_write_is_finished_and_a_deletion_restores_it(
+    kafka: KafkaBroker, admin: kafkaadmin.Admin, kubeconfig: Path, operator: OperatorProcess,
+    namespace: str, make_topic: Callable[..., str], tmp_path: Path,
+) -> None:
+    name, session_ms = unique("wkill"), 6000
+    topic = make_topic("wkill", 2)
+    spec = groups.consumer_group(name, kafka.bootstrap, topic, replicas=1,
+                                 session_ms=session_ms, command=STUBBORN_MEMBER,
+                                 protocol="consumer")
+    groups.apply(kubeconfig, namespace, spec)
+    wait_for("the tuned session timeout on the broker", lambda: (
+        kafkareads.group_session_timeout(admin, name) == session_ms
+        and (groups.get(kubeconfig, namespace, name).get("status") or {}).get("timeouts")), 60)
+    holder = member(kafka, name, topic, 0)  # member 0's instance id, in the group
+    try:
+        groups.wait_status(kubeconfig, namespace, name, lambda o: (
+            o["status"].get("groupState") == "Stable"), 60, "the group Stable")
+        operator.stop()
+        # A measured restart of 10 s: what the widening is sized from.
+        kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--subresource=status",
+                "--type=merge", "-p", json.dumps({"status": {"measurements": {
+                    "restartSecondsRecent": [10.0], "restartSecondsMax": 10.0}}}))
+        crashing = OperatorProcess(kubeconfig=kubeconfig, log=tmp_path / "crashing.log",
+                                   extra_env={failpoints.ENV: failpoints.BEFORE_GROUP_CONFIGS})
+        try:
+            crashing.launch().wait_healthy()
+            time.sleep(3)  # its first passes: nothing to set, it stays up
+            assert crashing.proc is not None and crashing.proc.poll() is None, (
+                crashing.log_tail())
+            kubectl(kubeconfig, "-n", namespace, "patch", "cg", name, "--type=json", "-p",
+                    json.dumps([{"op": "add", "path": "/spec/template/env/-",
+                                 "value": {"name": "ROLLOUT_MARK", "value": "1"}}]))
+            proc = crashing.proc
+            wait_for("the operator to kill itself before the config write",
+                     lambda: proc.poll() is not None, timeout=60, interval=0.2)
+            assert proc.returncode == -9, crashing.log_tail()
+        finally:
+            crashing.kill()
+        recorded = widening_of(groups.get(kubeconfig, namespace, name))
+        on_broker = kafkareads.group_session_timeout(admin, name)
+        print(f"killed between record and act: the status says {recorded}, the broker holds "
+              f"{on_broker} ms")
+        assert recorded.get("state") == "Raising", recorded
+        widened_ms = int(recorded["sessionTimeoutMs"])
+        assert widened_ms > session_ms and on_broker == session_ms, (recorded, on_broker)
+
+        operator.start()
+        obj = groups.wait_status(kubeconfig, namespace, name, lambda o: (
+            widening_of(o).get("state") == "Widened"), 60, "the widening in force")
+        assert kafkareads.group_session_timeout(admin, name) == widened_ms
+        raised = groups.events(kubeconfig, namespace, name, "SessionWidened")
+        assert any(f"the broker held {session_ms} ms" in e["message"] for e in raised), raised
+        groups.wait_status(kubeconfig, namespace, name, lambda o: (
+            (o["status"].get("rollout") or {}).get("inFlight")), 60, "member 0 in flight")
+        assert kafkareads.group_session_timeout(admin, name) == widened_ms, "restored early"
+
+        # Deleted mid-rollout: the tuned value is back on the broker, the group goes.
+        deleted = time.monotonic()
+        kubectl(kubeconfig, "-n", namespace, "delete", "cg", name, "--wait=false")
+        wait_for("the tuned session timeout back on the broker", lambda: (
+            kafkareads.group_session_timeout(admin, name) == session_ms), 30, interval=0.2)
+        restored_s = time.monotonic() - deleted
+        wait_for("the ConsumerGroup gone", lambda: name not in kubectl(
+            kubeconfig, "-n", namespace, "get", "cg", "-o", "name").stdout, 60)
+        print(f"widened {widened_ms} ms ({obj['status']['timeouts']['widening']['reason']}); "
+              f"deleted mid-rollout, the tuned {session_ms} ms back {restored_s:.1f} s later")
+    finally:
+        holder.kill()

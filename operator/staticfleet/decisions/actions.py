@@ -129,6 +129,8 @@ class MetricValues:
     rollout_finished: tuple[float, str] | None = None
     """(seconds, phase) of a rollout that ended this pass."""
     stalled_members: int | None = None
+    overdue_batches: int | None = None
+    """Members whose batch in flight runs past its bound (`stalls.overdue_batches`)."""
     stalled_restarts: int = 0
     slow_members: int | None = None
     """Members whose /status did not answer in time this pass (`members.slow`)."""

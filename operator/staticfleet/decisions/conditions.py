@@ -40,6 +40,7 @@ MEMBER_STALLED = "MemberStalled"
 RESTARTING_STALLED_MEMBER = "RestartingStalledMember"
 WAITING_ON_LEADER = "WaitingOnPartitionLeader"
 STALL_RESTARTS_EXHAUSTED = "StallRestartsExhausted"
+BATCH_OVERDUE = "BatchOverdue"
 
 # --- reasons: Ready ---
 ALL_MEMBERS_READY = "AllMembersReady"

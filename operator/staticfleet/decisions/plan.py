@@ -43,7 +43,12 @@ from staticfleet.decisions.members.problems import (
     problem_events,
 )
 from staticfleet.decisions.members.slow import slow_member_events, slow_members
-from staticfleet.decisions.members.stalls import stalled_condition, until_stalled_s
+from staticfleet.decisions.members.stalls import (
+    group_slowest_batch_s,
+    stalled_condition,
+    until_overdue_s,
+    until_stalled_s,
+)
 from staticfleet.decisions.rollout.effects import Roll, current_spec, rollout_step
 from staticfleet.decisions.rollout.state import PHASES_IN_PROGRESS
 from staticfleet.decisions.settings import ALLOW_TESTING_ANNOTATIONS_ENV
@@ -137,7 +142,9 @@ def decide(snap: Snapshot) -> Plan:
         scale_to=scaled.scale_to if scaled else None,
         deadline_s=soonest(tuned.deadline_s, booked.wait_s, until_stalled_s(
             table, snap.statuses, snap.end_offsets, snap.lag, spec.processing.batch.max_wait_ms,
-            snap.now, restarting=tuple(f.ordinal for f in roll.state.in_flight))))
+            snap.now, restarting=tuple(f.ordinal for f in roll.state.in_flight)),
+            until_overdue_s(table, snap.statuses, tuned.effective.max_poll_interval_ms,
+                            group_slowest_batch_s(snap.previous), snap.now)))
     # 11: Whether the group is at rest after this pass: then its next pass comes after the
     #     rest interval, not the resync interval (`pace`).
     return replace(plan, busy=pace.busy(snap, plan))
@@ -187,7 +194,8 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Mea
     previous = snap.previous
     extra = (unowned.condition, bounds_condition(snap, spec),
              stalled_condition(spec, changes.stalls, changes.stalled_restart,
-                               changes.stall_memory, restart_safe=roll.restart_safe),
+                               changes.stall_memory, restart_safe=roll.restart_safe,
+                               overdue=changes.overdue),
              *(((c.AUTOSCALING, scaled.condition),) if scaled else ()),
              *_testing_condition(spec))
     conds = st.derive_conditions(
@@ -261,6 +269,7 @@ def _metric_values(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable, 
         absences_s=tuple(r[1] for r in roll.restarts), processing_gaps_s=roll.gaps,
         rollout_finished=roll.finished, stalled_members=len(changes.stalls),
         slow_members=len(slow_members(snap)),
+        overdue_batches=len(changes.overdue),
         stalled_restarts=len(changes.stalled_restart),
         autoscaling=AutoscalingFigures(
             lag_seconds=scaled.lag_seconds, target_lag_seconds=scaled.status["targetLagSeconds"],

@@ -57,6 +57,8 @@ CREATE = "Create"
 UNASSIGNED = "UnassignedPartitions"
 SHOWN_PARTITIONS = 8
 WHY_SCALE_DOWN = "scale down"
+WHY_ASK_AGAIN = (f"{WHY_SCALE_DOWN}: asked again, the record says it was asked but its process "
+                 "is not leaving")
 WHY_TAKEN_BACK = ("a scale-down taken back: the member left the group when asked and never joins "
                   "again; its pod is made again and joins")
 
@@ -136,9 +138,12 @@ def scale_down(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable,
                last: PlannedRebalance | None) -> ScaleDown:
     """Live members beyond `replicas`, highest ordinal first: a member in the group is first
     asked to leave it (its partitions move at once, not after the session timeout); its pod is
-    deleted once it is out of the group, or `LEAVE_WAIT_S` after asking."""
+    deleted once it is out of the group, or `LEAVE_WAIT_S` after asking. The record
+    (`status.plannedRebalance`) is written before the call (`service.execute`): a member the
+    record says was asked whose `/status` says it is not leaving is asked again, within the
+    same `LEAVE_WAIT_S` and the same record (its window unchanged)."""
     asked = set(last.members) if last is not None and last.reason == SCALE_DOWN else set()
-    deletes, calls, waiting = [], [], []
+    deletes, calls, waiting, again = [], [], [], []
     for o in scaling.ordinals_to_delete(table.live, spec.replicas):
         pod = table.live[o]
         member = table.member(o)
@@ -153,6 +158,11 @@ def scale_down(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable,
                        "its session times out")
             else:
                 waiting.append(o)
+                if (member is not None and member.answers and not member.left
+                        and (pod.get("status") or {}).get("podIP")):
+                    # Recorded as asked, yet its process says it is not leaving: the call
+                    # never reached it (an operator killed between the record and the call).
+                    again.append(MemberCall(o, pod["metadata"]["name"], "leave", WHY_ASK_AGAIN))
         elif in_group and (pod.get("status") or {}).get("podIP"):
             calls.append(MemberCall(o, pod["metadata"]["name"], "leave", WHY_SCALE_DOWN))
         else:
@@ -167,7 +177,7 @@ def scale_down(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable,
         events.append(Event("Normal", c.MEMBER_LEAVING, "asking members "
                             f"{[call.ordinal for call in calls]} to leave the group (scale "
                             f"down to {spec.replicas}): their partitions move at once"))
-    return ScaleDown(deletes=tuple(deletes), calls=tuple(calls), waiting=tuple(waiting),
+    return ScaleDown(deletes=tuple(deletes), calls=tuple(again + calls), waiting=tuple(waiting),
                      planned=planned, events=tuple(events),
                      requeue_after_s=1.0 if calls or waiting else None)
 

@@ -41,8 +41,11 @@ from staticfleet.decisions.members.observed import (
     still_running,
 )
 from staticfleet.decisions.members.stalls import (
+    Overdue,
     Recovery,
     Stall,
+    group_slowest_batch_s,
+    overdue_batches,
     recovery_memory,
     stalled_members,
     stalled_restart,
@@ -250,6 +253,8 @@ class PodChanges:
     """`status.stallRecovery` after this pass."""
     events: tuple[Event, ...]
     requeue_after_s: float | None
+    overdue: tuple[Overdue, ...] = ()
+    """Members whose batch in flight runs past its bound (`stalls.overdue_batches`)."""
 
 
 def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
@@ -275,6 +280,8 @@ def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                              spec.processing.batch.max_wait_ms, snap.now,
                              restarting=tuple(f.ordinal for f in roll.state.in_flight),
                              leaderless=snap.leaderless)
+    overdue = overdue_batches(table, snap.statuses, effective.max_poll_interval_ms,
+                              group_slowest_batch_s(previous), snap.now)
     memory = Recovery.from_status(previous.get("stallRecovery"))
     restart = stalled_restart(spec, stalls, table, delete, memory,
                               rollout_under_way=roll.under_way, restart_safe=roll.restart_safe)
@@ -299,4 +306,5 @@ def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
         events.append(Event("Normal", c.SCALED_DOWN, f"removed members {removed} (highest first)"))
     events += down.events + roll.events + tuple(e for _, e in gone + taken_back)
     return PodChanges(create, delete, down, stalls, restart, memory, recovery, tuple(events),
-                      soonest(down.requeue_after_s, ENDED_RECHECK_S if gone else None))
+                      soonest(down.requeue_after_s, ENDED_RECHECK_S if gone else None),
+                      overdue)

@@ -27,7 +27,7 @@ from staticfleet.decisions.names import (
     SESSION_ANNOTATION,
 )
 from staticfleet.decisions.plan import decide, without_nulls
-from staticfleet.decisions.planned import WHY_SCALE_DOWN, WHY_TAKEN_BACK
+from staticfleet.decisions.planned import WHY_ASK_AGAIN, WHY_SCALE_DOWN, WHY_TAKEN_BACK
 from staticfleet.decisions.pods import (
     WHY_ENDED,
     WHY_ENDED_REPLACEMENT,
@@ -184,16 +184,21 @@ def test_the_autoscaler_sets_replicas_from_the_lag_and_steps_aside_when_removed(
     assert off.metrics.autoscaling is None
 
 
-def scale_down(replicas: int, *, after_s: float, left: tuple[int, ...] = ()
-               ) -> tuple[Plan, Plan]:
+def scale_down(replicas: int, *, after_s: float, left: tuple[int, ...] = (),
+               took_it: bool = True) -> tuple[Plan, Plan]:
     """The pass that asks the members beyond `replicas` to leave, and a pass `after_s` later
-    in which the members `left` are out of the group."""
+    in which the members `left` are out of the group; `took_it`: the asked members' `/status`
+    says they are leaving (False: the call never reached them)."""
     pods, status = settled(CG)
     cg = with_path(CG, "spec.replicas", replicas)
     ask = decide(snapshot(cg, pods, previous=status))
     stays = tuple(o for o in range(3) if o not in left)
+    asked = {m.ordinal for m in ask.calls}
+    statuses = {p["metadata"]["uid"]: {"memberId": f"m-{ordinal_of(p)}", "rebalances": 0,
+                                       "leaving": took_it and ordinal_of(p) in asked}
+                for p in pods if ordinal_of(p) in stays}
     later = decide(snapshot(cg, pods, previous=without_nulls(dict(ask.status)),
-                            in_group=stays, now_offset_s=after_s))
+                            in_group=stays, now_offset_s=after_s, statuses=statuses))
     return ask, later
 
 
@@ -225,6 +230,26 @@ def test_a_member_asked_to_leave_is_deleted_once_out_of_the_group(
     if why:
         assert why in later.delete[0].why
         assert "ScaledDown" in reasons(later)
+
+
+@pytest.mark.parametrize("after_s", [2, 31])
+def test_a_member_recorded_as_asked_that_is_not_leaving_is_asked_again_within_the_wait(
+        after_s: float) -> None:
+    """Issue 46, item 5: the planned leave is written to the status before the call
+    (`service.execute`); an operator killed between the two leaves a record whose member was
+    never asked. Its successor asks again (the record and its window unchanged, so the
+    rebalance counts as planned), until `LEAVE_WAIT_S`; after that the pod goes, as for a
+    member that did not leave."""
+    ask, later = scale_down(2, after_s=after_s, took_it=False)
+    if after_s < 30:
+        assert [(m.ordinal, m.action, m.why) for m in later.calls] == [
+            (2, "leave", WHY_ASK_AGAIN)]
+        assert later.delete == ()
+        assert later.status["plannedRebalance"] == ask.status["plannedRebalance"]
+        assert "MemberLeaving" not in reasons(later), "one Event for the scale-down"
+    else:
+        assert later.calls == ()
+        assert [d.ordinal for d in later.delete] == [2]
 
 
 def test_a_scale_down_taken_back_remakes_the_members_that_left_as_planned_joins() -> None:
@@ -1860,6 +1885,57 @@ def test_a_member_in_a_long_first_batch_is_working_not_stalled() -> None:
     cond = c.get_condition(plan.status["conditions"], c.MEMBERS_STALLED)
     assert cond["status"] == "False"
     assert plan.metrics.stalled_members == 0
+
+
+@pytest.mark.parametrize(("running_s", "member_slowest_s", "group_slowest_s", "overdue"), [
+    (3600, 2.0, None, True),      # an hour in a hung sink call: past max.poll.interval.ms
+    (250, 2.0, None, False),      # within max.poll.interval.ms (300 s)
+    (450, 100.0, None, False),    # 5 x its own slowest batch (500 s) ...
+    (700, 100.0, None, True),     # ... then past it
+    (550, 2.0, 120.0, False),     # 5 x the group's slowest measured (600 s) ...
+    (650, 2.0, 120.0, True),      # ... then past it
+], ids=["hung-hour", "within-max-poll", "within-own", "past-own", "within-group",
+        "past-group"])
+def test_a_batch_that_never_ends_is_reported_not_restarted(
+        running_s: float, member_slowest_s: float, group_slowest_s: float | None,
+        overdue: bool) -> None:
+    """Issue 46, item 6: a batch in flight was never judged, however long (a member stuck in
+    a hung sink call for an hour was MembersStalled=False). Past its bound (`overdue_bound_s`)
+    it is reported: the condition (reason BatchOverdue), a Warning Event, the metric; its
+    member is never restarted for it (restartStalledMembers is on here)."""
+    snap, _ = stalled_fleet(idle_s=running_s)
+    started = (NOW - timedelta(seconds=running_s)).timestamp()
+    snap = with_member_1(snap, batchInFlight={"startedAt": started, "records": 1000},
+                         batchSecondsMax=member_slowest_s)
+    if group_slowest_s is not None:
+        status = copy.deepcopy(dict(snap.body["status"]))
+        status["measurements"] = {**status.get("measurements", {}),
+                                  "batchSecondsMax": group_slowest_s}
+        snap = replace(snap, body={**snap.body, "status": status})
+    plan = decide(snap)
+    assert plan.status["timeouts"]["maxPollIntervalMs"] == 300000
+    assert plan.delete == (), "never restarted for a long batch"
+    cond = c.get_condition(plan.status["conditions"], c.MEMBERS_STALLED)
+    assert plan.metrics.overdue_batches == int(overdue)
+    if overdue:
+        assert (cond["status"], cond["reason"]) == ("True", c.BATCH_OVERDUE)
+        assert f"for {running_s:.1f} s, past its bound" in cond["message"]
+        assert "member 1 (pod orders-1)" in cond["message"] and "1000 records" in cond["message"]
+        assert ("Warning", c.BATCH_OVERDUE) in [(e.type, e.reason) for e in plan.events]
+    else:
+        assert cond["status"] == "False"
+        assert c.BATCH_OVERDUE not in reasons(plan)
+        bound = max(300.0, 5 * max(member_slowest_s, group_slowest_s or 0.0))
+        assert plan.deadline_s is not None and plan.deadline_s <= bound - running_s + 0.5, (
+            "a pass is due when the batch would pass its bound")
+
+
+def test_the_overdue_bound() -> None:
+    from staticfleet.decisions.members.stalls import overdue_bound_s
+
+    assert overdue_bound_s(300000, 2.0) == 300.0
+    assert overdue_bound_s(10000, 2.0) == 60.0
+    assert overdue_bound_s(300000, 100.0) == 500.0
 
 
 def test_idleness_counts_from_the_last_finished_batch_too() -> None:

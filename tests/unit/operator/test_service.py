@@ -189,3 +189,88 @@ def test_a_kip848_groups_session_is_read_from_the_broker_until_a_pass_acted_on_i
     assert not memory.session_reads.wanted("u3"), "a denied read is not asked again"
     memory.forget("u2")
     assert memory.session_reads.wanted("u2")
+
+
+class RecordingKube:
+    """The API calls of an execute, in order, each answered."""
+
+    def __init__(self, calls: list[tuple[str, str]]) -> None:
+        self.calls = calls
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        self.calls.append(("apply", obj["kind"]))
+
+    def annotate_pod(self, namespace: str, name: str, uid: str, marks: Any) -> None:
+        self.calls.append(("annotate", name))
+
+    def patch_status(self, owner: dict[str, Any], patch: dict[str, Any]) -> None:
+        self.calls.append(("status", ",".join(sorted(patch))))
+
+    def post_event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        self.calls.append(("event", reason))
+
+    def forget_secret(self, namespace: str, name: str) -> None:
+        pass
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["taken", "broker refuses"])
+def test_the_record_is_written_before_the_group_configs_and_the_member_calls(
+        monkeypatch: pytest.MonkeyPatch, refused: bool) -> None:
+    """Issue 46, item 5: the widening's record and a scale-down's planned leave are in the
+    status before the broker is told and the member is called, as a switchover's journal is
+    (an operator killed between the two leaves a record its successor finishes from; the
+    failpoints `before-group-configs` and `before-member-calls` sit in between). A config
+    write the broker refuses keeps the record, and the next pass reads the broker's value
+    again (`memory.SessionReads`) to set it right."""
+    import time
+    from datetime import UTC, datetime
+    from typing import cast
+
+    from staticfleet import apply, failpoints, service
+    from staticfleet.decisions.actions import MemberCall, Plan
+    from staticfleet.decisions.snapshot import Snapshot
+    from staticfleet.decisions.spec.model import ConsumerGroupSpec
+    from staticfleet.memory import Memory
+    from staticfleet.observe import kafkaadmin, kafkareads, memberhttp
+    from tests.unit.operator.support import body
+
+    calls: list[tuple[str, str]] = []
+
+    def set_configs(_admin: Any, group_id: str, configs: Any) -> None:
+        calls.append(("configs", group_id))
+        if refused:
+            raise kafkaadmin.KafkaUnavailable("no answer")
+
+    def ask(ip: str, port: int, action: str, tokens: Any) -> None:
+        calls.append((action, ip))
+
+    monkeypatch.setattr(kafkareads, "set_group_configs", set_configs)
+    monkeypatch.setattr(memberhttp, "ask_member", ask)
+    monkeypatch.setattr(failpoints, "hit", lambda name: calls.append(("failpoint", name)))
+    cg = body(membership={"protocol": "consumer"})
+    cg["metadata"]["uid"] = "cg"
+    pod = {"metadata": {"name": "orders-1", "uid": "p1", "labels": {}},
+           "status": {"podIP": "10.0.0.1"}}
+    snap = Snapshot(body=cg, now=datetime.now(UTC), spec=ConsumerGroupSpec.from_body(cg),
+                    pods=(pod,))
+    widened = {"state": "Raising", "sessionTimeoutMs": 60000}
+    plan = Plan(status={"timeouts": {"widening": widened}, "plannedRebalance": {
+                    "reason": "ScaleDown", "members": [1]}},
+                group_configs={"consumer.session.timeout.ms": "60000"},
+                calls=(MemberCall(1, "orders-1", "leave", "scale down"),))
+    memory = Memory()
+    memory.session_reads.note("cg")
+    admin = cast(kafkaadmin.Admin, type("A", (), {"conf": {"bootstrap.servers": "k:9092"}})())
+    done = service.execute(snap, plan, admin, service.Clients(kube=cast(apply.Kube,
+                           RecordingKube(calls))), memory, time.monotonic())
+    acts = [x for x in calls if x[0] != "event"]
+    assert acts[:3] == [("status", "plannedRebalance,timeouts"),
+                        ("failpoint", failpoints.BEFORE_GROUP_CONFIGS), ("configs", "orders")]
+    if refused:
+        assert acts[3][0] == "status" and "conditions" in acts[3][1], acts
+        assert done.status["timeouts"]["widening"] == widened, "the record is kept"
+        assert memory.session_reads.wanted("cg"), "the next pass reads the broker's value"
+        assert ("leave", "10.0.0.1") not in calls
+    else:
+        assert acts[3:] == [("failpoint", failpoints.BEFORE_MEMBER_CALLS),
+                            ("leave", "10.0.0.1")], "one status write, before both acts"

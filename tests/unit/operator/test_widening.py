@@ -154,6 +154,21 @@ def test_the_record_reads_back_from_the_status() -> None:
     assert w.Widening.from_status({"state": "Sideways"}) is None
 
 
+@pytest.mark.parametrize(("rec", "observed", "set_back"), [
+    (None, None, None),                          # never widened: nothing left behind
+    (record("Raising"), None, 45000),            # raised (or about to be): the tuned value
+    (record("Widened"), None, 45000),
+    (record("Restored"), 45000, None),           # restored: nothing left
+    (record("Restored"), 62000, 45000),          # a restore recorded, not made
+    (record("Restored"), None, None),            # the broker's value unread
+], ids=["none", "raising", "widened", "restored", "restore-recorded", "unread"])
+def test_what_a_deleted_group_leaves_behind(rec: w.Widening | None, observed: int | None,
+                                            set_back: int | None) -> None:
+    """Issue 46, item 7: a ConsumerGroup deleted mid-rollout sets its group's session
+    timeout back to the tuned value (`handlers.forget`, `service.release`)."""
+    assert w.left_behind(rec, observed) == set_back
+
+
 # --- the rules: rollouts' restarts are the widening's, not the tuned value's ------------------
 
 SLOW = Measurements(restart_seconds=(40.0,), cold_start_s=8.0)

@@ -27,6 +27,14 @@ after `MAX_STALL_RESTARTS` the member is only reported, until it finishes a batc
 MembersStalled condition says which members stall and what is done about it
 (`stalled_condition`).
 
+A batch in flight is judged apart (`overdue_batches`): one that runs past its bound
+(`overdue_bound_s`: `OVERDUE_FACTOR` times the slowest batch measured for the group, and never
+less than max.poll.interval.ms or `MIN_BOUND_S`) is overdue: a hung transform or sink call
+(a member that waits on a sink that never answers is Ready, in the group and polling). It is
+reported (MembersStalled reason `BatchOverdue`, a Warning Event, `staticfleet_overdue_batches`),
+never restarted: the batch may be slow, not hung, and a restart would begin it again. A pass is
+due when the first batch in flight would pass its bound (`until_overdue_s`, the plan's deadline).
+
 Nothing wakes a pass when a member stops fetching: a group at rest is looked at once a rest
 interval (`pace`, 60 s). So that a stall is not seen that much later, a pass asks to look
 again when the first member with records waiting would pass its bound (`until_stalled_s`, the
@@ -48,6 +56,9 @@ from staticfleet.decisions.members.observed import MemberTable, ObservedMember
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 
 MIN_BOUND_S = 60.0
+OVERDUE_FACTOR = 5
+"""A batch in flight this many times longer than the slowest batch measured for the group is
+overdue (and never before max.poll.interval.ms)."""
 MAX_STALL_RESTARTS = 3
 """Restarts of one member for stalling, after which it is only reported (until it finishes a
 batch again): a member that stalls again after three fresh processes stalls for a reason a
@@ -129,6 +140,79 @@ def _committed(status: Mapping[str, Any]) -> dict[TP, int]:
             out[(str(entry[0]), int(entry[1]))] = int(entry[2])
         except (TypeError, ValueError, IndexError):
             continue
+    return out
+
+
+def overdue_bound_s(max_poll_ms: int, slowest_batch_s: float) -> float:
+    """How long a batch in flight may run before it is reported: `OVERDUE_FACTOR` times the
+    slowest batch measured, never less than max.poll.interval.ms (the longest the user says a
+    batch takes) nor `MIN_BOUND_S`."""
+    return max(MIN_BOUND_S, max_poll_ms / 1000, OVERDUE_FACTOR * slowest_batch_s)
+
+
+@dataclass(frozen=True)
+class Overdue:
+    """A member whose batch in flight runs past its bound."""
+
+    ordinal: int
+    pod: str
+    running_s: float
+    bound_s: float
+    records: int
+    slowest_s: float
+
+    @property
+    def message(self) -> str:
+        measured = (f"{OVERDUE_FACTOR} x the slowest batch measured, {self.slowest_s:.1f} s"
+                    if self.slowest_s else "no batch measured yet")
+        return (f"member {self.ordinal} (pod {self.pod}) has run one batch of {self.records} "
+                f"records for {self.running_s:.1f} s, past its bound of {self.bound_s:.0f} s "
+                f"({measured}; at least max.poll.interval.ms): its transform or sink may hang")
+
+
+def group_slowest_batch_s(previous: Mapping[str, Any]) -> float | None:
+    """The slowest batch measured for the group (`status.measurements.batchSecondsMax`)."""
+    return _number(previous.get("measurements") or {}, "batchSecondsMax")
+
+
+def overdue_batches(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]],
+                    max_poll_ms: int, group_slowest_s: float | None,
+                    now: datetime) -> tuple[Overdue, ...]:
+    """The members whose batch in flight (`/status` `batchInFlight`) runs past
+    `overdue_bound_s`, from the slowest batch measured for the group (`status.measurements`)
+    or by the member itself, whichever is slower; by ordinal."""
+    return tuple(o for o in _in_flight(table, statuses, max_poll_ms, group_slowest_s, now)
+                 if o.running_s > o.bound_s)
+
+
+def until_overdue_s(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]],
+                    max_poll_ms: int, group_slowest_s: float | None,
+                    now: datetime) -> float | None:
+    """How long until the first batch in flight within its bound passes it (None: no such
+    batch): when a pass must look again, however long the group rests (`pace`)."""
+    return min((o.bound_s - o.running_s for o in _in_flight(
+        table, statuses, max_poll_ms, group_slowest_s, now) if o.running_s <= o.bound_s),
+        default=None)
+
+
+def _in_flight(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]],
+               max_poll_ms: int, group_slowest_s: float | None,
+               now: datetime) -> list[Overdue]:
+    """Every member's batch in flight with its bound (overdue or not)."""
+    out = []
+    for member in table.members:
+        status = statuses.get(member.pod_uid or "") or {}
+        batch = status.get("batchInFlight")
+        if not isinstance(batch, Mapping) or member.stopped_at is not None:
+            continue
+        started = _number(batch, "startedAt")
+        if started is None:
+            continue
+        slowest = max(group_slowest_s or 0.0, _number(status, "batchSecondsMax") or 0.0)
+        out.append(Overdue(member.ordinal, str(member.pod_name),
+                           round(now.timestamp() - started, 1),
+                           overdue_bound_s(max_poll_ms, slowest),
+                           int(_number(batch, "records") or 0), slowest))
     return out
 
 
@@ -256,11 +340,26 @@ def stalled_restart(spec: ConsumerGroupSpec, stalls: Sequence[Stall], table: Mem
 def stalled_condition(spec: ConsumerGroupSpec, stalls: Sequence[Stall],
                       restart: Sequence[PodDelete],
                       memory: Mapping[int, Recovery] | None = None,
-                      *, restart_safe: bool | None) -> tuple[str, c.Cond]:
+                      *, restart_safe: bool | None,
+                      overdue: Sequence[Overdue] = ()) -> tuple[str, c.Cond]:
+    """MembersStalled: the stalls first (their reasons), then the overdue batches (reason
+    `BatchOverdue` when nothing stalls), both named in the message."""
+    late = "; ".join(o.message for o in overdue)
     if not stalls:
+        if overdue:
+            return c.MEMBERS_STALLED, ("True", c.BATCH_OVERDUE, (
+                f"{late}; it is not restarted (a restart would begin the batch again): look at "
+                "its log and at what its transform or sink waits on, then delete its pod "
+                "yourself if it hangs"))
         return c.MEMBERS_STALLED, ("False", c.MEMBERS_PROGRESSING,
                                    "no member holds partitions with records waiting that it "
-                                   "does not fetch")
+                                   "does not fetch, and no batch runs past its bound")
+    status, reason, message = _stalled(spec, stalls, restart, memory, restart_safe)
+    return c.MEMBERS_STALLED, (status, reason, f"{message}; {late}" if late else message)
+
+
+def _stalled(spec: ConsumerGroupSpec, stalls: Sequence[Stall], restart: Sequence[PodDelete],
+             memory: Mapping[int, Recovery] | None, restart_safe: bool | None) -> c.Cond:
     said = "; ".join(s.message for s in stalls)
     memory = memory or {}
     exhausted = [s.ordinal for s in stalls if (m := memory.get(s.ordinal)) and m.exhausted]
@@ -270,11 +369,11 @@ def stalled_condition(spec: ConsumerGroupSpec, stalls: Sequence[Stall],
         if seen is not None:
             then += f", its restart {seen.restarts + 1} of at most {MAX_STALL_RESTARTS}"
     elif all(s.leaderless for s in stalls):
-        return c.MEMBERS_STALLED, ("True", c.WAITING_ON_LEADER, (
+        return ("True", c.WAITING_ON_LEADER, (
             f"{said}; no member is restarted: bring the partitions' leaders back (a broker "
             "is down or out of the ISR)"))
     elif exhausted:
-        return c.MEMBERS_STALLED, ("True", c.STALL_RESTARTS_EXHAUSTED, (
+        return ("True", c.STALL_RESTARTS_EXHAUSTED, (
             f"{said}; member(s) {', '.join(map(str, exhausted))} stalled again after "
             f"{MAX_STALL_RESTARTS} restarts and are not restarted again until they finish a "
             "batch: find out why they do not fetch (their log, the brokers' log, the "
@@ -289,5 +388,5 @@ def stalled_condition(spec: ConsumerGroupSpec, stalls: Sequence[Stall],
                 "bound of its last restart")
     else:
         then = "it is restarted once no rollout or other restart is under way"
-    return c.MEMBERS_STALLED, ("True", c.RESTARTING_STALLED_MEMBER if restart
-                               else c.MEMBER_STALLED, f"{said}; {then}")
+    return ("True", c.RESTARTING_STALLED_MEMBER if restart else c.MEMBER_STALLED,
+            f"{said}; {then}")

@@ -23,10 +23,21 @@ consumer):
    halted, rolled back or stopped, was paused with nobody away, or widening was turned off),
    the tuned value is set back: dead members are detected at the tuned value again.
 
-The record lives in the status, so an operator restarted mid-rollout goes on from it. The
-broker's own value is read on an operator process's first pass of the group (`observed_ms`):
-a value that differs from what the record says is in force is set right, so a restarted operator
-that finds a widened group with no rollout restores it.
+The record lives in the status, and is written before the broker is told (`service.execute`),
+so an operator restarted mid-rollout, or killed between the record and the config write, goes on
+from it. The broker's own value is read on an operator process's first pass of the group
+(`observed_ms`), and again after a write the broker refused: a value that differs from what the
+record says is in force is set right, so a restarted operator that finds a widened group with no
+rollout restores it, and one that finds a raise recorded but not made makes it.
+
+4. Deleted (`left_behind`): a ConsumerGroup deleted while widened (mid-rollout) sets the tuned
+   value back before its finalizer goes (`handlers.forget`): the Kafka group outlives the
+   ConsumerGroup, and a widened value left behind would hold the next owner's dead members that
+   long.
+
+The operator owns the group's `consumer.session.timeout.ms` (and heartbeat interval): a value
+set by hand is set back to the tuned one (or the widened one, mid-rollout) by the next pass that
+reads it.
 """
 
 from __future__ import annotations
@@ -235,3 +246,16 @@ def _repaired(record: Widening | None, tuned_ms: int, observed_ms: int | None, n
 
 def _at(moment: datetime | None) -> str:
     return rfc3339_ms(moment) if moment is not None else "?"
+
+
+def left_behind(record: Widening | None, observed_ms: int | None) -> int | None:
+    """On the ConsumerGroup's deletion, the session timeout to set back on the broker: the tuned
+    value while the record says it is widened (or raising), or when the broker holds another
+    value than the tuned one the record restored to (a restore recorded, not yet made); None
+    when nothing was left behind (no record: the group never widened)."""
+    if record is None:
+        return None
+    if record.raised or (observed_ms is not None
+                         and observed_ms != record.tuned_session_timeout_ms):
+        return record.tuned_session_timeout_ms
+    return None
