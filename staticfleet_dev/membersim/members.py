@@ -431,7 +431,7 @@ class Table:
                                "firstBatch": first_batch,
                                "consumerMade": round(pace.consumer_made_s, 3) if made else None,
                                "standbyReady": m.standby_ready_s,
-                               "activated": m.activated_s},
+                               "activated": m.activated_s, "instanceReleaseWait": None},
             "lastBatchAt": _r(last),
             "standby": standby,
             "processStart": round(start, 3),

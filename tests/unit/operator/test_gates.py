@@ -447,6 +447,20 @@ def test_the_fallback_never_races_the_activation(what: str, closed_s: float,
         assert record_step(state, decided, observed, NEW, NOW).in_flight[0].activated_at == NOW
 
 
+def test_a_replacement_slow_to_answer_is_not_replaced_for_it() -> None:
+    """Issue 46 item 1: on main an activated replacement whose /status timed out for
+    `ACTIVATION_GIVE_UP_S` got `FallBackCold` and was deleted: a working member killed for
+    being slow to answer."""
+    slow = standby(2, None, pod_name="orders-2-new", answers=False,
+                   slow="no whole answer within 2 s")
+    state = handing_over(30, ACTIVATION_GIVE_UP_S + 10)
+    step = next_step(state, group(member(0), member(1), slow), NEW, WARM, NOW).step
+    assert isinstance(step, Wait) and "not replaced for being slow" in step.message, step
+    gone = replace(slow, slow=None)  # no answer at all (connection refused): as before
+    step = next_step(state, group(member(0), member(1), gone), NEW, WARM, NOW).step
+    assert isinstance(step, FallBackCold), step
+
+
 # --- absence as the broker sees it ----------------------------------------------------------
 
 def test_a_frozen_old_member_is_absent_from_its_last_answer_not_its_close() -> None:

@@ -14,7 +14,6 @@ import socketserver
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -22,12 +21,9 @@ import pytest
 
 from staticfleet import apply, service
 from staticfleet.decisions.members.slow import NOT_READ, slow_member_events, slow_members
-from staticfleet.decisions.rollout.state import ACTIVATION_GIVE_UP_S
-from staticfleet.decisions.rollout.steps import FallBackCold, Wait
 from staticfleet.decisions.snapshot import Snapshot
 from staticfleet.memory import Memory
 from staticfleet.observe import memberhttp, memberreads
-from tests.unit.operator.test_gates import NEW, NOW, WARM, group, handing_over, member, standby
 
 pytestmark = pytest.mark.unit
 
@@ -231,21 +227,6 @@ def test_reads_take_turns_between_groups_within_a_share() -> None:
     assert most["a"] == 2, most
     assert order.index("b") < 4, order
     reads.close()
-
-
-def test_a_replacement_slow_to_answer_is_not_replaced_for_it() -> None:
-    """On main an activated replacement whose /status timed out for `ACTIVATION_GIVE_UP_S` got
-    `FallBackCold` and was deleted: a working member killed for being slow to answer."""
-    from staticfleet.decisions.rollout.roller import next_step
-
-    slow = standby(2, None, pod_name="orders-2-new", answers=False,
-                   slow="no whole answer within 2 s")
-    state = handing_over(30, ACTIVATION_GIVE_UP_S + 10)
-    step = next_step(state, group(member(0), member(1), slow), NEW, WARM, NOW).step
-    assert isinstance(step, Wait) and "not replaced for being slow" in step.message, step
-    gone = replace(slow, slow=None)  # no answer at all (connection refused): as before
-    step = next_step(state, group(member(0), member(1), gone), NEW, WARM, NOW).step
-    assert isinstance(step, FallBackCold), step
 
 
 def test_slow_members_are_named_in_one_bounded_warning() -> None:

@@ -27,7 +27,7 @@ CRDS = [ROOT / "crds" / "consumergroups.staticfleet.io.yaml",
 
 PREDICATES = {name for name, _ in (*gates.BEFORE_STOP, *gates.BEFORE_PREPARE)}
 """Every predicate of the rollout gates."""
-BLOCKERS = PREDICATES | {gates.REPLACEMENT_CREATED}
+BLOCKERS = PREDICATES | {gates.REPLACEMENT_CREATED, gates.REPLACEMENT_ANSWERS}
 """What `status.rollout.blockedBy` names while a rollout runs."""
 ENDED = {f"Rollout{phase}" for phase in roller.ENDED_PHASES}
 """What it names for a rollout that ended (`roller.next_step`)."""

@@ -89,7 +89,7 @@ def test_status_has_exactly_the_contract_fields() -> None:
     json.dumps(status)
     assert status["startupSeconds"] == {"firstAssignment": None, "firstBatch": 3.5,
                                         "consumerMade": None, "standbyReady": None,
-                                        "activated": None}
+                                        "activated": None, "instanceReleaseWait": None}
     assert status["lastBatchAt"] == 1004.5 and status["standby"] is None
     assert (status["recordsProcessed"], status["batchesProcessed"], status["deadLettered"]) == \
         (15, 2, 1)
