@@ -82,7 +82,7 @@ def decide(snap: Snapshot) -> Plan:
     total = sum(partitions.values())
     table = observe_members(spec=spec, view=view, pods=snap.pods, statuses=snap.statuses,
                             group=group, partitions=total)
-    seen = pl.explain_rebalances(snap, group)
+    seen = pl.explain_rebalances(snap, group, tuned.effective.session_timeout_ms)
     # 4: Standbys to activate, then the rollout's step (which does not count an activating
     #    standby as late).
     activations = pods.activations(snap, table, spec.replicas)
@@ -134,7 +134,7 @@ def decide(snap: Snapshot) -> Plan:
                + ((unowned.rejoin.call,) if unowned.rejoin else ())),
         annotate=pods.marked_activated(table, activations), switchovers=roll.switchovers,
         scale_to=scaled.scale_to if scaled else None,
-        deadline_s=soonest(tuned.deadline_s, booked.wait_s, until_stalled_s(
+        deadline_s=soonest(tuned.deadline_s, booked.wait_s, seen.count.due_in_s, until_stalled_s(
             table, snap.statuses, snap.end_offsets, snap.lag, spec.processing.batch.max_wait_ms,
             snap.now, restarting=tuple(f.ordinal for f in roll.state.in_flight))))
     # 11: Whether the group is at rest after this pass: then its next pass comes after the
@@ -204,6 +204,9 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Mea
     status.update({"groupId": spec.kafka.group_id,
                    "memberRebalanceCounters": dict(seen.count.counters),
                    "rebalancesFromState": seen.count.from_state or None,
+                   "stateCountedRebalances": [x.to_status() for x in seen.count.credits]
+                   or None,
+                   "groupEpoch": snap.group.epoch if snap.group is not None else None,
                    "consecutiveFailures": 0,
                    "plannedRebalance": planned.to_status() if planned else None,
                    "plannedRebalances": int(previous.get("plannedRebalances") or 0)

@@ -269,7 +269,7 @@ def test_a_dynamic_member_listed_under_its_member_id_has_not_left() -> None:
     assert snap.group is not None and snap.spec is not None
     dynamic = replace(snap.spec, dynamic_membership_for_testing=True)
     anonymous = tuple(replace(m, instance_id=None) for m in snap.group.members)
-    seen = explain_rebalances(snap, snap.group)
+    seen = explain_rebalances(snap, snap.group, 45000)
     group = replace(snap.group, members=anonymous)
     assert lg.members_left(snap, dynamic, group, seen, RolloutState()) == []
     [sign] = lg.members_left(snap, dynamic, replace(group, members=anonymous[1:]), seen,
