@@ -30,6 +30,7 @@ from typing import Any
 
 from staticfleet.decisions import autoscaling as au
 from staticfleet.decisions import builders, ledger, pace, pods, scaling
+from staticfleet.decisions import causes as ca
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
 from staticfleet.decisions import status as st
@@ -112,7 +113,10 @@ def decide(snap: Snapshot) -> Plan:
     status["currentSpec"] = current_spec(snap, spec, status, view.revision)
     status[ledger.KEY] = booked.ledger.to_status()
     # 9: The Events, in the order things were decided, then what the status newly shows.
-    events = (*tuned.events, *widened.events, *seen.events, *booked.events, *changes.events,
+    events = (*tuned.events, *widened.events,
+              *pl.timed_out_warning(seen.events, (s.says for s in booked.ledger.signs
+                                                  if s.kind == ca.MEMBER_LEFT)),
+              *booked.events, *changes.events,
               *(scaled.events if scaled else ()),
               *_status_events(snap.previous, status, problems))
     # 10: The plan: children to apply, members to call (activations, leaves, a rejoin), pods,

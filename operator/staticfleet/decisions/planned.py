@@ -286,6 +286,20 @@ def _rebalance_events(previous: Mapping[str, Any], count: RebalanceCount,
                   f"the group rebalanced ({count.increase}) while forming; state {group.state}")]
 
 
+def timed_out_warning(events: Iterable[Event], left: Iterable[str]) -> tuple[Event, ...]:
+    """`events` with a forming group's unplanned rebalance (Normal `Rebalanced`) posted as the
+    Warning `UnexpectedRebalance` when a member of ours left the group while the operator asked
+    nothing of it (`left`: what the ledger's `MemberLeftGroup` signs in their window say): its
+    session ran out, which is no part of the group forming."""
+    said = list(left)
+    if not said:
+        return tuple(events)
+    return tuple(Event("Warning", c.UNEXPECTED_REBALANCE,
+                       e.message.replace(" while forming;", f" while forming, and a member "
+                                         f"was past its session timeout: {said[-1]};", 1))
+                 if e.type == "Normal" and e.reason == c.REBALANCED else e for e in events)
+
+
 @dataclass(frozen=True)
 class Unowned:
     """Partitions nobody owns, since when, the member asked to rejoin for them, and the
