@@ -85,9 +85,6 @@ class RebalanceCount:
     credits: tuple[Credit, ...] = ()
     """`status.stateCountedRebalances`: the rebalances counted from the group's state that no
     member's counter has shown yet, oldest first."""
-    expired: int = 0
-    """Credits that ran out this pass (no counter showed them in their window) or were void
-    (the group emptied)."""
     due_in_s: float | None = None
     """When the next pass should come for the oldest credit to expire (None: no credit)."""
 
@@ -145,8 +142,7 @@ def count_rebalances(
     until = now + timedelta(seconds=window_s)
     if group_state in REBALANCING_STATES:
         credits = [replace(x, expires=max(x.expires, until)) for x in credits]
-    live = [x for x in credits if x.expires > now]
-    expired, credits = len(credits) - len(live), live
+    credits = [x for x in credits if x.expires > now]
     # A counter increase pays off the credits, oldest first, but for the rebalances the
     # group's new epochs since the previous pass account for: those are new.
     was_epoch = previous.get("groupEpoch")
@@ -161,15 +157,14 @@ def count_rebalances(
         # a rebalance counted from the state, the emptying is that rebalance ending.
         if not (was in REBALANCING_STATES and credits):
             increase += 1
-        expired, credits = expired + len(credits), []
+        credits = []
     elif seen_by_members == 0 and (
             (was == STABLE and group_state in REBALANCING_STATES)
             or (was == EMPTY and group_state in WITH_MEMBERS)):
         increase += 1
         credits.append(Credit(now, until, epoch))
-    if len(credits) > KEPT_CREDITS:
-        expired, credits = expired + len(credits) - KEPT_CREDITS, credits[-KEPT_CREDITS:]
+    credits = credits[-KEPT_CREDITS:]
     total = int(previous.get("rebalances") or 0) + increase
     due = min(((x.expires - now).total_seconds() for x in credits), default=None)
     return RebalanceCount(increase=increase, total=total, counters=counters,
-                          credits=tuple(credits), expired=expired, due_in_s=due)
+                          credits=tuple(credits), due_in_s=due)
