@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from staticfleet.decisions.plan import decide, without_nulls
 from staticfleet.decisions.rebalances import count_rebalances
+from tests.unit.operator.snapshots import CG, settled, snapshot
 from tests.unit.operator.support import NOW
 
 pytestmark = pytest.mark.unit
@@ -153,3 +155,19 @@ def test_a_credit_is_due_for_a_pass_when_it_expires_and_old_statuses_keep_theirs
     later = count_rebalances(old, "Stable", pods("a"), {"a": {"rebalances": 0}},
                              now=NOW + timedelta(seconds=WINDOW_S), window_s=WINDOW_S)
     assert later.from_state == 2, "its window starts at the pass that reads it"
+
+
+def test_a_pass_is_due_when_a_credit_expires() -> None:
+    """Through `plan.decide`: a group at rest with a credit (as an earlier operator left it)
+    has its next pass when the credit's window (the 45 s session timeout and a pass interval)
+    ends, and that pass lets it expire."""
+    pods, status = settled(CG)
+    status["rebalancesFromState"] = 1
+    plan = decide(snapshot(CG, pods, previous=status, now_offset_s=60))
+    assert plan.deadline_s == 45 + 10
+    assert plan.status["rebalancesFromState"] == 1
+    later = decide(snapshot(CG, pods, previous=without_nulls(dict(plan.status)),
+                            now_offset_s=60 + 55))
+    assert later.status.get("rebalancesFromState") is None
+    assert later.status.get("stateCountedRebalances") is None
+    assert later.status["rebalances"] == status.get("rebalances", 0)
