@@ -15,9 +15,14 @@ The rows, most specific first (docs/contracts.md, "Why the group rebalanced"):
    leave makes one rebalance: its sign is consumed by the rebalance it explains.
 2. `scale`: the operator's planned rebalance of a scale change (`status.plannedRebalance`,
    ScaleUp, ScaleDown or Create, within its window).
-3. `coordinator_move`: the group's coordinator is another broker than before.
-4. `broker_restart`: the brokers did not answer for the group, or partitions had no leader.
-5. `member_crash`: a member container exited with an error or was killed, or its pod ended.
+3. `coordinator_move`: the group's coordinator is another broker than before, last seen no
+   earlier than every member crash that may explain the rebalance (the nearer wins: a crash
+   soon after a broker roll is the crash's).
+4. `broker_restart`: the brokers did not answer for the group, or partitions had no leader
+   (also only when no such crash came after it).
+5. `member_crash`: a member container exited with an error or was killed, or its pod ended,
+   before the pass that counted the rebalance. It quotes the crash of the member that left the
+   group (a `MemberLeftGroup` sign: its session ran out), else the latest.
 6. `rollout`: a rollout restarts members, started and has not ended (or ended within the
    window), or the operator asked a member to rejoin so that partitions nobody owned get
    assigned.
@@ -68,14 +73,20 @@ class Sign:
     kind: str
     at: datetime
     says: str
+    member: int | None = None
+    """The ordinal of the member of ours it is about (`MemberLeftGroup`)."""
 
     def to_status(self) -> dict[str, Any]:
-        return {"sign": self.kind, "at": rfc3339(self.at), "evidence": self.says}
+        out: dict[str, Any] = {"sign": self.kind, "at": rfc3339(self.at), "evidence": self.says}
+        if self.member is not None:
+            out["member"] = self.member
+        return out
 
     @classmethod
     def from_status(cls, raw: Mapping[str, Any]) -> Sign:
+        member = raw.get("member")
         return cls(str(raw.get("sign") or ""), parse_rfc3339(str(raw["at"])),
-                   str(raw.get("evidence") or ""))
+                   str(raw.get("evidence") or ""), int(member) if member is not None else None)
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,9 @@ class Evidence:
     """Signs that rebalances counted in the same pass already quoted: a rule that consumes
     signs quotes one of them only when no other is left (one change that the members'
     counters show as several rebalances at once)."""
+    counted: datetime | None = None
+    """When the pass that counted the rebalance ran: the rebalance happened before, so a
+    member's exit after it is none of its causes (None: not known, every exit may be)."""
 
     def recent(self, *kinds: str) -> tuple[Sign, ...]:
         """The signs of `kinds` within the window, oldest first."""
@@ -118,6 +132,20 @@ class Evidence:
 
     def fresh(self, at: datetime | None) -> bool:
         return at is None or (self.now - at).total_seconds() <= self.window_s
+
+    def crashed(self) -> tuple[Crash, ...]:
+        """The crashes that may explain the rebalance: within the window and not after the
+        pass that counted it (a pod that ended, with no exit time, may), latest first."""
+        return tuple(sorted(
+            (x for x in self.crashes if self.fresh(x.at) and (
+                x.at is None or self.counted is None or x.at <= self.counted)),
+            key=lambda x: (x.at is not None, x.at or self.now), reverse=True))
+
+    def after_crashes(self, sign: Sign) -> bool:
+        """Whether `sign` was last seen no earlier than every crash that may explain the
+        rebalance (a pod that ended has no time: it does not count here): a broker's trouble
+        outranks a member's crash only when it is the nearer of the two."""
+        return all(x.at is None or x.at <= sign.at for x in self.crashed())
 
 
 @dataclass(frozen=True)
@@ -144,22 +172,25 @@ def scale(ev: Evidence) -> Quote | None:
 
 def coordinator_move(ev: Evidence) -> Quote | None:
     signs = ev.recent(COORDINATOR_MOVED)
-    return Quote(_said(signs[-1])) if signs else None
+    return Quote(_said(signs[-1])) if signs and ev.after_crashes(signs[-1]) else None
 
 
 def broker_restart(ev: Evidence) -> Quote | None:
     signs = ev.recent(BROKERS_UNANSWERED)
-    return Quote(_said(signs[-1])) if signs else None
+    return Quote(_said(signs[-1])) if signs and ev.after_crashes(signs[-1]) else None
 
 
 def member_crash(ev: Evidence) -> Quote | None:
-    crashes = [c for c in ev.crashes if ev.fresh(c.at)]
+    crashes = ev.crashed()
     if not crashes:
         return None
-    first = crashes[0]
-    what = f"exited at {rfc3339(first.at)}" if first.at is not None else "ended"
+    # The member that left the group (its session ran out) is the one whose crash explains
+    # it; else the latest crash before the rebalance.
+    left = {s.member for s in ev.recent(MEMBER_LEFT) if s.member is not None}
+    quoted = next((x for x in crashes if x.ordinal in left), crashes[0])
+    what = f"exited at {rfc3339(quoted.at)}" if quoted.at is not None else "ended"
     more = f" (and {len(crashes) - 1} more member(s))" if len(crashes) > 1 else ""
-    return Quote(f"member {first.ordinal} (pod {first.pod}) {what}: {first.account}{more}")
+    return Quote(f"member {quoted.ordinal} (pod {quoted.pod}) {what}: {quoted.account}{more}")
 
 
 def rollout(ev: Evidence) -> Quote | None:

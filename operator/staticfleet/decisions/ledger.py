@@ -228,7 +228,7 @@ def decide(entries: Iterable[Entry], evidence: Evidence
         elsewhere = {s for at, used in spent.items() if at != entry.time for s in used}
         found = ca.attribute(replace(
             evidence, signs=tuple(s for s in evidence.signs if s not in elsewhere),
-            shared=frozenset(spent.get(entry.time, ())),
+            shared=frozenset(spent.get(entry.time, ())), counted=entry.time,
             planned_scale=entry.scale or evidence.planned_scale,
             rollout=entry.rollout or evidence.rollout))
         waited = (evidence.now - entry.time).total_seconds()
@@ -374,7 +374,7 @@ def members_left(snap: Snapshot, spec: ConsumerGroupSpec, group: GroupView,
         said = (f"joined again as member {current.member_id}" if current is not None
                 else "left the group")
         out.append(Sign(ca.MEMBER_LEFT, snap.now,
-                        f"member {ordinal} ({who}) {said} (it was member {was})"))
+                        f"member {ordinal} ({who}) {said} (it was member {was})", ordinal))
     return out
 
 

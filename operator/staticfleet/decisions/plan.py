@@ -30,6 +30,7 @@ from typing import Any
 
 from staticfleet.decisions import autoscaling as au
 from staticfleet.decisions import builders, ledger, pace, pods, scaling
+from staticfleet.decisions import causes as ca
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import planned as pl
 from staticfleet.decisions import status as st
@@ -88,7 +89,7 @@ def decide(snap: Snapshot) -> Plan:
     total = sum(partitions.values())
     table = observe_members(spec=spec, view=view, pods=snap.pods, statuses=snap.statuses,
                             group=group, partitions=total, slow=snap.slow_members)
-    seen = pl.explain_rebalances(snap, group)
+    seen = pl.explain_rebalances(snap, group, tuned.effective.session_timeout_ms)
     # 4: Standbys to activate, then the rollout's step (which does not count an activating
     #    standby as late).
     activations = pods.activations(snap, table, spec.replicas)
@@ -118,7 +119,10 @@ def decide(snap: Snapshot) -> Plan:
     status["currentSpec"] = current_spec(snap, spec, status, view.revision)
     status[ledger.KEY] = booked.ledger.to_status()
     # 9: The Events, in the order things were decided, then what the status newly shows.
-    events = (*tuned.events, *widened.events, *seen.events, *booked.events, *changes.events,
+    events = (*tuned.events, *widened.events,
+              *pl.timed_out_warning(seen.events, (s.says for s in booked.ledger.signs
+                                                  if s.kind == ca.MEMBER_LEFT)),
+              *booked.events, *changes.events,
               *(scaled.events if scaled else ()),
               *_status_events(snap.previous, status, problems), *slow_member_events(snap))
     # 10: The plan: children to apply, members to call (activations, leaves, a rejoin), pods,
@@ -140,7 +144,7 @@ def decide(snap: Snapshot) -> Plan:
                + ((unowned.rejoin.call,) if unowned.rejoin else ())),
         annotate=pods.marked_activated(table, activations), switchovers=roll.switchovers,
         scale_to=scaled.scale_to if scaled else None,
-        deadline_s=soonest(tuned.deadline_s, booked.wait_s, until_stalled_s(
+        deadline_s=soonest(tuned.deadline_s, booked.wait_s, seen.count.due_in_s, until_stalled_s(
             table, snap.statuses, snap.end_offsets, snap.lag, spec.processing.batch.max_wait_ms,
             snap.now, restarting=tuple(f.ordinal for f in roll.state.in_flight)),
             until_overdue_s(table, snap.statuses, tuned.effective.max_poll_interval_ms,
@@ -213,6 +217,9 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Mea
     status.update({"groupId": spec.kafka.group_id,
                    "memberRebalanceCounters": dict(seen.count.counters),
                    "rebalancesFromState": seen.count.from_state or None,
+                   "stateCountedRebalances": [x.to_status() for x in seen.count.credits]
+                   or None,
+                   "groupEpoch": snap.group.epoch if snap.group is not None else None,
                    "consecutiveFailures": 0,
                    "plannedRebalance": planned.to_status() if planned else None,
                    "plannedRebalances": int(previous.get("plannedRebalances") or 0)

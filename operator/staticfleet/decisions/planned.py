@@ -33,7 +33,7 @@ from staticfleet.decisions import scaling
 from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import Event, MemberCall, PodDelete
 from staticfleet.decisions.members.observed import MemberTable
-from staticfleet.decisions.rebalances import RebalanceCount, count_rebalances
+from staticfleet.decisions.rebalances import PASS_S, RebalanceCount, count_rebalances
 from staticfleet.decisions.rollout.state import PHASES_IN_PROGRESS, RolloutState
 from staticfleet.decisions.snapshot import GroupView, Snapshot
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
@@ -260,10 +260,14 @@ class Explained:
     events: tuple[Event, ...]
 
 
-def explain_rebalances(snap: Snapshot, group: GroupView) -> Explained:
-    """Count the group's rebalances and tell the planned ones from the unexpected."""
+def explain_rebalances(snap: Snapshot, group: GroupView,
+                       session_timeout_ms: int) -> Explained:
+    """Count the group's rebalances and tell the planned ones from the unexpected (a credit
+    of a rebalance counted from the group's state waits one session timeout and a pass
+    interval for a member's counter to show it: `rebalances`)."""
     previous = snap.previous
-    count = count_rebalances(previous, group.state, snap.pods, snap.statuses)
+    count = count_rebalances(previous, group.state, snap.pods, snap.statuses, now=snap.now,
+                             window_s=session_timeout_ms / 1000 + PASS_S, epoch=group.epoch)
     last = PlannedRebalance.from_status(previous.get("plannedRebalance"))
     if last is not None and last.reason == CREATE and (
             c.get_condition(previous.get("conditions") or [], c.READY) or {}).get(
@@ -290,6 +294,20 @@ def _rebalance_events(previous: Mapping[str, Any], count: RebalanceCount,
                       f"state {group.state}")]
     return [Event("Normal", c.REBALANCED,
                   f"the group rebalanced ({count.increase}) while forming; state {group.state}")]
+
+
+def timed_out_warning(events: Iterable[Event], left: Iterable[str]) -> tuple[Event, ...]:
+    """`events` with a forming group's unplanned rebalance (Normal `Rebalanced`) posted as the
+    Warning `UnexpectedRebalance` when a member of ours left the group while the operator asked
+    nothing of it (`left`: what the ledger's `MemberLeftGroup` signs in their window say): its
+    session ran out, which is no part of the group forming."""
+    said = list(left)
+    if not said:
+        return tuple(events)
+    return tuple(Event("Warning", c.UNEXPECTED_REBALANCE,
+                       e.message.replace(" while forming;", f" while forming, and a member "
+                                         f"was past its session timeout: {said[-1]};", 1))
+                 if e.type == "Normal" and e.reason == c.REBALANCED else e for e in events)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,77 @@
-"""Counting the group's rebalances from what one pass sees (pure)."""
+"""Counting the group's rebalances from what one pass sees (pure).
+
+The members' own counters count (a static member's rejoin is not a rebalance); the group's
+state counts what no counter can show yet, or ever:
+
+- The group seen leaving Stable while no counter moved counts one rebalance, and leaves a
+  *credit* (`Credit`, `status.stateCountedRebalances`): a later counter increase that shows the
+  same rebalance pays it off instead of counting again. A credit is tied to what the counters
+  can confirm. Where the read has the KIP-848 group epoch, a counter increase the group's new
+  epochs since the previous pass account for is theirs, not the credit's. And in any group (a
+  classic one has no generation to tie it to: DescribeGroups gives none) a credit lives
+  `window_s` (one session timeout and a pass interval: by then every member that took part in
+  the rebalance shows it), from when it was counted or the group was last seen in a rebalance,
+  and then expires, before the counters of the pass that finds it expired are read; a pass is
+  due then (`RebalanceCount.due_in_s`). An expired credit is a rebalance that no member's
+  counter showed: it stays counted, and it no longer swallows the next one.
+- The group seen empty (`Empty`) after it had members counts one rebalance: the broker's last
+  member left or was dropped, and no member is left whose counter could show it (but when the
+  group was seen in a rebalance counted from its state: the emptying is that one ending).
+  Credits left then are void: no member in the group will show them.
+- The group seen with members again after it was empty (members back after every one was away
+  past its session, or new ones) counts one, with a credit, when no counter moved: a member
+  whose counter was read before shows it a pass later, and new members' first assignment is no
+  rebalance of theirs (`rebalances` in `/status`).
+
+Table tests: tests/unit/operator/test_rebalances.py.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
+
+from staticfleet.decisions.conditions import parse_rfc3339, rfc3339
 
 REBALANCING_STATES = frozenset(
     {"PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"})
+EMPTY = "Empty"
+STABLE = "Stable"
+WITH_MEMBERS = frozenset({STABLE, *REBALANCING_STATES})
+"""The states of a group that has members."""
+PASS_S = 10.0
+"""A pass interval (`handlers.RESYNC_S`): how late after a rebalance a pass reads the members'
+counters that show it, beyond the session timeout its slowest member may take."""
+KEPT_CREDITS = 20
+"""Credits `status.stateCountedRebalances` keeps (the oldest go first: they expire first)."""
+
+
+@dataclass(frozen=True)
+class Credit:
+    """A rebalance counted from the group's state that no member's counter has shown yet."""
+
+    at: datetime
+    """When the pass that counted it ran."""
+    expires: datetime
+    """When it expires: `window_s` after it was counted, or after the group was last seen in a
+    rebalance (the members take their assignment once it ends)."""
+    epoch: int | None = None
+    """The KIP-848 group epoch that pass read (None: a classic group, or no read had it)."""
+
+    def to_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"countedAt": rfc3339(self.at), "expiresAt": rfc3339(self.expires)}
+        if self.epoch is not None:
+            out["epoch"] = self.epoch
+        return out
+
+    @classmethod
+    def from_status(cls, raw: Mapping[str, Any]) -> Credit:
+        epoch = raw.get("epoch")
+        at = parse_rfc3339(str(raw["countedAt"]))
+        return cls(at, parse_rfc3339(str(raw.get("expiresAt") or raw["countedAt"])),
+                   int(epoch) if epoch is not None else None)
 
 
 @dataclass(frozen=True)
@@ -18,9 +82,26 @@ class RebalanceCount:
     """`status.rebalances` after this pass."""
     counters: Mapping[str, int]
     """`status.memberRebalanceCounters`: each member pod's last reported counter, by uid."""
-    from_state: int = 0
-    """`status.rebalancesFromState`: rebalances counted from the group's state that no
-    member's counter has shown yet (a later counter increase is the same rebalance)."""
+    credits: tuple[Credit, ...] = ()
+    """`status.stateCountedRebalances`: the rebalances counted from the group's state that no
+    member's counter has shown yet, oldest first."""
+    due_in_s: float | None = None
+    """When the next pass should come for the oldest credit to expire (None: no credit)."""
+
+    @property
+    def from_state(self) -> int:
+        """`status.rebalancesFromState`: how many credits are left."""
+        return len(self.credits)
+
+
+def credits_of(previous: Mapping[str, Any], now: datetime, window_s: float) -> list[Credit]:
+    """The credits the previous pass left. A status written before they had times
+    (`rebalancesFromState` alone) gives that many counted now: their window starts again."""
+    raw = previous.get("stateCountedRebalances")
+    if raw is not None:
+        return [Credit.from_status(x) for x in raw]
+    return [Credit(now, now + timedelta(seconds=window_s))
+            for _ in range(int(previous.get("rebalancesFromState") or 0))]
 
 
 def count_rebalances(
@@ -28,12 +109,16 @@ def count_rebalances(
     group_state: str,
     pods: Iterable[Mapping[str, Any]],
     statuses: Mapping[str, Mapping[str, Any]],
+    *,
+    now: datetime,
+    window_s: float,
+    epoch: int | None = None,
 ) -> RebalanceCount:
-    """The members' own counters (a static member's rejoin is not a rebalance) give the
-    increase: the largest increase of one member, since every member sees the same rebalance.
-    A member whose `/status` did not answer this pass is taken to have seen what the others
-    did: its counter, read a pass later, shows the same rebalances, which are not counted
-    again. A group seen leaving Stable while no counter moved counts one."""
+    """The members' own counters give the increase: the largest increase of one member,
+    since every member sees the same rebalance. A member whose `/status` did not answer this
+    pass is taken to have seen what the others did: its counter, read a pass later, shows the
+    same rebalances, which are not counted again. The group's state counts the rest (the
+    module's docstring), `window_s` being how long a credit waits for a counter to show it."""
     seen: Mapping[str, int] = previous.get("memberRebalanceCounters") or {}
     deltas = []
     counters: dict[str, int] = {}
@@ -51,13 +136,35 @@ def count_rebalances(
     seen_by_members = max(deltas, default=0)
     for uid in unread:
         counters[uid] = int(seen[uid]) + seen_by_members
-    # A rebalance counted from the state in an earlier pass shows in the counters later: it
-    # is not counted twice.
-    credit = int(previous.get("rebalancesFromState") or 0)
-    increase = max(0, seen_by_members - credit)
-    credit = max(0, credit - seen_by_members)
-    if seen_by_members == 0 and previous.get("groupState") == "Stable" and (
-            group_state in REBALANCING_STATES):
-        increase, credit = 1, credit + 1
+    credits = credits_of(previous, now, window_s)
+    # Expire the credits past their window; a group in a rebalance now pushes it back (the
+    # members take their assignment once it ends).
+    until = now + timedelta(seconds=window_s)
+    if group_state in REBALANCING_STATES:
+        credits = [replace(x, expires=max(x.expires, until)) for x in credits]
+    credits = [x for x in credits if x.expires > now]
+    # A counter increase pays off the credits, oldest first, but for the rebalances the
+    # group's new epochs since the previous pass account for: those are new.
+    was_epoch = previous.get("groupEpoch")
+    new_epochs = (epoch - int(was_epoch) if epoch is not None and was_epoch is not None
+                  and epoch > int(was_epoch) else 0)
+    paid = min(len(credits), max(0, seen_by_members - new_epochs))
+    credits = credits[paid:]
+    increase = seen_by_members - paid
+    was = previous.get("groupState")
+    if group_state == EMPTY and was in WITH_MEMBERS:
+        # Emptied: no member is left whose counter could show it, or the credits left. Out of
+        # a rebalance counted from the state, the emptying is that rebalance ending.
+        if not (was in REBALANCING_STATES and credits):
+            increase += 1
+        credits = []
+    elif seen_by_members == 0 and (
+            (was == STABLE and group_state in REBALANCING_STATES)
+            or (was == EMPTY and group_state in WITH_MEMBERS)):
+        increase += 1
+        credits.append(Credit(now, until, epoch))
+    credits = credits[-KEPT_CREDITS:]
     total = int(previous.get("rebalances") or 0) + increase
-    return RebalanceCount(increase=increase, total=total, counters=counters, from_state=credit)
+    due = min(((x.expires - now).total_seconds() for x in credits), default=None)
+    return RebalanceCount(increase=increase, total=total, counters=counters,
+                          credits=tuple(credits), due_in_s=due)

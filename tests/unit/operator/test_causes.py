@@ -154,3 +154,60 @@ def test_the_contract_lists_every_cause_in_the_rules_order_and_every_sign() -> N
     section = text.split("## Why the group rebalanced")[1].split("\n## ")[0]
     assert re.findall(r"^\| `([a-z_]+)` \|", section, re.MULTILINE) == list(ca.CAUSES)
     assert [kind for kind in ca.SIGN_KINDS if f"`{kind}`" not in section] == []
+
+
+# --- issue 46, item 10: the nearer evidence and the crash that explains --------------------
+
+ROLLED = replace(GAP, at=NOW - timedelta(seconds=40))
+MOVED_EARLIER = replace(MOVED, at=NOW - timedelta(seconds=40))
+
+
+def crash_at(ordinal: int, s: float) -> Crash:
+    return Crash(ordinal, f"orders-{ordinal}", NOW + timedelta(seconds=s), "killed by SIGKILL")
+
+
+@pytest.mark.parametrize(("signs", "crash_s", "expected"), [
+    # A crash 25 s after the broker roll's (or the move's) last sign: the crash's.
+    ((ROLLED,), -15, ca.MEMBER_CRASH),
+    ((MOVED_EARLIER,), -15, ca.MEMBER_CRASH),
+    ((ROLLED, MOVED_EARLIER), -15, ca.MEMBER_CRASH),
+    # A crash before the broker's trouble (or while it lasted): the broker's, as before.
+    ((ROLLED,), -60, ca.BROKER_RESTART),
+    ((MOVED_EARLIER,), -60, ca.COORDINATOR_MOVE),
+], ids=["after a broker roll", "after a coordinator move", "after both", "before a roll",
+        "before a move"])
+def test_the_nearer_of_a_brokers_trouble_and_a_members_crash_gives_the_cause(
+        signs: tuple[Sign, ...], crash_s: float, expected: str) -> None:
+    ev = Evidence(now=NOW + timedelta(seconds=10), window_s=WINDOW_S, signs=signs,
+                  crashes=(crash_at(1, crash_s),))
+    assert cause(ev) == expected
+
+
+def test_a_crash_entry_quotes_the_member_that_timed_out_not_the_first_crash() -> None:
+    """Member 0 crashed and came back in time (no rebalance of its); member 1 crashed and its
+    session ran out (it left the group): the rebalance is member 1's crash."""
+    left = Sign(ca.MEMBER_LEFT, NOW - timedelta(seconds=2),
+                "member 1 (instance id orders-1) left the group (it was member m-1)", 1)
+    ev = Evidence(now=NOW + timedelta(seconds=10), window_s=WINDOW_S, signs=(left,),
+                  crashes=(crash_at(0, -20), crash_at(1, -40)), counted=NOW)
+    found = ca.attribute(ev)
+    assert found is not None and found[0].cause == ca.MEMBER_CRASH
+    assert found[1].evidence.startswith("member 1 (pod orders-1) exited at"), found
+    assert "(and 1 more member(s))" in found[1].evidence
+    # Without the sign: the latest crash before the rebalance, not the lowest ordinal.
+    ev = replace(ev, signs=(), crashes=(crash_at(0, -40), crash_at(1, -20)))
+    found = ca.attribute(ev)
+    assert found is not None and found[1].evidence.startswith("member 1 (pod orders-1)"), found
+
+
+def test_a_crash_after_the_rebalance_explains_none_of_it() -> None:
+    """Seen in the ledger's integration test: member 0 frozen past its session (evicted, a
+    rebalance, counted), then killed 7 s later. Its crash is the cause of its restart's join,
+    not of the eviction counted before it."""
+    left = Sign(ca.MEMBER_LEFT, NOW, "member 0 (instance id orders-0) left the group", 0)
+    ev = Evidence(now=NOW + timedelta(seconds=12), window_s=WINDOW_S, signs=(left,),
+                  crashes=(crash_at(0, 7),), counted=NOW)
+    assert cause(ev) == ca.MEMBER_TIMEOUT
+    assert cause(replace(ev, counted=NOW + timedelta(seconds=8))) == ca.MEMBER_CRASH
+    # A crash that came after the broker's sign but after the rebalance too: the broker's.
+    assert cause(replace(ev, signs=(ROLLED,))) == ca.BROKER_RESTART

@@ -269,7 +269,7 @@ def test_a_dynamic_member_listed_under_its_member_id_has_not_left() -> None:
     assert snap.group is not None and snap.spec is not None
     dynamic = replace(snap.spec, dynamic_membership_for_testing=True)
     anonymous = tuple(replace(m, instance_id=None) for m in snap.group.members)
-    seen = explain_rebalances(snap, snap.group)
+    seen = explain_rebalances(snap, snap.group, 45000)
     group = replace(snap.group, members=anonymous)
     assert lg.members_left(snap, dynamic, group, seen, RolloutState()) == []
     [sign] = lg.members_left(snap, dynamic, replace(group, members=anonymous[1:]), seen,
@@ -427,3 +427,28 @@ def test_evidence_goes_to_the_oldest_rebalance_waiting_and_the_ledger_stays_in_o
     _, status = one_pass(CG, pods, status, counter=2, extra=(FOREIGN,), at_s=50)
     assert [(e["rebalance"], e["cause"]) for e in recent(status)] == [
         (1, ca.FOREIGN_MEMBER), (2, ca.UNKNOWN)]
+
+
+def test_a_forming_groups_rebalance_with_a_member_past_its_session_is_a_warning() -> None:
+    """A group not Ready (no rebalance planned) whose member 2 left the group while the
+    operator asked nothing of it: its session ran out. The rebalance is no part of the group
+    forming: the Warning UnexpectedRebalance, not the Normal `Rebalanced ... while forming`."""
+    pods, status = settled(CG)
+    status = with_path(status, "conditions", [
+        {**cond, "status": "False"} if cond["type"] == c.READY else cond
+        for cond in status["conditions"]])
+    status.pop("plannedRebalance", None)
+    snap = snapshot(CG, pods, previous=status, in_group=(0, 1), now_offset_s=10, statuses={
+        p["metadata"]["uid"]: {"memberId": f"m-{ordinal_of(p)}", "rebalances": 1}
+        for p in pods if ordinal_of(p) != 2})
+    plan = decide(snap)
+    said = [(e.type, e.reason, e.message) for e in plan.events
+            if e.reason in (c.REBALANCED, c.UNEXPECTED_REBALANCE)]
+    assert [(t, r) for t, r, _ in said] == [("Warning", c.UNEXPECTED_REBALANCE)], said
+    assert "while forming, and a member was past its session timeout: member 2" in said[0][2]
+    # Without a member gone, a forming group's rebalance stays the Normal Event.
+    snap = snapshot(CG, pods, previous=status, now_offset_s=10, statuses={
+        p["metadata"]["uid"]: {"memberId": f"m-{ordinal_of(p)}", "rebalances": 1}
+        for p in pods})
+    assert [(e.type, e.reason) for e in decide(snap).events
+            if e.reason in (c.REBALANCED, c.UNEXPECTED_REBALANCE)] == [("Normal", c.REBALANCED)]

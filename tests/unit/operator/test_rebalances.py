@@ -2,31 +2,60 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from staticfleet.decisions.plan import decide, without_nulls
 from staticfleet.decisions.rebalances import count_rebalances
+from tests.unit.operator.snapshots import CG, settled, snapshot
+from tests.unit.operator.support import NOW
 
 pytestmark = pytest.mark.unit
+
+SESSION_S = 12.0
+WINDOW_S = SESSION_S + 10.0
 
 
 def pods(*uids: str) -> list[dict[str, Any]]:
     return [{"metadata": {"uid": u}} for u in uids]
 
 
-def passes(*seen: tuple[str, dict[str, int] | None]) -> list[int]:
-    """Totals after passes that see (group state, each member's counter or None: no /status)."""
+@dataclass(frozen=True)
+class Seen:
+    """One pass: when, the group's state, each member's counter (None: no /status answered;
+    a uid missing: its /status did not answer), the member pods and the group epoch read."""
+
+    at_s: float
+    state: str
+    counters: dict[str, int] | None
+    members: tuple[str, ...] = ("a", "b")
+    epoch: int | None = None
+
+
+def run(*seen: Seen | tuple[str, dict[str, int] | None]) -> list[int]:
+    """Totals after the passes (a bare (state, counters) is a pass 10 s after the last)."""
     previous: dict[str, Any] = {"groupState": "Stable", "rebalances": 0,
                                 "memberRebalanceCounters": {"a": 0, "b": 0}}
-    totals = []
-    for state, counters in seen:
-        statuses = {} if counters is None else {u: {"rebalances": v} for u, v in counters.items()}
-        got = count_rebalances(previous, state, pods("a", "b"), statuses)
+    totals, at = [], 0.0
+    for one in seen:
+        if not isinstance(one, Seen):
+            one = Seen(at + 10, *one)
+        at = one.at_s
+        statuses = ({} if one.counters is None
+                    else {u: {"rebalances": v} for u, v in one.counters.items()})
+        got = count_rebalances(previous, one.state, pods(*one.members), statuses,
+                               now=NOW + timedelta(seconds=one.at_s), window_s=WINDOW_S,
+                               epoch=one.epoch)
         totals.append(got.total)
-        previous = {"groupState": state, "rebalances": got.total,
+        assert got.from_state == len(got.credits)
+        previous = {"groupState": one.state, "rebalances": got.total,
                     "memberRebalanceCounters": dict(got.counters),
-                    "rebalancesFromState": got.from_state}
+                    "rebalancesFromState": got.from_state,
+                    "stateCountedRebalances": [c.to_status() for c in got.credits],
+                    "groupEpoch": one.epoch}
     return totals
 
 
@@ -46,8 +75,99 @@ def passes(*seen: tuple[str, dict[str, int] | None]) -> list[int]:
     # one rebalance, not two; the next one counts.
     ((("Stable", {"a": 1}), ("Stable", {"a": 1, "b": 1}), ("Stable", {"a": 2, "b": 2})),
      [1, 1, 2]),
+    # A rebalance that lasts past the window (a member slow to rejoin): its credit waits
+    # while the group is in it, and the counters that show it then count nothing more.
+    ((Seen(10, "PreparingRebalance", {"a": 0, "b": 0}),
+      Seen(40, "PreparingRebalance", {"a": 0, "b": 0}),
+      Seen(50, "Stable", {"a": 1, "b": 1})), [1, 1, 1]),
 ], ids=["same pass", "counters a pass later", "two passes later", "one more after",
-        "two from state", "one member a pass later"])
-def test_a_rebalance_is_counted_once(seen: tuple[tuple[str, dict[str, int] | None], ...],
+        "two from state", "one member a pass later", "a long rebalance"])
+def test_a_rebalance_is_counted_once(seen: tuple[Seen | tuple[str, dict[str, int] | None], ...],
                                      totals: list[int]) -> None:
-    assert passes(*seen) == totals
+    assert run(*seen) == totals
+
+
+@pytest.mark.parametrize(("seen", "totals"), [
+    # Issue 46 (the ledger e2e, one run in four): a coordinator move counted from the state
+    # twice while the members' counters moved once; the credit left expires, and the
+    # scale-up's rebalance (a third member, c, that joins) is counted.
+    ((Seen(10, "PreparingRebalance", {"a": 0, "b": 0}), Seen(20, "Stable", {"a": 0, "b": 0}),
+      Seen(25, "CompletingRebalance", {"a": 0, "b": 0}), Seen(35, "Stable", {"a": 1, "b": 1}),
+      Seen(60, "Stable", {"a": 1, "b": 1}),
+      Seen(80, "Stable", {"a": 2, "b": 2, "c": 0}, ("a", "b", "c"))), [1, 1, 2, 2, 2, 3]),
+    # The same with no pass at the credit's expiry (a pass came late): it expires before the
+    # counters of the pass that finds it expired are read.
+    ((Seen(10, "PreparingRebalance", {"a": 0, "b": 0}), Seen(20, "Stable", {"a": 0, "b": 0}),
+      Seen(25, "CompletingRebalance", {"a": 0, "b": 0}), Seen(35, "Stable", {"a": 1, "b": 1}),
+      Seen(100, "Stable", {"a": 2, "b": 2, "c": 0}, ("a", "b", "c"))), [1, 1, 2, 2, 3]),
+    # A KIP-848 group: the counter increase comes with a new group epoch past the credit's:
+    # the new epoch's rebalance, counted, within the window too.
+    ((Seen(10, "Assigning", {"a": 0, "b": 0}, epoch=5), Seen(15, "Stable", {"a": 0, "b": 0},
+                                                           epoch=5),
+      Seen(20, "Stable", {"a": 1, "b": 1}, epoch=6)), [1, 1, 2]),
+    # ... and one the credit's own epoch shows is the credit's.
+    ((Seen(10, "Assigning", {"a": 0, "b": 0}, epoch=5),
+      Seen(20, "Stable", {"a": 1, "b": 1}, epoch=5)), [1, 1]),
+], ids=["two coordinator moves, one counter increase, then a scale-up",
+        "no pass at the expiry", "kip848 epoch past the credit", "kip848 same epoch"])
+def test_a_credit_from_the_state_cannot_swallow_a_later_rebalance(
+        seen: tuple[Seen, ...], totals: list[int]) -> None:
+    assert run(*seen) == totals
+
+
+@pytest.mark.parametrize(("seen", "totals"), [
+    # Every member frozen (SIGSTOP) past its session: no /status answers, the broker drops
+    # them and the group is Empty (a rebalance no counter can show); they go on, rejoin, and
+    # their counters show the return.
+    ((("Stable", None), ("Empty", None), ("Stable", {"a": 1, "b": 1}),
+      ("Stable", {"a": 1, "b": 1})), [0, 1, 2, 2]),
+    # Seen leaving Stable on the way (counted from the state): the emptying is that rebalance
+    # ending, not another.
+    ((("PreparingRebalance", None), ("Empty", None), ("Stable", {"a": 1, "b": 1})), [1, 1, 2]),
+    # Every member gone for good (a node lost) and made again: the new pods' first assignment
+    # is no rebalance of theirs; the group's state counts the emptying and the return.
+    ((("Stable", None), Seen(20, "Empty", None, ()),
+      Seen(30, "Stable", {"c": 0, "d": 0}, ("c", "d")),
+      Seen(40, "Stable", {"c": 0, "d": 0}, ("c", "d")),
+      Seen(80, "Stable", {"c": 1, "d": 1}, ("c", "d"))), [0, 1, 2, 2, 3]),
+    # Members back while the group rebalances: one from the state, which their counters show
+    # a pass later.
+    ((("Stable", None), ("Empty", None), ("PreparingRebalance", {"a": 0, "b": 0}),
+      ("Stable", {"a": 1, "b": 1})), [0, 1, 2, 2]),
+], ids=["frozen and back", "seen rebalancing on the way", "made again", "back mid-rebalance"])
+def test_a_group_that_every_member_left_counts_the_emptying_and_the_return(
+        seen: tuple[Seen | tuple[str, dict[str, int] | None], ...], totals: list[int]) -> None:
+    assert run(*seen) == totals
+
+
+def test_a_credit_is_due_for_a_pass_when_it_expires_and_old_statuses_keep_theirs() -> None:
+    """The next pass comes when the oldest credit's window ends; a status written before
+    credits had times gives each the window again from the pass that reads it."""
+    got = count_rebalances({"groupState": "Stable", "memberRebalanceCounters": {"a": 0}},
+                           "PreparingRebalance", pods("a"), {"a": {"rebalances": 0}},
+                           now=NOW, window_s=WINDOW_S)
+    assert (got.total, got.from_state, got.due_in_s) == (1, 1, WINDOW_S)
+    old = {"groupState": "Stable", "rebalances": 3, "rebalancesFromState": 2,
+           "memberRebalanceCounters": {"a": 0}}
+    got = count_rebalances(old, "Stable", pods("a"), {"a": {"rebalances": 1}}, now=NOW,
+                           window_s=WINDOW_S)
+    assert (got.total, got.from_state) == (3, 1)
+    later = count_rebalances(old, "Stable", pods("a"), {"a": {"rebalances": 0}},
+                             now=NOW + timedelta(seconds=WINDOW_S), window_s=WINDOW_S)
+    assert later.from_state == 2, "its window starts at the pass that reads it"
+
+
+def test_a_pass_is_due_when_a_credit_expires() -> None:
+    """Through `plan.decide`: a group at rest with a credit (as an earlier operator left it)
+    has its next pass when the credit's window (the 45 s session timeout and a pass interval)
+    ends, and that pass lets it expire."""
+    pods, status = settled(CG)
+    status["rebalancesFromState"] = 1
+    plan = decide(snapshot(CG, pods, previous=status, now_offset_s=60))
+    assert plan.deadline_s == 45 + 10
+    assert plan.status["rebalancesFromState"] == 1
+    later = decide(snapshot(CG, pods, previous=without_nulls(dict(plan.status)),
+                            now_offset_s=60 + 55))
+    assert later.status.get("rebalancesFromState") is None
+    assert later.status.get("stateCountedRebalances") is None
+    assert later.status["rebalances"] == status.get("rebalances", 0)
