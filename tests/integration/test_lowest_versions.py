@@ -7,7 +7,8 @@ from pyproject.toml's `>=` bounds, so it follows them), and, unconstrained besid
 tests and `staticfleet_dev` need (the `dev` and `test` extras' own requirements: pytest,
 hypothesis, aiohttp, cryptography, ...); they may pull the constrained packages' own
 dependencies (numpy, grpcio, ...) up, never those pinned. Then the project itself, from this
-checkout, without dependencies (`pip check` then says whether its own requirements hold).
+checkout, without dependencies (`pip check` then says whether its own requirements hold); the
+tests and the operator run with the checkout's sources first on the path, the same code.
 
 The unit tests run are the product's: tests/unit/operator, tests/unit/runtime and
 tests/unit/test_member_contract.py (the operator, the member runtime and the contract between
@@ -164,13 +165,14 @@ def _clean_env() -> dict[str, str]:
 
 
 def test_the_unit_tier_passes_on_the_lowest_versions(lowest_venv: Path) -> None:
-    # From the checkout: pytest puts its root on sys.path, so consumer_runtime, member_contract
-    # and staticfleet_dev come from there, the same sources as those installed; staticfleet
-    # (under operator/) only from the install. The dependencies are the venv's in both cases.
+    # From the checkout, its sources first on the path (the same as those installed; some tests
+    # read the source tree and compare it with the modules' own files, as under the editable
+    # install of scripts/setup.sh). The dependencies are the venv's either way.
+    env = {**_clean_env(), "PYTHONPATH": f"{ROOT / 'operator'}:{ROOT}"}
     proc = subprocess.run(
         [str(lowest_venv), "-m", "pytest", *UNIT_TESTS, "-m", "unit", "-q",
          "-p", "no:cacheprovider"],
-        cwd=ROOT, env=_clean_env(), capture_output=True, text=True, check=False)
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
     print(tail)
     assert proc.returncode == 0, f"the unit tests failed on the lowest versions:\n{tail}"
