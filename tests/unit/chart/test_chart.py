@@ -672,6 +672,7 @@ def test_notes_render(helm: Path, tmp_path: Path) -> None:
         "defaults": [],
         "scoped": ["--set", "watchNamespaces={a,b}", "--set", "prometheusRule.enabled=true"],
         "no policy": ["--set", "networkPolicy.enabled=false"],
+        "every namespace": list(ALL_NAMESPACES),
     }
     rendered = {}
     for case, args in cases.items():
@@ -695,6 +696,13 @@ def test_notes_render(helm: Path, tmp_path: Path) -> None:
         assert "kubectl apply --server-side -f crds/" in notes
         assert "deployment/sf-staticfleet" in notes
         rendered[case] = notes
+    assert rendered["defaults"].startswith(
+        'staticfleet 0.1.0 is installed as release "sf" in namespace "ops".\n\n'
+        "The operator watches ConsumerGroups (staticfleet.io/v1alpha1, short name cg) in "
+        "namespace ops.\n")
+    assert "short name cg) in all namespaces." in rendered["every namespace"]
+    # An upgrade that kept every namespace says so; helm template has no release to look up.
+    assert not any("It watched every namespace" in n for n in rendered.values())
     notes = rendered["scoped"]
     assert "these namespaces: a, b" in notes
     assert "memberPodMonitor.enabled=true" in notes
