@@ -123,6 +123,7 @@ install_operator() {
     --namespace "${OPERATOR_NAMESPACE}" --create-namespace \
     --set image.repository=staticfleet/operator --set image.tag="${TAG}" \
     --set image.pullPolicy=IfNotPresent \
+    --set "watchNamespaces={${NAMESPACE}}" \
     --wait --timeout "${TIMEOUT_SECONDS}s"
 }
 

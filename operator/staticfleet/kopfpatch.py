@@ -12,15 +12,23 @@ first pass. A waiter waits for the set's state (`ToggleSet.wait_for`), which onl
 (`Toggle.turn_to`): so waking the set's waiters only when `is_on()` changes is the same
 behaviour, without the wake-ups that change nothing.
 
-`install()` replaces the three methods that add or drop toggles, and refuses (raises) when
-kopf's ToggleSet no longer has what they use, rather than change a class it does not know.
+`install()` replaces the three methods that add or drop toggles. It refuses (raises, so the
+operator does not start) on a kopf it was not written for: a version outside `KNOWN_KOPF`
+(the private methods it replaces are those of that series; pyproject.toml's `kopf` bound is the
+same range), or a ToggleSet that no longer has what they use, rather than change a class it
+does not know.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Iterable
 
 from kopf._cogs.aiokits import aiotoggles
+
+KNOWN_KOPF = ("1.45", 2)
+"""The kopf releases this patch was written for: the 1.45 series from 1.45.2 (checked on
+1.45.2; pyproject.toml: `kopf>=1.45.2,<1.46`)."""
 
 _USED = ("_condition", "_toggles", "is_on", "make_toggle", "drop_toggle", "drop_toggles")
 
@@ -49,8 +57,35 @@ async def _drop_toggle(self: aiotoggles.ToggleSet, toggle: aiotoggles.Toggle) ->
     await _drop_toggles(self, (toggle,))
 
 
+def known_versions() -> str:
+    series, first = KNOWN_KOPF
+    return f"kopf {series}.{first} and later {series}.x releases"
+
+
+def _next(series: str) -> str:
+    major, minor = series.split(".")
+    return f"{major}.{int(minor) + 1}"
+
+
+def check_version(version: str) -> None:
+    """Raise RuntimeError unless kopf `version` is one `KNOWN_KOPF` names."""
+    series, first = KNOWN_KOPF
+    head, _, rest = version.partition(".")
+    minor, _, patch = rest.partition(".")
+    release = patch.split("+")[0]
+    if f"{head}.{minor}" == series and release.isdigit() and int(release) >= first:
+        return
+    raise RuntimeError(
+        f"staticfleet's kopfpatch was written for {known_versions()} and this is kopf "
+        f"{version}: install one of those (pip install 'kopf>={series}.{first},<{_next(series)}'), "
+        "or "
+        "check staticfleet/kopfpatch.py against this kopf before adding it to KNOWN_KOPF")
+
+
 def install() -> None:
-    """Replace kopf's ToggleSet methods that add and drop toggles (see the module)."""
+    """Replace kopf's ToggleSet methods that add and drop toggles (see the module); refuse a
+    kopf it was not written for (`check_version`)."""
+    check_version(importlib.metadata.version("kopf"))
     probe = aiotoggles.ToggleSet(all)
     missing = [name for name in _USED if not hasattr(probe, name)]
     if missing:

@@ -42,6 +42,8 @@ class OperatorProcess:
     allow_testing_annotations: bool = False
     args: tuple[str, ...] = ()
     """More arguments of `staticfleet operator run` (e.g. `--shard b`)."""
+    python: Path | None = None
+    """The interpreter to run it with (another venv's); default this one's."""
 
     def start(self, timeout: float = 60) -> OperatorProcess:
         """Start it and wait until it answers /healthz; on failure (it exits, or does not answer
@@ -60,7 +62,8 @@ class OperatorProcess:
         if self.source is not None:  # the earlier commit's packages win over the installed ones
             environ["PYTHONPATH"] = f"{self.source / 'operator'}:{self.source}"
         self.proc, self.record = spawn("operator", [
-            sys.executable, "-m", "staticfleet.cli", "operator", "run", "--all-namespaces",
+            str(self.python or sys.executable), "-m", "staticfleet.cli", "operator", "run",
+            "--all-namespaces",
             "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
             "--health-port", str(self.health_port), *self.args,
         ], log=self.log, env=environ)

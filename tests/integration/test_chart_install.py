@@ -1,10 +1,11 @@
 """The Helm chart against the real control plane: lint, a server-side dry-run of every rendering,
 and a real `helm install` whose operator pod runs under the local node with the chart's own
 ServiceAccount (the local node hands it a TokenRequest token as a kubeconfig), so a ConsumerGroup
-becoming Ready and scaling down proves the chart's RBAC is enough: the default, all-namespaces
-install, whose operator creates the members' token Secret without any `patch` on Secrets, and
-makes the members' NetworkPolicy in the group's namespace (accepted by the API server, its
-selectors matching the real pods; the environment has no CNI, so nothing enforces it). The same
+becoming Ready and scaling down proves the chart's RBAC is enough: the every-namespace install
+(`watchNamespaces: ["*"]`), whose operator creates the members' token Secret without any `patch`
+on Secrets, and makes the members' NetworkPolicy in the group's namespace (accepted by the API
+server, its selectors matching the real pods; the environment has no CNI, so nothing enforces
+it). The same
 install carries the users' aggregated roles, which the kube-controller-manager's ClusterRole
 aggregation controller folds into `view`, `edit` and `admin`.
 
@@ -89,6 +90,7 @@ def test_helm_lint(helm: Path) -> None:
 
 FEATURES = {
     "defaults": [],
+    "every namespace": ["--set", "watchNamespaces={*}"],
     "watchNamespaces": ["--set", "watchNamespaces={WATCHED}"],
     "networkPolicy own sources": [
         "--set-json", 'networkPolicy.prometheus=[{"namespaceSelector":{"matchExpressions":'
@@ -316,8 +318,10 @@ def test_install_runs_the_operator_under_its_own_service_account(
     fullname = "sf-staticfleet"
     sa = f"system:serviceaccount:{release_ns}:{fullname}"
     values = tmp_path / "values.yaml"
-    # The defaults (all namespaces, the members' NetworkPolicy on), resyncing sooner.
+    # Every namespace (the group is in another one), the members' NetworkPolicy on (the
+    # default), resyncing sooner.
     values.write_text(yaml.safe_dump({
+        "watchNamespaces": ["*"],
         "extraEnv": [{"name": "STATICFLEET_RESYNC_SECONDS", "value": "5"}]}))
     helm_args: list[str | Path] = ["--kubeconfig", kubeconfig, "--namespace", release_ns]
 
@@ -483,3 +487,49 @@ def test_watch_namespaces_rbac_confines_secrets(helm: Path, kubeconfig: Path, cr
     finally:
         kubectl(kubeconfig, "delete", "-f", "-", "--wait=false", input=manifest, check=False)
         kubectl(kubeconfig, "delete", "namespace", watched, "--wait=false", check=False)
+
+
+def _operator_args(kubeconfig: Path, namespace: str, deployment: str) -> list[str]:
+    deploy = get_json(kubeconfig, "-n", namespace, "deployment", deployment)
+    return list(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def test_an_upgrade_keeps_an_install_that_watches_every_namespace(
+    helm: Path, kubeconfig: Path, crds: None, release_ns: str,
+) -> None:
+    """A release that watches every namespace (earlier charts' default; here installed with
+    `watchNamespaces={*}`, which makes the same ClusterRole and ClusterRoleBinding), upgraded
+    with the value empty (the defaults, as an upgrade from those charts brings it), keeps every
+    namespace: the chart finds its ClusterRoleBinding (lookup) and NOTES.txt says so. A fresh
+    install with the value empty watches its own namespace. The operator pods never run (a
+    nodeSelector no node has): this is about what Helm writes."""
+    release = "up"
+    fullname = f"up-{release_ns}"[:40]
+    pending = ["--set-string", "nodeSelector.staticfleet-test/nowhere=true",
+               "--set", f"fullnameOverride={fullname}"]
+    helm_args: list[str | Path] = ["--kubeconfig", kubeconfig, "--namespace", release_ns]
+    fresh = f"{release}-fresh"
+    try:
+        ok(run([helm, "install", release, CHART, *helm_args, *pending,
+                "--set", "watchNamespaces={*}"]))
+        assert "--all-namespaces" in _operator_args(kubeconfig, release_ns, fullname)
+        notes = ok(run([helm, "upgrade", release, CHART, *helm_args, *pending]))
+        assert "--all-namespaces" in _operator_args(kubeconfig, release_ns, fullname)
+        assert kubectl(kubeconfig, "get", "clusterrolebinding", fullname, check=False
+                       ).returncode == 0
+        assert "It watched every namespace before this upgrade and still does" in notes
+        # Narrowing is a value said out loud: the release's namespace by name.
+        ok(run([helm, "upgrade", release, CHART, *helm_args, *pending,
+                "--set", f"watchNamespaces={{{release_ns}}}"]))
+        assert _operator_args(kubeconfig, release_ns, fullname)[0] == f"--namespace={release_ns}"
+        assert kubectl(kubeconfig, "get", "clusterrolebinding", fullname, check=False
+                       ).returncode != 0
+        # A fresh install, value empty: its own namespace, whatever else the cluster holds.
+        ok(run([helm, "install", fresh, CHART, *helm_args,
+                "--set-string", "nodeSelector.staticfleet-test/nowhere=true",
+                "--set", f"fullnameOverride={fullname}-f"]))
+        args = _operator_args(kubeconfig, release_ns, f"{fullname}-f")
+        assert f"--namespace={release_ns}" in args and "--all-namespaces" not in args
+    finally:
+        for name in (release, fresh):
+            run([helm, "uninstall", name, *helm_args, "--wait=false"])

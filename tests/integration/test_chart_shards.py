@@ -73,7 +73,7 @@ def test_a_sharded_peered_install_runs_under_the_charts_rbac(
     fullname = f"{release}-staticfleet"
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump({
-        "shards": ["b"], "peering": {"enabled": True},
+        "shards": ["b"], "peering": {"enabled": True}, "watchNamespaces": ["*"],
         "extraEnv": [{"name": "STATICFLEET_RESYNC_SECONDS", "value": "3"}]}))
     helm_args: list[str | Path] = ["--kubeconfig", kubeconfig, "--namespace", release_ns]
 

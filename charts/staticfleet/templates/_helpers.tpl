@@ -223,3 +223,33 @@ networkPolicy.extraFrom.
   (.Values.networkPolicy.extraFrom | default (list)) | toJson }}
 {{- end }}
 
+
+{{- /*
+The namespaces the operator watches, as a JSON list; `[]` for every namespace (docs/install.md,
+"Which namespaces"). watchNamespaces `["*"]`: every namespace. A list of names: those. Empty
+(the default): the release's own namespace, except on a `helm upgrade` of a release that
+already watches every namespace (earlier charts did when this was empty): its ClusterRoleBinding
+`<fullname>`, which only that mode makes, is found (lookup) and the upgrade keeps every
+namespace. `helm template` and client-side dry runs do no lookup: they render the default.
+*/}}
+{{- define "staticfleet.watchedNamespaces" -}}
+{{- $ns := .Values.watchNamespaces | default list -}}
+{{- if has "*" $ns -}}
+[]
+{{- else if $ns -}}
+{{ toJson $ns }}
+{{- else if include "staticfleet.keptClusterWide" . -}}
+[]
+{{- else -}}
+{{ toJson (list .Release.Namespace) }}
+{{- end -}}
+{{- end -}}
+
+{{- /* "true" when an upgrade keeps an earlier release's every-namespace scope (above). */}}
+{{- define "staticfleet.keptClusterWide" -}}
+{{- if and .Release.IsUpgrade (not .Values.watchNamespaces) -}}
+{{- if lookup "rbac.authorization.k8s.io/v1" "ClusterRoleBinding" "" (include "staticfleet.fullname" .) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}

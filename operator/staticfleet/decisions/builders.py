@@ -179,6 +179,9 @@ def member_spec_view(group: ConsumerGroupSpec, timeouts: EffectiveTimeouts) -> M
             # (their defaults come with their next rollout).
             *([[t.security_context, t.container_security_context]]
               if t.security_context or t.container_security_context else []),
+            # Only when asked for, likewise: pods made before the field existed mounted a token
+            # and keep it until their next rollout.
+            *([["automountServiceAccountToken"]] if t.automount_service_account_token else []),
         ],
         "nonce": [group.rollout.restart_nonce, group.restarted_at],
     }
@@ -312,6 +315,8 @@ def build_member_pod(
     }
     if t.service_account_name:
         spec["serviceAccountName"] = t.service_account_name
+    # No ServiceAccount token unless the spec asks for one: the runtime never calls the API.
+    spec["automountServiceAccountToken"] = t.automount_service_account_token
     if t.node_selector:
         spec["nodeSelector"] = dict(t.node_selector)
     if t.tolerations:

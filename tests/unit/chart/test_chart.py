@@ -18,10 +18,14 @@ from .support import CHART, KUBE_VERSION, REPO, Rendered, run
 
 pytestmark = pytest.mark.unit
 
-# The operator's ClusterRole and the users' view and edit roles; the members' NetworkPolicy is
-# the operator's to make, beside each group.
-BASE_KINDS = ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment",
-              "Service", "ServiceAccount"]
+# watchNamespaces ["*"]: the operator's ClusterRole and the users' view and edit roles; the
+# members' NetworkPolicy is the operator's to make, beside each group.
+CLUSTER_KINDS = ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment",
+                 "Service", "ServiceAccount"]
+ALL_NAMESPACES = ("--set", "watchNamespaces={*}")
+# The default, the release's namespace: its Role there, the CRD watch's ClusterRole (the users'
+# roles as above).
+BASE_KINDS = sorted([*CLUSTER_KINDS, "Role", "RoleBinding"])
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -87,7 +91,7 @@ def test_default_render(render: Callable[..., Rendered]) -> None:
     pod = deploy["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["command"] == ["staticfleet", "operator", "run"]
-    assert container["args"] == ["--all-namespaces", "--metrics-host=$(POD_IP)",
+    assert container["args"] == ["--namespace=staticfleet-system", "--metrics-host=$(POD_IP)",
                                  "--metrics-port=8080", "--health-port=8081"]
     # Metrics and health bind the pod's IP; the probes (no host: the pod IP) reach them there.
     assert container["env"][0] == {
@@ -149,8 +153,10 @@ def test_member_pod_monitor_selects_member_pods(render: Callable[..., Rendered])
         "app.kubernetes.io/name": "staticfleet-member",
         "app.kubernetes.io/managed-by": "staticfleet",
     }
-    assert pm["spec"]["namespaceSelector"] == {"any": True}
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["staticfleet-system"]}
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "http"
+    every = render("--set", "memberPodMonitor.enabled=true", *ALL_NAMESPACES)
+    assert every.one("PodMonitor")["spec"]["namespaceSelector"] == {"any": True}
     scoped = render("--set", "memberPodMonitor.enabled=true", "--set", "watchNamespaces={a,b}")
     assert scoped.one("PodMonitor")["spec"]["namespaceSelector"] == {"matchNames": ["a", "b"]}
 
@@ -345,7 +351,8 @@ def _operator_roles(out: Rendered, kind: str) -> list[dict[str, Any]]:
 
 
 def test_rbac_all_namespaces(render: Callable[..., Rendered]) -> None:
-    out = render()
+    out = render(*ALL_NAMESPACES)
+    assert out.kinds() == CLUSTER_KINDS
     (role,) = _operator_roles(out, "ClusterRole")
     # No `namespaces`: kopf lists them only when it watches chosen namespaces.
     assert _grants(role["rules"]) == NAMESPACED_RULES | CRD_RULES
@@ -367,7 +374,7 @@ def test_rbac_all_namespaces(render: Callable[..., Rendered]) -> None:
 
 def test_rbac_watch_namespaces(render: Callable[..., Rendered]) -> None:
     out = render("--set", "watchNamespaces={team-a,team-b}")
-    assert out.kinds() == sorted([*BASE_KINDS, "Role", "Role", "RoleBinding", "RoleBinding"])
+    assert out.kinds() == sorted([*CLUSTER_KINDS, "Role", "Role", "RoleBinding", "RoleBinding"])
     # Cluster-wide: only the CRD watch kopf needs; no namespaces, nothing namespaced.
     (cluster_role,) = _operator_roles(out, "ClusterRole")
     assert _grants(cluster_role["rules"]) == CRD_RULES
@@ -383,6 +390,25 @@ def test_rbac_watch_namespaces(render: Callable[..., Rendered]) -> None:
     args = out.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["--namespace=team-a", "--namespace=team-b"]
     assert "--all-namespaces" not in args
+
+
+def test_rbac_default_is_the_release_namespace(render: Callable[..., Rendered]) -> None:
+    """The default install watches its own namespace: a Role there with every namespaced right,
+    cluster-wide only the CRD watch; every namespace is `watchNamespaces: ["*"]`, said alone."""
+    out = render()
+    (role,) = (d for d in out.docs if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "staticfleet-system"
+    assert _grants(role["rules"]) == NAMESPACED_RULES
+    (binding,) = (d for d in out.docs if d["kind"] == "RoleBinding")
+    assert binding["metadata"]["namespace"] == "staticfleet-system"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    for cluster_role in _operator_roles(out, "ClusterRole"):
+        assert _grants(cluster_role["rules"]) == CRD_RULES
+    args = out.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=staticfleet-system" in args and "--all-namespaces" not in args
+    assert "--all-namespaces" in render(*ALL_NAMESPACES).one("Deployment")[
+        "spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_rbac_watch_namespaces_has_no_namespaced_cluster_right(
@@ -455,7 +481,7 @@ def test_security_doc_lists_every_permission(render: Callable[..., Rendered]) ->
     doc = (REPO / "docs" / "security.md").read_text()
     operator_section = doc.split("### The operator\n\n| API group")[1].split("\n\n")[0]
     documented = _doc_grants("| API group" + operator_section)
-    (role,) = _operator_roles(render(), "ClusterRole")
+    (role,) = _operator_roles(render(*ALL_NAMESPACES), "ClusterRole")
     assert documented == _grants(role["rules"]) == NAMESPACED_RULES | CRD_RULES
     for page, link in (("README.md", "docs/security.md"), ("docs/install.md", "security.md"),
                        ("docs/install.md", "security.md#the-member-networkpolicy")):
@@ -524,6 +550,8 @@ SCHEMA_PREFIX = "values don't meet the specifications of the schema(s)"
         (["--set", "metrics.service.type=ExternalName"], "value must be one of"),
         (["--set", "metrics.port=70000"], "at '/metrics/port'"),
         (["--set", "watchNamespaces={Not_A_Namespace}"], "at '/watchNamespaces/0'"),
+        # Every namespace is "*" alone.
+        (["--set", "watchNamespaces={*,a}"], "at '/watchNamespaces'"),
         (["--set", "serviceMonitor.interval=often"], "at '/serviceMonitor/interval'"),
         (
             ["--set", "prometheusRule.alerts.NoSuchAlert.enabled=false"],
@@ -644,6 +672,7 @@ def test_notes_render(helm: Path, tmp_path: Path) -> None:
         "defaults": [],
         "scoped": ["--set", "watchNamespaces={a,b}", "--set", "prometheusRule.enabled=true"],
         "no policy": ["--set", "networkPolicy.enabled=false"],
+        "every namespace": list(ALL_NAMESPACES),
     }
     rendered = {}
     for case, args in cases.items():
@@ -667,6 +696,13 @@ def test_notes_render(helm: Path, tmp_path: Path) -> None:
         assert "kubectl apply --server-side -f crds/" in notes
         assert "deployment/sf-staticfleet" in notes
         rendered[case] = notes
+    assert rendered["defaults"].startswith(
+        'staticfleet 0.1.0 is installed as release "sf" in namespace "ops".\n\n'
+        "The operator watches ConsumerGroups (staticfleet.io/v1alpha1, short name cg) in "
+        "namespace ops.\n")
+    assert "short name cg) in all namespaces." in rendered["every namespace"]
+    # An upgrade that kept every namespace says so; helm template has no release to look up.
+    assert not any("It watched every namespace" in n for n in rendered.values())
     notes = rendered["scoped"]
     assert "these namespaces: a, b" in notes
     assert "memberPodMonitor.enabled=true" in notes
@@ -729,3 +765,29 @@ def test_install_doc_covers_every_value_and_the_crd_step() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     table = set(re.findall(r"^\| `([A-Za-z.]+)` \|", doc, re.M))
     assert set(_leaf_paths(values)) <= table, set(_leaf_paths(values)) - table
+
+
+def _mib(quantity: str) -> float:
+    units = {"Mi": 1.0, "Gi": 1024.0}
+    return float(quantity[:-2]) * units[quantity[-2:]]
+
+
+def test_the_default_resources_come_from_the_measured_footprint() -> None:
+    """The default memory limit is at least 1.5x (the docs say about twice) the operator RSS
+    bench/fleet_scale.py measured at 300 groups (docs/benchmarks.md), the request at least
+    about that; docs/install.md's sizing table quotes the benchmark's figures. Fails when the
+    limit falls back under the measured figure (the old 256Mi) or the figures drift apart."""
+    bench = (REPO / "docs" / "benchmarks.md").read_text()
+    row = next(line for line in bench.splitlines()
+               if line.startswith("| (b) operator RSS, parent + children"))
+    rss_300, rss_1000 = (float(c.strip().replace(",", "")) for c in row.split("|")[2:4])
+    resources = yaml.safe_load((CHART / "values.yaml").read_text())["resources"]
+    limit = _mib(resources["limits"]["memory"])
+    request = _mib(resources["requests"]["memory"])
+    assert limit >= 1.5 * rss_300, (limit, rss_300)
+    assert request >= 0.95 * rss_300, (request, rss_300)
+    sizing = (REPO / "docs" / "install.md").read_text().split("### Sizing")[1].split("\n## ")[0]
+    assert f"| up to 300 | {rss_300} at 300" in sizing
+    assert f"| 1,000 | {rss_1000:,.1f} " in sizing
+    assert f"`memory: {resources['limits']['memory']}` (the default)" in sizing
+    assert f"`memory: {resources['requests']['memory']}` (the default)" in sizing

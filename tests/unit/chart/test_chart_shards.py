@@ -144,7 +144,7 @@ def _peering_grants(out: Rendered, kind: str) -> list[tuple[str, set[str]]]:
 def test_peering_gives_each_shard_its_own_peering_object(
         render: Callable[..., Rendered]) -> None:
     out = render("--set", "shards={b}", "--set", "peering.enabled=true",
-                 "--set", "replicaCount=2")
+                 "--set", "replicaCount=2", "--set", "watchNamespaces={*}")
     deploys = _deployments(out)
     peerings = {d["metadata"]["name"] for d in out.docs if d["kind"] == "ClusterKopfPeering"}
     names = {n: _flag(_args(d), "peering") for n, d in deploys.items()}
@@ -155,7 +155,8 @@ def test_peering_gives_each_shard_its_own_peering_object(
     assert _peering_grants(out, "ClusterRole") == [
         ("clusterkopfpeerings", {"list", "watch", "patch"})]
     # Without peering the operator's roles grant nothing of kopf.dev.
-    assert not _peering_grants(render("--set", "shards={b}"), "ClusterRole")
+    assert not _peering_grants(render("--set", "shards={b}", "--set", "watchNamespaces={*}"),
+                               "ClusterRole")
 
 
 def test_peering_in_watched_namespaces(render: Callable[..., Rendered]) -> None:
@@ -200,7 +201,7 @@ def test_the_peering_crds_define_what_the_chart_renders(
     assert kinds == {("kopf.dev", "ClusterKopfPeering", "Cluster"),
                      ("kopf.dev", "KopfPeering", "Namespaced")}
     rendered = {(d["apiVersion"], d["kind"]) for args in (
-        [], ["--set", "watchNamespaces={a}"]) for d in render(
+        ["--set", "watchNamespaces={*}"], []) for d in render(
         "--set", "peering.enabled=true", *args).docs if d["apiVersion"].startswith("kopf.dev")}
     assert rendered == {("kopf.dev/v1", "ClusterKopfPeering"), ("kopf.dev/v1", "KopfPeering")}
     assert {c["spec"]["versions"][0]["name"] for c in crds} == {"v1"}

@@ -19,6 +19,7 @@ from staticfleet.decisions.builders import (
     member_spec_view,
 )
 from staticfleet.decisions.names import instance_id, member_name, selector_labels, selector_string
+from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
 from tests.unit.operator.support import TIMEOUTS, body, env_of, with_path
@@ -380,3 +381,21 @@ def test_a_network_policy_without_sources_refuses_every_connection() -> None:
     spec = build_member_network_policy(group(), [])["spec"]
     assert spec["ingress"] == [] and spec["policyTypes"] == ["Ingress"]
 
+
+
+def test_member_pods_mount_no_service_account_token_unless_the_spec_asks() -> None:
+    """The runtime never calls the Kubernetes API: by default the pod says so (Kubernetes
+    mounts a token otherwise, whatever the ServiceAccount); `automountServiceAccountToken: true`
+    in the template mounts one, and is a new revision (the pods must be made again for it)."""
+    assert pod_for()["spec"]["automountServiceAccountToken"] is False
+    b = with_path(body(), "spec.template.serviceAccountName", "member")
+    assert pod_for(b)["spec"]["automountServiceAccountToken"] is False
+    asked = with_path(b, "spec.template.automountServiceAccountToken", True)
+    assert pod_for(asked)["spec"]["automountServiceAccountToken"] is True
+    assert member_spec_view(group(asked), TIMEOUTS).revision != member_spec_view(
+        group(b), TIMEOUTS).revision
+    # false said out loud is the default: the same revision as pods made before the field.
+    said = with_path(b, "spec.template.automountServiceAccountToken", False)
+    assert member_spec_view(group(said), TIMEOUTS) == member_spec_view(group(b), TIMEOUTS)
+    with pytest.raises(SpecError, match="automountServiceAccountToken"):
+        group(with_path(b, "spec.template.automountServiceAccountToken", "yes"))

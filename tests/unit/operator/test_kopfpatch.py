@@ -79,3 +79,30 @@ def test_install_refuses_a_toggle_set_it_does_not_know(monkeypatch: pytest.Monke
     monkeypatch.delattr(aiotoggles.ToggleSet, "drop_toggles")
     with pytest.raises(RuntimeError, match="drop_toggles"):
         kopfpatch.install()
+
+
+@pytest.mark.parametrize("version", ["1.45.2", "1.45.3", "1.45.10", "1.45.2+local"])
+def test_the_kopf_versions_it_was_written_for_pass(version: str) -> None:
+    kopfpatch.check_version(version)
+
+
+@pytest.mark.parametrize("version", ["1.38.0", "1.45.0", "1.45.1", "1.46.0", "2.0.0", "1.45",
+                                     "1.45.0rc1"])
+def test_a_kopf_it_was_not_written_for_is_refused_naming_those_it_knows(version: str) -> None:
+    with pytest.raises(RuntimeError) as err:
+        kopfpatch.check_version(version)
+    message = str(err.value)
+    assert f"this is kopf {version}" in message
+    assert "kopf 1.45.2 and later 1.45.x releases" in message
+    assert "'kopf>=1.45.2,<1.46'" in message
+
+
+def test_install_checks_the_installed_kopf(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The version read is the installed distribution's: a faked 1.38 (the old lower bound,
+    which has no `settings.watching.label_selectors`) is refused before anything is replaced."""
+    monkeypatch.setattr(kopfpatch.importlib.metadata, "version",
+                        lambda name: "1.38.0" if name == "kopf" else "0")
+    monkeypatch.setattr(aiotoggles.ToggleSet, "drop_toggle", "the one before")
+    with pytest.raises(RuntimeError, match=r"this is kopf 1\.38\.0"):
+        kopfpatch.install()
+    assert aiotoggles.ToggleSet.drop_toggle == "the one before"

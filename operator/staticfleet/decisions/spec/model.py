@@ -90,6 +90,9 @@ class TemplateSpec:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     affinity: Mapping[str, Any] | None = None
     service_account_name: str | None = None
+    automount_service_account_token: bool = False
+    """Mount the pod's ServiceAccount token: only when the spec asks (the runtime never calls
+    the Kubernetes API)."""
     termination_grace_period_seconds: int = 30
     pod_labels: Mapping[str, str] | None = None
     pod_annotations: Mapping[str, str] | None = None
@@ -299,6 +302,9 @@ def _parse_template(tpl: Mapping[str, Any]) -> TemplateSpec:
         raise SpecError(f"{path}.imagePullPolicy", f"unknown policy {policy!r}")
     resources = tpl.get("resources")
     affinity = tpl.get("affinity")
+    automount = tpl.get("automountServiceAccountToken", False)
+    if not isinstance(automount, bool):
+        raise SpecError(f"{path}.automountServiceAccountToken", "must be a boolean")
     try:
         security, container_security = podsecurity.parse(
             tpl.get("securityContext"), tpl.get("containerSecurityContext"), path)
@@ -316,6 +322,7 @@ def _parse_template(tpl: Mapping[str, Any]) -> TemplateSpec:
         tolerations=obj_list(tpl, "tolerations", path),
         affinity=as_obj(affinity, f"{path}.affinity") if affinity is not None else None,
         service_account_name=opt_str(tpl, "serviceAccountName", path),
+        automount_service_account_token=automount,
         termination_grace_period_seconds=int_or(
             tpl, "terminationGracePeriodSeconds", path, default=30, minimum=0
         ),
