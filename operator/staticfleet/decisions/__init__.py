@@ -6,7 +6,8 @@ the pass stay here. From the bottom up (the order `.importlinter` holds: a modul
 what stands below it):
 
 * `spec/`: the typed spec and its parsing (`model`, its sections `kafka`, `podsecurity`,
-  `autoscaling`, the field readers and `SpecError` in `fields`);
+  `autoscaling`, the bounds of every field in `bounds`, the field readers and `SpecError` in
+  `fields`);
 * `names` (the member pod's contract with the cluster: labels, annotations, names), `reasons`
   (why a member needs a restart), and the pass's input and output: `snapshot` (what a pass
   saw), `settings` (what the operator was started with), `actions` (the `Plan` and its
