@@ -10,11 +10,14 @@ needs nothing beyond the standard library, so setup runs it while the venv is in
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import sys
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +88,17 @@ def _go_env(workdir: Path) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def _building(root: Path) -> Iterator[None]:
+    """Hold `root`'s build lock: one build of a cache directory at a time across processes (two
+    pytest-xdist workers, or two checkouts' test runs, that both find a binary missing), so one
+    never removes or rewrites what another is building; the second then finds it built."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _go_build(
     label: str, module: str, version: str, binaries: list[GoBinary],
     *, replaces: list[str] | None = None, ldflags: str = "", tags: str = "",
@@ -95,6 +109,13 @@ def _go_build(
     directory: the stamp holds the recipe they were built with, and a binary built by another
     recipe is removed, not reused."""
     root = cache_root() / f"{label}-{version}"
+    with _building(root):
+        return _go_build_locked(root, module, version, binaries, label=label,
+                                replaces=replaces, ldflags=ldflags, tags=tags)
+
+
+def _go_build_locked(root: Path, module: str, version: str, binaries: list[GoBinary], *,
+                     label: str, replaces: list[str] | None, ldflags: str, tags: str) -> Path:
     bindir = root / "bin"
     stamp = root / ".complete"
     outputs = [bindir / b.name for b in binaries]
@@ -136,18 +157,18 @@ def _go_install(label: str, package: str, version: str, *, ldflags: str = "") ->
     binary = root / "bin" / package.rsplit("/", 1)[1]
     stamp = root / ".complete"
     recipe = f"{version} {ldflags}"
-    if _stamp_ok(stamp, [binary]) and stamp.read_text() == recipe:
+    with _building(root):
+        if _stamp_ok(stamp, [binary]) and stamp.read_text() == recipe:
+            return binary
+        go = require_tool("go")
+        env = _go_env(root)
+        env["GOBIN"] = str(binary.parent)
+        cmd = [go, "install", "-trimpath"]
+        if ldflags:
+            cmd += ["-ldflags", ldflags]
+        run_logged([*cmd, f"{package}@{version}"], cwd=root, log=root / "build.log", env=env)
+        stamp.write_text(recipe)
         return binary
-    go = require_tool("go")
-    root.mkdir(parents=True, exist_ok=True)
-    env = _go_env(root)
-    env["GOBIN"] = str(binary.parent)
-    cmd = [go, "install", "-trimpath"]
-    if ldflags:
-        cmd += ["-ldflags", ldflags]
-    run_logged([*cmd, f"{package}@{version}"], cwd=root, log=root / "build.log", env=env)
-    stamp.write_text(recipe)
-    return binary
 
 
 def _kubernetes_replaces(version: str) -> list[str]:

@@ -93,6 +93,6 @@ def described(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec,
         return described.outcome.view
     if described is not None and described.outcome.said_moving and seen_before:
         raise kafkaadmin.CoordinatorMoving(
-            f"describing group {group_id} at {admin.bootstrap}: {described.outcome.text}; the "
+            f"describing group {group_id} at {admin.label}: {described.outcome.text}; the "
             "group's coordinator is moving")
     return kafkareads.describe_group(admin, group_id, spec.membership.protocol)

@@ -28,7 +28,8 @@ what stands below it):
   one is due), and `plan` over them all;
 * beneath everything: `conditions` (types, reasons, helpers), `scaling` (which ordinals exist,
   which go first), `rebalances` (counting them), `drift` (whether a child still holds what the
-  operator applied to it), `settings`, and under `settings` `shards` (which ConsumerGroups a
+  operator applied to it), `clusters` (which Kafka cluster a bootstrap list names, however it
+  is spelled), `settings`, and under `settings` `shards` (which ConsumerGroups a
   sharded operator owns, and when it may take one over).
 
 Nothing in this package does I/O, reads the clock or imports a Kubernetes, kopf or Kafka client
