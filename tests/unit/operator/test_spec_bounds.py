@@ -64,3 +64,15 @@ def test_the_longest_bootstrap_list_is_taken() -> None:
     addresses = ",".join(f"{i:02d}{'b' * 254}:9092" for i in range(16))
     spec = ConsumerGroupSpec.from_body(body(kafka__bootstrapServers=addresses))
     assert spec.kafka.bootstrap_servers == addresses
+
+
+def test_a_deeply_nested_passed_through_object_is_not_walked() -> None:
+    """The bounds' walk stops where no row is below (an affinity nested 5000 deep would
+    otherwise end the pass in a RecursionError, not a SpecError or a model)."""
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(5000):
+        node["x"] = {}
+        node = node["x"]
+    spec = ConsumerGroupSpec.from_body(body(template__affinity=deep))
+    assert spec.template.affinity is not None

@@ -173,12 +173,29 @@ BOUNDS: Mapping[str, Bound] = {
 }
 
 
+def _prefixes(rows: Mapping[str, Bound]) -> frozenset[str]:
+    found = set()
+    for row in rows:
+        for i, ch in enumerate(row):
+            if ch in ".[{":
+                found.add(row[:i])
+        found.add(row)
+    return frozenset(found)
+
+
+_ROWS_UNDER = _prefixes(BOUNDS)
+"""Every path with a row at or below it: the walk goes no deeper than the rows (a passed-
+through core/v1 object may nest deeper than a recursion would like)."""
+
+
 def check(spec: Mapping[str, Any]) -> None:
     """Raise `SpecError` naming the first field of `spec` (a body's `spec`) past its bound."""
     _walk(spec, "spec", "spec")
 
 
 def _walk(value: Any, row: str, shown: str) -> None:
+    if row not in _ROWS_UNDER:
+        return
     bound = BOUNDS.get(row)
     if bound is not None:
         _check(bound, value, shown)
