@@ -62,11 +62,14 @@ class Listings:
 
 
 def across_shards(body: Mapping[str, Any], known: tuple[Claimant, ...], kube: Kube,
-                  namespaces: tuple[str, ...] | None, listings: Listings
-                  ) -> tuple[Claimant, ...]:
+                  namespaces: tuple[str, ...] | None, listings: Listings,
+                  cluster_ids: Mapping[str, str] | None = None) -> tuple[Claimant, ...]:
     """Every claimant of `body`'s Kafka group: `known` (this shard's index) and those the API
-    server lists by the group's label in `namespaces` (None: all), after labelling `body`."""
-    key, own = claim_of(body)
+    server lists by the group's label in `namespaces` (None: all), after labelling `body`.
+    The cluster is known by `cluster_ids` (`decisions.clusters`): a spelling of the cluster
+    that this process never read is compared by its address set."""
+    ids = cluster_ids or {}
+    key, own = claim_of(body, ids)
     value = claim_label(key)
     labels = body["metadata"].get("labels") or {}
     if labels.get(KAFKA_GROUP_LABEL) == value and listings.alone(own.uid, value):
@@ -76,7 +79,7 @@ def across_shards(body: Mapping[str, Any], known: tuple[Claimant, ...], kube: Ku
     merged = {c.uid: c for c in known}
     for other in kube.list_groups(body["apiVersion"], f"{KAFKA_GROUP_LABEL}={value}",
                                   namespaces):
-        other_key, claimant = claim_of(other)
+        other_key, claimant = claim_of(other, ids)
         if other_key == key:
             merged[claimant.uid] = claimant
     listings.note(own.uid, value, alone=set(merged) <= {own.uid, *(c.uid for c in known)})

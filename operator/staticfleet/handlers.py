@@ -20,7 +20,9 @@ wakes the group, whose pass applies the child again. No timer re-applies them.
 
 Cheap at scale: member pods come from a watch-backed Kopf index (no LIST per pass); the passes
 run in a bounded thread pool, and one Kafka cluster's groups take at most `PER_CLUSTER` of its
-workers, so a slow or dead cluster does not delay the groups of the others. The watches filter
+workers, so a slow or dead cluster does not delay the groups of the others (a cluster is
+known by its id once read, before by its normalized address set, `decisions.clusters`: two
+spellings of one cluster share its workers). The watches filter
 on the API server (kopf's `settings.watching.label_selectors`): member pods and the other
 children by their labels (`OWNED_SELECTOR`), and for a sharded operator the ConsumerGroups by
 its shard's selector (`decisions.shards`).
@@ -67,7 +69,7 @@ from staticfleet import apply, metrics, service
 from staticfleet.decisions import pace, shards
 from staticfleet.decisions.names import GROUP_LABEL, MANAGED_BY_LABEL, MANAGER
 from staticfleet.decisions.settings import MEMBER_HTTP_VIA_ENV, OperatorSettings
-from staticfleet.decisions.snapshot import Claimant, claim_of
+from staticfleet.decisions.snapshot import Claimant, claim_of, group_id_of
 from staticfleet.decisions.spec.model import (
     API_GROUP,
     API_VERSION,
@@ -259,7 +261,8 @@ class Runner:
     async def run(self, body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
                   claimants: tuple[Claimant, ...] = ()) -> pace.Pace:
         """One pass; returns when the next one is due (`decisions.pace.next_pass`)."""
-        cluster = str(((body.get("spec") or {}).get("kafka") or {}).get("bootstrapServers"))
+        cluster = self.clients.admins.identity(
+            str(((body.get("spec") or {}).get("kafka") or {}).get("bootstrapServers") or ""))
         slots = self.clusters.setdefault(cluster, asyncio.Semaphore(PER_CLUSTER))
         with metrics.RECONCILE_QUEUE.track_inprogress():  # the passes waiting for a slot
             await slots.acquire()
@@ -355,11 +358,12 @@ async def member_pods(namespace: str | None, labels: Mapping[str, str], body: ko
 
 
 @kopf.index(API_GROUP, API_VERSION, PLURAL)
-async def group_ids(body: kopf.Body, **_: Any) -> dict[tuple[str, str], Claimant]:
-    """Every ConsumerGroup this operator watches by the Kafka group it uses (cluster, group
-    id). Sharded, that is this shard's; a pass adds the other shards' (`claims`)."""
-    key, claimant = claim_of(body)
-    return {key: claimant}
+async def group_ids(body: kopf.Body, **_: Any) -> dict[str, Claimant]:
+    """Every ConsumerGroup this operator watches by the Kafka group id it uses. Which of them
+    are on the same cluster is decided in the pass (`snapshot.same_cluster`), with the cluster
+    ids known then: an index keyed by the cluster would keep what was known at the object's
+    last event. Sharded, that is this shard's; a pass adds the other shards' (`claims`)."""
+    return {group_id_of(body): claim_of(body)[1]}
 
 
 @kopf.on.event("", "v1", "pods", labels=OWNED)
@@ -419,7 +423,7 @@ async def keep_reconciled(body: kopf.Body, memo: kopf.Memo, stopped: kopf.Daemon
     """One ConsumerGroup's passes, for as long as this operator watches it."""
     runner: Runner = memo.runner
     index: kopf.Index[Key, dict[str, Any]] = kwargs["member_pods"]
-    claims: kopf.Index[tuple[str, str], Claimant] = kwargs["group_ids"]
+    claims: kopf.Index[str, Claimant] = kwargs["group_ids"]
     meta = body["metadata"]
     key = (meta["namespace"], meta["name"])
     slot = runner.enter(key, meta["uid"])
@@ -442,7 +446,7 @@ async def keep_reconciled(body: kopf.Body, memo: kopf.Memo, stopped: kopf.Daemon
             if slot.left:
                 break
             pods = list(index.get(key, []))
-            claimants = tuple(claims.get(claim_of(plain)[0], []))
+            claimants = tuple(claims.get(group_id_of(plain), []))
             slot.in_pass = True
             due = await runner.run(plain, pods, claimants)
             slot.in_pass = False

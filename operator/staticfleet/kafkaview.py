@@ -99,6 +99,6 @@ def described(admin: kafkaadmin.Admin, spec: ConsumerGroupSpec,
         # A coordinator that may be loading the group (its members vanished from one answer
         # to the next) gives a per-group read the same empty group: no fallback to that.
         raise kafkaadmin.CoordinatorMoving(
-            f"describing group {group_id} at {admin.bootstrap}: {described.outcome.text}; the "
+            f"describing group {group_id} at {admin.label}: {described.outcome.text}; the "
             "group's coordinator is moving")
     return kafkareads.describe_group(admin, group_id, spec.membership.protocol)

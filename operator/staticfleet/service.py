@@ -44,7 +44,7 @@ from staticfleet.decisions.members.observed import pod_ended, still_running
 from staticfleet.decisions.names import member_token_secret_name
 from staticfleet.decisions.plan import decide, degraded, without_nulls
 from staticfleet.decisions.settings import OperatorSettings
-from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot
+from staticfleet.decisions.snapshot import Claimant, Problem, Snapshot, same_cluster
 from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.decisions.timeouts import widening
@@ -125,12 +125,16 @@ def gather(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], clients: 
     conf: dict[str, str] = {}
     rolling = bool(((body.get("status") or {}).get("rollout") or {}).get("inFlight"))
     try:
-        if clients.settings.shard is not None:
-            claimants = claims.across_shards(body, claimants, clients.kube, clients.namespaces,
-                                             clients.listings)
         conf = credentials.admin_conf(spec, namespace, clients.kube)
         admin = clients.admins.get(conf)
         broker_config, bounds_denied = memory.caches.broker_bounds(admin)
+        # The cluster's id is known once its bounds were read (describing the cluster): the
+        # claimants on the same cluster, however their lists are spelled.
+        ids = clients.admins.identities()
+        claimants = same_cluster(claimants, body, ids)
+        if clients.settings.shard is not None:
+            claimants = claims.across_shards(body, claimants, clients.kube, clients.namespaces,
+                                             clients.listings, ids)
         group_session_ms = _group_session(admin, spec, uid, memory)
         reader, held = kafkaview.cluster_read(spec, conf, pods, rolling, uid, clients.reads)
         topics = kafkaview.topics(admin, spec, held)

@@ -329,3 +329,40 @@ def test_the_autoscaler_writes_replicas_through_scale_and_reads_who_else_does(
             "staticfleet.io", "v1alpha1", ns, "consumergroups",
             {**bad, "metadata": {"name": unique("auto-bad")}})
     assert "maxReplicas" in str(refused.value.body)
+
+
+# -- bounds: every example over one is refused, naming the field; the longest admitted is taken -
+
+EXAMPLES = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "examples").glob(
+    "invalid-*.yaml"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_each_invalid_example_is_refused_naming_its_field(
+        kubeconfig: Path, ns: str, example: str) -> None:
+    """Each invalid example (examples/invalid-*.yaml) is refused by the real API server, with
+    the field its `# Field:` line names."""
+    text = (Path(__file__).resolve().parents[2] / "examples" / example).read_text()
+    field = next(line.split(":", 1)[1].strip() for line in text.splitlines()
+                 if line.startswith("# Field:"))
+    code, out = dry_run(kubeconfig, ns, load_example(example))
+    assert code != 0, f"{example} was accepted"
+    assert f"{field}:" in out or f"{field}[" in out, out
+
+
+def test_the_longest_bootstrap_list_the_crd_admits_is_taken(kubeconfig: Path, ns: str) -> None:
+    """16 addresses of 261 characters each: the bounds refuse more, not this."""
+    from staticfleet.decisions.spec.bounds import MAX_ADDRESS_LENGTH, MAX_BOOTSTRAP_ADDRESSES
+
+    port = ":9092"
+    host = "b" * (MAX_ADDRESS_LENGTH - len(port) - 2)
+    addresses = [f"{i:02d}{host}{port}" for i in range(MAX_BOOTSTRAP_ADDRESSES)]
+    code, out = dry_run(kubeconfig, ns, with_spec("kafka.bootstrapServers", ",".join(addresses)))
+    assert code == 0, out
+    code, out = dry_run(kubeconfig, ns, with_spec(
+        "kafka.bootstrapServers", ",".join([*addresses[:-1], "x" + addresses[-1]])))
+    assert code != 0 and "each address (host:port) may have at most 261 characters" in out, out
+    code, out = dry_run(kubeconfig, ns, with_spec(
+        "kafka.bootstrapServers", ",".join(f"k{i}:9092" for i in range(17))))
+    assert code != 0 and "spec.kafka.bootstrapServers: Invalid value" in out, out
+    assert "at most 16 addresses" in out, out

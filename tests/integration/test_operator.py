@@ -337,6 +337,39 @@ def test_unreachable_broker_degrades_without_children_and_the_operator_carries_o
     assert 'reason="KafkaUnreachable"' in operator.metrics()
 
 
+def test_a_long_list_of_silent_addresses_is_reported_counted_not_quoted(
+        operator: OperatorProcess, namespace: str, kubeconfig: Path) -> None:
+    """The longest bootstrap list the CRD admits (16 addresses), none answering: 16 loopback
+    listeners that never accept (a backlog of one, filled by the test), so each connection
+    attempt waits its timeout. The status says how many did not answer and names three (main
+    quoted every address's error, after trying them one after another, 2 s each)."""
+    import socket
+
+    servers, fillers = [], []
+    try:
+        for _ in range(16):
+            server = socket.socket()
+            server.bind(("127.0.0.1", 0))
+            server.listen(0)
+            fillers.append(socket.create_connection(server.getsockname(), 1.0))
+            servers.append(server)
+        addresses = [f"127.0.0.1:{s.getsockname()[1]}" for s in servers]
+        name = unique("silent")
+        groups.apply(kubeconfig, namespace, consumer_group(
+            name, bootstrap=",".join(addresses), topics=["orders"], command=PLACEHOLDER))
+        cond = wait_for("Degraded=True KafkaUnreachable", lambda: has_condition(
+            kubeconfig, namespace, name, "Degraded", "True", "KafkaUnreachable"), timeout=120)
+        message = cond["message"]
+        print(f"the silent group's message ({len(message)} characters): {message}")
+        assert "none of its 16 addresses answered within 2 s (timed out: 16;" in message
+        assert sum(a in message for a in addresses) == 3, message
+        assert "and 13 more" in message and len(message) < 400, message
+        assert children(kubeconfig, namespace, name) == []
+    finally:
+        for sock in (*fillers, *servers):
+            sock.close()
+
+
 def test_missing_secret_then_missing_topic_then_recovery(
         operator: OperatorProcess, namespace: str, kubeconfig: Path, kafka: KafkaBroker,
         kafka_admin: AdminClient, spark_connect: ConnectServer) -> None:

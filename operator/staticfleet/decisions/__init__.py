@@ -6,7 +6,8 @@ the pass stay here. From the bottom up (the order `.importlinter` holds: a modul
 what stands below it):
 
 * `spec/`: the typed spec and its parsing (`model`, its sections `kafka`, `podsecurity`,
-  `autoscaling`, the field readers and `SpecError` in `fields`);
+  `autoscaling`, the bounds of every field in `bounds`, the field readers and `SpecError` in
+  `fields`);
 * `names` (the member pod's contract with the cluster: labels, annotations, names), `reasons`
   (why a member needs a restart), and the pass's input and output: `snapshot` (what a pass
   saw), `settings` (what the operator was started with), `actions` (the `Plan` and its
@@ -27,7 +28,8 @@ what stands below it):
   one is due), and `plan` over them all;
 * beneath everything: `conditions` (types, reasons, helpers), `scaling` (which ordinals exist,
   which go first), `rebalances` (counting them), `drift` (whether a child still holds what the
-  operator applied to it), `settings`, and under `settings` `shards` (which ConsumerGroups a
+  operator applied to it), `clusters` (which Kafka cluster a bootstrap list names, however it
+  is spelled), `settings`, and under `settings` `shards` (which ConsumerGroups a
   sharded operator owns, and when it may take one over).
 
 Nothing in this package does I/O, reads the clock or imports a Kubernetes, kopf or Kafka client

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from staticfleet.decisions import clusters
 from staticfleet.decisions.conditions import DEGRADED, GROUP_ID_IN_USE
 from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
@@ -60,29 +61,53 @@ class Claimant:
     uid: str
     holding: bool = False
     """Its status says it reconciled onto this group id already (breaks a tie of seconds)."""
+    servers: str = ""
+    """Its `spec.kafka.bootstrapServers` as written: which cluster that is is decided when the
+    claimants are compared (`same_cluster`), with the cluster ids known by then."""
 
 
-def claim_key(bootstrap_servers: str, group_id: str) -> tuple[str, str]:
-    """One Kafka group on one cluster, however its bootstrap list is written."""
-    servers = ",".join(sorted(s.strip().lower() for s in bootstrap_servers.split(",") if s))
-    return servers, group_id
+NO_IDS: Mapping[str, str] = {}
 
 
-def claim_of(body: Mapping[str, Any]) -> tuple[tuple[str, str], Claimant]:
+def claim_key(bootstrap_servers: str, group_id: str,
+              cluster_ids: Mapping[str, str] = NO_IDS) -> tuple[str, str]:
+    """One Kafka group on one cluster, however its bootstrap list is written: the cluster's
+    identity (`clusters.identity`: its id once a read said it, else its normalized address
+    set) and the group id."""
+    return clusters.identity(bootstrap_servers, cluster_ids), group_id
+
+
+def group_id_of(body: Mapping[str, Any]) -> str:
+    """The Kafka group id a ConsumerGroup object uses (spec.kafka.groupId, else its name)."""
+    kafka = (body.get("spec") or {}).get("kafka") or {}
+    return str(kafka.get("groupId") or body["metadata"]["name"])
+
+
+def claim_of(body: Mapping[str, Any], cluster_ids: Mapping[str, str] = NO_IDS
+             ) -> tuple[tuple[str, str], Claimant]:
     """The Kafka group a ConsumerGroup object uses (`claim_key`) and the object as its
     claimant: holding it when its status says it reconciled onto that group id and was not
     refused it."""
     meta = body["metadata"]
-    kafka = (body.get("spec") or {}).get("kafka") or {}
-    key = claim_key(str(kafka.get("bootstrapServers") or ""),
-                    str(kafka.get("groupId") or meta["name"]))
+    servers = str(((body.get("spec") or {}).get("kafka") or {}).get("bootstrapServers") or "")
+    key = claim_key(servers, group_id_of(body), cluster_ids)
     status = body.get("status") or {}
     refused = any(cond.get("type") == DEGRADED and cond.get("status") == "True"
                   and cond.get("reason") == GROUP_ID_IN_USE
                   for cond in status.get("conditions") or ())
     holding = status.get("groupId") == key[1] and not refused
     return key, Claimant(meta["namespace"], meta["name"], meta["creationTimestamp"],
-                         meta["uid"], holding)
+                         meta["uid"], holding, servers)
+
+
+def same_cluster(claimants: tuple[Claimant, ...], body: Mapping[str, Any],
+                 cluster_ids: Mapping[str, str]) -> tuple[Claimant, ...]:
+    """Those of `claimants` (objects on `body`'s group id) whose cluster is `body`'s: the same
+    cluster id, or before it is known the same normalized address set."""
+    own = claim_of(body, cluster_ids)[0]
+    return tuple(c for c in claimants
+                 if claim_key(c.servers, own[1], cluster_ids) == own
+                 or c.uid == body["metadata"]["uid"])
 
 
 def claim_label(key: tuple[str, str]) -> str:

@@ -13,6 +13,7 @@ touching the other clusters' requests) and asked again while the coordinator mov
 from __future__ import annotations
 
 import json
+import queue
 import socket
 import threading
 import time
@@ -23,6 +24,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from staticfleet.decisions import clusters
 from staticfleet.observe.coordinated import ChildDied, CoordinatedAdmin, RequestFailed
 
 ADMIN_TIMEOUT_S = 10.0
@@ -51,6 +53,9 @@ CLIENT_SETTINGS = {"socket.timeout.ms": 10000, "client.id": "staticfleet-operato
 FAILED_CLUSTER_HOLD_S = 5.0
 """After a cluster failed to answer, its groups fail fast for this long (then it is asked
 again), so one dead cluster does not hold the workers the other groups need."""
+CLUSTER_IDS_KEPT = 10000
+"""How many address sets' cluster ids `AdminPool` keeps (at most one per group, and one per
+spelling of a cluster: a few in practice)."""
 IDLE_CLIENT_CLOSE_S = 900.0
 """An admin client no pass asked for this long is closed: the groups on its cluster are gone
 (deleted, or moved to other servers), and librdkafka would reconnect to it forever."""
@@ -76,6 +81,9 @@ class AdminPool:
     auth_errors: dict[str, str] = field(default_factory=dict)
     """The last authentication or TLS error of each client, until a request succeeds. librdkafka
     reports it once (to `error_cb`), and the request itself then only times out."""
+    cluster_ids: dict[str, str] = field(default_factory=dict)
+    """The cluster id each address set (`clusters.address_set`) answered with: two spellings of
+    one cluster are then one cluster (`identity`). Bound: `CLUSTER_IDS_KEPT`, the oldest go."""
 
     def get(self, conf: dict[str, str]) -> Admin:
         key = json.dumps(conf, sort_keys=True)
@@ -101,6 +109,28 @@ class AdminPool:
         for child in idle_children:  # outside the lock: ending a child waits for it
             child.close()
         return Admin(client, conf.get("bootstrap.servers", "?"), key, self)
+
+    def note_cluster_id(self, bootstrap: str, cluster_id: str | None) -> None:
+        """A read of the cluster at `bootstrap` said its id."""
+        if not cluster_id:
+            return
+        addresses = clusters.address_set(bootstrap)
+        with self.lock:
+            self.cluster_ids.pop(addresses, None)
+            self.cluster_ids[addresses] = cluster_id
+            while len(self.cluster_ids) > CLUSTER_IDS_KEPT:
+                del self.cluster_ids[next(iter(self.cluster_ids))]
+
+    def identity(self, bootstrap: str) -> str:
+        """The cluster `bootstrap` names: its id once a read said it, else its address set
+        (`decisions.clusters`)."""
+        with self.lock:
+            return clusters.identity(bootstrap, self.cluster_ids)
+
+    def identities(self) -> dict[str, str]:
+        """A copy of the cluster ids known, by address set."""
+        with self.lock:
+            return dict(self.cluster_ids)
 
     def child(self, key: str) -> CoordinatedAdmin:
         """The child process of the connection configuration `key` (made on first use; its
@@ -193,27 +223,90 @@ class Admin:
     pool: AdminPool
 
     @property
+    def label(self) -> str:
+        """How messages name the cluster (its first address and how many more: a message
+        never quotes the whole list)."""
+        return clusters.label(self.bootstrap)
+
+    @property
     def conf(self) -> dict[str, str]:
         """The configuration the client was made with (credentials included)."""
         return dict(json.loads(self.key))
 
 
 PROBE_TIMEOUT_S = 2.0
+"""The one deadline of a probe of a cluster's bootstrap addresses: they are tried side by side,
+so a list of silent addresses costs this long, not this long per address."""
+PROBE_NAMED = 3
+"""How many of the addresses that did not answer a probe's message names (the others are
+counted): the message is a group's status, read by its tenant, and quoting each address's error
+would tell which internal host:port pairs accept connections from the operator."""
 
 
-def unreachable(bootstrap: str) -> str | None:
-    """Why none of the bootstrap addresses accepts a TCP connection (None: one does)."""
-    errors = []
-    for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
-        host, _, port = address.rpartition(":")
+def unreachable(bootstrap: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why none of the bootstrap addresses accepts a TCP connection (None: one does). Every
+    address is tried at once, each in a thread of its own, under one deadline; the answer comes
+    as soon as one accepts. The message counts the addresses that did not answer by how they
+    failed and names at most `PROBE_NAMED` of them."""
+    found = [a.strip() for a in bootstrap.split(",") if a.strip()]
+    found = list(dict.fromkeys(found))  # each address once, in the order written
+    if not found:
+        return None
+    answers: queue.SimpleQueue[tuple[str, str | None]] = queue.SimpleQueue()
+    deadline = time.monotonic() + timeout
+    for address in found:
+        threading.Thread(target=_probe, args=(address, timeout, answers), daemon=True,
+                         name="bootstrap-probe").start()
+    failed: dict[str, str] = {}
+    while len(failed) < len(found):
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), PROBE_TIMEOUT_S):
-                return None
-        except ValueError:
-            return None  # not host:port; let the client say what it makes of it
-        except OSError as exc:
-            errors.append(f"{address}: {exc.strerror or exc}")
-    return f"no bootstrap server accepts a connection ({'; '.join(errors)})" if errors else None
+            address, error = answers.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if error is None:
+            return None
+        failed[address] = error
+    for address in found:
+        failed.setdefault(address, "timed out")
+    return probe_message(found, failed, timeout)
+
+
+def _probe(address: str, timeout: float, answers: queue.SimpleQueue[tuple[str, str | None]]
+           ) -> None:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout):
+            answers.put((address, None))
+    except ValueError:
+        answers.put((address, None))  # not host:port; let the client say what it makes of it
+    except OSError as exc:
+        answers.put((address, _kind(exc)))
+
+
+def _kind(exc: OSError) -> str:
+    """How a connection attempt failed, in a few words (never the address)."""
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return "timed out"
+    if isinstance(exc, socket.gaierror):
+        return "name not resolved"
+    return (exc.strerror or type(exc).__name__).lower()[:40]
+
+
+def probe_message(addresses: list[str], failed: dict[str, str], timeout: float) -> str:
+    """The bounded message of a probe none of `addresses` answered: how many, by how they
+    failed, and the first `PROBE_NAMED` of them (each cut to 64 characters)."""
+    kinds: dict[str, int] = {}
+    for address in addresses:
+        kinds[failed[address]] = kinds.get(failed[address], 0) + 1
+    how = ", ".join(f"{kind}: {n}" for kind, n in sorted(kinds.items(), key=lambda k: -k[1]))
+    named = ", ".join(a if len(a) <= 64 else a[:61] + "..." for a in addresses[:PROBE_NAMED])
+    more = len(addresses) - PROBE_NAMED
+    if len(addresses) == 1:
+        return (f"no bootstrap server accepts a connection ({addresses[0][:64]}: "
+                f"{failed[addresses[0]]})")
+    return (f"no bootstrap server accepts a connection: none of its {len(addresses)} "
+            f"addresses answered within {timeout:.0f} s ({how}; {named}"
+            + (f" and {more} more)" if more > 0 else ")"))
 
 
 def answer_of(admin: Admin, future: Any, what: str, optional: bool = False,
@@ -227,14 +320,14 @@ def answer_of(admin: Admin, future: Any, what: str, optional: bool = False,
     except KafkaException as exc:
         error = exc.args[0]
         code = error.code() if isinstance(error, KafkaError) else None
-        message = f"{what} at {admin.bootstrap}: {error}"
+        message = f"{what} at {admin.label}: {error}"
         if code in UNREACHABLE_CODES:
             raise_if_auth_failed(admin, what)
             mark_failed(admin, message, optional)
         raise KafkaUnavailable(message) from exc
     except TimeoutError as exc:
         raise_if_auth_failed(admin, what)
-        message = f"{what} at {admin.bootstrap}: no answer within {timeout:.0f}s"
+        message = f"{what} at {admin.label}: no answer within {timeout:.0f}s"
         mark_failed(admin, message, optional)
         raise KafkaUnavailable(message) from exc
     admin.pool.record(admin.key, None)
@@ -255,7 +348,7 @@ def raise_if_auth_failed(admin: Admin, what: str) -> None:
     client's credentials or TLS handshake (what the request's own error does not say)."""
     auth = admin.pool.auth_error(admin)
     if auth is not None:
-        message = f"{what} at {admin.bootstrap}: {auth}"
+        message = f"{what} at {admin.label}: {auth}"
         admin.pool.record(admin.key, message)
         raise KafkaAuthFailed(message)
 
@@ -284,7 +377,7 @@ def start_request(admin: Admin, what: str, request: Any) -> Any:
     try:
         return request()
     except KafkaException as exc:
-        raise KafkaUnavailable(f"{what} at {admin.bootstrap}: {exc.args[0]}") from exc
+        raise KafkaUnavailable(f"{what} at {admin.label}: {exc.args[0]}") from exc
 
 
 COORDINATOR_CODES = frozenset({
@@ -338,7 +431,7 @@ def _coordinated(admin: Admin, what: str, op: str, args: tuple[Any, ...],
             future = admin.pool.coordinated(admin, op, args, GROUP_TIMEOUT_S)
             value = future.result(timeout=GROUP_TIMEOUT_S + CHILD_START_S)
     except RequestFailed as exc:
-        message = f"{what} at {admin.bootstrap}: {exc.text}"
+        message = f"{what} at {admin.label}: {exc.text}"
         if exc.code in UNREACHABLE_CODES:
             raise_if_auth_failed(admin, what)
             mark_failed(admin, message, optional)
@@ -348,7 +441,7 @@ def _coordinated(admin: Admin, what: str, op: str, args: tuple[Any, ...],
             # librdkafka's own timeout would have answered: the cluster's child is stuck; a
             # new one (the other clusters' children go on).
             admin.pool.restart(admin)
-        message = f"{what} at {admin.bootstrap}: {exc or 'no answer'}"
+        message = f"{what} at {admin.label}: {exc or 'no answer'}"
         raise_if_auth_failed(admin, what)
         mark_failed(admin, message, optional)
         raise KafkaUnavailable(message) from exc

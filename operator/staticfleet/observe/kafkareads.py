@@ -149,7 +149,7 @@ def topics_seen(admin: Admin, topics: Iterable[str]) -> TopicsSeen:
             metadata = admin.client.list_topics(topic=name, timeout=ADMIN_TIMEOUT_S)
         except KafkaException as exc:
             error = exc.args[0]
-            message = f"{what} at {admin.bootstrap}: {error}"
+            message = f"{what} at {admin.label}: {error}"
             if not isinstance(error, KafkaError) or error.code() in UNREACHABLE_CODES:
                 raise_if_auth_failed(admin, what)
                 mark_failed(admin, message, optional=False)
@@ -161,14 +161,14 @@ def topics_seen(admin: Admin, topics: Iterable[str]) -> TopicsSeen:
             missing.append(name)
             continue
         if error is not None:
-            raise KafkaUnavailable(f"{what} at {admin.bootstrap}: {error}") from KafkaException(
+            raise KafkaUnavailable(f"{what} at {admin.label}: {error}") from KafkaException(
                 error)
         counts[name] = len(topic.partitions)
         leaderless |= _leaderless(name, topic)
     admin.pool.record(admin.key, None)
     if missing:
         raise TopicMissing(f"topic(s) {', '.join(missing)} do not exist on the cluster at "
-                           f"{admin.bootstrap}; create them or fix spec.kafka.topics")
+                           f"{admin.label}; create them or fix spec.kafka.topics")
     return TopicsSeen(counts, frozenset(leaderless))
 
 
@@ -181,7 +181,7 @@ def pattern_topics_seen(admin: Admin, pattern: str) -> TopicsSeen:
         md = admin.client.list_topics(timeout=ADMIN_TIMEOUT_S)
     except KafkaException as exc:
         raise_if_auth_failed(admin, "listing topics")
-        message = f"listing topics at {admin.bootstrap}: {exc.args[0]}"
+        message = f"listing topics at {admin.label}: {exc.args[0]}"
         admin.pool.record(admin.key, message)
         raise KafkaUnavailable(message) from exc
     admin.pool.record(admin.key, None)
@@ -200,6 +200,7 @@ def broker_bounds(admin: Admin) -> dict[str, int]:
     try:
         cluster = answer_of(admin, start_request(admin, what, lambda: admin.client.describe_cluster(
             request_timeout=ADMIN_TIMEOUT_S)), what)
+        admin.pool.note_cluster_id(admin.bootstrap, cluster.cluster_id)
         nodes = sorted(cluster.nodes, key=lambda n: (
             cluster.controller is None or n.id != cluster.controller.id, n.id))
         for i, node in enumerate(nodes):

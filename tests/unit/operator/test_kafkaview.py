@@ -75,7 +75,7 @@ def test_a_known_groups_moving_coordinator_is_said_at_once_and_asks_nothing_more
         asked_alone: list[str], code: int) -> None:
     """A coordinator outage costs the groups it coordinated no per-group requests (a few
     seconds of retries each, one child process per cluster): their passes go on Degraded."""
-    admin = cast(kafkaadmin.Admin, type("A", (), {"bootstrap": "k:9092"})())
+    admin = cast(kafkaadmin.Admin, type("A", (), {"bootstrap": "k:9092", "label": "k:9092"})())
     with pytest.raises(kafkaadmin.CoordinatorMoving, match="coordinator is moving"):
         kafkaview.described(admin, SPEC, held(Outcome(code=code, text="error")), True)
     assert asked_alone == []

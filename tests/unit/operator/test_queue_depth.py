@@ -10,6 +10,7 @@ import pytest
 
 from staticfleet import handlers
 from staticfleet.metrics import REGISTRY
+from staticfleet.observe import kafkaadmin
 
 pytestmark = pytest.mark.unit
 DEPTH = "staticfleet_reconcile_queue_depth"
@@ -28,7 +29,8 @@ def test_passes_beyond_a_clusters_slots_are_counted_while_they_wait(
     monkeypatch.setattr(handlers.pace, "next_pass", lambda *_: None)
 
     async def scenario() -> tuple[float | None, float | None]:
-        runner = handlers.Runner(clients=None)  # type: ignore[arg-type]
+        runner = handlers.Runner(  # type: ignore[arg-type]
+            clients=type("C", (), {"admins": kafkaadmin.AdminPool()})())
         one = {"spec": {"kafka": {"bootstrapServers": "one:9092"}}}
         other = {"spec": {"kafka": {"bootstrapServers": "other:9092"}}}
         tasks = [asyncio.create_task(runner.run(one, [])) for _ in range(handlers.PER_CLUSTER + 3)]

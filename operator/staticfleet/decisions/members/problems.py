@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from staticfleet.decisions import clusters
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Event, PodDelete
 from staticfleet.decisions.members.observed import MemberTable, member_failure, refusal_line
@@ -42,7 +43,7 @@ def group_id_refusal(snap: Snapshot, spec: ConsumerGroupSpec,
     member pods to delete."""
     message = (
         f"spec.kafka.groupId: the Kafka group {spec.kafka.group_id!r} on "
-        f"{spec.kafka.bootstrap_servers} is already used by ConsumerGroup "
+        f"{clusters.label(spec.kafka.bootstrap_servers)} is already used by ConsumerGroup "
         f"{holder.namespace}/{holder.name} (created {holder.created}); two objects on one group "
         "fence each other's members. This one runs no members: create it again with a "
         "spec.kafka.groupId of its own (groupId defaults to metadata.name, which is unique only "

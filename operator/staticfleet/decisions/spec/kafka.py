@@ -21,6 +21,7 @@ from typing import Any, Literal
 import re2
 
 from member_contract import SASL_MECHANISMS, SECURITY_PROTOCOLS
+from staticfleet.decisions.spec.bounds import bootstrap_addresses
 from staticfleet.decisions.spec.fields import SpecError, as_obj, opt_str, req_str, str_list, str_map
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -236,6 +237,7 @@ def parse(kafka: Mapping[str, Any], name: str) -> KafkaSpec:
     """The `spec.kafka` section of group `name` (its default group id)."""
     path = "spec.kafka"
     bootstrap = req_str(kafka, "bootstrapServers", path)
+    bootstrap_addresses(bootstrap, f"{path}.bootstrapServers")
     topics = kafka.get("topics")
     pattern = opt_str(kafka, "topicPattern", path)
     if (topics is None) == (pattern is None):

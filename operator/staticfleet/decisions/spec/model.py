@@ -7,7 +7,8 @@ catch (or that a body bypassing the API server could carry) raise `SpecError` wi
 
 Here: the group's identity and annotations, and the sections template, membership, processing,
 rollout and recovery. `spec.kafka` is in `kafka`; the typed field readers, and `SpecError`,
-in `fields`.
+in `fields`; the bounds of every field (the CRD's maxLength, maxItems, maxProperties and
+maximum, checked first), in `bounds`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from staticfleet.decisions.spec import kafka, podsecurity
+from staticfleet.decisions.spec import bounds, kafka, podsecurity
 from staticfleet.decisions.spec.autoscaling import AutoscalingSpec, parse_autoscaling
 from staticfleet.decisions.spec.fields import (
     SpecError,
@@ -250,6 +251,7 @@ class ConsumerGroupSpec:
             )
         annotations = as_obj(meta.get("annotations"), "metadata.annotations")
         spec = as_obj(body.get("spec"), "spec")
+        bounds.check(spec)
         replicas = int_or(spec, "replicas", "spec", default=1, minimum=0)
         testing = {key for key in TESTING_ANNOTATIONS
                    if str(annotations.get(key, "")).lower() == "true"}
