@@ -259,13 +259,19 @@ class Runner:
         self.clients.forget(uid)
 
     async def run(self, body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
-                  claimants: tuple[Claimant, ...] = ()) -> pace.Pace:
-        """One pass; returns when the next one is due (`decisions.pace.next_pass`)."""
+                  claimants: tuple[Claimant, ...] = (), slot: Slot | None = None) -> pace.Pace:
+        """One pass; returns when the next one is due (`decisions.pace.next_pass`). A pass
+        whose group left this operator's watch while it waited for one of its cluster's
+        workers (`slot.left`: moved to another shard, which acts once the hand-off grace is
+        over) does not run: it would steer a group another shard now steers."""
         cluster = self.clients.admins.identity(
             str(((body.get("spec") or {}).get("kafka") or {}).get("bootstrapServers") or ""))
         slots = self.clusters.setdefault(cluster, asyncio.Semaphore(PER_CLUSTER))
         with metrics.RECONCILE_QUEUE.track_inprogress():  # the passes waiting for a slot
             await slots.acquire()
+        if slot is not None and slot.left:
+            slots.release()
+            return pace.Pace(0.0, "the group left this operator's watch")
         try:
             uid = str((body.get("metadata") or {}).get("uid"))
             future = self.pool.submit(service.reconcile, body, pods, self.clients, self.memory,
@@ -448,7 +454,7 @@ async def keep_reconciled(body: kopf.Body, memo: kopf.Memo, stopped: kopf.Daemon
             pods = list(index.get(key, []))
             claimants = tuple(claims.get(group_id_of(plain), []))
             slot.in_pass = True
-            due = await runner.run(plain, pods, claimants)
+            due = await runner.run(plain, pods, claimants, slot)
             slot.in_pass = False
             if due.at_rest != slot.resting:
                 slot.resting = due.at_rest

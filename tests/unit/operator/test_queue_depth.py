@@ -45,3 +45,42 @@ def test_passes_beyond_a_clusters_slots_are_counted_while_they_wait(
     waiting, after = asyncio.run(scenario())
     assert (waiting, after) == (3, 0)
     assert ran.count("one:9092") == handlers.PER_CLUSTER + 3 and ran.count("other:9092") == 1
+
+
+def test_a_pass_waiting_for_a_slot_does_not_run_once_its_group_left_the_shard(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46 item 10: an old shard's pass that was already waiting for one of its cluster's
+    workers ran in full after the group moved to another shard (which acts once the hand-off
+    grace is over): two operators steering one group. Now it does not run."""
+    gate = threading.Event()
+    ran: list[str] = []
+
+    def reconcile(body: Any, *_: Any) -> None:
+        ran.append(body["metadata"]["uid"])
+        gate.wait(10)
+
+    monkeypatch.setattr(handlers.service, "reconcile", reconcile)
+    monkeypatch.setattr(handlers.pace, "next_pass", lambda *_: None)
+
+    async def scenario() -> Any:
+        runner = handlers.Runner(  # type: ignore[arg-type]
+            clients=type("C", (), {"admins": kafkaadmin.AdminPool()})())
+        busy = [asyncio.create_task(runner.run(
+            {"metadata": {"uid": f"busy-{i}"}, "spec": {"kafka": {"bootstrapServers": "k:9092"}}},
+            [])) for i in range(handlers.PER_CLUSTER)]
+        await asyncio.sleep(0.2)
+        slot = handlers.Slot("moved")
+        waiting = asyncio.create_task(runner.run(
+            {"metadata": {"uid": "moved"}, "spec": {"kafka": {"bootstrapServers": "k:9092"}}},
+            [], (), slot))
+        await asyncio.sleep(0.2)
+        slot.left = True  # the group's label moved it to another shard meanwhile
+        gate.set()
+        due = await waiting
+        await asyncio.gather(*busy)
+        runner.pool.shutdown()
+        return due
+
+    due = asyncio.run(scenario())
+    assert "moved" not in ran and len(ran) == handlers.PER_CLUSTER, ran
+    assert due is not None and due.delay_s == 0.0
