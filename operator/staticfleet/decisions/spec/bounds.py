@@ -33,6 +33,8 @@ MAX_ADDRESS_LENGTH = 261
 brackets of an IPv6 literal."""
 MAX_BOOTSTRAP_LENGTH = MAX_BOOTSTRAP_ADDRESSES * (MAX_ADDRESS_LENGTH + 1)
 """The whole `bootstrapServers` string: every address at its longest, with a comma each."""
+TOPIC_PATTERN_MAX_LENGTH = 256
+"""The longest `topicPattern` (an RE2 pattern's cost is linear in it: decisions/spec/kafka.py)."""
 MAX_REPLICAS = 1000
 
 
@@ -109,6 +111,7 @@ BOUNDS: Mapping[str, Bound] = {
     "spec.kafka.bootstrapServers": _s(MAX_BOOTSTRAP_LENGTH),
     "spec.kafka.topics": _l(100),
     "spec.kafka.topics[]": _s(249),
+    "spec.kafka.topicPattern": _s(TOPIC_PATTERN_MAX_LENGTH),
     "spec.kafka.groupId": _s(200),
     **_security("spec.kafka.security"),
     **_security("spec.kafka.adminSecurity"),

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import re2
 
 from member_contract import SASL_MECHANISMS, SECURITY_PROTOCOLS
-from staticfleet.decisions.spec.bounds import bootstrap_addresses
+from staticfleet.decisions.spec.bounds import TOPIC_PATTERN_MAX_LENGTH, bootstrap_addresses
 from staticfleet.decisions.spec.fields import SpecError, as_obj, opt_str, req_str, str_list, str_map
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -29,8 +29,6 @@ SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _GROUP_ID_RE = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 
-TOPIC_PATTERN_MAX_LENGTH = 256
-"""The longest `topicPattern` (the CRD's maxLength says the same)."""
 
 
 def _re2_options() -> Any:
