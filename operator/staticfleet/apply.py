@@ -26,7 +26,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -187,6 +187,40 @@ class Kube:
             del self.applied[key]
         owner = (last[1]["metadata"].get("ownerReferences") or [{}])[0].get("name", "")
         return Drifted((key[1], str(owner)), f"{key[0]} {key[2]}", why)
+
+    def missing(self, kinds: Sequence[tuple[str, str]], selector: str,
+                namespaces: Sequence[str] | None = None) -> list[Drifted]:
+        """The children this operator applied that the API server no longer has: one LIST of
+        each of `kinds` ((apiVersion, kind)) by `selector`, in `namespaces` (None: all), held
+        against what was applied before it. A watch that had to list again (HTTP 410) sends no
+        DELETED for a child deleted meanwhile, and `noticed` never hears of it; this does. Each
+        one found is forgotten (its group's next pass applies it again) and said, as `noticed`
+        says drift. A child applied while the list ran is left for the next audit."""
+        wanted = {kind for _, kind in kinds}
+        with self.lock:
+            before = {key: last for key, last in self.applied.items() if key[0] in wanted}
+        if not before:
+            return []
+        present: set[tuple[str, str, str]] = set()
+        for api_version, kind in kinds:
+            resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+            for namespace in namespaces or (None,):
+                try:
+                    listed = resource.get(namespace=namespace, label_selector=selector)
+                except DynamicApiException as exc:
+                    raise _error(exc, f"listing {kind}s") from exc
+                present |= {(kind, str(item.metadata.namespace), str(item.metadata.name))
+                            for item in listed.items}
+        out = []
+        with self.lock:
+            for key, last in before.items():
+                if key in present or self.applied.get(key) is not last:
+                    continue
+                del self.applied[key]
+                owner = (last[1]["metadata"].get("ownerReferences") or [{}])[0].get("name", "")
+                out.append(Drifted((key[1], str(owner)), f"{key[0]} {key[2]}",
+                                   "deleted (the API server's list no longer has it)"))
+        return out
 
     def create(self, resource: Any, obj: Mapping[str, Any]) -> None:
         """Create `obj`. One that exists already is not changed: an ApplyError (409) says what

@@ -46,8 +46,9 @@ handler (`forget`) waits for its last pass, sets back what it left on the broker
 group's session timeout widened mid-rollout, `service.release`), then forgets it.
 
 A watch that had to list again sends no DELETED for a child deleted meanwhile (kopf does not
-compare the new list with the old): such a child is made again when its group's content changes
-or the operator restarts (a new operator applies every child once).
+compare the new list with the old): every `CHILD_AUDIT_S` (5 minutes) one LIST per kind of child
+(by `OWNED_SELECTOR`, in the watched namespaces) is held against what this operator applied
+(`apply.Kube.missing`), and a child gone from it wakes its group, whose pass applies it again.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ CHILDREN = (("", "v1", "configmaps"), ("", "v1", "services"),
 NETWORK_POLICIES = ("networking.k8s.io", "v1", "networkpolicies")
 """Applied, and watched, only when the operator makes NetworkPolicies (its RBAC has them only
 then)."""
+CHILD_AUDIT_S = float(os.environ.get("STATICFLEET_CHILD_AUDIT_SECONDS", "300"))
+"""How often the children this operator applied are listed for one a relisted watch missed."""
 RELEASE_WAIT_S = 30.0
 """How long a deletion waits for the group's last pass (its thread) before it sets back what
 the group left on the broker."""
@@ -344,8 +347,40 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     reads.on_change = memo.runner.wake_owners
 
 
+@kopf.on.startup()
+async def start_child_audit(memo: kopf.Memo, **_: Any) -> None:
+    """The children's audit (`audit_children`), for as long as the operator runs."""
+    kinds = [("v1", "ConfigMap"), ("v1", "Service"), ("policy/v1", "PodDisruptionBudget")]
+    if memo.runner.clients.settings.member_ingress_from is not None:
+        kinds.append(("networking.k8s.io/v1", "NetworkPolicy"))
+    memo.child_audit = asyncio.create_task(audit_children(memo.runner, kinds, CHILD_AUDIT_S))
+
+
+async def audit_children(runner: Runner, kinds: Sequence[tuple[str, str]],
+                         every_s: float) -> None:
+    """Every `every_s`: the children this operator applied that the API server no longer has
+    (a deletion a relisted watch did not tell) wake their groups, whose passes apply them."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            gone = await loop.run_in_executor(
+                runner.pool, runner.clients.kube.missing, kinds, OWNED_SELECTOR,
+                runner.clients.namespaces)
+        except (apply.ApplyError, RuntimeError) as exc:  # RuntimeError: the pool is closed
+            log.warning("the audit of the groups' children could not list them: %s", exc)
+            continue
+        for drifted in gone:
+            log.info("%s/%s: %s drifted (%s): its pass applies it again", *drifted.group,
+                     drifted.child, drifted.why)
+            runner.wake(drifted.group)
+
+
 @kopf.on.cleanup()
-def close(memo: kopf.Memo, **_: Any) -> None:
+async def close(memo: kopf.Memo, **_: Any) -> None:
+    audit: asyncio.Task[None] | None = getattr(memo, "child_audit", None)
+    if audit is not None:
+        audit.cancel()
     runner: Runner | None = getattr(memo, "runner", None)
     if runner is not None:
         runner.close()

@@ -138,3 +138,31 @@ def test_a_changed_or_deleted_child_is_applied_again_and_none_is_written_at_rest
     # Each change above made the operator apply that one child again, once; its own writes (the
     # first applies, the restores) and the annotation did not count as drift.
     assert drifted(operator, namespace, name) == sorted(KINDS.values()), operator.log_tail(40)
+
+
+def test_a_child_deleted_while_the_watch_was_not_looking_is_found_by_the_audit(
+        namespace: str, kubeconfig: Path) -> None:
+    """Issue 46 item 10: a watch that had to list again (HTTP 410) sends no DELETED for a child
+    deleted meanwhile, and the operator skipped applying it again (its content unchanged) until
+    the group's content changed. Here no watch runs at all, the harshest case: the audit's one
+    LIST per kind finds the deleted child, forgets it (so the next apply sends it) and names it;
+    a child that is still there is not named."""
+    from staticfleet import apply
+    from staticfleet.handlers import OWNED_SELECTOR
+
+    kube = apply.Kube(apply.load_client(str(kubeconfig)))
+    labels = {"app.kubernetes.io/managed-by": "staticfleet", "staticfleet.io/group": "g"}
+
+    def config_map(name: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"},
+                "metadata": {"name": name, "namespace": namespace, "labels": labels}}
+
+    assert kube.apply(config_map("kept")) and kube.apply(config_map("deleted"))
+    assert not kube.apply(config_map("deleted")), "unchanged: not sent again"
+    assert kube.missing([("v1", "ConfigMap")], OWNED_SELECTOR, [namespace]) == []
+    kubectl(kubeconfig, "-n", namespace, "delete", "configmap", "deleted")
+    (gone,) = kube.missing([("v1", "ConfigMap")], OWNED_SELECTOR, [namespace])
+    assert gone.child == "ConfigMap deleted" and gone.group[0] == namespace, gone
+    assert kube.apply(config_map("deleted")), "forgotten: the next pass sends it again"
+    assert get_json(kubeconfig, "-n", namespace, "configmap", "deleted")["data"] == {"k": "v"}
+    assert kube.missing([("v1", "ConfigMap")], OWNED_SELECTOR, None) == [], "all namespaces"
