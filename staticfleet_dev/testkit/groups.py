@@ -13,6 +13,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from staticfleet.decisions.spec.model import API_GROUP, API_VERSION, KIND
+from staticfleet.observe import memberhttp
 from staticfleet_dev.stream import committed_lag
 from staticfleet_dev.testkit.kube import kubectl, to_yaml
 from staticfleet_dev.testkit.poll import Poller, wait_for
@@ -148,6 +149,21 @@ def counters_settled(kubeconfig: Path, namespace: str, name: str,
     obj = wait_status(kubeconfig, namespace, name, settled, timeout,
                       "a rebalance counter for every member pod")
     return {uid: int(n) for uid, n in obj["status"]["memberRebalanceCounters"].items()}
+
+
+def member_counters(kubeconfig: Path, namespace: str, name: str) -> dict[str, int] | None:
+    """Each running member's own rebalance counter (its /status `rebalances`), by pod uid;
+    None while one does not answer."""
+    out = {}
+    for pod in pods(kubeconfig, namespace, name):
+        ip = (pod.get("status") or {}).get("podIP")
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        answer = memberhttp.read_member_status(ip, memberhttp.MEMBER_PORT) if ip else None
+        if answer is None:
+            return None
+        out[pod["metadata"]["uid"]] = int(answer.get("rebalances") or 0)
+    return out
 
 
 def rebalances_seen(before: Mapping[str, int], after: Mapping[str, Any]) -> dict[str, int]:

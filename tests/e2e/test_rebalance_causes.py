@@ -55,8 +55,6 @@ from confluent_kafka.admin import (
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import AlterPartitionReassignmentsRequest
 
-from staticfleet.decisions import builders
-from staticfleet.observe import memberhttp
 from staticfleet_dev.kafka import OFFSETS_TOPIC, KafkaCluster, offsets_partition
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups
@@ -117,18 +115,7 @@ class Group:
                    default=0.0)
 
     def counters(self) -> dict[str, int] | None:
-        """Each running member's own rebalance counter (its /status), by pod uid; None while
-        one does not answer."""
-        out = {}
-        for pod in groups.pods(self.kubeconfig, self.namespace, self.name):
-            ip = (pod.get("status") or {}).get("podIP")
-            if pod["metadata"].get("deletionTimestamp"):
-                continue
-            answer = memberhttp.read_member_status(ip, builders.HTTP_PORT) if ip else None
-            if answer is None:
-                return None
-            out[pod["metadata"]["uid"]] = int(answer.get("rebalances") or 0)
-        return out
+        return groups.member_counters(self.kubeconfig, self.namespace, self.name)
 
     def quiet(self, members: int) -> int:
         """Wait until the group is Ready and Stable with `members` members, no generation was

@@ -28,8 +28,6 @@ from typing import Any
 
 import pytest
 
-from staticfleet.decisions import builders
-from staticfleet.observe import memberhttp
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
 from staticfleet_dev.testkit import groups
@@ -49,21 +47,6 @@ QUIET_S = 8.0
 
 def status(kubeconfig: Path, namespace: str, name: str) -> dict[str, Any]:
     return dict(groups.get(kubeconfig, namespace, name).get("status") or {})
-
-
-def counters(kubeconfig: Path, namespace: str, name: str) -> dict[str, int] | None:
-    """Each running member's own rebalance counter (its /status), by pod uid; None while one
-    does not answer."""
-    out = {}
-    for pod in groups.pods(kubeconfig, namespace, name):
-        ip = (pod.get("status") or {}).get("podIP")
-        if pod["metadata"].get("deletionTimestamp"):
-            continue
-        answer = memberhttp.read_member_status(ip, builders.HTTP_PORT) if ip else None
-        if answer is None:
-            return None
-        out[pod["metadata"]["uid"]] = int(answer.get("rebalances") or 0)
-    return out
 
 
 def quiet(kafka: KafkaBroker, kubeconfig: Path, namespace: str, name: str,
@@ -86,7 +69,7 @@ def quiet(kafka: KafkaBroker, kubeconfig: Path, namespace: str, name: str,
         st = seen["status"] = status(kubeconfig, namespace, name)
         if (st.get("rebalanceLedger") or {}).get("pending"):
             return None
-        now = seen["counters"] = counters(kubeconfig, namespace, name)
+        now = seen["counters"] = groups.member_counters(kubeconfig, namespace, name)
         read = st.get("memberRebalanceCounters") or {}
         if now is None or any(read.get(uid) != n for uid, n in now.items()):
             return None
