@@ -103,7 +103,7 @@ def derive_conditions(
         (c.PROGRESSING, _progressing(rollout, refused)),
         (c.DEGRADED, _degraded(rollout, timeouts, refusal, problems)),
         (c.ROLLOUT_AT_RISK, _at_risk(rollout, refused)),
-        (c.IDLE_MEMBERS, _idle(group.replicas, partitions)),
+        (c.IDLE_MEMBERS, _idle(group.replicas, partitions, group.kafka.topic_pattern)),
         *extra,
     )
     out: list[dict[str, Any]] = [dict(x) for x in previous]
@@ -188,11 +188,17 @@ def _at_risk(rollout: RolloutState, refused: bool) -> c.Cond:
     return ("False", c.RESTARTS_ON_TIME, "restarts fit the session timeout")
 
 
-def _idle(wanted: int, partitions: int | None) -> c.Cond:
-    """IdleMembers: more members than partitions."""
+def _idle(wanted: int, partitions: int | None, pattern: str | None = None) -> c.Cond:
+    """IdleMembers: more members than partitions; a `topicPattern` that matches no topic says
+    so (its members subscribe and wait for one, which is no error of its own)."""
     if partitions is None:
         return ("Unknown", c.PARTITIONS_UNKNOWN, "the partition count is not known yet")
     n = idle_members(wanted, partitions)
+    if n and partitions == 0 and pattern is not None:
+        return ("True", c.MORE_MEMBERS_THAN_PARTITIONS,
+                f"spec.kafka.topicPattern {pattern!r} matches no topic on the cluster (as a "
+                f"full match of the name): the {wanted} members have no partition until a "
+                "topic it matches is made; check the pattern against the topics' names")
     if n:
         return ("True", c.MORE_MEMBERS_THAN_PARTITIONS,
                 f"{n} of {wanted} members have no partition ({partitions} partitions)")

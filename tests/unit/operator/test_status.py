@@ -247,3 +247,15 @@ def test_record_restart_keeps_the_recent_window() -> None:
     assert m["restartSecondsMax"] == 5.0  # the slow one aged out
     parsed = measurements_from_status({**m, "batchSecondsMax": 2.5})
     assert parsed.slowest_restart_s == 5.0 and parsed.slowest_batch_s == 2.5
+
+
+def test_a_topic_pattern_that_matches_no_topic_says_so() -> None:
+    """Issue 46 acceptance (c): a group whose pattern matches no topic (here the catastrophic
+    one, which RE2 matches at once) is told so in IdleMembers, not only "0 partitions"."""
+    from staticfleet.decisions.status import _idle
+
+    status, reason, message = _idle(2, 0, "([a-z._-]+)+X")
+    assert (status, reason) == ("True", c.MORE_MEMBERS_THAN_PARTITIONS)
+    assert "matches no topic" in message and "([a-z._-]+)+X" in message
+    assert "matches no topic" not in _idle(2, 0)[2], "named topics: no pattern to blame"
+    assert _idle(2, 4, "orders-.*")[0] == "False"
