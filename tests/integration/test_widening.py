@@ -91,7 +91,11 @@ def set_session(admin: kafkaadmin.Admin, group: str, tuned: EffectiveTimeouts,
     with the session timeout in force."""
     kafkareads.set_group_configs(admin, group, {**tuned.group_configs("consumer"),
                                                 SESSION: str(session_ms)})
-    assert kafkareads.group_session_timeout(admin, group) == session_ms
+    # The write is committed by the controller; the broker answering the read applies it from
+    # the metadata log a moment later (CI, under load: read 10000 right after setting 2000).
+    wait_for(f"the broker's session timeout of {group} at {session_ms} ms",
+             lambda: kafkareads.group_session_timeout(admin, group) == session_ms,
+             timeout=15, interval=0.2)
 
 
 def test_the_broker_holds_a_stopped_member_to_the_widened_session_and_then_the_tuned_again(

@@ -94,7 +94,7 @@ def test_a_group_its_coordinator_may_be_loading_is_not_asked_alone(
     then asked the group alone, of the same coordinator, which described it Empty without its
     members: the rule was undone. Now the pass is CoordinatorMoving and asks nothing; a group
     never described before is still asked alone."""
-    admin = cast(kafkaadmin.Admin, type("A", (), {"bootstrap": "k:9092"})())
+    admin = cast(kafkaadmin.Admin, type("A", (), {"bootstrap": "k:9092", "label": "k:9092"})())
     loading = no_answer("its coordinator describes the group without the members it had",
                         loading=True)
     with pytest.raises(kafkaadmin.CoordinatorMoving, match="members it had"):
