@@ -201,18 +201,19 @@ def test_eight_slow_members_of_one_group_do_not_delay_another_groups_reads(
 
 
 def test_reads_take_turns_between_groups_within_a_share() -> None:
-    """The scheduler alone (a read that records itself): one group never has more than its
-    share of the workers at once, and a second group's read goes before the first group's
-    queue is through."""
-    lock, running, most, order = threading.Lock(), dict[str, int](), dict[str, int](), []
+    """The scheduler alone (a read that records itself and, for group a, blocks until told):
+    one group never has more than its share of the workers at once, and another group's read
+    runs while the first group's are all still under way (no timing: a's reads wait on a gate)."""
+    lock, running, most = threading.Lock(), dict[str, int](), dict[str, int]()
+    gate = threading.Event()
 
     def read(ip: str) -> memberhttp.StatusRead:
         group = ip.split("/")[0]
         with lock:
             running[group] = running.get(group, 0) + 1
             most[group] = max(most.get(group, 0), running[group])
-            order.append(group)
-        time.sleep(0.05)
+        if group == "a":
+            gate.wait(10)
         with lock:
             running[group] -= 1
         return memberhttp.StatusRead({"ok": True})
@@ -220,12 +221,16 @@ def test_reads_take_turns_between_groups_within_a_share() -> None:
     reads = memberreads.MemberReads(read, workers=4, per_group=2)
     a = threading.Thread(target=reads.read, args=("a", {f"a{i}": f"a/{i}" for i in range(10)}))
     a.start()
-    time.sleep(0.02)
-    got = reads.read("b", {"b0": "b/0"})
+    deadline = time.monotonic() + 5
+    while running.get("a") != 2 and time.monotonic() < deadline:  # a's share under way
+        time.sleep(0.01)
+    got = reads.read("b", {"b0": "b/0"}, budget_s=5.0)
+    assert got["b0"][0].status == {"ok": True}, "b waited behind a's queue"
+    with lock:
+        assert running.get("a") == 2 and most["a"] == 2, (running, most)
+    gate.set()
     a.join()
-    assert got["b0"][0].status == {"ok": True}
     assert most["a"] == 2, most
-    assert order.index("b") < 4, order
     reads.close()
 
 
