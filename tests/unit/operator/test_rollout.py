@@ -434,3 +434,22 @@ def test_a_member_away_is_judged_against_the_widened_session_timeout() -> None:
     assert not unwidened.restart_safe, "62 s needed, 45 s without the widening"
     late = next_step(*away, NEW, replace(unwidened, restart_safe=True), NOW).step
     assert isinstance(late, StopAtRisk) and late.expired
+
+
+def test_a_stopped_rollout_keeps_the_reason_it_stopped_with() -> None:
+    """The member whose late restart stopped the rollout is still in flight: the passes that
+    wait for it, and the one that sees it back, leave the stop's reason (CI read 'waiting for
+    member(s) 1 to rejoin the group' where the rollout had stopped on the session timeout)."""
+    observed = group(member(0), member(1), member(2, NEW, ready=False, in_group=False))
+    stopped = record_given(rolling((2, 46)), StopAtRisk(2, 46.0, 60000, "too late",
+                                                        expired=True), observed, NEW, NOW)
+    waited = record_given(stopped, Wait("WaitingForMember", "waiting for member(s) 2"),
+                          observed, NEW, NOW)
+    assert waited.phase == "Stopped" and waited.reason == "too late"
+    back = record_given(waited, MemberRejoined(2, 50.0, NOW), observed, NEW, NOW)
+    assert back.phase == "Stopped" and back.reason == "too late"
+    paused = record_given(back, Wait("Paused", "paused"), observed, NEW, NOW)
+    assert paused.phase == "Paused" and paused.reason == "paused"
+    rolling_on = record_given(rolling((2, 10)), Wait("WaitingForMember", "waiting"), observed,
+                              NEW, NOW)
+    assert rolling_on.reason == "waiting"

@@ -39,6 +39,9 @@ from staticfleet.decisions.rollout.steps import (
     Wait,
 )
 
+FINISHED = ("Stopped", "Halted", "RolledBack")
+"""The phases a rollout ends in: its reason says why, until a new revision starts a new one."""
+
 
 @dataclass(frozen=True)
 class Recording:
@@ -154,7 +157,8 @@ def _record_rejoined(step: MemberRejoined, state: RolloutState, rec: Recording) 
         state,
         # Back before the session timeout: a rollout at risk is no longer at risk.
         phase="Rolling" if state.phase == "AtRisk" else state.phase,
-        reason=f"member {step.ordinal} back in the group after {step.absence_s:.1f} s",
+        reason=_unless_ended(state, state.phase, f"member {step.ordinal} back in the group "
+                                                 f"after {step.absence_s:.1f} s"),
         in_flight=tuple(replace(f, rejoined_at=step.at or rec.now)
                         if f.ordinal == step.ordinal else f for f in state.in_flight),
         longest_absence_ms=max(state.longest_absence_ms, round(step.absence_s * 1000)),
@@ -203,7 +207,7 @@ def _record_done(step: MarkMemberDone, state: RolloutState, rec: Recording) -> R
                                f"to revision {done.revision} and process again (the last "
                                f"was away {step.absence_s:.1f} s); fix the spec to roll "
                                "again"))
-    if state.phase in ("Stopped", "Halted", "RolledBack"):
+    if state.phase in FINISHED:
         return after
     return replace(after, phase="Rolling",
                    members_restarted=(*state.members_restarted, step.ordinal),
@@ -301,8 +305,16 @@ def _record_wait(step: Wait, state: RolloutState, rec: Recording) -> RolloutStat
         phase = "Paused"
     elif state.phase == "Paused":
         phase = "Rolling" if state.started_at else "Pending"
-    return replace(state, phase=phase, reason=step.message, pending=rec.order,
-                   blocked_by=step.blocked_by)
+    return replace(state, phase=phase, reason=_unless_ended(state, phase, step.message),
+                   pending=rec.order, blocked_by=step.blocked_by)
+
+
+def _unless_ended(state: RolloutState, phase: Phase, reason: str) -> str:
+    """The rollout's reason after a step that does not end it: a rollout that ended keeps the
+    reason it ended with (why it stopped is what its users read; a member in flight that
+    comes back, or is waited for, after the stop does not answer that)."""
+    ended = state.phase in FINISHED and phase == state.phase
+    return state.reason if ended and state.reason else reason
 
 
 def _uid(observed: GroupObservation, ordinal: int) -> str | None:
