@@ -40,6 +40,7 @@ from consumer_runtime.leaving import DRAIN_CHECK_S as DRAIN_CHECK_S  # tests imp
 from consumer_runtime.membership import (
     consumer_settings,
     fetched_all,
+    generation_of,
     is_fatal,
     is_unreleased_instance_id,
 )
@@ -436,7 +437,8 @@ class Member(Leaving):
         self.assigned_at = self.clock()
         self.buffer.catch_up(self.assigned_at)
         first = self.telemetry.assigned(tps, self.clock(), consumer.memberid() or "",
-                                        rebalance=not self.left and not self.returning)
+                                        rebalance=not self.left and not self.returning,
+                                        generation=generation_of(consumer))
         self.returning = False
         log.info("assigned %s", sorted(tps))
         if first is not None:

@@ -31,6 +31,7 @@ member that asks: a leave, a drained member's wait).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from typing import Any
 
@@ -72,6 +73,29 @@ def fetched_all(consumer: Consumer, partitions: Iterable[tuple[str, int]]) -> bo
                    for t, p in partitions)
     except KafkaException:
         return False
+
+
+GROUP_METADATA_MAGIC = b"CGMDv2:"
+"""How librdkafka's serialized consumer group metadata starts (rd_kafka_consumer_group_metadata_
+write: the magic, then the generation as a native int32, then the group, member and instance
+ids). confluent-kafka hands it over as bytes from `Consumer.consumer_group_metadata()`."""
+
+
+def generation_of(consumer: Consumer) -> int | None:
+    """The group generation the consumer is in (classic: the group's, which the broker raises
+    once per completed rebalance; KIP-848: the member's epoch), None outside a generation or
+    when the metadata is not in the format above (a client that changed it gives no generation
+    rather than a wrong one). Asked in the assign callback, on the poll thread."""
+    try:
+        raw = consumer.consumer_group_metadata()
+    except (KafkaException, RuntimeError):
+        return None
+    start = len(GROUP_METADATA_MAGIC)
+    if (not isinstance(raw, bytes) or not raw.startswith(GROUP_METADATA_MAGIC)
+            or len(raw) < start + 4):
+        return None
+    (generation,) = struct.unpack_from("=i", raw, start)
+    return generation if generation >= 0 else None
 
 
 def join_backoff(attempts: int) -> float:

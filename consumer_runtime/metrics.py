@@ -55,6 +55,8 @@ class Telemetry:
         # partitions in the group but cannot process, so it is not ready to serve.
         self.processing_ready = False
         self.assigns = self.revokes = self.lost = self.rebalances = self.takeovers = 0
+        self.generation: int | None = None
+        """The group generation of the last assignment (`generation` in /status)."""
         self.held: set[TopicPartition] = set()
         """The assignment as the last assign callback left it (a revoke does not shrink it):
         what a rebalance's assign is compared with to tell a takeover."""
@@ -155,7 +157,8 @@ class Telemetry:
             self.paused_with_work = paused
 
     def assigned(self, partitions: Iterable[TopicPartition], now: float,
-                 member_id: str, *, rebalance: bool = True) -> float | None:
+                 member_id: str, *, rebalance: bool = True,
+                 generation: int | None = None) -> float | None:
         """Count an assign callback; return seconds since process start if it is the first.
         `rebalance=False`: not a rebalance of the group's (the empty assignment a leaving
         KIP-848 member gets: the others' assigns count the one rebalance its leave makes).
@@ -168,6 +171,7 @@ class Telemetry:
             self.assigns += 1
             self.series.events["assign"].inc()
             self.member_id = member_id
+            self.generation = generation
             first = None
             if self.first_assignment is None:
                 first = self.first_assignment = self._since_start(now)
@@ -435,6 +439,7 @@ class Telemetry:
                 "assigns": self.assigns,
                 "revokes": self.revokes,
                 "lost": self.lost,
+                "generation": self.generation,
                 "startupSeconds": {"firstAssignment": self.first_assignment,
                                    "firstBatch": self.first_batch,
                                    "consumerMade": self.consumer_made_s,

@@ -427,6 +427,7 @@ class Table:
             "assigns": m.assigns,
             "revokes": 0,
             "lost": 0,
+            "generation": None,  # no broker generation behind a simulated member
             "startupSeconds": {"firstAssignment": m.first_assignment_s,
                                "firstBatch": first_batch,
                                "consumerMade": round(pace.consumer_made_s, 3) if made else None,

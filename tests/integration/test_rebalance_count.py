@@ -11,6 +11,9 @@ session's operator (issue 46, item 4): the count cannot swallow a rebalance.
   increase, made one in the ledger e2e): it expires after one session timeout and a pass
   interval, where before it stayed until a counter increase paid it off; a scale-up's
   rebalance after it is counted.
+- Each quiet group's `status.groupGeneration` (the newest generation its members report) is
+  the broker's last stabilized generation: a credit counted from the state waits for the
+  generation after the one it was counted in, and nothing else pays it off.
 
 The members are real `consumer_runtime` processes whose Spark runs through the session's
 Connect server (a Python process that starts in seconds): the subject is the operator's count.
@@ -75,13 +78,18 @@ def quiet(kafka: KafkaBroker, kubeconfig: Path, namespace: str, name: str,
             return None
         return int(st.get("rebalances") or 0), gen
 
-    return wait_for(f"{name} quiet with {members} members", settled, 240, interval=1,
-                    describe=lambda: json.dumps({
-                        "members' counters": seen.get("counters"), "generation": seen["gen"],
-                        **{k: seen.get("status", {}).get(k) for k in (
-                            "groupState", "rebalances", "memberRebalanceCounters",
-                            "rebalancesFromState", "stateCountedRebalances",
-                            "rebalanceLedger")}}, indent=1)[-4000:])
+    quiet_at = wait_for(f"{name} quiet with {members} members", settled, 240, interval=1,
+                        describe=lambda: json.dumps({
+                            "members' counters": seen.get("counters"), "generation": seen["gen"],
+                            **{k: seen.get("status", {}).get(k) for k in (
+                                "groupState", "rebalances", "memberRebalanceCounters",
+                                "rebalancesFromState", "stateCountedRebalances",
+                                "rebalanceLedger")}}, indent=1)[-4000:])
+    # The generation the members report (librdkafka's) is the broker's: the one the credits
+    # are tied to (the broker's last stabilized, in its log's order: it may start again).
+    assert seen["status"].get("groupGeneration") == kafka.generations(name)[-1], (
+        seen["status"].get("groupGeneration"), kafka.generations(name))
+    return quiet_at
 
 
 def form(kubeconfig: Path, namespace: str, kafka: KafkaBroker, name: str, topic: str,

@@ -220,6 +220,7 @@ def _status(snap: Snapshot, spec: ConsumerGroupSpec, tuned: Tuned, measured: Mea
                    "stateCountedRebalances": [x.to_status() for x in seen.count.credits]
                    or None,
                    "groupEpoch": snap.group.epoch if snap.group is not None else None,
+                   "groupGeneration": seen.count.generation,
                    "consecutiveFailures": 0,
                    "plannedRebalance": planned.to_status() if planned else None,
                    "plannedRebalances": int(previous.get("plannedRebalances") or 0)

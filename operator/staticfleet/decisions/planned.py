@@ -267,7 +267,8 @@ def explain_rebalances(snap: Snapshot, group: GroupView,
     interval for a member's counter to show it: `rebalances`)."""
     previous = snap.previous
     count = count_rebalances(previous, group.state, snap.pods, snap.statuses, now=snap.now,
-                             window_s=session_timeout_ms / 1000 + PASS_S, epoch=group.epoch)
+                             window_s=session_timeout_ms / 1000 + PASS_S, epoch=group.epoch,
+                             classic=group.protocol == "classic")
     last = PlannedRebalance.from_status(previous.get("plannedRebalance"))
     if last is not None and last.reason == CREATE and (
             c.get_condition(previous.get("conditions") or [], c.READY) or {}).get(

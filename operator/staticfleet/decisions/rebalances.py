@@ -6,14 +6,22 @@ state counts what no counter can show yet, or ever:
 - The group seen leaving Stable while no counter moved counts one rebalance, and leaves a
   *credit* (`Credit`, `status.stateCountedRebalances`): a later counter increase that shows the
   same rebalance pays it off instead of counting again. A credit is tied to what the counters
-  can confirm. Where the read has the KIP-848 group epoch, a counter increase the group's new
-  epochs since the previous pass account for is theirs, not the credit's. And in any group (a
-  classic one has no generation to tie it to: DescribeGroups gives none) a credit lives
-  `window_s` (one session timeout and a pass interval: by then every member that took part in
-  the rebalance shows it), from when it was counted or the group was last seen in a rebalance,
-  and then expires, before the counters of the pass that finds it expired are read; a pass is
-  due then (`RebalanceCount.due_in_s`). An expired credit is a rebalance that no member's
-  counter showed: it stays counted, and it no longer swallows the next one.
+  can confirm:
+  - a classic group's generation, which the broker raises once for each rebalance it
+    completes, as its members report it (`generation` in `/status`: librdkafka's, from the
+    assignment the member last took). The credit of a rebalance seen under way in generation
+    G waits for generation G+1; only a member's report of that generation pays it off, and a
+    counter increase of an earlier generation cannot. With the generation read in this pass
+    and the previous one, the group's new generations count as rebalances where they exceed
+    the counters' increase (two rebalances the members took in one assignment);
+  - where the read has the KIP-848 group epoch, a counter increase the group's new epochs
+    since the previous pass account for is theirs, not the credit's;
+  - and in any group, a credit lives `window_s` (one session timeout and a pass interval: by
+    then every member that took part in the rebalance shows it), from when it was counted or
+    the group was last seen in a rebalance, and then expires, before the counters of the pass
+    that finds it expired are read; a pass is due then (`RebalanceCount.due_in_s`). An
+    expired credit is a rebalance that no member's counter showed: it stays counted, and it
+    no longer swallows the next one.
 - The group seen empty (`Empty`) after it had members counts one rebalance: the broker's last
   member left or was dropped, and no member is left whose counter could show it (but when the
   group was seen in a rebalance counted from its state: the emptying is that one ending).
@@ -59,19 +67,27 @@ class Credit:
     rebalance (the members take their assignment once it ends)."""
     epoch: int | None = None
     """The KIP-848 group epoch that pass read (None: a classic group, or no read had it)."""
+    generation: int | None = None
+    """The classic generation whose report by a member shows this rebalance (None: no member
+    reported a generation)."""
 
     def to_status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"countedAt": rfc3339(self.at), "expiresAt": rfc3339(self.expires)}
         if self.epoch is not None:
             out["epoch"] = self.epoch
+        if self.generation is not None:
+            out["generation"] = self.generation
         return out
 
     @classmethod
     def from_status(cls, raw: Mapping[str, Any]) -> Credit:
-        epoch = raw.get("epoch")
         at = parse_rfc3339(str(raw["countedAt"]))
         return cls(at, parse_rfc3339(str(raw.get("expiresAt") or raw["countedAt"])),
-                   int(epoch) if epoch is not None else None)
+                   _int_or_none(raw.get("epoch")), _int_or_none(raw.get("generation")))
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if value is not None else None
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,10 @@ class RebalanceCount:
     member's counter has shown yet, oldest first."""
     due_in_s: float | None = None
     """When the next pass should come for the oldest credit to expire (None: no credit)."""
+    generation: int | None = None
+    """`status.groupGeneration`: the newest classic generation a member reported (kept from
+    the previous pass when no member answered; None once the group is empty: a classic group
+    that empties may start its generations again)."""
 
     @property
     def from_state(self) -> int:
@@ -113,16 +133,20 @@ def count_rebalances(
     now: datetime,
     window_s: float,
     epoch: int | None = None,
+    classic: bool = False,
 ) -> RebalanceCount:
     """The members' own counters give the increase: the largest increase of one member,
     since every member sees the same rebalance. A member whose `/status` did not answer this
     pass is taken to have seen what the others did: its counter, read a pass later, shows the
     same rebalances, which are not counted again. The group's state counts the rest (the
-    module's docstring), `window_s` being how long a credit waits for a counter to show it."""
+    module's docstring), `window_s` being how long a credit waits for a counter to show it;
+    `classic`: the members' generations are the group's (a KIP-848 member's is its own
+    epoch)."""
     seen: Mapping[str, int] = previous.get("memberRebalanceCounters") or {}
     deltas = []
     counters: dict[str, int] = {}
     unread = []
+    generations = []
     for pod in pods:
         uid = pod["metadata"]["uid"]
         st = statuses.get(uid)
@@ -133,9 +157,18 @@ def count_rebalances(
         value = int(st.get("rebalances") or 0)
         counters[uid] = value
         deltas.append(max(0, value - int(seen[uid])) if uid in seen else value)
+        reported = st.get("generation")
+        if classic and isinstance(reported, int) and reported >= 0:
+            generations.append(reported)
     seen_by_members = max(deltas, default=0)
     for uid in unread:
         counters[uid] = int(seen[uid]) + seen_by_members
+    generation = max(generations, default=None)
+    was_generation = _int_or_none(previous.get("groupGeneration"))
+    new_generations = (generation - was_generation
+                       if generation is not None and was_generation is not None
+                       and generation >= was_generation else None)
+    shown = max(seen_by_members, new_generations or 0)
     credits = credits_of(previous, now, window_s)
     # Expire the credits past their window; a group in a rebalance now pushes it back (the
     # members take their assignment once it ends).
@@ -143,14 +176,17 @@ def count_rebalances(
     if group_state in REBALANCING_STATES:
         credits = [replace(x, expires=max(x.expires, until)) for x in credits]
     credits = [x for x in credits if x.expires > now]
-    # A counter increase pays off the credits, oldest first, but for the rebalances the
-    # group's new epochs since the previous pass account for: those are new.
-    was_epoch = previous.get("groupEpoch")
-    new_epochs = (epoch - int(was_epoch) if epoch is not None and was_epoch is not None
-                  and epoch > int(was_epoch) else 0)
-    paid = min(len(credits), max(0, seen_by_members - new_epochs))
-    credits = credits[paid:]
-    increase = seen_by_members - paid
+    if generation is not None:
+        paid, credits = _pay_by_generation(credits, shown, generation)
+    else:
+        # A counter increase pays off the credits, oldest first, but for the rebalances the
+        # group's new epochs since the previous pass account for: those are new.
+        was_epoch = previous.get("groupEpoch")
+        new_epochs = (epoch - int(was_epoch) if epoch is not None and was_epoch is not None
+                      and epoch > int(was_epoch) else 0)
+        paid = min(len(credits), max(0, shown - new_epochs))
+        credits = credits[paid:]
+    increase = shown - paid
     was = previous.get("groupState")
     if group_state == EMPTY and was in WITH_MEMBERS:
         # Emptied: no member is left whose counter could show it, or the credits left. Out of
@@ -158,13 +194,37 @@ def count_rebalances(
         if not (was in REBALANCING_STATES and credits):
             increase += 1
         credits = []
-    elif seen_by_members == 0 and (
+    elif shown == 0 and (
             (was == STABLE and group_state in REBALANCING_STATES)
             or (was == EMPTY and group_state in WITH_MEMBERS)):
-        increase += 1
-        credits.append(Credit(now, until, epoch))
+        under_way = group_state in REBALANCING_STATES
+        tie = (None if generation is None
+               else generation + 1 if under_way else generation)
+        # A rebalance a credit already waits for, seen again (a read that answered Stable in
+        # between, as during a coordinator move, cannot be a new generation's): counted once.
+        if tie is None or all(x.generation != tie for x in credits):
+            increase += 1
+            credits.append(Credit(now, until, epoch, tie))
     credits = credits[-KEPT_CREDITS:]
     total = int(previous.get("rebalances") or 0) + increase
     due = min(((x.expires - now).total_seconds() for x in credits), default=None)
+    kept_generation = (generation if generation is not None
+                       else None if group_state == EMPTY else was_generation)
     return RebalanceCount(increase=increase, total=total, counters=counters,
-                          credits=tuple(credits), due_in_s=due)
+                          credits=tuple(credits), due_in_s=due, generation=kept_generation)
+
+
+def _pay_by_generation(credits: list[Credit], shown: int,
+                       generation: int) -> tuple[int, list[Credit]]:
+    """The credits `shown` rebalances pay off, given the newest generation a member reported:
+    a credit tied to a generation is paid by a report of that generation or a later one, and
+    by nothing else; one that generation reached but no increase paid was the same rebalance
+    counted once already (the generation passed it), and goes. A credit with no generation
+    (counted when no member reported one) is paid by any increase, oldest first."""
+    reached = [x for x in credits if x.generation is not None and x.generation <= generation]
+    untied = [x for x in credits if x.generation is None]
+    paid = min(len(reached), shown)
+    paid_untied = min(len(untied), shown - paid)
+    kept = [x for x in credits if x.generation is not None and x.generation > generation]
+    kept += untied[paid_untied:]
+    return paid + paid_untied, sorted(kept, key=lambda x: x.at)

@@ -4,6 +4,7 @@ of a script. See test_member.py's docstring."""
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -14,6 +15,7 @@ from confluent_kafka import TopicPartition
 
 from consumer_runtime.config import RuntimeConfig, parse_config
 from consumer_runtime.member import Member
+from consumer_runtime.membership import GROUP_METADATA_MAGIC
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.processing import Outcome
 from consumer_runtime.records import Batch
@@ -154,6 +156,8 @@ class ScriptedConsumer:
         self.subscription: list[str] = []
         self.callbacks: dict[str, Callable[..., None]] = {}
         self.assigned: set[tuple[str, int]] = set()
+        self.generation = 0
+        """The group generation each assign takes (librdkafka's, as the metadata carries it)."""
         self.revoke_due = False
         self.closed = False
         self.timeouts: list[tuple[int, float]] = []
@@ -184,6 +188,7 @@ class ScriptedConsumer:
 
     def assign(self, *tps: tuple[str, int]) -> None:
         self.assigned |= set(tps)
+        self.generation += 1
         self.world.log("assigned", (self.member_id, sorted(tps)))
         self.callbacks["assign"](self, [TopicPartition(t, p) for t, p in tps])
 
@@ -199,6 +204,11 @@ class ScriptedConsumer:
 
     def memberid(self) -> str:
         return self.member_id
+
+    def consumer_group_metadata(self) -> bytes:
+        """librdkafka's serialized metadata: the magic, the generation (native int32), ids."""
+        return (GROUP_METADATA_MAGIC + struct.pack("=i", self.generation)
+                + b"group\0" + self.member_id.encode() + b"\0\0")
 
     def get_watermark_offsets(self, partition: TopicPartition, cached: bool = False
                               ) -> tuple[int, int]:

@@ -373,3 +373,15 @@ def test_while_the_next_batch_waits_for_the_worker_polls_come_back_within_the_ha
     waiting = [t for n, t in timeouts if marks["due"] <= n < marks["due"] + 6]
     assert before and max(before) == BUSY_POLL_S, "a batch in flight, nothing due: busy polls"
     assert len(waiting) == 6 and max(waiting) <= HANDOVER_POLL_S
+
+
+def test_status_reports_the_generation_of_the_last_assignment() -> None:
+    """Each assign's generation (librdkafka's, from the consumer's group metadata) is the one
+    `/status` reports: the operator ties the credits of a classic group's count to it."""
+    seen: list[dict[str, Any]] = []
+    steps = [assign(P0), do(lambda m: seen.append(status(m))),
+             assign(P1), do(lambda m: seen.append(status(m))), stop()]
+    member, _, _ = setup(steps)
+
+    assert member.run() == 0
+    assert [(x["assigns"], x["generation"]) for x in seen] == [(1, 1), (2, 2)]

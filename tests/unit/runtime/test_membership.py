@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import Consumer, KafkaError
 
 from consumer_runtime.config import parse_config
 from consumer_runtime.groupview import GroupMember, held_by, held_by_another
 from consumer_runtime.membership import (
     NO_TOPIC,
     connection_settings,
+    generation_of,
     is_fatal,
     is_unreleased_instance_id,
     join_backoff,
@@ -93,3 +95,28 @@ def test_an_admin_client_gets_the_connection_settings_only() -> None:
     assert connection_settings(cfg) == {
         "bootstrap.servers": "127.0.0.1:9092", "client.id": "orders-0-admin",
         "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.password": "pw"}
+
+
+class Metadata:
+    def __init__(self, raw: object) -> None:
+        self.raw = raw
+
+    def consumer_group_metadata(self) -> object:
+        return self.raw
+
+
+def test_the_generation_is_read_from_librdkafkas_metadata_and_nothing_else() -> None:
+    """The installed librdkafka writes the format `generation_of` reads: a consumer not in a
+    generation yet (no broker: the port refuses) has generation -1, which is no generation."""
+    consumer = Consumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "g",
+                         "group.instance.id": "g-0", "log_level": 0})
+    try:
+        raw = consumer.consumer_group_metadata()
+        assert isinstance(raw, bytes) and raw.startswith(b"CGMDv2:"), raw
+        assert generation_of(consumer) is None
+    finally:
+        consumer.close()
+    assert generation_of(Metadata(b"CGMDv2:" + (7).to_bytes(4, sys.byteorder) + b"g\0")) == 7
+    assert generation_of(Metadata(b"CGMDv3:" + (7).to_bytes(4, sys.byteorder))) is None
+    assert generation_of(Metadata(b"CGMDv2:\x07")) is None
+    assert generation_of(Metadata("CGMDv2:")) is None

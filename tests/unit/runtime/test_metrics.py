@@ -6,6 +6,7 @@ from consumer_runtime.metrics import Telemetry, p99
 
 pytestmark = pytest.mark.unit
 CONTRACT_KEYS = {"instanceId", "memberId", "groupId", "assignment", "rebalances", "takeovers",
+                 "generation",
                  "assigns", "revokes", "lost", "startupSeconds", "processStart", "batchSecondsMax",
                  "batchSecondsP99", "recordsProcessed", "batchesProcessed", "deadLettered",
                  "lastPollAgeSeconds", "state", "processingReady", "waiting", "leaving",
