@@ -36,10 +36,14 @@ docs:
 api-docs:
 	python scripts/gen-api-docs.py
 
-# Every tier in one pytest run of two pytest-xdist workers: `--dist loadfile` with the whole e2e
-# tier as one unit (tests/conftest.py, `pytest_xdist_make_scheduler`), in collection order (e2e
-# first): one worker runs the e2e tier in order (its cases share one environment, operator and
-# Spark Connect server), the other the unit and integration modules beside it (each worker starts
-# its own broker and API server; the integration tests mostly wait on them).
-test: setup lint docs
-	pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder --durations=25
+# Every tier in one pytest run of TEST_WORKERS pytest-xdist workers (tests/lanes.py): each test
+# module is one unit, handed to the next free worker longest first by tests/durations.json, and
+# the modules marked `exclusive` (CPU heavy) never run beside one another. Each worker starts its
+# own broker and API server (and, for the e2e modules, its own operator, local node and Spark
+# Connect server) on first use. `make lint docs` runs beside the tests and is awaited at the end
+# (scripts/run-tests.sh): either failing fails the target.
+TEST_WORKERS ?= 3
+export RUFF_CACHE_DIR := $(CACHE)/ruff-cache
+export MYPY_CACHE_DIR := $(CACHE)/mypy-cache
+test: setup
+	bash scripts/run-tests.sh $(TEST_WORKERS)

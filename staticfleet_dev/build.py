@@ -17,7 +17,7 @@ import re
 import shutil
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,9 +99,14 @@ def _building(root: Path) -> Iterator[None]:
         yield
 
 
+Replaces = Callable[[], list[str]]
+"""A wrapper module's replace directives, asked for only when it is built: what they come from
+(the Go module proxy) is needed by a build, never by a start from the cache (`env up` offline)."""
+
+
 def _go_build(
     label: str, module: str, version: str, binaries: list[GoBinary],
-    *, replaces: list[str] | None = None, ldflags: str = "", tags: str = "",
+    *, replaces: Replaces | None = None, ldflags: str = "", tags: str = "",
 ) -> Path:
     """Build `binaries` of `module@version` in a wrapper module; return the bin directory.
 
@@ -115,7 +120,7 @@ def _go_build(
 
 
 def _go_build_locked(root: Path, module: str, version: str, binaries: list[GoBinary], *,
-                     label: str, replaces: list[str] | None, ldflags: str, tags: str) -> Path:
+                     label: str, replaces: Replaces | None, ldflags: str, tags: str) -> Path:
     bindir = root / "bin"
     stamp = root / ".complete"
     outputs = [bindir / b.name for b in binaries]
@@ -130,7 +135,7 @@ def _go_build_locked(root: Path, module: str, version: str, binaries: list[GoBin
     src.mkdir(parents=True, exist_ok=True)
     gomod = [f"module staticfleet.local/{label}", "", "go 1.26.0", "",
              f"require {module} {version}", ""]
-    gomod += [f"replace {r}" for r in replaces or []]
+    gomod += [f"replace {r}" for r in (replaces() if replaces else [])]
     (src / "go.mod").write_text("\n".join(gomod) + "\n")
     env = _go_env(src)
     log = root / "build.log"
@@ -195,7 +200,7 @@ def kubernetes_bin() -> Path:
         "kubernetes", "k8s.io/kubernetes", v,
         [GoBinary("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver"),
          GoBinary("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager")],
-        replaces=_kubernetes_replaces(v), ldflags=ldflags,
+        replaces=lambda: _kubernetes_replaces(v), ldflags=ldflags,
     )
 
 

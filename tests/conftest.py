@@ -27,6 +27,7 @@ from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.secured import SecuredKafka
 from staticfleet_dev.testkit.secured import secured_kafka as secured_kafka_broker
 from staticfleet_dev.tools import tail
+from tests import lanes
 from tests.support import MEMBER_INGRESS_FROM, unique
 
 
@@ -92,13 +93,14 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredK
         pytest.fail(f"the secured broker did not start: {exc}", pytrace=False)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """A three-broker cluster for the module that asks (one per tier; its three JVMs stop once
-    that module is done, where a session scope kept them beside the demo's e2e and every case
-    after), everything replicated 3, min.insync.replicas 2, beside the session's single
-    broker. Tests may stop, kill and restart its brokers; each leaves all three running
-    (`KafkaCluster.start` is a no-op on a running one)."""
+    """A three-broker cluster for the worker (lane) whose modules ask, made once: the modules
+    that kill and restart brokers (the e2e broker failover and ledger walk, the integration
+    cluster tests) share it, where each started its own. Everything replicated 3,
+    min.insync.replicas 2, beside the session's single broker. Tests may stop, kill and
+    restart its brokers; each leaves all three running (`KafkaCluster.start` is a no-op on a
+    running one), and isolates by its own topic and group names."""
     with _three_brokers(tmp_path_factory, KafkaSettings.for_tests()) as cluster:
         yield cluster
 
@@ -253,15 +255,24 @@ def dump_broker_log_on_failure(
         print(f"--- broker log tail ({Path(kafka.record.log)}) ---\n{broker_log_tail(kafka)}")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        lanes.make_run_dir()  # before the workers start: they inherit it
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test carries the marker of its tier (its directory): unit, integration or e2e.
-    The e2e tier comes first: under pytest-xdist its one worker starts it at once (it is the
-    longest stretch of the run), and a run in one process fails fast on it too."""
+    The modules go longest first (tests/lanes.py: the next free worker takes the next one),
+    and the workers tell the scheduler which of them are exclusive."""
     for item in items:
         tier = _tier(item.nodeid)
         if tier in ("unit", "integration", "e2e") and not item.get_closest_marker(tier):
             item.add_marker(getattr(pytest.mark, tier))
-    items.sort(key=lambda item: _tier(item.nodeid) != "e2e")
+    order = {m: i for i, m in enumerate(lanes.longest_first(
+        (item.nodeid for item in items), lanes.durations()))}
+    items.sort(key=lambda item: order[lanes.module_of(item.nodeid)])
+    lanes.tell_exclusive(lanes.module_of(item.nodeid) for item in items
+                         if item.get_closest_marker("exclusive"))
 
 
 def _tier(nodeid: str) -> str:
@@ -271,20 +282,23 @@ def _tier(nodeid: str) -> str:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`--dist loadfile`, except that the whole e2e tier is one unit (`make test`): one worker
-    runs it in order with its session's one environment, operator and Spark Connect server,
-    while the other takes the unit and integration modules, each whole (a module's fixtures,
-    the three-broker cluster say, made once). pytest-xdist's own `loadgroup` cannot do it here:
-    it renames test ids, which pytest 9 derives and no longer lets a plugin set."""
+    """`--dist loadfile` (`make test`), modules longest first, exclusive modules apart
+    (tests/lanes.py). pytest-xdist's own `loadgroup` cannot say "not beside": it pins a group
+    to one worker, and it renames test ids, which pytest 9 derives and no longer lets a plugin
+    set."""
     if config.getvalue("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    return lanes.scheduler(config, log)
 
-    class TierScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return "tests/e2e" if _tier(nodeid) == "e2e" else nodeid.split("::", 1)[0]
 
-    return TierScheduling(config, log)
+@pytest.fixture(scope="module", autouse=True)
+def exclusive_module(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A module marked `exclusive` runs with no other exclusive module on any worker."""
+    if request.node.get_closest_marker("exclusive") is None:
+        yield
+        return
+    with lanes.exclusive(request.node.nodeid):
+        yield
 
 
 TIER_SECONDS: dict[str, dict[str, float]] = {}
@@ -293,6 +307,9 @@ test id (with pytest-xdist the workers' reports arrive interleaved)."""
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == "exclusive_wait_s":
+            WAITED[lanes.module_of(report.nodeid)] = float(value)
     tier = next((t for t in ("unit", "integration", "e2e") if t in report.keywords), "other")
     seconds = TIER_SECONDS.setdefault(tier, {})
     seconds[report.nodeid] = seconds.get(report.nodeid, 0.0) + report.duration
@@ -310,6 +327,27 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     workers = getattr(terminalreporter.config.option, "numprocesses", None)
     over = f" (summed over {workers} workers)" if workers else ""
     terminalreporter.write_sep("=", f"time per tier{over}: " + "; ".join(parts))
+    waited = [w for w in WAITED.values() if w > 0]
+    if WAITED:
+        terminalreporter.write_line(
+            f"exclusive modules: {len(WAITED)}, waited for one another "
+            f"{sum(waited):.0f} s in all (longest {max(waited, default=0):.0f} s)")
+
+
+WAITED: dict[str, float] = {}
+"""Seconds each exclusive module waited for the lock, as the workers reported them."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    """Hand a module's wait for the exclusive lock to the controller with its first test's
+    setup report (a worker's `user_properties` reach `pytest_runtest_logreport` there)."""
+    result = yield
+    module = lanes.module_of(item.nodeid)
+    waits = [s for m, s in lanes.WAITS if m == module]
+    if waits and not any(k == "exclusive_wait_s" for k, _ in item.user_properties):
+        item.user_properties.append(("exclusive_wait_s", waits[-1]))
+    return result
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -47,13 +47,30 @@ def assert_gone(state: dict[str, object], root: Path) -> None:
     assert not root.exists(), f"{root} was left behind"
 
 
-def test_up_status_down(env_name: str) -> None:
-    up = cli("env", "up", "--name", env_name, "--json", "--test-settings")
-    assert up.returncode == 0, up.stderr
+def test_up_by_a_starter_killed_then_status_then_down(env_name: str) -> None:
+    """One lifecycle: `env up` from a process that is then SIGKILLed (a crashed starter: its
+    servers go on, orphans, and nothing of the starter cleaned up), then `status`, then `down`,
+    which leaves no process and no directory."""
+    starter = textwrap.dedent(f"""
+        import os, signal, sys
+        from staticfleet.cli import main
+        sys.argv = ["staticfleet", "env", "up", "--name", {env_name!r}, "--json",
+                    "--test-settings"]
+        try:
+            main()
+        finally:
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    up = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True,
+                        timeout=180)
+    assert up.returncode == -signal.SIGKILL, up.stderr
     info = json.loads(up.stdout)
     assert info["up"] and info["bootstrap"].startswith("127.0.0.1:")
     assert {p["name"] for p in info["processes"]} == {
         "kafka", "etcd", "kube-apiserver", "kube-controller-manager", "local-node"}
+    state = environment.load(env_name)
+    assert state is not None and all(is_alive(r) for r in state.records), "orphans expected"
     kubeconfig = info["kubeconfig"]
 
     nodes = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "get", "nodes", "-o", "json"],
@@ -65,31 +82,11 @@ def test_up_status_down(env_name: str) -> None:
     status = cli("env", "status", "--name", env_name)
     assert status.returncode == 0 and "up" in status.stdout
 
-    state = environment.load(env_name)
-    assert state is not None
     down = cli("env", "down", "--name", env_name)
     assert down.returncode == 0 and "stopped" in down.stdout
     assert_gone(state.to_dict(), state.root)
     after = cli("env", "status", "--name", env_name)
     assert after.returncode == 1 and "not up" in after.stdout
-
-
-def test_down_cleans_up_after_the_starter_crashed(env_name: str) -> None:
-    starter = textwrap.dedent(f"""
-        import os, signal
-        from staticfleet_dev import environment
-        from staticfleet_dev.kafka import KafkaSettings
-        environment.up({env_name!r}, kafka_settings=KafkaSettings.for_tests(), with_node=True)
-        os.kill(os.getpid(), signal.SIGKILL)
-    """)
-    proc = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True,
-                          timeout=180)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
-    state = environment.load(env_name)
-    assert state is not None and all(is_alive(r) for r in state.records), "orphans expected"
-
-    assert cli("env", "down", "--name", env_name).returncode == 0
-    assert_gone(state.to_dict(), state.root)
 
 
 def test_down_stops_a_member_process_its_local_node_left_behind(tmp_path: Path) -> None:

@@ -74,3 +74,26 @@ def test_setup_builds_for_the_demo_only_what_it_needs() -> None:
     builds = _setup_builds()
     assert builds["demo"] == ["etcd", "k8s", "prometheus"], "the demo runs no helm nor promtool"
     assert ["kafka", *builds["all"]] == list(build.STEPS), "the tests need every step"
+
+
+def test_a_built_control_plane_is_found_without_the_network(
+        go_builds: list[list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a build asks the Go module proxy for Kubernetes' replace list: once built,
+    `kubernetes_bin` (every `env up`) needs no network."""
+    asked: list[str] = []
+
+    def replaces(version: str) -> list[str]:
+        asked.append(version)
+        return ["k8s.io/api => k8s.io/api v0.36.3"]
+
+    monkeypatch.setattr(build, "_kubernetes_replaces", replaces)
+    first = build.kubernetes_bin()
+    assert len(asked) == 1 and _built(go_builds) == ["kube-apiserver", "kube-controller-manager"]
+    assert "replace k8s.io/api => k8s.io/api v0.36.3" in (
+        first.parent / "wrapper" / "go.mod").read_text()
+
+    def offline(version: str) -> list[str]:
+        raise AssertionError("a start from the cache asked the network")
+
+    monkeypatch.setattr(build, "_kubernetes_replaces", offline)
+    assert build.kubernetes_bin() == first and len(_built(go_builds)) == 2
