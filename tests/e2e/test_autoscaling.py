@@ -30,7 +30,10 @@ from staticfleet_dev.testkit import groups
 from staticfleet_dev.testkit.operator import OperatorProcess
 from tests.support import unique
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+# exclusive: it makes load and the autoscaler decides on the members' measured throughput,
+# which a second heavy module on the same two cores would change.
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive,
+              pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
 PARTITIONS = 4
 TARGET_S = 10

@@ -38,7 +38,9 @@ from staticfleet_dev.testkit.poll import Poller, wait_for
 from tests.e2e.support import drain, env_patch, trigger
 from tests.support import unique
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+# exclusive: it prints a rollout's time alone and beside the hostile groups, compared.
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive,
+              pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
 HOSTILE_MEMBER = """
 import http.server, os, sys, time
