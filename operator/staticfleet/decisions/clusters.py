@@ -1,6 +1,6 @@
 """Which Kafka cluster a ConsumerGroup's `bootstrapServers` names, however it is spelled.
 
-Two spellings of one cluster are one cluster: for the per-cluster worker cap (`handlers.Runner`:
+Two spellings of one cluster are one cluster: for the per-cluster worker cap (`passes.Runner`:
 a group on a slow cluster takes that cluster's share of the workers, not everyone's) and for
 "the same Kafka group twice" (`snapshot.claim_key`). A cluster is known by its cluster id once
 a read of it said it (`observe.kafkaadmin.AdminPool.note_cluster_id`: every spelling that

@@ -50,7 +50,7 @@ STABLE = "Stable"
 WITH_MEMBERS = frozenset({STABLE, *REBALANCING_STATES})
 """The states of a group that has members."""
 PASS_S = 10.0
-"""A pass interval (`handlers.RESYNC_S`): how late after a rebalance a pass reads the members'
+"""A pass interval (`passes.RESYNC_S`): how late after a rebalance a pass reads the members'
 counters that show it, beyond the session timeout its slowest member may take."""
 KEPT_CREDITS = 20
 """Credits `status.stateCountedRebalances` keeps (the oldest go first: they expire first)."""

@@ -19,7 +19,7 @@ from staticfleet.observe.clusteranswers import TP, Outcome
 from staticfleet.observe.kafkareads import TopicsSeen
 
 INTERVAL_S = 10.0
-"""How often a cluster is read (the groups' resync interval, handlers.RESYNC_S): every group
+"""How often a cluster is read (the groups' resync interval, passes.RESYNC_S): every group
 it holds, whether or not its pass asks (`clusterpool`)."""
 OFFSETS_INTERVAL_S = 60.0
 """How often a group's committed offsets and its partitions' end offsets are read at rest

@@ -82,7 +82,7 @@ class ClusterReads:
 
     interval_s: float = INTERVAL_S
     rest_s: float = FORGET_AFTER_S / 2
-    """The longest a group's passes wait for each other (`handlers.REST_RESYNC_S`): a group
+    """The longest a group's passes wait for each other (`passes.REST_RESYNC_S`): a group
     no pass registered for twice that (at least `FORGET_AFTER_S`) is no longer read."""
     on_change: Callable[[frozenset[str]], None] | None = None
     """Told the owners (ConsumerGroup uids) of the groups whose answer changed in a whole read;

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from staticfleet import handlers
+from staticfleet import passes
 from staticfleet.decisions import clusters
 from staticfleet.decisions.snapshot import claim_key, claim_of, same_cluster
 from staticfleet.observe import kafkaadmin
@@ -66,24 +66,24 @@ def test_two_spellings_of_one_cluster_claim_one_group() -> None:
 
 
 def test_two_spellings_of_one_cluster_share_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`handlers.Runner`'s per-cluster cap is keyed by the cluster, not the raw string (main:
+    """`passes.Runner`'s per-cluster cap is keyed by the cluster, not the raw string (main:
     each spelling of a list of silent addresses had a cap of its own, together every worker)."""
     gate = threading.Event()
-    monkeypatch.setattr(handlers.service, "reconcile", lambda *_: gate.wait(10))
-    monkeypatch.setattr(handlers.pace, "next_pass", lambda *_: None)
+    monkeypatch.setattr(passes.service, "reconcile", lambda *_: gate.wait(10))
+    monkeypatch.setattr(passes.pace, "next_pass", lambda *_: None)
     pool = kafkaadmin.AdminPool()
     pool.note_cluster_id("c:9092", "X")
     pool.note_cluster_id("d:9092", "X")
     spellings = ["a:9092,b:9092", "b:9092, A:9092", "B:9092,a:9092,a:9092", "c:9092", "d:9092"]
 
     async def scenario() -> tuple[int, int]:
-        runner = handlers.Runner(clients=type("C", (), {"admins": pool})())  # type: ignore[arg-type]
+        runner = passes.Runner(clients=type("C", (), {"admins": pool})())  # type: ignore[arg-type]
         tasks = [asyncio.create_task(runner.run(
             {"spec": {"kafka": {"bootstrapServers": spellings[i % len(spellings)]}}}, []))
-            for i in range(4 * handlers.PER_CLUSTER)]
+            for i in range(4 * passes.PER_CLUSTER)]
         await asyncio.sleep(0.3)
         slots = len(runner.clusters)
-        running = sum(handlers.PER_CLUSTER - s._value for s in runner.clusters.values())
+        running = sum(passes.PER_CLUSTER - s._value for s in runner.clusters.values())
         gate.set()
         await asyncio.gather(*tasks)
         runner.pool.shutdown()
@@ -91,4 +91,4 @@ def test_two_spellings_of_one_cluster_share_its_workers(monkeypatch: pytest.Monk
 
     slots, running = asyncio.run(scenario())
     assert slots == 2, "two clusters: {a, b} by its address set, X by its id"
-    assert running == 2 * handlers.PER_CLUSTER
+    assert running == 2 * passes.PER_CLUSTER

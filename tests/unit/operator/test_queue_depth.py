@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from staticfleet import handlers
+from staticfleet import passes
 from staticfleet.metrics import REGISTRY
 from staticfleet.observe import kafkaadmin
 
@@ -25,15 +25,15 @@ def test_passes_beyond_a_clusters_slots_are_counted_while_they_wait(
         ran.append(body["spec"]["kafka"]["bootstrapServers"])
         gate.wait(10)
 
-    monkeypatch.setattr(handlers.service, "reconcile", reconcile)
-    monkeypatch.setattr(handlers.pace, "next_pass", lambda *_: None)
+    monkeypatch.setattr(passes.service, "reconcile", reconcile)
+    monkeypatch.setattr(passes.pace, "next_pass", lambda *_: None)
 
     async def scenario() -> tuple[float | None, float | None]:
-        runner = handlers.Runner(  # type: ignore[arg-type]
+        runner = passes.Runner(  # type: ignore[arg-type]
             clients=type("C", (), {"admins": kafkaadmin.AdminPool()})())
         one = {"spec": {"kafka": {"bootstrapServers": "one:9092"}}}
         other = {"spec": {"kafka": {"bootstrapServers": "other:9092"}}}
-        tasks = [asyncio.create_task(runner.run(one, [])) for _ in range(handlers.PER_CLUSTER + 3)]
+        tasks = [asyncio.create_task(runner.run(one, [])) for _ in range(passes.PER_CLUSTER + 3)]
         tasks.append(asyncio.create_task(runner.run(other, [])))  # its own cluster's slots
         await asyncio.sleep(0.3)
         waiting = REGISTRY.get_sample_value(DEPTH)
@@ -44,7 +44,7 @@ def test_passes_beyond_a_clusters_slots_are_counted_while_they_wait(
 
     waiting, after = asyncio.run(scenario())
     assert (waiting, after) == (3, 0)
-    assert ran.count("one:9092") == handlers.PER_CLUSTER + 3 and ran.count("other:9092") == 1
+    assert ran.count("one:9092") == passes.PER_CLUSTER + 3 and ran.count("other:9092") == 1
 
 
 def test_a_pass_waiting_for_a_slot_does_not_run_once_its_group_left_the_shard(
@@ -59,17 +59,17 @@ def test_a_pass_waiting_for_a_slot_does_not_run_once_its_group_left_the_shard(
         ran.append(body["metadata"]["uid"])
         gate.wait(10)
 
-    monkeypatch.setattr(handlers.service, "reconcile", reconcile)
-    monkeypatch.setattr(handlers.pace, "next_pass", lambda *_: None)
+    monkeypatch.setattr(passes.service, "reconcile", reconcile)
+    monkeypatch.setattr(passes.pace, "next_pass", lambda *_: None)
 
     async def scenario() -> Any:
-        runner = handlers.Runner(  # type: ignore[arg-type]
+        runner = passes.Runner(  # type: ignore[arg-type]
             clients=type("C", (), {"admins": kafkaadmin.AdminPool()})())
         busy = [asyncio.create_task(runner.run(
             {"metadata": {"uid": f"busy-{i}"}, "spec": {"kafka": {"bootstrapServers": "k:9092"}}},
-            [])) for i in range(handlers.PER_CLUSTER)]
+            [])) for i in range(passes.PER_CLUSTER)]
         await asyncio.sleep(0.2)
-        slot = handlers.Slot("moved")
+        slot = passes.Slot("moved")
         waiting = asyncio.create_task(runner.run(
             {"metadata": {"uid": "moved"}, "spec": {"kafka": {"bootstrapServers": "k:9092"}}},
             [], (), slot))
@@ -82,5 +82,5 @@ def test_a_pass_waiting_for_a_slot_does_not_run_once_its_group_left_the_shard(
         return due
 
     due = asyncio.run(scenario())
-    assert "moved" not in ran and len(ran) == handlers.PER_CLUSTER, ran
+    assert "moved" not in ran and len(ran) == passes.PER_CLUSTER, ran
     assert due is not None and due.delay_s == 0.0
