@@ -15,7 +15,7 @@ demo: setup-demo
 	staticfleet demo $(DEMO_ARGS)
 
 lint:
-	ruff check operator consumer_runtime member_contract staticfleet_dev tests bench scripts
+	ruff check operator consumer_runtime member_contract kafkawire staticfleet_dev tests bench scripts
 	mypy
 	lint-imports
 	python scripts/sync-crds.py --check

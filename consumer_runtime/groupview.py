@@ -11,7 +11,6 @@ when a leave or a drain first needs them, so a member that never leaves does not
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 import weakref
@@ -20,28 +19,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka import KafkaClient
-from kafka.protocol.api import Request, Response
-from kafka.protocol.types import (
-    Array,
-    Boolean,
-    Bytes,
-    CompactArray,
-    CompactString,
-    Int16,
-    Int32,
-    Schema,
-    String,
-    TaggedFields,
-)
 
 from consumer_runtime.config import RuntimeConfig
 from consumer_runtime.membership import connection_settings
 from consumer_runtime.records import TopicPartition as TP
-from consumer_runtime.staticleave import (
+from consumer_runtime.staticleave import GroupCoordinator
+from kafkawire.messages import (
     COORDINATOR_MOVING,
     GROUP_ID_NOT_FOUND,
-    GroupCoordinator,
-    Uuid,
+    ConsumerGroupDescribe,
+    DescribeGroups,
+    assignment_partitions,
+    classic_assignment,
 )
 
 log = logging.getLogger(__name__)
@@ -81,111 +70,18 @@ def held_by_another(members: Iterable[GroupMember], instance_id: str | None,
         m.instance_id == instance_id and m.member_id != member_id for m in members)
 
 
-
-
 # -- the group as its coordinator describes it ----------------------------------------------------
 #
 # The member asks through kafka-python's client, which the static leave already uses
 # (`staticleave.GroupCoordinator`): librdkafka 2.16 can abort the whole process when an admin
 # request such as describe_consumer_groups loses its coordinator (librdkafka#4605), so the member
-# makes no librdkafka admin request at all. A classic group answers DescribeGroups (v4, the
-# first with each member's group.instance.id); a consumer (KIP-848) group answers
-# ConsumerGroupDescribe (v0). Each API tells of a group of the other type that it does not know
-# it, so the member asks its own protocol's first and the other when the first says so; a group
-# neither knows is no answer (a coordinator that has just taken the group over says so of it).
-
-_CLASSIC_ASSIGNMENT = Schema(
-    ("version", Int16),
-    ("assigned", Array(("topic", String("utf-8")), ("partitions", Array(Int32)))),
-    ("user_data", Bytes))
-"""A classic consumer's assignment, as the group's leader wrote it (Kafka's
-ConsumerProtocolAssignment: the same layout in its versions 0 to 3)."""
-
-
-class DescribeGroupsResponse_v4(Response):
-    API_KEY = 15
-    API_VERSION = 4
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("groups", Array(
-            ("error_code", Int16),
-            ("group", String("utf-8")),
-            ("state", String("utf-8")),
-            ("protocol_type", String("utf-8")),
-            ("protocol", String("utf-8")),
-            ("members", Array(
-                ("member_id", String("utf-8")),
-                ("group_instance_id", String("utf-8")),
-                ("client_id", String("utf-8")),
-                ("client_host", String("utf-8")),
-                ("member_metadata", Bytes),
-                ("member_assignment", Bytes))),
-            ("authorized_operations", Int32))),
-    )
-
-
-class DescribeGroupsRequest_v4(Request):
-    API_KEY = 15
-    API_VERSION = 4
-    RESPONSE_TYPE = DescribeGroupsResponse_v4
-    SCHEMA = Schema(
-        ("groups", Array(String("utf-8"))),
-        ("include_authorized_operations", Boolean),
-    )
-
-
-_CONSUMER_ASSIGNMENT = Schema(
-    ("topic_partitions", CompactArray(
-        ("topic_id", Uuid),
-        ("topic_name", CompactString("utf-8")),
-        ("partitions", CompactArray(Int32)),
-        ("_tagged_fields", TaggedFields))),
-    ("_tagged_fields", TaggedFields))
-
-
-class ConsumerGroupDescribeResponse_v0(Response):
-    API_KEY = 69
-    API_VERSION = 0
-    FLEXIBLE_VERSION = True
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("groups", CompactArray(
-            ("error_code", Int16),
-            ("error_message", CompactString("utf-8")),
-            ("group_id", CompactString("utf-8")),
-            ("group_state", CompactString("utf-8")),
-            ("group_epoch", Int32),
-            ("assignment_epoch", Int32),
-            ("assignor_name", CompactString("utf-8")),
-            ("members", CompactArray(
-                ("member_id", CompactString("utf-8")),
-                ("instance_id", CompactString("utf-8")),
-                ("rack_id", CompactString("utf-8")),
-                ("member_epoch", Int32),
-                ("client_id", CompactString("utf-8")),
-                ("client_host", CompactString("utf-8")),
-                ("subscribed_topic_names", CompactArray(CompactString("utf-8"))),
-                ("subscribed_topic_regex", CompactString("utf-8")),
-                ("assignment", _CONSUMER_ASSIGNMENT),
-                ("target_assignment", _CONSUMER_ASSIGNMENT),
-                ("_tagged_fields", TaggedFields))),
-            ("authorized_operations", Int32),
-            ("_tagged_fields", TaggedFields))),
-        ("_tagged_fields", TaggedFields),
-    )
-
-
-class ConsumerGroupDescribeRequest_v0(Request):
-    API_KEY = 69
-    API_VERSION = 0
-    RESPONSE_TYPE = ConsumerGroupDescribeResponse_v0
-    FLEXIBLE_VERSION = True
-    SCHEMA = Schema(
-        ("group_ids", CompactArray(CompactString("utf-8"))),
-        ("include_authorized_operations", Boolean),
-        ("_tagged_fields", TaggedFields),
-    )
-
+# makes no librdkafka admin request at all. A classic group answers DescribeGroups (v5: v4 is
+# the first with each member's group.instance.id, and both came in Kafka 2.4); a consumer
+# (KIP-848) group answers ConsumerGroupDescribe (v0). Both are the wire kit's
+# (`kafkawire.messages`), as the operator's per-cluster reads send them. Each API tells of a
+# group of the other type that it does not know it, so the member asks its own protocol's first
+# and the other when the first says so; a group neither knows is no answer (a coordinator that
+# has just taken the group over says so of it).
 
 @dataclass(frozen=True)
 class Described:
@@ -199,15 +95,6 @@ class Described:
     moved: bool = False
 
 
-def classic_assignment(raw: bytes | None) -> frozenset[TP]:
-    """The partitions of a classic member's assignment bytes (none before it has one: the
-    coordinator sends them only while the group is Stable)."""
-    if not raw:
-        return frozenset()
-    _version, assigned, _user_data = _CLASSIC_ASSIGNMENT.decode(io.BytesIO(raw))
-    return frozenset((topic, p) for topic, partitions in assigned or () for p in partitions or ())
-
-
 def _failed(error_code: int, message: str | None) -> Described:
     if error_code == GROUP_ID_NOT_FOUND:
         return Described(absent=True)
@@ -216,7 +103,7 @@ def _failed(error_code: int, message: str | None) -> Described:
 
 
 def read_classic(answer: Any, group_id: str) -> Described:
-    """A DescribeGroups v4 answer. A group this API does not know (none, or a consumer group)
+    """A DescribeGroups v5 answer. A group this API does not know (none, or a consumer group)
     is Dead with no error (GROUP_ID_NOT_FOUND from version 6). So is, for the member, an Empty
     group with no protocol type: no consumer ever joined it as its coordinator knows it. A
     group whose members all left keeps its protocol type ("consumer"); a coordinator elected a
@@ -224,7 +111,7 @@ def read_classic(answer: Any, group_id: str) -> Described:
     later (Kafka 4.1), and the member's group does not go away. The coordinator shows the
     members' assignments only while the group is Stable: between generations they are not
     known."""
-    for error_code, group, state, protocol_type, _protocol, members, _ops in answer.groups:
+    for error_code, group, state, protocol_type, _protocol, members, _ops, _tags in answer.groups:
         if group != group_id:
             continue
         if error_code:
@@ -238,7 +125,7 @@ def read_classic(answer: Any, group_id: str) -> Described:
         try:
             return Described(members=tuple(
                 GroupMember(member_id, instance_id, classic_assignment(raw) if stable else None)
-                for member_id, instance_id, _client, _host, _meta, raw in members))
+                for member_id, instance_id, _client, _host, _meta, raw, _tags in members))
         except ValueError as exc:
             return Described(error=f"an assignment that does not decode: {exc}")
     return Described(error=f"the answer does not describe group {group_id}")
@@ -260,17 +147,11 @@ def read_consumer(answer: Any, group_id: str) -> Described:
         if str(state).lower() == "dead":
             return Described(absent=True)
         return Described(members=tuple(
-            GroupMember(member_id, instance_id, _owned(assignment)
+            GroupMember(member_id, instance_id, assignment_partitions(assignment)
                         if member_epoch >= assignment_epoch else None)
             for (member_id, instance_id, _rack, member_epoch, _client, _host, _topics, _regex,
                  assignment, _target, _tags) in members or ()))
     return Described(error=f"the answer does not describe group {group_id}")
-
-
-def _owned(assignment: Any) -> frozenset[TP]:
-    topic_partitions, _tags = assignment
-    return frozenset((topic, p) for _id, topic, partitions, _t in topic_partitions or ()
-                     for p in partitions or ())
 
 
 @dataclass(frozen=True)
@@ -291,10 +172,10 @@ class DescribeApi:
 
 
 CLASSIC_DESCRIBE = DescribeApi(
-    "DescribeGroups v4", lambda group: DescribeGroupsRequest_v4([group], False), read_classic,
+    "DescribeGroups v5", lambda group: DescribeGroups([group], False, {}), read_classic,
     absent_unless_taken=False)
 CONSUMER_DESCRIBE = DescribeApi(
-    "ConsumerGroupDescribe v0", lambda group: ConsumerGroupDescribeRequest_v0([group], False, {}),
+    "ConsumerGroupDescribe v0", lambda group: ConsumerGroupDescribe([group], False, {}),
     read_consumer, absent_unless_taken=True)
 
 

@@ -21,9 +21,11 @@ coordinator lookup each time, until the coordinator answers. Sending it twice is
 second leave of a member at epoch -2 writes the same record. The coordinator checks only that the
 instance id is known and held by that member id (and the group's READ right), so the answer says
 where the instance id stands (`outcome`). kafka-python carries the request (its client connects,
-authenticates and negotiates versions); the two message layouts below are Kafka's
-ConsumerGroupHeartbeat v1. The same client (`GroupCoordinator`) asks the coordinator who is in
-the group for `groupview.GroupView`: the member makes no librdkafka admin request.
+authenticates and negotiates versions); the message is Kafka's ConsumerGroupHeartbeat v1 and
+the client's settings come from the consumer's librdkafka properties, both from the wire kit
+(`kafkawire`), which the operator's reads use too. The same client (`GroupCoordinator`) asks
+the coordinator who is in the group for `groupview.GroupView`: the member makes no librdkafka
+admin request.
 
 Nothing the leave meets escapes it: settings kafka-python cannot take are refused as the client
 is made (StaticLeaveError), and any other failure, of the settings or of a try, is an
@@ -33,41 +35,30 @@ written to a file.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import logging
-import os
-import ssl
 import time
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kafka import KafkaClient
-from kafka.protocol.api import Request, Response
 from kafka.protocol.find_coordinator import FindCoordinatorRequest
-from kafka.protocol.types import (
-    AbstractType,
-    CompactArray,
-    CompactString,
-    Int8,
-    Int16,
-    Int32,
-    Schema,
-    TaggedFields,
-)
-from kafka.sasl.oauth import AbstractTokenProvider
 
+from kafkawire.messages import (
+    COORDINATOR_MOVING,
+    FENCED_INSTANCE_ID,
+    GROUP_ID_NOT_FOUND,
+    NONE,
+    UNKNOWN_MEMBER_ID,
+    ConsumerGroupHeartbeat,
+)
+from kafkawire.settings import Unsupported, client_settings
 from member_contract import (
     LEAVE_GONE,
     LEAVE_LEFT,
     LEAVE_TAKEN,
     LEAVE_UNCONFIRMED,
-    SASL_MECHANISMS,
-    SECURITY_PROTOCOLS,
 )
 
 log = logging.getLogger(__name__)
@@ -75,12 +66,6 @@ log = logging.getLogger(__name__)
 LEAVE_STATIC_EPOCH = -2
 """The member epoch of a static member's temporary leave (KIP-848)."""
 
-_NONE, _COORDINATOR_LOADING, _COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR = 0, 14, 15, 16
-_UNKNOWN_MEMBER_ID, _FENCED_INSTANCE_ID, GROUP_ID_NOT_FOUND = 25, 82, 69
-COORDINATOR_MOVING = frozenset({_COORDINATOR_LOADING, _COORDINATOR_NOT_AVAILABLE,
-                                _NOT_COORDINATOR})
-"""Error codes that say the group's coordinator moved or is loading the group: ask again,
-after a new coordinator lookup."""
 RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 """Pauses between tries: a coordinator moves within a second or two after a broker stops, and
 within the broker session timeout after one dies."""
@@ -89,11 +74,11 @@ within the broker session timeout after one dies."""
 def outcome(error_code: int, member_epoch: int) -> str | None:
     """Where the coordinator's answer to a static leave leaves the instance id; None: ask again
     (the coordinator is moving or loading)."""
-    if error_code == _NONE:
+    if error_code == NONE:
         return LEAVE_LEFT if member_epoch == LEAVE_STATIC_EPOCH else LEAVE_UNCONFIRMED
-    if error_code == _FENCED_INSTANCE_ID:
+    if error_code == FENCED_INSTANCE_ID:
         return LEAVE_TAKEN
-    if error_code in (_UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND):
+    if error_code in (UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND):
         return LEAVE_GONE
     if error_code in COORDINATOR_MOVING:
         return None
@@ -120,218 +105,29 @@ class LeaveResult:
                 "ms": round(self.seconds * 1000.0, 1), "detail": self.detail or None}
 
 
-class StaticLeaveError(ValueError):
-    """Connection settings the leave's client cannot take: `<key>: <what>; <what to do>`."""
+StaticLeaveError = Unsupported
+"""Connection settings the leave's client cannot take (the wire kit's `Unsupported`, a
+ValueError): `<key>: <what>; <what to do>`."""
 
 
-# -- ConsumerGroupHeartbeat v1 (Kafka's message spec: API key 68, flexible) -----------------------
-
-class _NullableStruct(AbstractType):
-    """A flexible version's nullable struct: an int8 marker (-1 null, 1 present), then the
-    fields."""
-
-    def __init__(self, *fields: tuple[str, Any]) -> None:
-        self.schema = Schema(*fields)
-
-    def encode(self, value: Any) -> bytes:
-        if value is None:
-            return Int8.encode(-1)
-        return Int8.encode(1) + self.schema.encode(value)
-
-    def decode(self, data: Any) -> Any:
-        return None if Int8.decode(data) < 0 else self.schema.decode(data)
-
-
-class Uuid(AbstractType):
-    """A UUID field (16 bytes), as in Kafka's topic ids."""
-
-    @classmethod
-    def encode(cls, value: bytes) -> bytes:
-        return bytes(value)
-
-    @classmethod
-    def decode(cls, data: Any) -> bytes:
-        value = data.read(16)
-        if len(value) != 16:
-            raise ValueError("buffer underrun decoding a UUID")
-        return bytes(value)
-
-
-_TOPIC_PARTITIONS = CompactArray(
-    ("topic_id", Uuid),
-    ("partitions", CompactArray(Int32)),
-    ("_tagged_fields", TaggedFields))
-
-
-class ConsumerGroupHeartbeatResponse_v1(Response):
-    API_KEY = 68
-    API_VERSION = 1
-    FLEXIBLE_VERSION = True
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("error_code", Int16),
-        ("error_message", CompactString("utf-8")),
-        ("member_id", CompactString("utf-8")),
-        ("member_epoch", Int32),
-        ("heartbeat_interval_ms", Int32),
-        ("assignment", _NullableStruct(
-            ("topic_partitions", _TOPIC_PARTITIONS),
-            ("_tagged_fields", TaggedFields))),
-        ("_tagged_fields", TaggedFields),
-    )
-
-
-class ConsumerGroupHeartbeatRequest_v1(Request):
-    API_KEY = 68
-    API_VERSION = 1
-    RESPONSE_TYPE = ConsumerGroupHeartbeatResponse_v1
-    FLEXIBLE_VERSION = True
-    SCHEMA = Schema(
-        ("group_id", CompactString("utf-8")),
-        ("member_id", CompactString("utf-8")),
-        ("member_epoch", Int32),
-        ("instance_id", CompactString("utf-8")),
-        ("rack_id", CompactString("utf-8")),
-        ("rebalance_timeout_ms", Int32),
-        ("subscribed_topic_names", CompactArray(CompactString("utf-8"))),
-        ("subscribed_topic_regex", CompactString("utf-8")),
-        ("server_assignor", CompactString("utf-8")),
-        ("topic_partitions", _TOPIC_PARTITIONS),
-        ("_tagged_fields", TaggedFields),
-    )
-
-
-def static_leave_request(group_id: str, member_id: str,
-                         instance_id: str) -> ConsumerGroupHeartbeatRequest_v1:
-    """The heartbeat of a static member's temporary leave; the fields a leave does not change
-    are null (-1 for the rebalance timeout), as librdkafka sends them."""
-    return ConsumerGroupHeartbeatRequest_v1(
+def static_leave_request(group_id: str, member_id: str, instance_id: str) -> Any:
+    """The heartbeat of a static member's temporary leave (`messages.ConsumerGroupHeartbeat`
+    v1); the fields a leave does not change are null (-1 for the rebalance timeout), as
+    librdkafka sends them."""
+    return ConsumerGroupHeartbeat(
         group_id, member_id, LEAVE_STATIC_EPOCH, instance_id, None, -1, None, None, None, None,
         {})
 
 
-# -- the client's settings, from the consumer's librdkafka properties ------------------------------
+RECONNECT = {"reconnect_backoff_ms": 50, "reconnect_backoff_max_ms": 1000}
+"""How soon the client connects again: a leave has a second or two to land."""
 
 
 def client_config(props: Mapping[str, str], client_id: str) -> dict[str, Any]:
     """kafka-python's client settings for the consumer's connection properties (librdkafka
-    names: bootstrap.servers, security.protocol, sasl.*, ssl.*); StaticLeaveError for what it
-    cannot take."""
-    protocol = str(props.get("security.protocol", "PLAINTEXT")).upper()
-    if protocol not in SECURITY_PROTOCOLS:
-        raise StaticLeaveError(f"security.protocol: {protocol!r} is not one of "
-                               f"{', '.join(SECURITY_PROTOCOLS)}; use one of them")
-    conf: dict[str, Any] = {
-        "bootstrap_servers": str(props["bootstrap.servers"]).split(","),
-        "client_id": client_id,
-        "security_protocol": protocol,
-        "request_timeout_ms": 5000,
-        "api_version_auto_timeout_ms": 5000,
-        "reconnect_backoff_ms": 50,
-        "reconnect_backoff_max_ms": 1000,
-    }
-    if protocol.startswith("SASL_"):
-        mech = str(props.get("sasl.mechanism", props.get("sasl.mechanisms", "GSSAPI"))).upper()
-        if mech not in SASL_MECHANISMS:
-            raise StaticLeaveError(f"sasl.mechanism: {mech!r} is not one of "
-                                   f"{', '.join(SASL_MECHANISMS)}; use one of them")
-        conf["sasl_mechanism"] = mech
-        if mech == "OAUTHBEARER":
-            conf["sasl_oauth_token_provider"] = OidcToken.from_props(props)
-        else:
-            conf["sasl_plain_username"] = props.get("sasl.username", "")
-            conf["sasl_plain_password"] = props.get("sasl.password", "")
-    if protocol.endswith("SSL"):
-        conf["ssl_context"] = tls_context(props)
-    return conf
-
-
-def tls_context(props: Mapping[str, str]) -> ssl.SSLContext:
-    """The TLS context of librdkafka's ssl.* properties (PEM text or file locations). PEM text is
-    never written to a file: a client certificate and key given as text are read from memory
-    (`_in_memory`)."""
-    cafile = props.get("ssl.ca.location")
-    ctx = ssl.create_default_context(cafile=cafile or None, cadata=props.get("ssl.ca.pem") or None)
-    if str(props.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
-        ctx.check_hostname = False
-    cert, key = props.get("ssl.certificate.location"), props.get("ssl.key.location")
-    cert_pem, key_pem = props.get("ssl.certificate.pem"), props.get("ssl.key.pem")
-    password = props.get("ssl.key.password") or None
-    if cert and key:
-        ctx.load_cert_chain(cert, key, password)
-    elif cert_pem and key_pem:
-        with _in_memory(cert_pem) as cert_path, _in_memory(key_pem) as key_path:
-            ctx.load_cert_chain(cert_path, key_path, password)
-    elif cert or key or cert_pem or key_pem:
-        raise StaticLeaveError("ssl.certificate.*/ssl.key.*: a client certificate needs both "
-                               "the certificate and its key; give both or neither")
-    return ctx
-
-
-@contextlib.contextmanager
-def _in_memory(text: str) -> Iterator[str]:
-    """A path that reads `text` and names no file on any disk: an anonymous memory file
-    (memfd_create) through /proc/self/fd, closed on exit. `load_cert_chain` takes paths only,
-    and the CRD promises that key material is never written."""
-    if not hasattr(os, "memfd_create"):
-        raise StaticLeaveError("ssl.key.pem: this platform cannot read a key from memory "
-                               "(no memfd_create); run the member on Linux")
-    fd = os.memfd_create("staticleave-pem", os.MFD_CLOEXEC)
-    try:
-        data = memoryview(text.encode())
-        while data:
-            data = data[os.write(fd, data):]
-        yield f"/proc/self/fd/{fd}"
-    finally:
-        os.close(fd)
-
-
-@dataclass
-class OidcToken(AbstractTokenProvider):
-    """An OAUTHBEARER token from the OIDC token endpoint by client credentials, as librdkafka's
-    sasl.oauthbearer.method=oidc gets it (HTTP Basic with the client's id and secret)."""
-
-    url: str
-    client_id: str
-    client_secret: str
-    scope: str = ""
-    extension_pairs: str = ""
-    ca: ssl.SSLContext | None = None
-
-    @classmethod
-    def from_props(cls, props: Mapping[str, str]) -> OidcToken:
-        if str(props.get("sasl.oauthbearer.method", "")).lower() != "oidc":
-            raise StaticLeaveError("sasl.oauthbearer.method: only oidc is supported for "
-                                   "OAUTHBEARER; set it to oidc with a token endpoint")
-        url = props.get("sasl.oauthbearer.token.endpoint.url")
-        if not url:
-            raise StaticLeaveError("sasl.oauthbearer.token.endpoint.url: not set; OIDC needs "
-                                   "the token endpoint")
-        cafile = props.get("https.ca.location") or None
-        ca_pem = props.get("https.ca.pem") or None
-        return cls(url=str(url),
-                   client_id=props.get("sasl.oauthbearer.client.id", ""),
-                   client_secret=props.get("sasl.oauthbearer.client.secret", ""),
-                   scope=props.get("sasl.oauthbearer.scope", ""),
-                   extension_pairs=props.get("sasl.oauthbearer.extensions", ""),
-                   ca=ssl.create_default_context(cafile=cafile, cadata=ca_pem)
-                   if (cafile or ca_pem) else None)
-
-    def token(self) -> str:
-        form = {"grant_type": "client_credentials"}
-        if self.scope:
-            form["scope"] = self.scope
-        basic = base64.b64encode(f"{self.client_id}:{self.client_secret}".encode()).decode()
-        req = urllib.request.Request(
-            self.url, data=urllib.parse.urlencode(form).encode(), method="POST",
-            headers={"Authorization": f"Basic {basic}",
-                     "Content-Type": "application/x-www-form-urlencoded"})
-        with urllib.request.urlopen(req, timeout=5, context=self.ca) as resp:
-            return str(json.load(resp)["access_token"])
-
-    def extensions(self) -> dict[str, str]:
-        pairs = (p.split("=", 1) for p in self.extension_pairs.split(",") if "=" in p)
-        return {k: v for k, v in pairs}
+    names: bootstrap.servers, security.protocol, sasl.*, ssl.*), by the wire kit
+    (`kafkawire.settings`); StaticLeaveError for what it cannot take."""
+    return {**client_settings(props, client_id), **RECONNECT}
 
 
 # -- a client of the group's coordinator ---------------------------------------------------------
@@ -381,7 +177,7 @@ class GroupCoordinator:
             if node is None:
                 raise OSError("no broker reachable")
             answer = self.send(node, FindCoordinatorRequest[1](self.group_id, 0), deadline)
-            if answer.error_code != _NONE:
+            if answer.error_code != NONE:
                 raise OSError(f"FindCoordinator: error {answer.error_code}")
             self.coordinator = int(answer.coordinator_id)
         return self.coordinator
@@ -469,7 +265,7 @@ class StaticLeave(GroupCoordinator):
                 answer = self.send(node, static_leave_request(self.group_id, member_id,
                                                               instance_id), deadline)
                 found = outcome(answer.error_code, answer.member_epoch)
-                detail = "" if answer.error_code == _NONE else (
+                detail = "" if answer.error_code == NONE else (
                     f"error {answer.error_code}: {answer.error_message or ''}".strip())
                 if found is None:
                     self.moved()

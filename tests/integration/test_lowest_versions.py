@@ -59,7 +59,7 @@ PINNED_EXTRAS = ("operator", "member")
 FREE_EXTRAS = ("dev", "test")
 UNIT_TESTS = ("tests/unit/operator", "tests/unit/runtime", "tests/unit/test_member_contract.py")
 PROJECT_FILES = ("pyproject.toml", "README.md", "LICENSE", "operator", "consumer_runtime",
-                 "staticfleet_dev", "member_contract")
+                 "staticfleet_dev", "member_contract", "kafkawire")
 SOURCE_ONLY = ("pyspark",)
 """Packages PyPI has no wheel of, built from their sdist."""
 

@@ -22,9 +22,9 @@ from confluent_kafka.admin import (
     AdminClient,
 )
 
-from consumer_runtime.groupview import ConsumerGroupDescribeRequest_v0
 from consumer_runtime.predecessor import MEMBER_ID_FILE, MemberIdRecord
 from consumer_runtime.staticleave import GroupCoordinator
+from kafkawire.messages import ConsumerGroupDescribe
 from member_contract import TERMINATION_MESSAGE_PATH_ENV
 from staticfleet_dev.kafka import KafkaBroker
 from staticfleet_dev.spark_connect import ConnectServer
@@ -135,7 +135,7 @@ def describe(bootstrap: str, group: str) -> Described:
     try:
         deadline = time.monotonic() + 10
         answer = coordinator.send(coordinator.find(deadline),
-                                  ConsumerGroupDescribeRequest_v0([group], False, {}), deadline)
+                                  ConsumerGroupDescribe([group], False, {}), deadline)
     finally:
         coordinator.close()
     ((error, message, _g, _state, epoch, _assignment_epoch, _assignor, members, _ops, _t),) = \

@@ -1,11 +1,13 @@
 """The member contract (`member_contract`) holds both sides to one spelling.
 
-The Kafka security tables are the ones a new mechanism or credential changes: each of the four
-mappings that carry them (the operator's librdkafka configuration, the member's, the static
-leave's kafka-python client and the operator's per-cluster reads' one) is tested here against
-them, one mechanism at a time, so a row added to the contract fails every side that does not
-carry it yet (the static leave's kafka-python client once kept a list of its own, where a
-missing mechanism left every leave unconfirmed, quietly).
+The Kafka security tables are the ones a new mechanism or credential changes: each of the three
+mappings that carry them (the operator's librdkafka configuration, the member's, and the wire
+kit's kafka-python settings, `kafkawire.settings`, which the member's static leave and group
+view and the operator's per-cluster reads both take) is tested here against them, one mechanism
+at a time, so a row added to the contract fails every side that does not carry it yet (the
+static leave's kafka-python client once kept a list of its own, where a missing mechanism left
+every leave unconfirmed, quietly; and until the kit, the operator's reads and the member kept
+two copies of the kafka-python settings, where a fix in one was missing in the other).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 import member_contract
 from consumer_runtime.config import parse_config
 from consumer_runtime.staticleave import client_config
+from kafkawire import settings as wirekit
 from member_contract import (
     MECHANISM_CREDENTIALS,
     REQUESTS,
@@ -112,55 +115,64 @@ def test_the_member_maps_each_mechanisms_variables_to_librdkafka(mechanism: str)
         assert consumer[SECRET_ENV[env]] == env
 
 
+def _member_props(mechanism: str) -> dict[str, str]:
+    """What the member's static leave and group view give the wire kit: the consumer's
+    librdkafka properties for `mechanism`."""
+    return {k: str(v) for k, v in _member_consumer(mechanism).items()}
+
+
+def _operator_conf(mechanism: str) -> dict[str, str]:
+    """What the operator's per-cluster reads give the wire kit: its own librdkafka
+    configuration (`kafkaclient.admin_conf`, each Secret's value its variable's name)."""
+    return kafkaclient.admin_conf(_group(mechanism).kafka, lambda ref: ref.key)
+
+
+KIT_USERS: dict[str, tuple[Any, Any]] = {
+    "the member's static leave": (_member_props, lambda conf: client_config(conf, "c")),
+    "the operator's per-cluster reads": (_operator_conf, clientsettings.client_settings),
+}
+"""Each user of the wire kit: where its librdkafka configuration comes from, and its settings."""
+
+
 @pytest.mark.parametrize("mechanism", SASL_MECHANISMS)
-def test_the_static_leave_takes_each_mechanism_with_its_credentials(mechanism: str) -> None:
-    """The static leave's kafka-python configuration, from the member's librdkafka properties:
-    the mechanism is one kafka-python has, and each credential reaches its client (the leave
-    of a mechanism it cannot take would stay unconfirmed)."""
+@pytest.mark.parametrize("user", sorted(KIT_USERS))
+def test_the_wire_kit_takes_each_mechanism_with_its_credentials(user: str,
+                                                                mechanism: str) -> None:
+    """The wire kit's kafka-python settings (`kafkawire.settings`), from each user's
+    librdkafka configuration: the mechanism has its row and is one kafka-python has, and each
+    credential reaches the client (a mechanism without one would leave every static leave
+    unconfirmed, and that cluster's operator reads per group)."""
+    assert tuple(wirekit.SASL_SETTINGS) == SASL_MECHANISMS
     assert mechanism in kafka.sasl.SASL_MECHANISMS
-    props = {k: str(v) for k, v in _member_consumer(mechanism).items()}
+    source, settings_of = KIT_USERS[user]
     # SASL without TLS: the CA above is no certificate (TLS has tests of its own).
-    conf = client_config({**props, "bootstrap.servers": "kafka:9092",
-                          "security.protocol": "SASL_PLAINTEXT"}, "c")
-    assert conf["sasl_mechanism"] == mechanism
-    provider = conf.get("sasl_oauth_token_provider")
-    given = [*conf.values(), *(vars(provider).values() if provider is not None else ())]
-    assert all(env in given for env in MECHANISM_CREDENTIALS[mechanism])
-
-
-@pytest.mark.parametrize("mechanism", SASL_MECHANISMS)
-def test_the_operators_cluster_reads_take_each_mechanism_with_its_credentials(
-        mechanism: str) -> None:
-    """The per-cluster reads' kafka-python settings (`observe.clientsettings`), from the
-    operator's own librdkafka configuration (`kafkaclient.admin_conf`, each Secret's value its
-    variable's name): the mechanism has its row, and each credential reaches the client (a
-    mechanism without one would leave that cluster's reads per group)."""
-    assert tuple(clientsettings.SASL_SETTINGS) == SASL_MECHANISMS
-    conf = kafkaclient.admin_conf(_group(mechanism).kafka, lambda ref: ref.key)
-    # SASL without TLS: the CA above is no certificate (TLS is the next test's).
-    settings = clientsettings.client_settings({**conf, "security.protocol": "SASL_PLAINTEXT"})
+    settings = settings_of({**source(mechanism), "bootstrap.servers": "kafka:9092",
+                            "security.protocol": "SASL_PLAINTEXT"})
     assert settings["sasl_mechanism"] == mechanism
     provider = settings.get("sasl_oauth_token_provider")
     reached = [*settings.values(), *(vars(provider).values() if provider is not None else ())]
     assert all(env in reached for env in MECHANISM_CREDENTIALS[mechanism])
 
 
-def test_the_operators_cluster_reads_take_every_credential_of_the_contract() -> None:
-    """Every property a Secret fills (`SECRET_ENV`, TLS material included) is one the
-    per-cluster reads carry; a new one is refused there (`Unsupported`) until it is."""
-    assert set(SECRET_ENV.values()) <= clientsettings.TAKEN
+def test_the_wire_kit_takes_every_credential_of_the_contract() -> None:
+    """Every property a Secret fills (`SECRET_ENV`, TLS material included) is one the wire
+    kit carries; a new one is refused there (`Unsupported`) until it is."""
+    assert set(SECRET_ENV.values()) <= wirekit.TAKEN
     tls = {SECRET_ENV[env] for env in TLS_CREDENTIALS}
     assert tls == {"ssl.ca.pem", "ssl.certificate.pem", "ssl.key.pem"}
     assert {"ssl.certificate.pem", "ssl.key.pem"} <= {
-        k for k in clientsettings.TAKEN if k.startswith("ssl.")}
+        k for k in wirekit.TAKEN if k.startswith("ssl.")}
+    assert all(k.startswith(wirekit.SECURITY_PREFIXES) for k in SECRET_ENV.values()), \
+        "a credential outside the security prefixes would be dropped, not refused"
 
 
-def test_every_protocol_of_the_contract_is_one_the_static_leave_takes() -> None:
+@pytest.mark.parametrize("user", sorted(KIT_USERS))
+def test_every_protocol_of_the_contract_is_one_the_wire_kit_takes(user: str) -> None:
+    _source, settings_of = KIT_USERS[user]
     for protocol in SECURITY_PROTOCOLS:
         props = {"bootstrap.servers": "kafka:9092", "security.protocol": protocol,
                  "sasl.mechanism": "PLAIN"}
-        assert client_config(props, "c")["security_protocol"] == protocol
-        assert clientsettings.client_settings(props)["security_protocol"] == protocol
+        assert settings_of(props)["security_protocol"] == protocol
 
 
 # --- one spelling -----------------------------------------------------------------------------

@@ -22,8 +22,9 @@ layers (.importlinter, `observe-layers`):
 * `coordinated`: the requests to a group's coordinator, made by a child process per cluster
   (librdkafka aborts the process on some of their failures).
 * `clusteranswers` (what those reads' answers say, as the operator's types), `wire` (their
-  requests: the versions kafka-python lacks, and a batch of them sent and awaited) and
-  `clientsettings` (kafka-python's settings for the admin client's configuration).
+  requests, the versions kafka-python lacks from the wire kit `kafkawire.messages`, and a
+  batch of them sent and awaited) and `clientsettings` (the wire kit's kafka-python settings
+  for the admin client's configuration, as the operator's client).
 
 Everything here blocks; the service calls it from a worker thread (and `clusterpool` from
 its own threads).

@@ -1,7 +1,8 @@
 """What the answers of the per-cluster reads (`clusterreads`) say, in the operator's own types:
 a group's description as `GroupView` (what `kafkareads.describe_group` gives), its committed
 offsets and the end offsets as plain dicts, the topics as `TopicsSeen`. Pure: each function
-takes one decoded answer (`wire`'s schemas, or kafka-python's) and returns values.
+takes one decoded answer (the wire kit's schemas, `kafkawire.messages`, or kafka-python's)
+and returns values.
 
 An error is never a value: a group whose answer is an error has an `Outcome` that says which
 (`moving`: its coordinator moved or is loading it), a partition with an error or no committed
@@ -14,17 +15,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka.coordinator.protocol import ConsumerProtocolMemberAssignment_v0
-
-from staticfleet.decisions.snapshot import GroupMemberView, GroupView
-from staticfleet.observe.wire import (
+from kafkawire import messages
+from kafkawire.messages import (
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
     GROUP_ID_NOT_FOUND,
     NONE,
     NOT_COORDINATOR,
     UNKNOWN_TOPIC_OR_PARTITION,
+    assignment_partitions,
 )
+from staticfleet.decisions.snapshot import GroupMemberView, GroupView
 
 TP = tuple[str, int]
 
@@ -89,21 +90,14 @@ def state_name(state: str | None, known: tuple[str, ...] = CLASSIC_STATES) -> st
     return next((name for name in known if name.lower() == text), "Unknown")
 
 
-def _partitions(pairs: Iterable[tuple[str, Iterable[int]]]) -> tuple[TP, ...]:
-    return tuple(sorted((topic, int(p)) for topic, parts in pairs for p in parts or ()))
-
-
 def classic_assignment(raw: bytes | None) -> tuple[TP, ...]:
-    """A classic member's partitions, from its assignment bytes (Kafka's
-    ConsumerProtocolAssignment, the same layout in its versions 0-3; empty while the group is
-    between generations). Bytes that do not decode are no partitions."""
-    if not raw:
-        return ()
+    """A classic member's partitions, from its assignment bytes (`messages.classic_assignment`;
+    empty while the group is between generations). Bytes that do not decode are no
+    partitions."""
     try:
-        decoded = ConsumerProtocolMemberAssignment_v0.decode(raw)
-    except (ValueError, TypeError, IndexError):
+        return tuple(sorted(messages.classic_assignment(raw)))
+    except ValueError:
         return ()
-    return _partitions(decoded.assignment or ())
 
 
 def classic_outcome(group: Any) -> Outcome:
@@ -138,11 +132,10 @@ def consumer_outcome(group: Any) -> Outcome:
 
 
 def _consumer_member(member: Any) -> GroupMemberView:
-    (member_id, instance_id, _rack, _epoch, client_id, host, _topics, _regex,
-     (owned, _tags), *_rest) = member
+    (member_id, instance_id, _rack, _epoch, client_id, host, _topics, _regex, owned,
+     *_rest) = member
     return GroupMemberView(member_id=member_id, instance_id=instance_id, client_id=client_id,
-                           host=host, partitions=_partitions(
-                               (name, parts) for _high, _low, name, parts, _t in owned or ()))
+                           host=host, partitions=tuple(sorted(assignment_partitions(owned))))
 
 
 def described(answer: Any) -> dict[str, Outcome]:

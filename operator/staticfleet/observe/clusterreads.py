@@ -45,6 +45,7 @@ from typing import Any
 
 from kafka import KafkaClient
 
+from kafkawire import messages
 from staticfleet.decisions.spec.kafka import topic_matcher
 from staticfleet.observe import clusteranswers as answers
 from staticfleet.observe import wire
@@ -323,7 +324,7 @@ class ClusterReader:
         node = self.wire.any_broker()
         chunks = [unknown[i:i + BATCH] for i in range(0, len(unknown), BATCH)]
         found = ([Exception("no broker to ask")] * len(chunks) if node is None else
-                 self.wire.exchange([(node, wire.FindCoordinator(0, c, {})) for c in chunks],
+                 self.wire.exchange([(node, messages.FindCoordinator(0, c, {})) for c in chunks],
                                     deadline))
         for chunk, answer in zip(chunks, found, strict=True):
             told: dict[str, tuple[int | None, Outcome]]
@@ -352,8 +353,8 @@ class ClusterReader:
                 by_api[(self.coordinators[group_id], apis[0])].append(group_id)
         for (node, api), groups in by_api.items():
             for chunk in _chunks(groups):
-                request = (wire.ConsumerGroupDescribe(chunk, False, {}) if api == "consumer"
-                           else wire.DescribeGroups(chunk, False, {}))
+                request = (messages.ConsumerGroupDescribe(chunk, False, {}) if api == "consumer"
+                           else messages.DescribeGroups(chunk, False, {}))
                 asks.append((node, request, partial(self._described, chunk=chunk, node=node,
                                                     now=now, todo=todo)))
         by_node: dict[int, list[str]] = defaultdict(list)
@@ -455,7 +456,7 @@ class ClusterReader:
                         now: float, todo: _Round) -> None:
         if group_id not in todo.offsets:
             return
-        if outcome.code == wire.NONE:
+        if outcome.code == messages.NONE:
             todo.fetched[group_id] = offsets  # a coordinator loading the group answers -1
         elif outcome.moved:
             self.coordinators.pop(group_id, None)

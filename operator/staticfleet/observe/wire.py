@@ -1,6 +1,7 @@
-"""The requests of the per-cluster reads (`clusterreads`), on kafka-python's client: the
-versions kafka-python 2.3 lacks, spelled with its protocol types, and `Wire`, which sends a
-batch of requests to the brokers they are for and waits for all their answers within a deadline.
+"""The requests of the per-cluster reads (`clusterreads`), on kafka-python's client: which
+versions they send (those kafka-python 2.3 lacks are the wire kit's, `kafkawire.messages`),
+and `Wire`, which sends a batch of requests to the brokers they are for and waits for all their
+answers within a deadline.
 
 kafka-python is pure Python: a request whose broker goes away fails its future, and nothing
 aborts the process (librdkafka 2.16 does, for its coordinator-bound admin requests:
@@ -26,113 +27,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kafka import KafkaClient
-from kafka.protocol.api import Request, Response
 from kafka.protocol.list_offsets import ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
-from kafka.protocol.types import (
-    Boolean,
-    CompactArray,
-    CompactBytes,
-    CompactString,
-    Int8,
-    Int16,
-    Int32,
-    Int64,
-    Schema,
-    TaggedFields,
+
+from kafkawire.messages import (
+    NONE,
+    ConsumerGroupDescribe,
+    DescribeGroups,
+    FindCoordinator,
+    OffsetFetch,
 )
-
-# Kafka's error codes that the reads tell apart.
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-GROUP_ID_NOT_FOUND = 69
-
-_TEXT = CompactString("utf-8")
-_TAGS = ("_tagged_fields", TaggedFields)
-
-
-def _rows(*fields: tuple[str, Any]) -> CompactArray:
-    """A flexible version's array of structs (each ends in its tagged fields)."""
-    return CompactArray(*fields, _TAGS)
-
-
-def _api(name: str, key: int, version: int, request: Sequence[tuple[str, Any]],
-         response: Sequence[tuple[str, Any]]) -> Any:
-    """The request class of a flexible version (its response class is `RESPONSE_TYPE`)."""
-    answer = type(f"{name}Response_v{version}", (Response,), {
-        "__module__": __name__, "API_KEY": key, "API_VERSION": version, "FLEXIBLE_VERSION": True,
-        "SCHEMA": Schema(*response, _TAGS)})
-    return type(f"{name}Request_v{version}", (Request,), {
-        "__module__": __name__, "API_KEY": key, "API_VERSION": version, "FLEXIBLE_VERSION": True,
-        "RESPONSE_TYPE": answer, "SCHEMA": Schema(*request, _TAGS)})
-
-
-FindCoordinator = _api(
-    "FindCoordinator", 10, 4,
-    [("key_type", Int8), ("coordinator_keys", CompactArray(_TEXT))],
-    [("throttle_time_ms", Int32),
-     ("coordinators", _rows(("key", _TEXT), ("node_id", Int32), ("host", _TEXT),
-                            ("port", Int32), ("error_code", Int16), ("error_message", _TEXT)))])
-"""FindCoordinator v4: `FindCoordinator(0, [group ids])` (key type 0: groups)."""
-
-DescribeGroups = _api(
-    "DescribeGroups", 15, 5,
-    [("groups", CompactArray(_TEXT)), ("include_authorized_operations", Boolean)],
-    [("throttle_time_ms", Int32),
-     ("groups", _rows(
-         ("error_code", Int16), ("group_id", _TEXT), ("group_state", _TEXT),
-         ("protocol_type", _TEXT), ("protocol_data", _TEXT),
-         ("members", _rows(("member_id", _TEXT), ("group_instance_id", _TEXT),
-                           ("client_id", _TEXT), ("client_host", _TEXT),
-                           ("member_metadata", CompactBytes),
-                           ("member_assignment", CompactBytes))),
-         ("authorized_operations", Int32)))])
-"""DescribeGroups v5: `DescribeGroups([group ids], False, {})`. A group it does not know (none,
-or a consumer group) is Dead with no error (GROUP_ID_NOT_FOUND is v6's)."""
-
-_TOPIC_ID = (("topic_id_high", Int64), ("topic_id_low", Int64))
-"""Kafka's uuid (a topic id): 16 bytes, read as the two 64-bit halves Java keeps it in."""
-
-_ASSIGNMENT = Schema(
-    ("topic_partitions", _rows(*_TOPIC_ID, ("topic_name", _TEXT),
-                               ("partitions", CompactArray(Int32)))), _TAGS)
-
-ConsumerGroupDescribe = _api(
-    "ConsumerGroupDescribe", 69, 0,
-    [("group_ids", CompactArray(_TEXT)), ("include_authorized_operations", Boolean)],
-    [("throttle_time_ms", Int32),
-     ("groups", _rows(
-         ("error_code", Int16), ("error_message", _TEXT), ("group_id", _TEXT),
-         ("group_state", _TEXT), ("group_epoch", Int32), ("assignment_epoch", Int32),
-         ("assignor_name", _TEXT),
-         ("members", _rows(
-             ("member_id", _TEXT), ("instance_id", _TEXT), ("rack_id", _TEXT),
-             ("member_epoch", Int32), ("client_id", _TEXT), ("client_host", _TEXT),
-             ("subscribed_topic_names", CompactArray(_TEXT)),
-             ("subscribed_topic_regex", _TEXT),
-             ("assignment", _ASSIGNMENT), ("target_assignment", _ASSIGNMENT))),
-         ("authorized_operations", Int32)))])
-"""ConsumerGroupDescribe v0: `ConsumerGroupDescribe([group ids], False, {})`. A group it does
-not know (none, or a classic group) is GROUP_ID_NOT_FOUND."""
-
-OffsetFetch = _api(
-    "OffsetFetch", 9, 8,
-    [("groups", _rows(("group_id", _TEXT),
-                      ("topics", _rows(("name", _TEXT),
-                                       ("partition_indexes", CompactArray(Int32)))))),
-     ("require_stable", Boolean)],
-    [("throttle_time_ms", Int32),
-     ("groups", _rows(
-         ("group_id", _TEXT),
-         ("topics", _rows(("name", _TEXT), ("partitions", _rows(
-             ("partition_index", Int32), ("committed_offset", Int64),
-             ("committed_leader_epoch", Int32), ("metadata", _TEXT),
-             ("error_code", Int16))))),
-         ("error_code", Int16)))])
-"""OffsetFetch v8: `OffsetFetch([(group id, [(topic, [partitions], {})], {})], False, {})`."""
 
 ListOffsets = ListOffsetsRequest[5]
 """ListOffsets v5: `ListOffsets(-1, 0, [(topic, [(partition, -1, -1)])])` (timestamp -1: the
@@ -140,6 +44,7 @@ end offset; isolation 0: read uncommitted, the high watermark, as the admin clie
 
 Metadata = MetadataRequest[8]
 """Metadata v8: `Metadata([topics] or None for all, False, False, False)`."""
+
 
 def _by_topic(tps: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}

@@ -88,17 +88,19 @@ def _copied(dockerfile: Path) -> list[str]:
     return copied
 
 
-# Each image ships its own package and the member contract only: the operator never the
+# Each image ships its own package and the shared packages only: the operator never the
 # member runtime nor the development environment (staticfleet_dev), the member never the
-# operator; both the names they share (member_contract).
+# operator; both the names they share (member_contract) and the Kafka wire kit (kafkawire).
 CONTRACT = "member_contract"
+WIRE_KIT = "kafkawire"
+SHARED = (CONTRACT, WIRE_KIT)
 
 
 @dataclass(frozen=True)
 class Image:
     extra: str  # what `pip install ".[extra]"` installs
-    copied: str  # the image's own package directory, copied beside the member contract's
-    package: str  # its import package, which its wheel holds beside the member contract
+    copied: str  # the image's own package directory, copied beside the shared ones
+    package: str  # its import package, which its wheel holds beside the shared ones
 
 
 IMAGES = {
@@ -111,7 +113,7 @@ IMAGES = {
 def test_image_copies_its_package_and_installs_its_extra(image: str) -> None:
     dockerfile = REPO / "images" / image / "Dockerfile"
     assert _copied(dockerfile) == ["pyproject.toml", "README.md", IMAGES[image].copied,
-                                   f"{CONTRACT}/"]
+                                   *(f"{shared}/" for shared in SHARED)]
     installs = [pip.strip() for word, rest in _instructions(dockerfile) if word == "RUN"
                 for pip in re.findall(r"pip install[^&;]*", rest)]
     assert installs == [f'pip install --no-cache-dir ".[{IMAGES[image].extra}]"'], installs
@@ -156,7 +158,7 @@ def test_extras_per_image() -> None:
 
 
 def _third_party_imports(package: Path) -> set[str]:
-    own = {"staticfleet", "staticfleet_dev", "consumer_runtime", CONTRACT, "tests"}
+    own = {"staticfleet", "staticfleet_dev", "consumer_runtime", *SHARED, "tests"}
     found: set[str] = set()
     for path in package.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -176,6 +178,8 @@ def _third_party_imports(package: Path) -> set[str]:
     ("staticfleet_dev", "dev"),
     (CONTRACT, "member"),
     (CONTRACT, "operator"),
+    (WIRE_KIT, "member"),
+    (WIRE_KIT, "operator"),
 ])
 def test_each_extra_declares_what_its_package_imports(package: str, extra: str) -> None:
     distributions = importlib.metadata.packages_distributions()
@@ -198,7 +202,7 @@ def test_test_extra_holds_the_build_backend() -> None:
 def test_image_build_context_makes_a_wheel_of_its_package(image: str, tmp_path: Path) -> None:
     """What `pip install ".[extra]"` builds from the files the image copies: setuptools copes with
     the package directories that are absent (`where`), and the wheel holds the image's package
-    and the member contract alone."""
+    and the shared packages alone."""
     for requirement in tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"][
             "requires"]:
         req = Requirement(requirement)
@@ -225,7 +229,7 @@ def test_image_build_context_makes_a_wheel_of_its_package(image: str, tmp_path: 
         names = whl.namelist()
         metadata = whl.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {
-        IMAGES[image].package, CONTRACT}
+        IMAGES[image].package, *SHARED}
     assert f"Provides-Extra: {IMAGES[image].extra}" in metadata.splitlines()
 
 
@@ -234,6 +238,6 @@ def test_dockerignore_keeps_the_context_small() -> None:
     assert lines[lines.index("**")] == "**", "exclude everything by default"
     allowed = {line[1:] for line in lines if line.startswith("!")}
     assert allowed == {"pyproject.toml", "README.md", "operator/", "consumer_runtime/",
-                       f"{CONTRACT}/"}
+                       *(f"{shared}/" for shared in SHARED)}
     copied = {path for dockerfile in DOCKERFILES for path in _copied(dockerfile)}
     assert copied == allowed, copied ^ allowed

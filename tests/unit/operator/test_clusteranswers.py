@@ -1,5 +1,6 @@
 """What the per-cluster reads' answers say (`observe.clusteranswers`), from answers encoded and
-decoded with the schemas the reads send (`observe.wire`): a table per request."""
+decoded with the schemas the reads send (the wire kit's, `kafkawire.messages`, and
+`observe.wire`'s): a table per request."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import pytest
 from kafka.coordinator.protocol import ConsumerProtocolMemberAssignment_v0
 
+from kafkawire import messages
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView
 from staticfleet.observe import clusteranswers as answers
 from staticfleet.observe import wire
@@ -34,7 +36,7 @@ def classic(code: int, group: str, state: str, members: list[Any]) -> tuple[Any,
     return (code, group, state, "consumer", "range", members, -2147483648, {})
 
 
-DESCRIBE_GROUPS = wire.DescribeGroups([], False, {})
+DESCRIBE_GROUPS = messages.DescribeGroups([], False, {})
 
 
 def test_a_stable_classic_group_is_its_members_with_their_sorted_partitions() -> None:
@@ -72,14 +74,14 @@ def test_a_classic_answer_without_members_says_why(code: int, state: str, elsewh
     assert (outcome.text != "") == (code != 0 and not elsewhere)
 
 
-CONSUMER_DESCRIBE = wire.ConsumerGroupDescribe([], False, {})
-TOPIC_ID = (0x0102030405060708, -2)
+CONSUMER_DESCRIBE = messages.ConsumerGroupDescribe([], False, {})
+TOPIC_ID = bytes(range(16))
 
 
 def consumer_member(member_id: str, instance: str | None, owned: list[int],
                     target: list[int]) -> tuple[Any, ...]:
     def assigned(parts: list[int]) -> tuple[Any, ...]:
-        return ([(*TOPIC_ID, "t", parts, {})] if parts else [], {})
+        return ([(TOPIC_ID, "t", parts, {})] if parts else [], {})
     return (member_id, instance, None, 5, "c", "/10.0.0.9", ["t"], None, assigned(owned),
             assigned(target), {})
 
@@ -129,7 +131,7 @@ def test_a_reconciling_consumer_group_is_unknown_with_its_members() -> None:
 
 
 def test_coordinators_by_group_or_why_none() -> None:
-    answer = decoded(wire.FindCoordinator(0, [], {}), 0, [
+    answer = decoded(messages.FindCoordinator(0, [], {}), 0, [
         ("a", 2, "b2", 9092, 0, None, {}), ("b", -1, "", -1, NOT_AVAILABLE, "no leader", {})])
     found = answers.coordinators(answer)
     assert found["a"] == (2, answers.Outcome())
@@ -138,7 +140,7 @@ def test_coordinators_by_group_or_why_none() -> None:
 
 
 def test_committed_offsets_leave_out_errors_and_partitions_never_committed() -> None:
-    answer = decoded(wire.OffsetFetch([], False, {}), 0, [
+    answer = decoded(messages.OffsetFetch([], False, {}), 0, [
         ("a", [("t", [(0, 42, 3, "", 0, {}), (1, -1, -1, "", 0, {}), (2, 7, -1, None, 3, {})],
                 {})], 0, {}),
         ("b", [], NOT_COORDINATOR, {}), ("c", [], 0, {})])

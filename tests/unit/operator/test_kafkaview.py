@@ -9,13 +9,13 @@ from typing import Any, cast
 
 import pytest
 
+from kafkawire.messages import COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
 from staticfleet import kafkaview
 from staticfleet.decisions.snapshot import GroupView
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.observe import kafkaadmin, kafkareads
 from staticfleet.observe.clusteranswers import Outcome, no_answer
 from staticfleet.observe.clusterheld import Described, GroupRead
-from staticfleet.observe.wire import COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
 
 pytestmark = pytest.mark.unit
 

@@ -1,8 +1,9 @@
 """The group as its coordinator describes it (groupview.GroupView), without a broker: the two
-describe APIs' messages byte for byte against Kafka's layouts (DescribeGroups v4,
-ConsumerGroupDescribe v0, a classic consumer's assignment), what each answer says as a table,
-and the view's questions against a scripted stand-in for kafka-python's KafkaClient: which API
-it asks first, when it asks the other, and that every failure is None, never an exception."""
+describe APIs' messages byte for byte against Kafka's layouts (the wire kit's DescribeGroups v5,
+ConsumerGroupDescribe v0 and a classic consumer's assignment, `kafkawire.messages`), what each
+answer says as a table, and the view's questions against a scripted stand-in for kafka-python's
+KafkaClient: which API it asks first, when it asks the other, and that every failure is None,
+never an exception."""
 
 from __future__ import annotations
 
@@ -18,25 +19,21 @@ from typing import Any
 
 import pytest
 from kafka.errors import KafkaConnectionError
-from kafka.protocol.api import RequestHeader, RequestHeaderV2
+from kafka.protocol.api import RequestHeaderV2
 
 import consumer_runtime
 from consumer_runtime.config import RuntimeConfig, parse_config
 from consumer_runtime.groupview import (
     CLASSIC_DESCRIBE,
     CONSUMER_DESCRIBE,
-    ConsumerGroupDescribeRequest_v0,
-    ConsumerGroupDescribeResponse_v0,
     Described,
-    DescribeGroupsRequest_v4,
-    DescribeGroupsResponse_v4,
     GroupMember,
     GroupView,
-    classic_assignment,
     describe_order,
     read_classic,
     read_consumer,
 )
+from kafkawire.messages import ConsumerGroupDescribe, DescribeGroups, classic_assignment
 from tests.unit.runtime.fakes import NEVER_ANSWERED, Future, scripted_send
 from tests.unit.runtime.support import base
 
@@ -86,6 +83,11 @@ def carray(*items: bytes) -> bytes:
     return uvarint(len(items) + 1) + b"".join(items)
 
 
+def cblob(b: bytes | None) -> bytes:
+    """A flexible version's COMPACT_BYTES: unsigned varint length + 1, 0 for null."""
+    return b"\x00" if b is None else uvarint(len(b) + 1) + b
+
+
 NO_TAGS = b"\x00"
 NO_OPERATIONS = i32(-2**31)
 TOPIC_ID = bytes(range(16))
@@ -118,31 +120,32 @@ def test_a_classic_assignment_cut_short_is_an_error() -> None:
         classic_assignment(classic_assignment_bytes(0, ("a", [0, 3]))[:-6])
 
 
-# -- DescribeGroups v4 -------------------------------------------------------------------------
+# -- DescribeGroups v5 (the wire kit's: kafkawire.messages) -----------------------------------
+
+DescribeGroupsResponse = DescribeGroups.RESPONSE_TYPE
 
 
-def test_describe_groups_v4_encodes_as_kafkas_layout() -> None:
-    request = DescribeGroupsRequest_v4(["orders"], False)
-    assert request.encode() == array(string("orders")) + b"\x00"
-    assert (request.API_KEY, request.API_VERSION) == (15, 4)
-    assert request.RESPONSE_TYPE is DescribeGroupsResponse_v4
-    assert type(request.build_header(7, "c")) is RequestHeader  # not a flexible version
+def test_describe_groups_v5_encodes_as_kafkas_layout() -> None:
+    request = DescribeGroups(["orders"], False, {})
+    assert request.encode() == carray(cstring("orders")) + b"\x00" + NO_TAGS
+    assert (request.API_KEY, request.API_VERSION, request.FLEXIBLE_VERSION) == (15, 5, True)
+    assert isinstance(request.build_header(7, "c"), RequestHeaderV2)  # a flexible version
     assert CLASSIC_DESCRIBE.request("orders").encode() == request.encode()
 
 
 def classic_member(member_id: str, instance: str | None, assignment: bytes) -> bytes:
-    return (string(member_id) + string(instance) + string("client") + string("/10.0.0.1")
-            + blob(b"") + blob(assignment))
+    return (cstring(member_id) + cstring(instance) + cstring("client") + cstring("/10.0.0.1")
+            + cblob(b"") + cblob(assignment) + NO_TAGS)
 
 
 def classic_answer(*groups: bytes) -> bytes:
-    return i32(0) + array(*groups)
+    return i32(0) + carray(*groups) + NO_TAGS
 
 
 def classic_group(group: str, members: list[bytes], state: str = "Stable",
                   error: int = 0, protocol_type: str = "consumer") -> bytes:
-    return (i16(error) + string(group) + string(state) + string(protocol_type)
-            + string("range") + array(*members) + NO_OPERATIONS)
+    return (i16(error) + cstring(group) + cstring(state) + cstring(protocol_type)
+            + cstring("range") + carray(*members) + NO_OPERATIONS + NO_TAGS)
 
 
 def decode(response_type: Any, wire: bytes) -> Any:
@@ -152,12 +155,12 @@ def decode(response_type: Any, wire: bytes) -> Any:
     return answer
 
 
-def test_a_describe_groups_v4_answer_decodes_with_instance_ids_and_assignments() -> None:
+def test_a_describe_groups_v5_answer_decodes_with_instance_ids_and_assignments() -> None:
     wire = classic_answer(classic_group("orders", [
         classic_member("m-0", "orders-0", classic_assignment_bytes(1, ("a", [0, 1]))),
         classic_member("m-1", None, b""),
     ]))
-    answer = decode(DescribeGroupsResponse_v4, wire)
+    answer = decode(DescribeGroupsResponse, wire)
     assert read_classic(answer, "orders") == Described(members=(
         GroupMember("m-0", "orders-0", frozenset({("a", 0), ("a", 1)})),
         GroupMember("m-1", None, frozenset())))
@@ -187,7 +190,7 @@ GROUP_ID_NOT_FOUND, NOT_COORDINATOR, LOADING, NOT_AVAILABLE, DENIED = 69, 16, 14
         "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
         "GROUP_AUTHORIZATION_FAILED", "not a consumer group", "another group"])
 def test_what_a_describe_groups_answer_says(group: bytes, expected: Described) -> None:
-    assert read_classic(decode(DescribeGroupsResponse_v4, classic_answer(group)),
+    assert read_classic(decode(DescribeGroupsResponse, classic_answer(group)),
                         "orders") == expected
 
 
@@ -195,27 +198,28 @@ def test_what_a_describe_groups_answer_says(group: bytes, expected: Described) -
 def test_between_generations_a_classic_members_partitions_are_not_known(state: str) -> None:
     """The coordinator shows assignments only in a Stable group: an empty one meanwhile does
     not mean released."""
-    answer = decode(DescribeGroupsResponse_v4, classic_answer(classic_group("orders", [
+    answer = decode(DescribeGroupsResponse, classic_answer(classic_group("orders", [
         classic_member("m-0", "orders-0", b"")], state=state)))
     assert read_classic(answer, "orders") == Described(members=(
         GroupMember("m-0", "orders-0", None),))
 
 
 def test_an_assignment_that_does_not_decode_is_no_answer() -> None:
-    answer = decode(DescribeGroupsResponse_v4, classic_answer(classic_group(
+    answer = decode(DescribeGroupsResponse, classic_answer(classic_group(
         "orders", [classic_member("m-0", "orders-0", b"\x00\x01\x00")])))
     found = read_classic(answer, "orders")
     assert found.error.startswith("an assignment that does not decode: ") and not found.members
 
 
-# -- ConsumerGroupDescribe v0 -------------------------------------------------------------------
+# -- ConsumerGroupDescribe v0 (the wire kit's) ---------------------------------------------------
+
+ConsumerGroupDescribeResponse_v0 = ConsumerGroupDescribe.RESPONSE_TYPE
 
 
 def test_consumer_group_describe_v0_encodes_as_kafkas_layout() -> None:
-    request = ConsumerGroupDescribeRequest_v0(["orders"], False, {})
+    request = ConsumerGroupDescribe(["orders"], False, {})
     assert request.encode() == carray(cstring("orders")) + b"\x00" + NO_TAGS
     assert (request.API_KEY, request.API_VERSION, request.FLEXIBLE_VERSION) == (69, 0, True)
-    assert request.RESPONSE_TYPE is ConsumerGroupDescribeResponse_v0
     assert isinstance(request.build_header(7, "c"), RequestHeaderV2)
     assert CONSUMER_DESCRIBE.request("orders").encode() == request.encode()
 
@@ -374,7 +378,7 @@ def found_at(node: int, error_code: int = 0) -> SimpleNamespace:
 
 
 def classic(*groups: bytes) -> Any:
-    return decode(DescribeGroupsResponse_v4, classic_answer(*groups))
+    return decode(DescribeGroupsResponse, classic_answer(*groups))
 
 
 def consumer(*groups: bytes) -> Any:
@@ -475,8 +479,9 @@ def test_partitions_not_known_now_are_no_answer_but_who_is_in_is(
     assert v.held("orders-7", "m-7", timeout=2.0) == set()  # not listed: holds nothing
 
 
-def test_a_broker_without_describe_groups_v4_gives_no_answer() -> None:
-    """Without instance ids in the answer the view cannot say who holds what: unknown."""
+def test_a_broker_without_describe_groups_v5_gives_no_answer() -> None:
+    """Before v4 (Kafka 2.4, with v5) the answer has no instance ids, and the view cannot say
+    who holds what: unknown."""
     cluster = Cluster(answers={10: [found_at(3)]}, versions={15: (0, 3), 69: (0, 0)})
     assert view(cluster).held("orders-0", "m-0", timeout=2.0) is None
     assert cluster.apis() == [10]

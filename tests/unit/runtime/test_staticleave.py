@@ -1,7 +1,9 @@
 """A KIP-848 static member's own leave (staticleave.py), without a broker: what the coordinator's
-answer means, the two messages byte for byte against Kafka's ConsumerGroupHeartbeat v1 layout,
-the client's settings from librdkafka's properties, and the asking again, against a scripted
-stand-in for kafka-python's KafkaClient."""
+answer means, the two messages byte for byte against Kafka's ConsumerGroupHeartbeat v1 layout
+(the wire kit's, `kafkawire.messages`), the client's settings from librdkafka's properties (the
+wire kit's, `kafkawire.settings`: its TLS from memory and OIDC corners are tested here, the rest
+in tests/unit/test_kafkawire.py), and the asking again, against a scripted stand-in for
+kafka-python's KafkaClient."""
 
 from __future__ import annotations
 
@@ -32,18 +34,17 @@ from consumer_runtime import staticleave
 from consumer_runtime.staticleave import (
     LEAVE_STATIC_EPOCH,
     RETRY_S,
-    ConsumerGroupHeartbeatRequest_v1,
-    ConsumerGroupHeartbeatResponse_v1,
     LeaveResult,
-    OidcToken,
     StaticLeave,
     StaticLeaveError,
     client_config,
     outcome,
     retry_pause,
     static_leave_request,
-    tls_context,
 )
+from kafkawire import settings as wirekit
+from kafkawire.messages import ConsumerGroupHeartbeat
+from kafkawire.settings import OidcToken, tls_context
 from member_contract import LEAVE_GONE, LEAVE_LEFT, LEAVE_TAKEN, LEAVE_UNCONFIRMED
 from tests.unit.runtime.fakes import NEVER_ANSWERED, Future, scripted_send
 
@@ -112,7 +113,7 @@ def test_the_leave_encodes_as_kafkas_consumer_group_heartbeat_v1(
     request = static_leave_request(group, member, instance)
     assert request.encode() == wire
     assert (request.API_KEY, request.API_VERSION, request.FLEXIBLE_VERSION) == (68, 1, True)
-    assert request.RESPONSE_TYPE is ConsumerGroupHeartbeatResponse_v1
+    assert request.RESPONSE_TYPE is ConsumerGroupHeartbeat.RESPONSE_TYPE
     assert isinstance(request.build_header(7, "c"), RequestHeaderV2)  # a flexible header
 
 
@@ -133,7 +134,7 @@ HEARTBEAT_1000 = b"\x00\x00\x03\xe8"
 def test_an_answer_without_an_assignment_decodes() -> None:
     buf = io.BytesIO(HEAD + b"\x00\x00" + NULL + b"\x02m" + EPOCH_LEAVE + HEARTBEAT_1000
                      + b"\xff" + NO_TAGS)
-    answer = ConsumerGroupHeartbeatResponse_v1.decode(buf)
+    answer = ConsumerGroupHeartbeat.RESPONSE_TYPE.decode(buf)
     assert buf.read() == b""  # every byte read, no more
     assert (answer.throttle_time_ms, answer.error_code, answer.error_message, answer.member_id,
             answer.member_epoch, answer.heartbeat_interval_ms, answer.assignment,
@@ -144,7 +145,7 @@ def test_an_answer_without_an_assignment_decodes() -> None:
 def test_an_answer_with_an_error_message_decodes() -> None:
     buf = io.BytesIO(HEAD + b"\x00\x10" + b"\x10This is not it." + NULL + MINUS_ONE
                      + b"\x00\x00\x00\x00" + b"\xff" + NO_TAGS)
-    answer = ConsumerGroupHeartbeatResponse_v1.decode(buf)
+    answer = ConsumerGroupHeartbeat.RESPONSE_TYPE.decode(buf)
     assert buf.read() == b""
     assert (answer.error_code, answer.error_message, answer.member_id, answer.member_epoch) == (
         16, "This is not it.", None, -1)
@@ -160,7 +161,7 @@ def test_an_answer_with_an_assignment_decodes_its_topics_and_partitions() -> Non
                   + NO_TAGS)  # the assignment's tagged fields
     buf = io.BytesIO(HEAD + b"\x00\x00" + NULL + b"\x02m" + b"\x00\x00\x00\x05" + HEARTBEAT_1000
                      + assignment + NO_TAGS)
-    answer = ConsumerGroupHeartbeatResponse_v1.decode(buf)
+    answer = ConsumerGroupHeartbeat.RESPONSE_TYPE.decode(buf)
     assert buf.read() == b""
     assert answer.member_epoch == 5 and answer._tagged_fields == {}
     topics, tags = answer.assignment
@@ -172,13 +173,13 @@ def test_a_uuid_cut_short_is_an_error() -> None:
     cut = HEAD + b"\x00\x00" + NULL + b"\x02m" + EPOCH_LEAVE + HEARTBEAT_1000 + b"\x01\x02" + (
         TOPIC_ID[:10])
     with pytest.raises(ValueError, match="UUID"):
-        ConsumerGroupHeartbeatResponse_v1.decode(io.BytesIO(cut))
+        ConsumerGroupHeartbeat.RESPONSE_TYPE.decode(io.BytesIO(cut))
 
 
 def test_an_answer_encodes_back_to_the_same_bytes() -> None:
     wire = (HEAD + b"\x00\x00" + NULL + b"\x02m" + EPOCH_LEAVE + HEARTBEAT_1000 + b"\x01\x02"
             + TOPIC_ID + b"\x02\x00\x00\x00\x01" + NO_TAGS + NO_TAGS + NO_TAGS)
-    assert ConsumerGroupHeartbeatResponse_v1.decode(io.BytesIO(wire)).encode() == wire
+    assert ConsumerGroupHeartbeat.RESPONSE_TYPE.decode(io.BytesIO(wire)).encode() == wire
 
 
 # -- the client's settings ------------------------------------------------------------------------
@@ -293,6 +294,13 @@ def test_settings_the_client_cannot_take_are_refused_naming_the_key(
 
 def test_a_refusal_is_a_value_error() -> None:
     assert issubclass(StaticLeaveError, ValueError)
+    assert StaticLeaveError is wirekit.Unsupported, "the leave refuses what the kit refuses"
+
+
+def test_the_leaves_settings_are_the_kits_at_the_leaves_pace() -> None:
+    props = {"bootstrap.servers": "b:9092", "socket.keepalive.enable": "true"}
+    assert client_config(props, "orders-0-leave") == {
+        **wirekit.client_settings(props, "orders-0-leave"), **staticleave.RECONNECT}
 
 
 OIDC = {"bootstrap.servers": "b:9095", "security.protocol": "SASL_PLAINTEXT",
@@ -349,7 +357,7 @@ def test_the_oidc_token_comes_by_client_credentials_with_http_basic(
         seen.update(request=request, timeout=timeout, context=context)
         return io.BytesIO(b'{"access_token": "tok-1", "token_type": "bearer", "expires_in": 60}')
 
-    monkeypatch.setattr(staticleave.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(wirekit.urllib.request, "urlopen", urlopen)
     provider = client_config(OIDC, "c")["sasl_oauth_token_provider"]
     assert provider.token() == "tok-1"
     request = seen["request"]
@@ -544,7 +552,7 @@ class Cluster:
         return client
 
     def kinds(self) -> list[str]:
-        return ["leave" if isinstance(request, ConsumerGroupHeartbeatRequest_v1) else "find"
+        return ["leave" if isinstance(request, ConsumerGroupHeartbeat) else "find"
                 for _, request in self.sent]
 
 
@@ -570,7 +578,7 @@ class FakeClient:
     def send(self, node: int, request: Any) -> Future:
         self.cluster.sent.append((node, request))
         return scripted_send(self.cluster.beats if isinstance(
-            request, ConsumerGroupHeartbeatRequest_v1) else self.cluster.finds, request)
+            request, ConsumerGroupHeartbeat) else self.cluster.finds, request)
 
     def poll(self, timeout_ms: int, future: Future) -> None:
         assert timeout_ms >= 1 and isinstance(future, Future)
@@ -626,7 +634,7 @@ def test_a_leave_finds_the_coordinator_then_sends_the_static_leave_there(clock: 
     assert (find.API_KEY, find.API_VERSION, find.coordinator_key, find.coordinator_type) == (
         10, 1, "g", 0)  # FindCoordinator v1 for a group
     assert leave_node == 3  # the coordinator it named
-    assert isinstance(leave, ConsumerGroupHeartbeatRequest_v1)
+    assert isinstance(leave, ConsumerGroupHeartbeat)
     assert (leave.group_id, leave.member_id, leave.member_epoch, leave.instance_id) == (
         "g", "m-1", -2, "orders-0")
     assert leave.encode() == static_leave_request("g", "m-1", "orders-0").encode()
