@@ -28,7 +28,7 @@ from staticfleet.decisions.reasons import pod_revision
 from staticfleet.decisions.rollout.state import PHASES_IN_PROGRESS, RolloutState
 from staticfleet.decisions.snapshot import Problem, Snapshot
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
-from staticfleet.decisions.timeouts import inputs, rules, widening
+from staticfleet.decisions.timeouts import hysteresis, inputs, rules, widening
 from staticfleet.decisions.timeouts.effective import HEARTBEAT, MAX_POLL, SESSION, EffectiveTimeouts
 from staticfleet.decisions.timeouts.measurements import timeout_notes
 
@@ -46,7 +46,7 @@ class Tuned:
     """Broker-side group configs to set (all of them on the first pass or a change)."""
     events: tuple[Event, ...]
     deadline_s: float | None = None
-    """When a value held above its need may be lowered (`rules.lowering_due_s`)."""
+    """When a value held above its need may be lowered (`hysteresis.lowering_due_s`)."""
     widen_cap_ms: int | None = None
     """A KIP-848 group that widens its session timeout for rollouts: the most it may widen to
     (None: the group does not widen)."""
@@ -104,7 +104,7 @@ def tune(snap: Snapshot, spec: ConsumerGroupSpec,
     configs = (effective.group_configs(spec.membership.protocol)
                if changed or before is None else {})
     return Tuned(effective, changed, configs, tuple(events),
-                 rules.lowering_due_s(effective, snap.now), cap)
+                 hysteresis.lowering_due_s(effective, snap.now), cap)
 
 
 def widens(spec: ConsumerGroupSpec) -> bool:

@@ -17,8 +17,8 @@ from staticfleet.decisions.actions import UNJUDGED, Plan
 from staticfleet.decisions.plan import decide, without_nulls
 from staticfleet.decisions.snapshot import Problem, Snapshot
 from staticfleet.decisions.timeouts.effective import MAX_POLL, SESSION, EffectiveTimeouts
+from staticfleet.decisions.timeouts.hysteresis import lowering_due_s
 from staticfleet.decisions.timeouts.inputs import DEFAULT_POLICY
-from staticfleet.decisions.timeouts.rules import lowering_due_s
 from tests.unit.operator.snapshots import (
     CG,
     body,

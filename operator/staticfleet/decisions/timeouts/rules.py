@@ -39,10 +39,8 @@ Defaults when nothing is measured: session 45000 ms (Kafka's client default sinc
 chosen to ride out cloud network stalls; the automatic session never goes below it), heartbeat
 3000 ms (Kafka's default; or session/3 if smaller), max.poll.interval 300000 ms (Kafka's default).
 
-Hysteresis: an automatic value rises at once when the need exceeds it. It is lowered only when the
-need has stayed below 60 % of the current value for 10 minutes (`lower_candidate_since` records
-since when; the caller stores it in status and passes it back), so one fast restart after a slow one
-does not make the timeouts flap, and each change (which restarts members) is worth it.
+Hysteresis (`hysteresis`): an automatic value rises at once when the need exceeds it, and is
+lowered only after the need stayed well below it for a while.
 """
 
 from __future__ import annotations
@@ -51,8 +49,8 @@ import math
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from staticfleet.decisions.conditions import rfc3339
 from staticfleet.decisions.spec.model import Protocol, TimeoutsSpec
+from staticfleet.decisions.timeouts import hysteresis
 from staticfleet.decisions.timeouts.effective import (
     HEARTBEAT,
     MAX_POLL,
@@ -293,7 +291,7 @@ def _session(ask: _Ask) -> _Chosen:
     need = ask.cold_need if ask.widen_cap is not None else restart_need
     if ask.auto_tuning and need is not None and need > lower:
         target = min(step_up(need, lower, policy), upper)
-    session, since, note = _hysteresis(SESSION, target, ask.current, ask.now, policy)
+    session, since, note = hysteresis.settle(SESSION, target, ask.current, ask.now, policy)
     session = _clamp(session, lower, upper)
     source: Source = "default" if session == lower and lower == default else "auto"
     measured = (ask.measurements if ask.widen_cap is None
@@ -395,7 +393,7 @@ def _max_poll(ask: _Ask, session: int) -> _Chosen:
     target = lower
     if ask.auto_tuning and batch_need is not None and batch_need > lower:
         target = min(step_up(batch_need, lower, policy), CLIENT_MAX_POLL_MS)
-    max_poll, since, note = _hysteresis(MAX_POLL, target, ask.current, ask.now, policy)
+    max_poll, since, note = hysteresis.settle(MAX_POLL, target, ask.current, ask.now, policy)
     max_poll = _clamp(max_poll, lower, CLIENT_MAX_POLL_MS)
     source: Source = "default" if max_poll == policy.default_max_poll_ms else "auto"
     if batch_need is not None and ask.auto_tuning:
@@ -415,54 +413,6 @@ def _max_poll(ask: _Ask, session: int) -> _Chosen:
 
 def _clamp(value: int, low: int, high: int) -> int:
     return max(low, min(value, high))
-
-
-def _hysteresis(
-    name: str,
-    target: int,
-    current: EffectiveTimeouts | None,
-    now: datetime,
-    policy: TimeoutPolicy,
-) -> tuple[int, datetime | None, str]:
-    """(value, lower-candidate-since, note) for an automatic value moving toward `target`.
-
-    Raise at once; hold a value while the target is within 60 % of it; lower only after the target
-    has stayed below 60 % for `lower_hold_s`.
-    """
-    if current is None or current.sources.get(name) == "explicit":
-        return target, None, ""
-    held = current.value(name)
-    if target >= held:
-        return target, None, ""
-    if target >= held * policy.lower_below_ratio:
-        return (
-            held,
-            None,
-            f"; kept {held} ms (the need {target} ms is not below {policy.lower_below_ratio:.0%})",
-        )
-    since = current.lower_candidate_since.get(name, now)
-    waited = (now - since).total_seconds()
-    if waited >= policy.lower_hold_s:
-        return (
-            target,
-            None,
-            f"; lowered from {held} ms after {waited:.0f} s below {policy.lower_below_ratio:.0%}",
-        )
-    return (
-        held,
-        since,
-        f"; kept {held} ms: the need {target} ms is below {policy.lower_below_ratio:.0%} since "
-        f"{rfc3339(since)}, lowered after {policy.lower_hold_s:.0f} s",
-    )
-
-
-def lowering_due_s(effective: EffectiveTimeouts, now: datetime,
-                   policy: TimeoutPolicy = DEFAULT_POLICY) -> float | None:
-    """How long until the first automatic value held above its need may be lowered
-    (`_hysteresis`; None: none waits): a pass must look again then, however long the group
-    rests."""
-    return min(((since - now).total_seconds() + policy.lower_hold_s
-                for since in effective.lower_candidate_since.values()), default=None)
 
 
 def _seconds(value: float | None) -> str:
