@@ -69,6 +69,7 @@ from member_contract import (
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
 )
+from member_contract.status import StaticLeave as StaticLeaveStatus
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,8 @@ class LeaveResult:
     seconds: float
     detail: str = ""
 
-    def as_status(self) -> dict[str, Any]:
+    def as_status(self) -> StaticLeaveStatus:
+        """`staticLeave` in /status and in the drain's answer."""
         return {"outcome": self.outcome, "tries": self.tries,
                 "ms": round(self.seconds * 1000.0, 1), "detail": self.detail or None}
 
