@@ -50,8 +50,9 @@ def member(ordinal: int, instance: str | None, parts: int = 2) -> GroupMemberVie
 def collect(pods: list[dict[str, Any]], group: GroupView,
             statuses: dict[str, Any] | None = None,
             partitions: int | None = None) -> observed.MemberTable:
-    return observed.observe_members(spec=SPEC, view=VIEW, pods=pods, statuses=reports(statuses or {}),
-                                   group=group, partitions=partitions)
+    return observed.observe_members(spec=SPEC, view=VIEW, pods=pods,
+                                   statuses=reports(statuses or {}), group=group,
+                                   partitions=partitions)
 
 
 def test_static_members_are_found_by_instance_id() -> None:
