@@ -11,8 +11,8 @@ contract fails in `parse_status`). What mypy cannot see is held here:
   `test_the_runtimes_status_is_read_whole` until `parse_status` fills it from the key;
 * `test_the_runtimes_status_is_read_whole`, `test_the_simulators_status_is_read_whole`: the
   real `Telemetry.status()` and the simulator's, through JSON, parse with no key missing and
-  every attribute equal to what its key said (the runtime's brought to a value other than
-  null for every key, so no attribute can pass on a default);
+  every attribute equal to what its key said (the runtime's brought, for every key, to a value
+  other than what the key's absence reads as, so no attribute can pass on a default);
 * `test_an_older_member_and_a_broken_one`: the reader's rule for a key an older member
   lacks, and a body of the wrong shape as no answer;
 * `test_the_docs_sketch_every_key_of_the_contract`: docs/contracts.md's sketch of both
@@ -21,6 +21,7 @@ contract fails in `parse_status`). What mypy cannot see is held here:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -108,7 +109,7 @@ def runtime_statuses() -> list[MemberStatus]:
     """The runtime's /status of one process at two moments: serving (a standby that was
     activated, waited for its instance id, rebalanced, has a batch in flight, a throughput,
     a confirmed static leave and a wait), then drained after a resubscribe; and a standby's.
-    Between them every key holds something other than null."""
+    Between them every key holds something other than what its absence reads as."""
     tel = Telemetry(namespace="shop", group="orders", member="orders-0", instance_id="orders-0",
                     session_timeout_s=30.0, max_poll_interval_s=60.0, process_start=START,
                     started_at=0.0, max_records=10, standby=True)
@@ -150,14 +151,34 @@ def runtime_statuses() -> list[MemberStatus]:
     return [serving, drained, standby.status(1.0)]
 
 
+def _without(doc: dict[str, Any], path: str) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    *parts, last = path.split(".")
+    node = out
+    for part in parts:
+        node = node[part]
+    del node[last]
+    return out
+
+
+def _at(report: Any, path: str) -> Any:
+    for part in path.split("."):
+        report = getattr(report, attribute(part))
+    return report
+
+
 def test_the_runtimes_status_is_read_whole() -> None:
-    docs = runtime_statuses()
-    said: dict[str, set[bool]] = {}
+    docs = [json.loads(json.dumps(doc)) for doc in runtime_statuses()]
+    told = set()
     for doc in docs:
-        for key, value in _leaves(json.loads(json.dumps(doc))).items():
-            said.setdefault(key, set()).add(value is not None)
-    assert sorted(k for k, values in said.items() if True not in values) == [], (
-        "keys the test never brings to a value: a default could pass for them")
+        whole = parse_status(doc)
+        for path, value in _leaves(doc).items():
+            if value is not None and _at(whole, path) != _at(parse_status(_without(doc, path)),
+                                                            path):
+                told.add(path)
+    assert sorted(set().union(*map(_leaves, docs)) - told) == [], (
+        "keys the test never brings to a value other than what their absence reads as: a "
+        "default could pass for them")
     reports = [_read_whole(doc) for doc in docs]
     assert reports[0].batch_in_flight is not None and reports[0].throughput is not None
     assert reports[1].state == "drained" and reports[2].standby == "ready"
