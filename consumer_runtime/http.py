@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from consumer_runtime import control
 from consumer_runtime.metrics import Telemetry
 from member_contract import DRAIN, HEALTHZ, METRICS, READYZ, REQUESTS, STATUS
+from member_contract.status import DrainAnswer
 
 log = logging.getLogger(__name__)
 DRAIN_WAIT_MS = 30_000
@@ -166,9 +167,10 @@ class _Handler(BaseHTTPRequestHandler):
                        "application/json")
             return
         st = self.served.telemetry.status(time.monotonic())
-        body = {"accepted": DRAIN, "drained": drained, "drainedAt": st["drainedAt"],
-                "lastBatchAt": st["lastBatchAt"], "instanceId": st["instanceId"],
-                "staticLeave": st["staticLeave"] if drained else None}
+        body: DrainAnswer = {"accepted": DRAIN, "drained": drained,
+                             "drainedAt": st["drainedAt"], "lastBatchAt": st["lastBatchAt"],
+                             "instanceId": st["instanceId"],
+                             "staticLeave": st["staticLeave"] if drained else None}
         log.info("http: drain %s", "done" if drained else "accepted, still draining")
         self._send(200 if drained else 202, json.dumps(body).encode(), "application/json")
 

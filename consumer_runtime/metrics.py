@@ -1,5 +1,6 @@
-"""What the member knows about itself: the /status document and what its Prometheus series
-count (the series themselves: consumer_runtime/series.py).
+"""What the member knows about itself: the /status document (its type, the contract's
+`member_contract.status.MemberStatus`) and what its Prometheus series count (the series
+themselves: consumer_runtime/series.py).
 
 `Telemetry` is fed by the poll loop and the batch worker; every method that depends on time takes
 `now` (monotonic seconds), so the unit tests drive it without a clock.
@@ -13,11 +14,12 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from consumer_runtime.records import TopicPartition
 from consumer_runtime.series import Series
 from consumer_runtime.timeline import Span
+from member_contract.status import MemberStatus, StaticLeave, Throughput
+from member_contract.status import Waiting as WaitingStatus
 
 READY_POLL_AGE = 10.0
 THROUGHPUT_WINDOW_S = 60.0
@@ -98,7 +100,7 @@ class Telemetry:
         self.drain_hold_s: float | None = None
         self.drain_resubscribes = 0
         """Drains not followed by a replacement within their hold: subscribed again."""
-        self.static_leave: dict[str, Any] | None = None
+        self.static_leave: StaticLeave | None = None
         """The last static leave this process confirmed itself (KIP-848; `staticleave`)."""
         self.last_fetch_s: float | None = None
         """Seconds from process start to the last poll that returned records."""
@@ -231,11 +233,11 @@ class Telemetry:
             self.holds_assignment = False
             self.series.assigned.set(0)
 
-    def static_leave_confirmed(self, result: dict[str, Any]) -> None:
+    def static_leave_confirmed(self, result: StaticLeave) -> None:
         """The member's own static leave after a close (`staticleave.LeaveResult.as_status`)."""
         self.series.static_leave(result["outcome"])
         with self._lock:
-            self.static_leave = dict(result)
+            self.static_leave = result.copy()
 
     def predecessor_released(self, outcome: str) -> None:
         """The static leave this process sent at its start for an earlier process's member id
@@ -391,7 +393,7 @@ class Telemetry:
         while self.full_batches and self.full_batches[0][0] < now - CAPACITY_MEMORY_S:
             self.full_batches.popleft()
 
-    def throughput(self, now: float) -> dict[str, float | None] | None:
+    def throughput(self, now: float) -> Throughput | None:
         """Records per second processed and the share of time the batch worker was busy, over
         the last `THROUGHPUT_WINDOW_S` (shorter while the process is younger; None before
         `THROUGHPUT_MIN_S` of holding partitions): the load the operator's autoscaler reads
@@ -416,16 +418,17 @@ class Telemetry:
                 "busyRatio": round(min(1.0, busy / span), 4), "windowSeconds": round(span, 1),
                 "capacityRecordsPerSecond": None if capacity is None else round(capacity, 3)}
 
-    def status(self, now: float) -> dict[str, Any]:
+    def status(self, now: float) -> MemberStatus:
+        """/status: every key of `MemberStatus` (mypy holds this literal to it)."""
         with self._lock:
             return {
                 "instanceId": self.instance_id,
                 "memberId": self.member_id,
                 "groupId": self.ids["group"],
-                "assignment": [[t, p] for t, p in sorted(self.assignment)],
-                "lag": [[t, p, self.lag[(t, p)]] for t, p in sorted(self.assignment)
+                "assignment": [(t, p) for t, p in sorted(self.assignment)],
+                "lag": [(t, p, self.lag[(t, p)]) for t, p in sorted(self.assignment)
                         if (t, p) in self.lag],
-                "committed": [[t, p, self.committed_offsets[(t, p)]]
+                "committed": [(t, p, self.committed_offsets[(t, p)])
                               for t, p in sorted(self.assignment)
                               if (t, p) in self.committed_offsets],
                 "lastFetchAt": self._wall(self.last_fetch_s),
@@ -493,7 +496,7 @@ class Waiting:
     since: float
     attempts: int = 0
 
-    def to_status(self, now: float) -> dict[str, Any]:
+    def to_status(self, now: float) -> WaitingStatus:
         return {"reason": self.reason, "message": self.message,
                 "sinceSeconds": round(max(0.0, now - self.since), 3), "attempts": self.attempts}
 

@@ -60,6 +60,7 @@ from member_contract import (
     LEAVE_TAKEN,
     LEAVE_UNCONFIRMED,
 )
+from member_contract.status import StaticLeave as StaticLeaveStatus
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,8 @@ class LeaveResult:
     seconds: float
     detail: str = ""
 
-    def as_status(self) -> dict[str, Any]:
+    def as_status(self) -> StaticLeaveStatus:
+        """`staticLeave` in /status and in the drain's answer."""
         return {"outcome": self.outcome, "tries": self.tries,
                 "ms": round(self.seconds * 1000.0, 1), "detail": self.detail or None}
 

@@ -2,8 +2,10 @@
 what the member (`consumer_runtime`) reads and answers. docs/contracts.md says what each name
 means; this package only spells them, so that both images import one spelling.
 
-Constants only, and nothing of ours imported (an import-linter contract): the operator image and
-the member image both ship this package, and neither may bring the other's code with it.
+Constants here, the types of the two documents a member answers with in `member_contract.status`
+(its `/status`, the drain's answer), and nothing of ours imported (an import-linter contract): the
+operator image and the member image both ship this package, and neither may bring the other's
+code with it.
 
 * The environment a member reads (`*_ENV`), its HTTP port and endpoints.
 * The operator's POST requests (`REQUESTS`) and the outcomes of a KIP-848 static leave

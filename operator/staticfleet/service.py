@@ -40,6 +40,7 @@ from staticfleet import apply, claims, credentials, failpoints, kafkaview, metri
 from staticfleet.decisions import autoscaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
+from staticfleet.decisions.memberreport import MemberReport
 from staticfleet.decisions.members.observed import pod_ended, still_running
 from staticfleet.decisions.names import member_token_secret_name
 from staticfleet.decisions.plan import decide, degraded, without_nulls
@@ -226,13 +227,13 @@ def _failed(base: Snapshot, spec: ConsumerGroupSpec,
 
 
 def _member_statuses(pods: Sequence[Mapping[str, Any]], clients: Clients, memory: Memory,
-                     group: str = "") -> tuple[dict[str, Mapping[str, Any]], dict[str, str]]:
+                     group: str = "") -> tuple[dict[str, MemberReport], dict[str, str]]:
     """Each running pod's `/status`, by pod uid (absent when it does not answer), and why each
     pod whose process took the connection but gave no answer in time is slow, by pod uid
     (`memberreads`: the group's reads share the workers fairly with every other group's)."""
     targets = {p["metadata"]["uid"]: ip for p in pods
                if (ip := (p.get("status") or {}).get("podIP"))}
-    out: dict[str, Mapping[str, Any]] = {}
+    out: dict[str, MemberReport] = {}
     slow: dict[str, str] = {}
     for uid, (read, read_at) in clients.member_reads.read(group, targets).items():
         if read.status is not None:

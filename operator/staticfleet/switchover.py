@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
 
 from member_contract import ACTIVATE
 from staticfleet import apply, failpoints
 from staticfleet.decisions.actions import Plan
+from staticfleet.decisions.memberreport import LeaveReport
 from staticfleet.decisions.members.observed import static_leave_event
 from staticfleet.decisions.names import ACTIVATED_ANNOTATION
 from staticfleet.decisions.snapshot import Snapshot
@@ -94,7 +93,7 @@ def switch_over(snap: Snapshot, plan: Plan, kube: apply.Kube, memory: Memory) ->
 
 
 def _post_leave_warning(snap: Snapshot, ordinal: int, pod: str,
-                        leave: Mapping[str, Any] | None, kube: apply.Kube) -> None:
+                        leave: LeaveReport | None, kube: apply.Kube) -> None:
     """A Warning when a drained member's static leave did not leave its instance id waiting
     for the replacement (`members.observed.static_leave_event`)."""
     warning = static_leave_event(ordinal, pod, leave)

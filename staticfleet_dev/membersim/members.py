@@ -34,9 +34,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from member_contract import ACTIVATE, LEAVE, LEAVE_LEFT, REJOIN
+from member_contract.status import DrainAnswer, MemberStatus, StaticLeave, Throughput
 
 HOLDING = ("serving", "draining", "leaving")
 """Phases in which a member holds its partitions."""
@@ -135,7 +135,7 @@ class Member:
     drain_resubscribes: int = 0
     drained_at: float | None = None
     drain_hold_s: float | None = None
-    static_leave: dict[str, Any] | None = None
+    static_leave: StaticLeave | None = None
     assigned_at: float | None = None
     """When the current stretch of holding partitions began."""
     serving_since: float | None = None
@@ -372,7 +372,7 @@ class Table:
         assert m.due is not None
         return None, m.due
 
-    def drain_answer(self, m: Member, now: float) -> tuple[int, dict[str, Any]]:
+    def drain_answer(self, m: Member, now: float) -> tuple[int, DrainAnswer]:
         """The answer to a drain taken: 200 once drained, else 202 (still draining)."""
         self.advance_one(m, now)
         drained = m.phase == "drained"
@@ -385,7 +385,7 @@ class Table:
 
     # -- what it says ----------------------------------------------------------------------------
 
-    def assignment(self, m: Member) -> list[list[Any]]:
+    def assignment(self, m: Member) -> list[tuple[str, int]]:
         """`m`'s share of its group's partitions while it holds them, by ordinal among the
         group's members that did not leave (a static member's share waits for it while it is
         away: drained, restarting)."""
@@ -393,11 +393,13 @@ class Table:
             return []
         ordinals = sorted({o.facts.ordinal for o in self._group(m) if o.phase != "left"})
         k, i = len(ordinals), ordinals.index(m.facts.ordinal)
-        return [[t, p] for t in sorted(m.facts.topics)
+        return [(t, p) for t in sorted(m.facts.topics)
                 for p in range(self.pace.partitions) if p % k == i]
 
-    def status(self, m: Member, now: float) -> dict[str, Any]:
-        """`m`'s /status at `now`, every key consumer_runtime.metrics.Telemetry.status has."""
+    def status(self, m: Member, now: float) -> MemberStatus:
+        """`m`'s /status at `now`: every key of `MemberStatus`, as
+        consumer_runtime.metrics.Telemetry.status fills it (mypy holds this literal to the
+        type)."""
         self.advance_one(m, now)
         pace, start = self.pace, m.started
         batches, last = m.batches(now, pace.batch_every_s)
@@ -416,8 +418,8 @@ class Table:
                 (m.facts.group_id, m.facts.instance_id), m.member_id),
             "groupId": m.facts.group_id,
             "assignment": assignment,
-            "lag": [[t, p, 0] for t, p in assignment],
-            "committed": [[t, p, per_partition] for t, p in assignment],
+            "lag": [(t, p, 0) for t, p in assignment],
+            "committed": [(t, p, per_partition) for t, p in assignment],
             "lastFetchAt": None if last is None else round(last - pace.batch_seconds, 3),
             "lastPollAt": round(now - POLL_AGE_S, 3) if polling else _r(m.last_poll),
             "batchInFlight": None,
@@ -456,7 +458,7 @@ class Table:
             "staticLeave": m.static_leave,
         }
 
-    def _throughput(self, m: Member, now: float) -> dict[str, float | None] | None:
+    def _throughput(self, m: Member, now: float) -> Throughput | None:
         """As the runtime's: None until it held partitions for 10 s, and while it holds none."""
         if m.phase not in HOLDING or m.assigned_at is None:
             return None

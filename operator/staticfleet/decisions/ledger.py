@@ -265,7 +265,7 @@ def note_signs(ledger: Ledger, snap: Snapshot, spec: ConsumerGroupSpec, group: G
     foreign = ledger.foreign
     # A group the broker does not know, or could not describe, lists nobody: no one left.
     if group.state != "Dead" and (group.members or group.state != "Unknown"):
-        ids = {str(st["memberId"]) for st in snap.statuses.values() if st.get("memberId")}
+        ids = {st.member_id for st in snap.statuses.values() if st.member_id}
         others = [m for m in group.members if not ours(m, spec, ids)]
         foreign = tuple(sorted(m.member_id for m in others))[:KEPT_FOREIGN]
         if not first:

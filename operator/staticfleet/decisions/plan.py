@@ -160,10 +160,10 @@ def _autoscale(snap: Snapshot, spec: ConsumerGroupSpec, table: MemberTable, roll
     if spec.autoscaling is None:
         return None
     assert snap.group is not None and snap.partitions is not None
-    loads = tuple(MemberLoad(float(t["recordsPerSecond"]), float(t["busyRatio"]),
-                             t.get("capacityRecordsPerSecond"))
+    loads = tuple(MemberLoad(t.records_per_second, t.busy_ratio, t.capacity_records_per_second)
                   for s in snap.statuses.values()
-                  if s.get("assignment") and isinstance(t := s.get("throughput"), Mapping))
+                  if s.assignment and (t := s.throughput) is not None
+                  and t.records_per_second is not None and t.busy_ratio is not None)
     load = Load(lag_records=sum(snap.lag.values()) if snap.lag is not None else None,
                 lag_age_s=snap.lag_age_s, members=loads, end_offsets=snap.end_offsets or None)
     situation = au.Situation(

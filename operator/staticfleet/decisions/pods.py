@@ -288,7 +288,7 @@ def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     delete += restart
     recovery = recovery_memory(
         previous.get("stallRecovery"), stalls, restart,
-        {m.ordinal: snap.statuses.get(m.pod_uid or "") or {} for m in table.members}, snap.now)
+        {m.ordinal: snap.statuses.get(m.pod_uid or "") for m in table.members}, snap.now)
     events: list[Event] = []
     new_members = [p.ordinal for p in create if p.why == WHY_NEW]
     if new_members:

@@ -42,6 +42,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from staticfleet.decisions.conditions import parse_rfc3339, rfc3339
+from staticfleet.decisions.memberreport import MemberReport
 
 REBALANCING_STATES = frozenset(
     {"PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"})
@@ -128,7 +129,7 @@ def count_rebalances(
     previous: Mapping[str, Any],
     group_state: str,
     pods: Iterable[Mapping[str, Any]],
-    statuses: Mapping[str, Mapping[str, Any]],
+    statuses: Mapping[str, MemberReport],
     *,
     now: datetime,
     window_s: float,
@@ -154,11 +155,11 @@ def count_rebalances(
             if uid in seen:
                 unread.append(uid)
             continue
-        value = int(st.get("rebalances") or 0)
+        value = st.rebalances
         counters[uid] = value
         deltas.append(max(0, value - int(seen[uid])) if uid in seen else value)
-        reported = st.get("generation")
-        if classic and isinstance(reported, int) and reported >= 0:
+        reported = st.generation
+        if classic and reported is not None and reported >= 0:
             generations.append(reported)
     seen_by_members = max(deltas, default=0)
     for uid in unread:

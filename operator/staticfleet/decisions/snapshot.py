@@ -17,6 +17,7 @@ from typing import Any
 
 from staticfleet.decisions import clusters
 from staticfleet.decisions.conditions import DEGRADED, GROUP_ID_IN_USE
+from staticfleet.decisions.memberreport import MemberReport
 from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 
@@ -138,8 +139,8 @@ class Snapshot:
     problem: Problem | None = None
     pods: tuple[Mapping[str, Any], ...] = ()
     """Every member pod of the group, terminating ones included."""
-    statuses: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """Each answering member's `/status`, by pod uid."""
+    statuses: Mapping[str, MemberReport] = field(default_factory=dict)
+    """Each answering member's `/status`, by pod uid (`memberhttp.parse_status`)."""
     slow_members: Mapping[str, str] = field(default_factory=dict)
     """Member pods (by uid) whose process took the connection but gave no whole `/status`
     within its deadline (or one over the size the operator reads), and what it did: the

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from staticfleet.decisions.memberreport import MemberReport
 from staticfleet.observe import kafkaadmin, kafkareads
 
 READ_INTERVAL_S = 60.0
@@ -55,31 +56,26 @@ class Lag:
     """partition -> (seconds since it was read, end offset)."""
 
 
-def _entries(statuses: Iterable[Mapping[str, Any]], key: str) -> Iterable[tuple[TP, int]]:
-    for status in statuses:
-        for entry in status.get(key) or ():
-            try:
-                topic, partition, value = str(entry[0]), int(entry[1]), int(entry[2])
-            except (TypeError, ValueError, IndexError):
-                continue
-            if value >= 0:
-                yield (topic, partition), value
+def _entries(reported: Iterable[tuple[str, int, int]]) -> Iterable[tuple[TP, int]]:
+    for topic, partition, value in reported:
+        if value >= 0:
+            yield (topic, partition), value
 
 
-def reported_lag(statuses: Iterable[Mapping[str, Any]]) -> dict[TP, int]:
+def reported_lag(statuses: Iterable[MemberReport]) -> dict[TP, int]:
     """The lag members report for the partitions they hold (the larger figure where two
     report one partition, as an old and a new process may during a handoff)."""
     out: dict[TP, int] = {}
-    for tp, lag in _entries(statuses, "lag"):
+    for tp, lag in _entries(e for status in statuses for e in status.lag):
         out[tp] = max(lag, out.get(tp, 0))
     return out
 
 
-def reported_committed(statuses: Iterable[Mapping[str, Any]]) -> dict[TP, int]:
+def reported_committed(statuses: Iterable[MemberReport]) -> dict[TP, int]:
     """The offsets members last committed on the partitions they hold (the smaller where two
     report one partition)."""
     out: dict[TP, int] = {}
-    for tp, offset in _entries(statuses, "committed"):
+    for tp, offset in _entries(e for status in statuses for e in status.committed):
         out[tp] = min(offset, out.get(tp, offset))
     return out
 
@@ -125,7 +121,7 @@ class LagReads:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def lag(self, admin: kafkaadmin.Admin, group_id: str, partitions: Mapping[str, int],
-            statuses: Iterable[Mapping[str, Any]] = (), known: bool = True,
+            statuses: Iterable[MemberReport] = (), known: bool = True,
             rolling: bool = False, autoscaling: bool = False, owner: str | None = None,
             offsets: OffsetSource | None = None) -> Lag:
         """The group's lag: the larger of what its members report (their statistics) and the

@@ -4,6 +4,12 @@
 group's bearer token. An answer other than the one wanted is a `Refused`, with the member's HTTP
 status and its reason.
 
+The two documents a member answers with are typed by the contract
+(`member_contract.status`) and parsed here, once, into frozen values: `/status` into a
+`MemberReport` (`parse_status`, whose rule for a key an older member lacks is
+`staticfleet.decisions.memberreport`'s), the drain's answer into `Drained`. A body that is
+not a JSON object, or whose keys hold values of other types than the contract's, is no answer.
+
 Every request to a member is made by `_exchange`, the one place that says where it goes: to the
 member's own address (its pod IP and port), unless the operator was started with
 `settings.MEMBER_HTTP_VIA_ENV` (benches only; the chart never sets it): then every request goes
@@ -18,17 +24,37 @@ a body of hundreds of MB) must cost the operator one bounded read, not a worker 
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
 import json
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import types
+import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from member_contract import DRAIN, HTTP_PORT, STATUS
+from member_contract.status import (
+    BatchInFlight,
+    DrainAnswer,
+    MemberStatus,
+    StartupSeconds,
+    StaticLeave,
+    Throughput,
+    Waiting,
+)
+from staticfleet.decisions.memberreport import (
+    BatchReport,
+    LeaveReport,
+    MemberReport,
+    StartupReport,
+    ThroughputReport,
+    WaitReport,
+)
 
 MEMBER_PORT = HTTP_PORT
 """The port of the members' endpoints."""
@@ -124,31 +150,185 @@ def _exchange(host: str, port: int, path: str, *, post: bool = False, token: str
 
 @dataclass(frozen=True)
 class StatusRead:
-    """One read of a member's `/status`: its answer (None: none), or why it is slow (`Slow`:
-    the process took the connection and did not answer in time, or answered too much)."""
+    """One read of a member's `/status`: its answer (None: none, or not a `/status`), or why
+    it is slow (`Slow`: the process took the connection and did not answer in time, or
+    answered too much)."""
 
-    status: dict[str, Any] | None
+    status: MemberReport | None
     slow: str | None = None
 
 
-def read_status(host: str, port: int, deadline_s: float = STATUS_DEADLINE_S) -> StatusRead:
-    """A member's `/status` JSON, read within `deadline_s` (`_exchange`)."""
+def _read_document(host: str, port: int, deadline_s: float) -> tuple[Any, str | None]:
+    """A member's `/status` body as JSON (None: no answer), or why it is slow."""
     if not host:
-        return StatusRead(None)
+        return None, None
     try:
         answer = _exchange(host, port, STATUS, deadline_s=deadline_s)
-        data = json.loads(answer.body) if answer.status == 200 else None
+        return (json.loads(answer.body) if answer.status == 200 else None), None
     except Slow as exc:
-        return StatusRead(None, str(exc))
+        return None, str(exc)
     except (OSError, ValueError):
-        return StatusRead(None)
-    return StatusRead(data if isinstance(data, dict) else None)
+        return None, None
+
+
+def read_status(host: str, port: int, deadline_s: float = STATUS_DEADLINE_S) -> StatusRead:
+    """A member's `/status`, read within `deadline_s` (`_exchange`) and parsed
+    (`parse_status`)."""
+    data, slow = _read_document(host, port, deadline_s)
+    return StatusRead(parse_status(data), slow)
 
 
 def read_member_status(host: str, port: int,
                        timeout: float = STATUS_DEADLINE_S) -> dict[str, Any] | None:
-    """A member's `/status` JSON, or None when it does not answer (yet) within `timeout`."""
-    return read_status(host, port, timeout).status
+    """A member's `/status` as the member sent it (a JSON object), or None when it does not
+    answer (yet) within `timeout`: for the tools and tests that look at the document itself.
+    The operator reads `read_status`."""
+    data, _ = _read_document(host, port, timeout)
+    return data if isinstance(data, dict) else None
+
+
+# --- the documents, parsed --------------------------------------------------------------------
+
+
+def parse_status(body: Any) -> MemberReport | None:
+    """A member's `/status` body (JSON) as a `MemberReport`; None when it is no `/status`: not
+    a JSON object, or a key holding a value of another type than `MemberStatus` gives it. A
+    key it lacks reads by `staticfleet.decisions.memberreport`'s rule and is named in
+    `missing`; a key the contract does not know (a newer member's) is ignored. Each key is read
+    through the contract's type, so mypy fails here when one is renamed or removed there."""
+    if not isinstance(body, dict) or not _conforms(body, MemberStatus):
+        return None
+    doc = cast(MemberStatus, body)
+    return MemberReport(
+        instance_id=doc.get("instanceId"),
+        member_id=doc.get("memberId", ""),
+        group_id=doc.get("groupId", ""),
+        assignment=tuple((t, p) for t, p in doc.get("assignment", ())),
+        lag=tuple((t, p, n) for t, p, n in doc.get("lag", ())),
+        committed=tuple((t, p, n) for t, p, n in doc.get("committed", ())),
+        last_fetch_at=_float(doc.get("lastFetchAt")),
+        last_poll_at=_float(doc.get("lastPollAt")),
+        batch_in_flight=_batch(doc.get("batchInFlight")),
+        paused_with_work=doc.get("pausedWithWork", False),
+        rebalances=doc.get("rebalances", 0),
+        takeovers=doc.get("takeovers", 0),
+        assigns=doc.get("assigns", 0),
+        revokes=doc.get("revokes", 0),
+        lost=doc.get("lost", 0),
+        generation=doc.get("generation"),
+        startup_seconds=_startup(doc.get("startupSeconds")),
+        last_batch_at=_float(doc.get("lastBatchAt")),
+        standby=doc.get("standby"),
+        process_start=_float(doc.get("processStart")),
+        batch_seconds_max=_float(doc.get("batchSecondsMax")),
+        batch_seconds_p99=_float(doc.get("batchSecondsP99")),
+        records_processed=doc.get("recordsProcessed", 0),
+        throughput=_throughput(doc.get("throughput")),
+        batches_processed=doc.get("batchesProcessed", 0),
+        dead_lettered=doc.get("deadLettered", 0),
+        last_poll_age_seconds=_float(doc.get("lastPollAgeSeconds")),
+        state=doc.get("state", ""),
+        processing_ready=doc.get("processingReady", False),
+        waiting=_waiting(doc.get("waiting")),
+        leaving=doc.get("leaving", False),
+        rejoins=doc.get("rejoins", 0),
+        drained_at=_float(doc.get("drainedAt")),
+        drain_hold_seconds=_float(doc.get("drainHoldSeconds")),
+        drain_resubscribes=doc.get("drainResubscribes", 0),
+        static_leave=_leave(doc.get("staticLeave")),
+        missing=frozenset(_missing(body, MemberStatus)))
+
+
+def _startup(part: StartupSeconds | None) -> StartupReport:
+    if part is None:
+        return StartupReport()
+    return StartupReport(
+        first_assignment=_float(part.get("firstAssignment")),
+        first_batch=_float(part.get("firstBatch")),
+        consumer_made=_float(part.get("consumerMade")),
+        standby_ready=_float(part.get("standbyReady")),
+        activated=_float(part.get("activated")),
+        instance_release_wait=_float(part.get("instanceReleaseWait")))
+
+
+def _batch(part: BatchInFlight | None) -> BatchReport | None:
+    if part is None:
+        return None
+    return BatchReport(started_at=_float(part.get("startedAt")), records=part.get("records", 0))
+
+
+def _waiting(part: Waiting | None) -> WaitReport | None:
+    if part is None:
+        return None
+    return WaitReport(reason=part.get("reason", ""), message=part.get("message", ""),
+                      since_seconds=_float(part.get("sinceSeconds")),
+                      attempts=part.get("attempts", 0))
+
+
+def _leave(part: StaticLeave | None) -> LeaveReport | None:
+    if part is None:
+        return None
+    return LeaveReport(outcome=part.get("outcome", ""), tries=part.get("tries", 0),
+                       ms=_float(part.get("ms")), detail=part.get("detail"))
+
+
+def _throughput(part: Throughput | None) -> ThroughputReport | None:
+    if part is None:
+        return None
+    return ThroughputReport(
+        records_per_second=_float(part.get("recordsPerSecond")),
+        busy_ratio=_float(part.get("busyRatio")),
+        window_seconds=_float(part.get("windowSeconds")),
+        capacity_records_per_second=_float(part.get("capacityRecordsPerSecond")))
+
+
+def _float(value: float | None) -> float | None:
+    """A JSON number as a float (JSON writes 2.0 as 2 when a member's encoder does)."""
+    return None if value is None else float(value)
+
+
+@functools.cache
+def _hints(document: type) -> dict[str, Any]:
+    return typing.get_type_hints(document)
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """Whether the JSON `value` has the contract's type `hint`: a `TypedDict` (a JSON object
+    whose known keys, those it has, conform; missing and unknown keys are no error), a list,
+    a fixed-length tuple (a JSON array), a union with None, or a scalar (a bool is no number,
+    an int is a float)."""
+    if typing.is_typeddict(hint):
+        return isinstance(value, dict) and all(
+            _conforms(value[key], inner) for key, inner in _hints(hint).items() if key in value)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        return any(_conforms(value, arg) for arg in args)
+    if origin is list:
+        return isinstance(value, list) and all(_conforms(v, args[0]) for v in value)
+    if origin is tuple:
+        return (isinstance(value, list | tuple) and len(value) == len(args)
+                and all(_conforms(v, a) for v, a in zip(value, args, strict=True)))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _missing(value: dict[str, Any], document: type, prefix: str = "") -> list[str]:
+    """The keys of `document` (a `TypedDict`) that `value` lacks, and those its parts lack,
+    dotted ("startupSeconds.firstBatch")."""
+    out = []
+    for key, hint in _hints(document).items():
+        if key not in value:
+            out.append(prefix + key)
+            continue
+        part = next((h for h in (hint, *typing.get_args(hint)) if typing.is_typeddict(h)), None)
+        if part is not None and isinstance(value[key], dict):
+            out += _missing(value[key], part, f"{prefix}{key}.")
+    return out
 
 
 FIRST_BATCH_POLL_S = 0.05
@@ -163,8 +343,8 @@ def wait_first_batch(host: str, port: int, wait_s: float) -> float | None:
     began = time.monotonic()
     while True:
         left = began + wait_s - time.monotonic()
-        status = read_member_status(host, port, timeout=max(0.05, min(1.0, left)))
-        if status and (status.get("startupSeconds") or {}).get("firstBatch") is not None:
+        status = read_status(host, port, max(0.05, min(1.0, left))).status
+        if status is not None and status.startup_seconds.first_batch is not None:
             return time.monotonic() - began
         left = began + wait_s - time.monotonic()
         if left <= 0:
@@ -191,7 +371,7 @@ class Drained:
 
     drained_at: datetime
     last_batch_at: datetime | None
-    static_leave: Mapping[str, Any] | None = None
+    static_leave: LeaveReport | None = None
     """A KIP-848 member's static leave as the coordinator confirmed it (None: classic)."""
 
 
@@ -209,16 +389,9 @@ def drain_member(host: str, port: int, tokens: Sequence[str], hold_ms: int,
             answer = _exchange(host, port, path, post=True, token=token,
                                deadline_s=wait_s + 2.0)
             if answer.status in (200, 202):
-                got = json.loads(answer.body or b"{}")
-                if answer.status != 200 or not got.get("drained"):
-                    return Refused(answer.status, f"HTTP {answer.status}: still draining after "
-                                                  f"{wait_s:.0f} s")
-                leave = got.get("staticLeave")
-                return Drained(_unix(got.get("drainedAt")) or datetime.now(UTC),
-                               _unix(got.get("lastBatchAt")),
-                               leave if isinstance(leave, dict) else None)
+                return _drained(answer, wait_s)
             refused = _refused(answer)
-        except (OSError, ValueError, AttributeError) as exc:
+        except (OSError, ValueError) as exc:
             return Refused(0, str(exc))
         if refused.status != 403:
             return refused
@@ -231,9 +404,25 @@ def _refused(answer: Answer) -> Refused:
     return Refused(answer.status, f"HTTP {answer.status}: {said}")
 
 
-def _unix(value: Any) -> datetime | None:
-    return (datetime.fromtimestamp(float(value), UTC)
-            if isinstance(value, int | float) else None)
+def _drained(answer: Answer, wait_s: float) -> Drained | Refused:
+    """A drain's answer taken (200 or 202), read through `DrainAnswer`: Drained once it says
+    so (a missing `drainedAt` is now, a missing `lastBatchAt` none), else still draining; a
+    body that is no drain's answer is a refusal without an answer (status 0). Raises
+    ValueError for a body that is not JSON."""
+    got = json.loads(answer.body or b"{}")
+    if not isinstance(got, dict) or not _conforms(got, DrainAnswer):
+        return Refused(0, f"HTTP {answer.status}: not a drain's answer: "
+                          f"{answer.body[:REASON_CAP].decode(errors='replace').strip()}")
+    doc = cast(DrainAnswer, got)
+    if answer.status != 200 or not doc.get("drained", False):
+        return Refused(answer.status, f"HTTP {answer.status}: still draining after "
+                                      f"{wait_s:.0f} s")
+    return Drained(_unix(doc.get("drainedAt")) or datetime.now(UTC),
+                   _unix(doc.get("lastBatchAt")), _leave(doc.get("staticLeave")))
+
+
+def _unix(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(float(value), UTC)
 
 
 def ask_member(host: str, port: int, action: str, tokens: Sequence[str] = (),

@@ -53,7 +53,7 @@ def test_a_member_starts_joins_and_serves_its_share() -> None:
         "starting", "", [], None)
     st = table.status(m0, JOINED + 0.01)
     assert st["state"] == "running" and st["memberId"].startswith("orders-0-sim1-")
-    assert st["assignment"] == [["orders", 0], ["orders", 3]]
+    assert st["assignment"] == [("orders", 0), ("orders", 3)]
     assert st["startupSeconds"]["firstAssignment"] == pytest.approx(0.8)
     assert st["startupSeconds"]["firstBatch"] is None and st["lastBatchAt"] is None
     later = JOINED + PACE.first_batch_s + 2.5
@@ -63,8 +63,8 @@ def test_a_member_starts_joins_and_serves_its_share() -> None:
     assert st["lastBatchAt"] == pytest.approx(JOINED + PACE.first_batch_s + 2.0)
     assert st["lastFetchAt"] < st["lastBatchAt"] <= later
     assert st["lastPollAt"] == pytest.approx(later, abs=0.01)
-    assert st["lag"] == [["orders", 0, 0], ["orders", 3, 0]]
-    assert st["committed"] == [["orders", 0, 150], ["orders", 3, 150]]
+    assert st["lag"] == [("orders", 0, 0), ("orders", 3, 0)]
+    assert st["committed"] == [("orders", 0, 150), ("orders", 3, 150)]
     assert st["rebalances"] == 0 and st["processingReady"] and st["throughput"] is None
     assert table.status(m0, JOINED + 11)["throughput"]["recordsPerSecond"] == 100.0
 
@@ -131,7 +131,7 @@ def test_a_drained_member_not_replaced_subscribes_again_after_its_hold() -> None
     _, ready_at = table.drain(m0, 2.0, at)
     table.advance(ready_at)
     assert table.assignment(m0) == [], "drained: holds nothing"
-    assert table.assignment(m1) == [["orders", 1], ["orders", 4]], \
+    assert table.assignment(m1) == [("orders", 1), ("orders", 4)], \
         "the broker keeps a drained static member's share for it: no one else takes it"
     # A second drain while drained renews the hold from then.
     table.drain(m0, 2.0, ready_at + 1.5)
@@ -162,7 +162,7 @@ def test_a_leave_takes_the_member_out_and_rebalances_the_others() -> None:
     for other in (m1, m2):
         st = table.status(other, done)
         assert (st["rebalances"], st["assigns"]) == (1, 2)
-    assert table.assignment(m1) == [["orders", 0], ["orders", 2], ["orders", 4]]
+    assert table.assignment(m1) == [("orders", 0), ("orders", 2), ("orders", 4)]
 
 
 def test_a_rejoin_is_one_rebalance_of_the_whole_group() -> None:
@@ -188,7 +188,7 @@ def test_a_scale_up_join_is_a_rebalance_for_the_members_in_the_group() -> None:
     m3 = table.upsert(facts(3, new=True), at)
     table.advance(at + 1)
     assert [m.rebalances for m in (m0, m1, m2, m3)] == [1, 1, 1, 0]
-    assert table.assignment(m3) == [["orders", 3]]
+    assert table.assignment(m3) == [("orders", 3)]
     restarted = table.upsert(facts(4), at + 2)  # not joined as new: a static member's return
     table.advance(at + 3)
     assert [m.rebalances for m in (m0, m1, m2, m3)] == [1, 1, 1, 0]

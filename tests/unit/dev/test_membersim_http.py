@@ -2,13 +2,15 @@
 the operator's own member client (`staticfleet.observe.memberhttp`) with the seam set
 (`route_through`, what `STATICFLEET_MEMBER_HTTP_VIA` sets), and its answers held against the
 member runtime's own (`consumer_runtime.metrics.Telemetry`, `consumer_runtime.http.serve`, run
-in process without Kafka)."""
+in process without Kafka), and both held to the contract's types (`member_contract.status`;
+tests/unit/test_member_status.py holds the operator's reader to them)."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
 import time
+import typing
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ import pytest
 from consumer_runtime.http import serve
 from consumer_runtime.metrics import Telemetry
 from member_contract import ACTIVATE, LEAVE, REJOIN
+from member_contract.status import DrainAnswer, MemberStatus
 from staticfleet.observe import memberhttp
 from staticfleet.observe.memberhttp import POD_IP_HEADER, Drained, Refused
 from staticfleet_dev.membersim.members import Pace
@@ -97,6 +100,9 @@ def test_the_status_of_each_pod_comes_from_its_own_simulated_process(sim: Simula
     standby = memberhttp.read_member_status(ip(0, standby=True), PORT)
     assert standby is not None and standby["state"] == "standby"
     assert memberhttp.read_member_status("10.9.9.9", PORT) is None, "no member there"
+    report = memberhttp.read_status(ip(1), PORT).status
+    assert report is not None and report.missing == frozenset(), "the operator reads it whole"
+    assert report.instance_id == "orders-1" and report.assignment == (("orders", 1),)
     assert sim.stats()["requests"]["unknown pod"] == 1
 
 
@@ -239,6 +245,7 @@ def test_the_simulators_status_has_exactly_the_runtimes_keys(sim: Simulator) -> 
     # wait to join (no broker refuses it).
     assert simulated == keys(runtime) - {"batchInFlight.startedAt", "batchInFlight.records"}
     assert set(serving) == set(runtime), "the top level is the same in every phase"
+    assert set(runtime) == set(typing.get_type_hints(MemberStatus)), "the contract's keys"
 
 
 def test_the_simulators_drain_answer_has_the_runtimes_keys(sim: Simulator) -> None:
@@ -266,7 +273,7 @@ def test_the_simulators_drain_answer_has_the_runtimes_keys(sim: Simulator) -> No
         headers={"Authorization": f"Bearer {TOKEN}", POD_IP_HEADER: ip(2)})
     with urllib.request.urlopen(request, timeout=5) as resp:
         simulated = json.load(resp)
-    assert set(simulated) == set(runtime)
+    assert set(simulated) == set(runtime) == set(typing.get_type_hints(DrainAnswer))
     assert simulated["drained"] is True and simulated["instanceId"] == "orders-2"
 
 

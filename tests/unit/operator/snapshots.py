@@ -15,7 +15,7 @@ from staticfleet.decisions.plan import decide, without_nulls
 from staticfleet.decisions.settings import OperatorSettings
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView, Snapshot
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
-from tests.unit.operator.support import NOW, with_path
+from tests.unit.operator.support import NOW, reports, with_path
 from tests.unit.operator.support import body as any_body
 
 
@@ -60,7 +60,7 @@ def snapshot(cg: dict[str, Any], pods: list[dict[str, Any]] | None = None, *,
         statuses = {p["metadata"]["uid"]: {"memberId": f"m-{ordinal_of(p)}", "rebalances": 0}
                     for p in live if ordinal_of(p) in listed}
     return Snapshot(body=cg, now=NOW + timedelta(seconds=now_offset_s), spec=spec,
-                    pods=tuple(pods), statuses=statuses,
+                    pods=tuple(pods), statuses=reports(statuses),
                     group=GroupView(state, spec.membership.protocol, members),
                     partitions=parts, broker_config=broker_config or {},
                     lag={} if lag is None else lag, lag_age_s=0.0, settings=settings)
@@ -184,4 +184,4 @@ def stalled_fleet(idle_s: float, end: int = 50, **spec: Any) -> tuple[Any, dict[
             "lastFetchAt": (NOW - timedelta(seconds=idle)).timestamp(),
             "committed": [[t, p, 40 if o == 1 else end] for t, p in parts]}
         ends.update({tp: (3.0, end) for tp in parts})
-    return replace(snap, statuses=statuses, end_offsets=ends), status
+    return replace(snap, statuses=reports(statuses), end_offsets=ends), status

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from staticfleet.decisions.memberreport import MemberReport
 from staticfleet.decisions.rollout.record import record_step
 from staticfleet.decisions.rollout.roller import members_in_flight, plan_rollout
 from staticfleet.decisions.rollout.state import GroupObservation, RolloutState
 from staticfleet.decisions.rollout.steps import Decided, Step
 from staticfleet.decisions.timeouts.effective import EffectiveTimeouts
+from staticfleet.observe.memberhttp import parse_status
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -65,6 +70,35 @@ TIMEOUTS = EffectiveTimeouts(
         "maxPollIntervalMs": "default",
     },
 )
+
+
+def report(status: Mapping[str, Any] | MemberReport) -> MemberReport:
+    """A member's `/status` as the operator reads it (`memberhttp.parse_status`), from the
+    keys a test gives (the others read as an older member's absent keys do); a report stays
+    itself."""
+    if isinstance(status, MemberReport):
+        return status
+    got = parse_status(dict(status))
+    assert got is not None, f"not a /status the operator takes: {status!r}"
+    return got
+
+
+def reports(statuses: Mapping[str, Mapping[str, Any] | MemberReport]) -> dict[str, MemberReport]:
+    """Each pod's `/status` (by uid) as the operator reads it (`report`)."""
+    return {uid: report(status) for uid, status in statuses.items()}
+
+
+def attribute(key: str) -> str:
+    """The report's attribute for a `/status` key (`staticfleet.decisions.memberreport`: its
+    name in snake case)."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
+
+
+def with_keys(status: MemberReport, **keys: Any) -> MemberReport:
+    """`status` as if the member had also said `keys` (contract keys, as in its `/status`)."""
+    said = report(keys)
+    return dataclasses.replace(status, **{attribute(k): getattr(said, attribute(k))
+                                          for k in keys})
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, Any]:

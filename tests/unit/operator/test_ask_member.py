@@ -14,6 +14,7 @@ import pytest
 from consumer_runtime.http import serve
 from consumer_runtime.metrics import Telemetry
 from staticfleet import apply, service, switchover
+from staticfleet.decisions.memberreport import LeaveReport
 from staticfleet.memory import Memory
 from staticfleet.observe import memberhttp
 from staticfleet.observe.memberhttp import Refused
@@ -368,7 +369,7 @@ def test_a_drain_answer_carries_the_static_leave_as_the_member_reported_it(
                                            "detail": None})
     got = memberhttp.drain_member("127.0.0.1", live.port, ("new",), hold_ms=1000, wait_s=1.0)
     assert isinstance(got, memberhttp.Drained), got
-    assert got.static_leave == {"outcome": "left", "tries": 1, "ms": 8.7, "detail": None}
+    assert got.static_leave == LeaveReport(outcome="left", tries=1, ms=8.7, detail=None)
 
 
 class JournalingKube(RecordingKube):

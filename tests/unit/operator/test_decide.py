@@ -53,7 +53,7 @@ from tests.unit.operator.snapshots import (
     snapshot,
     stalled_fleet,
 )
-from tests.unit.operator.support import NOW, with_path
+from tests.unit.operator.support import NOW, with_keys, with_path
 
 pytestmark = pytest.mark.unit
 
@@ -1869,7 +1869,7 @@ def _member_1(snap: Snapshot) -> str:
 def with_member_1(snap: Snapshot, **fields: Any) -> Snapshot:
     """`snap` with member 1's /status carrying `fields` too."""
     uid = _member_1(snap)
-    return replace(snap, statuses={**snap.statuses, uid: {**snap.statuses[uid], **fields}})
+    return replace(snap, statuses={**snap.statuses, uid: with_keys(snap.statuses[uid], **fields)})
 
 
 def test_a_member_in_a_long_first_batch_is_working_not_stalled() -> None:

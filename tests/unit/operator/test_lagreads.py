@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from staticfleet.observe import kafkaadmin, kafkareads, lagreads
+from staticfleet.observe.memberhttp import parse_status
+from tests.unit.operator.support import report
 
 
 class Clock:
@@ -49,8 +51,8 @@ def test_members_reports_need_no_committed_offsets_request(reads: dict[str, Any]
     clock = Clock()
     book = lagreads.LagReads(clock=clock)
     reads["end"] = {("t", 0): 10, ("t", 1): 4}
-    statuses = [{"lag": [["t", 0, 3]], "committed": [["t", 0, 7]]},
-                {"lag": [["t", 1, 0]], "committed": [["t", 1, 4]]}]
+    statuses = [report({"lag": [["t", 0, 3]], "committed": [["t", 0, 7]]}),
+                report({"lag": [["t", 1, 0]], "committed": [["t", 1, 4]]})]
     lag = book.lag(Admin(), "g", {"t": 2}, statuses)  # type: ignore[arg-type]
     assert lag.by_partition == {("t", 0): 3, ("t", 1): 0}
     assert reads["committed"] == [], "the members said what they committed"
@@ -102,11 +104,13 @@ def test_a_failed_read_keeps_the_figure_and_says_how_old_it_is(reads: dict[str, 
 
 
 def test_reports_take_the_safer_figure_and_skip_unknown_ones() -> None:
-    statuses = [{"lag": [["t", 0, 5], ["t", 1, -1]], "committed": [["t", 0, 9]]},
-                {"lag": [["t", 0, 7]], "committed": [["t", 0, 4]]}, {"lag": None},
-                {"lag": [["bad"]]}]
+    statuses = [report({"lag": [["t", 0, 5], ["t", 1, -1]], "committed": [["t", 0, 9]]}),
+                report({"lag": [["t", 0, 7]], "committed": [["t", 0, 4]]}), report({})]
     assert lagreads.reported_lag(statuses) == {("t", 0): 7}
     assert lagreads.reported_committed(statuses) == {("t", 0): 4}
+    # A lag that is not a list of [topic, partition, lag] makes no /status at all: the
+    # operator takes the member as not answering (`memberhttp.parse_status`).
+    assert parse_status({"lag": None}) is None and parse_status({"lag": [["bad"]]}) is None
 
 
 def test_a_group_the_brokers_do_not_know_costs_no_read(reads: dict[str, Any]) -> None:
@@ -163,8 +167,8 @@ def test_a_partition_that_just_moved_gets_the_groups_committed_offsets_read_agai
     assert book.lag(admin, "g", {"t": 2}).by_partition == {("t", 0): 100, ("t", 1): 100}
     assert reads["committed"] == ["g"]
     clock.t += 10
-    both = [{"lag": [["t", 0, 0]], "committed": [["t", 0, 100]]},
-            {"lag": [["t", 1, 0]], "committed": [["t", 1, 100]]}]
+    both = [report({"lag": [["t", 0, 0]], "committed": [["t", 0, 100]]}),
+            report({"lag": [["t", 1, 0]], "committed": [["t", 1, 100]]})]
     assert book.lag(admin, "g", {"t": 2}, both).by_partition == {("t", 0): 0, ("t", 1): 0}
     clock.t += 10
     reads["offsets"][("g", ("t", 1))] = 100

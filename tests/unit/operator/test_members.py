@@ -19,7 +19,7 @@ from staticfleet.decisions.reasons import MemberSpecView
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 from staticfleet.decisions.timeouts.measurements import cold_start_s, join_latency_s
-from tests.unit.operator.support import body
+from tests.unit.operator.support import body, report, reports
 
 SPEC = ConsumerGroupSpec.from_body(body())
 VIEW = MemberSpecView(revision="new", parts={}, image="img")
@@ -50,8 +50,9 @@ def member(ordinal: int, instance: str | None, parts: int = 2) -> GroupMemberVie
 def collect(pods: list[dict[str, Any]], group: GroupView,
             statuses: dict[str, Any] | None = None,
             partitions: int | None = None) -> observed.MemberTable:
-    return observed.observe_members(spec=SPEC, view=VIEW, pods=pods, statuses=statuses or {},
-                                   group=group, partitions=partitions)
+    return observed.observe_members(spec=SPEC, view=VIEW, pods=pods,
+                                   statuses=reports(statuses or {}), group=group,
+                                   partitions=partitions)
 
 
 def test_static_members_are_found_by_instance_id() -> None:
@@ -107,7 +108,7 @@ def test_running_session_timeout_is_the_shortest_a_member_joined_with(
 ])
 def test_join_latency_counts_from_pod_creation(status: dict[str, Any] | None,
                                                expected: float | None) -> None:
-    value = join_latency_s(pod(0), status)
+    value = join_latency_s(pod(0), None if status is None else report(status))
     assert value == (pytest.approx(expected) if expected is not None else None)
 
 
@@ -144,9 +145,9 @@ def test_a_standby_process_start_leaves_out_its_wait_for_the_activation() -> Non
     cold = {"processStart": start, "startupSeconds": {"firstAssignment": 2.5}}
     warm = {"processStart": start, "startupSeconds": {
         "consumerMade": 1.5, "standbyReady": 12.0, "activated": 19.5, "firstAssignment": 19.6}}
-    assert cold_start_s(p, cold) == 3.5
-    assert cold_start_s(p, warm) == pytest.approx(2.6)
-    assert join_latency_s(p, warm) is None
+    assert cold_start_s(p, report(cold)) == 3.5
+    assert cold_start_s(p, report(warm)) == pytest.approx(2.6)
+    assert join_latency_s(p, report(warm)) is None
 
 
 @pytest.mark.parametrize(("joined_as_new", "phases", "expected"), [
@@ -169,7 +170,7 @@ def test_only_a_member_coming_back_is_a_restart_sample(
         "name": MEMBER_CONTAINER, "restartCount": 0,
         "state": {"running": {"startedAt": "2026-01-01T12:00:00Z"}}}]
     start = datetime(2026, 1, 1, 12, 0, 1, tzinfo=UTC).timestamp()
-    assert cold_start_s(p, {"processStart": start, "startupSeconds": phases}) == expected
+    assert cold_start_s(p, report({"processStart": start, "startupSeconds": phases})) == expected
 
 
 def evicted(p: dict[str, Any]) -> dict[str, Any]:
@@ -247,7 +248,7 @@ def test_why_a_pod_ended_is_quoted_from_its_status() -> None:
 ])
 def test_a_drained_members_static_leave_is_a_warning_only_when_it_keeps_no_place(
         leave: dict[str, Any] | None, reason: str | None, says: str | None) -> None:
-    got = observed.static_leave_event(2, "g-2", leave)
+    got = observed.static_leave_event(2, "g-2", report({"staticLeave": leave}).static_leave)
     if reason is None:
         assert got is None
     else:
@@ -277,4 +278,4 @@ def test_a_wait_for_the_instance_id_to_be_released_is_no_part_of_a_start() -> No
     assert phases["instanceReleaseWait"] == 44.0
     status = {"processStart": start,
               "startupSeconds": {**phases, "firstAssignment": 46.5, "consumerMade": 1.0}}
-    assert cold_start_s(p, status) == pytest.approx(3.5)
+    assert cold_start_s(p, report(status)) == pytest.approx(3.5)

@@ -11,7 +11,7 @@ import pytest
 from staticfleet.decisions.plan import decide, without_nulls
 from staticfleet.decisions.rebalances import count_rebalances
 from tests.unit.operator.snapshots import CG, settled, snapshot
-from tests.unit.operator.support import NOW
+from tests.unit.operator.support import NOW, reports
 
 pytestmark = pytest.mark.unit
 
@@ -49,7 +49,7 @@ def run(*seen: Seen | tuple[str, dict[str, int] | None]) -> list[int]:
         statuses = ({} if one.counters is None
                     else {u: {"rebalances": v, "generation": one.generation}
                           for u, v in one.counters.items()})
-        got = count_rebalances(previous, one.state, pods(*one.members), statuses,
+        got = count_rebalances(previous, one.state, pods(*one.members), reports(statuses),
                                now=NOW + timedelta(seconds=one.at_s), window_s=WINDOW_S,
                                epoch=one.epoch, classic=one.epoch is None)
         totals.append(got.total)
@@ -147,15 +147,15 @@ def test_a_credit_is_due_for_a_pass_when_it_expires_and_old_statuses_keep_theirs
     """The next pass comes when the oldest credit's window ends; a status written before
     credits had times gives each the window again from the pass that reads it."""
     got = count_rebalances({"groupState": "Stable", "memberRebalanceCounters": {"a": 0}},
-                           "PreparingRebalance", pods("a"), {"a": {"rebalances": 0}},
+                           "PreparingRebalance", pods("a"), reports({"a": {"rebalances": 0}}),
                            now=NOW, window_s=WINDOW_S)
     assert (got.total, got.from_state, got.due_in_s) == (1, 1, WINDOW_S)
     old = {"groupState": "Stable", "rebalances": 3, "rebalancesFromState": 2,
            "memberRebalanceCounters": {"a": 0}}
-    got = count_rebalances(old, "Stable", pods("a"), {"a": {"rebalances": 1}}, now=NOW,
+    got = count_rebalances(old, "Stable", pods("a"), reports({"a": {"rebalances": 1}}), now=NOW,
                            window_s=WINDOW_S)
     assert (got.total, got.from_state) == (3, 1)
-    later = count_rebalances(old, "Stable", pods("a"), {"a": {"rebalances": 0}},
+    later = count_rebalances(old, "Stable", pods("a"), reports({"a": {"rebalances": 0}}),
                              now=NOW + timedelta(seconds=WINDOW_S), window_s=WINDOW_S)
     assert later.from_state == 2, "its window starts at the pass that reads it"
 
@@ -245,6 +245,6 @@ def test_the_generation_is_kept_through_a_pass_no_member_answered_and_dropped_wh
     empty = count_rebalances(previous, "Empty", pods("a", "b"), {}, now=NOW,
                              window_s=WINDOW_S, classic=True)
     assert empty.generation is None and empty.total == 1
-    kip848 = count_rebalances(previous, "Stable", pods("a", "b"), {
-        "a": {"rebalances": 0, "generation": 9}}, now=NOW, window_s=WINDOW_S, epoch=3)
+    kip848 = count_rebalances(previous, "Stable", pods("a", "b"), reports({
+        "a": {"rebalances": 0, "generation": 9}}), now=NOW, window_s=WINDOW_S, epoch=3)
     assert kip848.generation == 5, "a KIP-848 member's own epoch is not the group's generation"

@@ -37,7 +37,7 @@ def test_first_assignment_is_not_a_rebalance_later_ones_are() -> None:
     status = t.status(now=140.0)
     assert (status["assigns"], status["revokes"], status["lost"], status["rebalances"]) == \
         (3, 1, 1, 2)
-    assert status["assignment"] == [["a", 0]] and status["memberId"] == "m2"
+    assert status["assignment"] == [("a", 0)] and status["memberId"] == "m2"
     assert sample(t, "staticfleet_member_rebalances_total") == 2
     assert sample(t, "staticfleet_member_partition_events_total", event="lost") == 1
     assert sample(t, "staticfleet_member_assigned_partitions") == 1
@@ -160,7 +160,7 @@ def test_lag_comes_from_statistics_for_assigned_partitions_only() -> None:
     t.stats(json.dumps(stats))
     assert sample(t, "staticfleet_member_consumer_lag", topic="a", partition="0") == 42
     assert sample(t, "staticfleet_member_consumer_lag", topic="a", partition="1") is None
-    assert t.status(now=102.0)["lag"] == [["a", 0, 42]], "/status reports what the operator reads"
+    assert t.status(now=102.0)["lag"] == [("a", 0, 42)], "/status reports what the operator reads"
     t.revoked({("a", 0)}, lost=False)
     assert sample(t, "staticfleet_member_consumer_lag", topic="a", partition="0") is None
     assert t.status(now=103.0)["lag"] == []
@@ -174,7 +174,7 @@ def test_status_reports_commits_and_the_last_fetch_for_assigned_partitions() -> 
     t.polled(now=103.0, records=5)
     t.committed(0.01, {("a", 0): 17})
     status = t.status(now=104.0)
-    assert status["lastFetchAt"] == 1003.5 and status["committed"] == [["a", 0, 17]]
+    assert status["lastFetchAt"] == 1003.5 and status["committed"] == [("a", 0, 17)]
     t.revoked({("a", 0)}, lost=False)
     assert t.status(now=105.0)["committed"] == []
 

@@ -16,6 +16,7 @@ from member_contract import LEAVE_GONE, LEAVE_UNCONFIRMED
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions import reasons
 from staticfleet.decisions.conditions import parse_rfc3339
+from staticfleet.decisions.memberreport import LeaveReport, MemberReport
 from staticfleet.decisions.names import (
     MEMBER_CONTAINER,
     SESSION_ANNOTATION,
@@ -37,16 +38,16 @@ service)."""
 
 
 def static_leave_event(ordinal: int, pod: str,
-                       leave: Mapping[str, Any] | None) -> tuple[str, str] | None:
+                       leave: LeaveReport | None) -> tuple[str, str] | None:
     """A Warning's (reason, message) when a drained KIP-848 member's static leave (its drain
     answer's `staticLeave`, consumer_runtime/staticleave.py) does not leave the instance id
     waiting for the replacement: no coordinator confirmed it, or the group no longer knew the
     instance id. None when it did (`left`), when another process holds it already (`taken`),
     and for the classic protocol (no leave: None)."""
-    if not leave:
+    if leave is None:
         return None
-    outcome, detail = leave.get("outcome"), leave.get("detail") or "no error given"
-    tries, ms = leave.get("tries"), leave.get("ms")
+    outcome, detail = leave.outcome, leave.detail or "no error given"
+    tries, ms = leave.tries, leave.ms
     if outcome == LEAVE_UNCONFIRMED:
         return (c.STATIC_LEAVE_UNCONFIRMED,
                 f"member {ordinal} (pod {pod}) drained, but no coordinator confirmed its static "
@@ -361,7 +362,7 @@ def observe_members(
     spec: ConsumerGroupSpec,
     view: reasons.MemberSpecView,
     pods: Iterable[Mapping[str, Any]],
-    statuses: Mapping[str, Mapping[str, Any]],
+    statuses: Mapping[str, MemberReport],
     group: GroupView,
     partitions: int | None = None,
     slow: Mapping[str, str] | None = None,
@@ -426,7 +427,7 @@ class _Seen:
 
     spec: ConsumerGroupSpec
     view: reasons.MemberSpecView
-    statuses: Mapping[str, Mapping[str, Any]]
+    statuses: Mapping[str, MemberReport]
     by_instance: Mapping[str, GroupMemberView]
     by_member_id: Mapping[str, GroupMemberView]
     idle_possible: bool
@@ -437,16 +438,17 @@ class _Seen:
     def member(self, ordinal: int, pod: Mapping[str, Any], is_live: bool) -> ObservedMember:
         """Member `ordinal` as its pod `pod` shows it (`is_live`: not being deleted, not ended)."""
         meta = pod["metadata"]
-        st = self.statuses.get(meta["uid"]) or {}
+        st = self.statuses.get(meta["uid"])
+        said_id = st.member_id if st is not None else ""
         gm = self.by_instance.get(instance_id(self.spec, ordinal))
-        if gm is None and st.get("memberId"):
-            gm = self.by_member_id.get(str(st["memberId"]))  # dynamic membership (tests)
+        if gm is None and said_id:
+            gm = self.by_member_id.get(said_id)  # dynamic membership (tests)
         # The broker keeps an absent static member's registration (and partitions) until its
         # session times out, so being listed proves nothing about *this* pod: its own process
         # must be that member (same member id), or, when it does not answer, be Ready (its
         # /readyz holds only while it holds its assignment).
         this_process = gm is not None and (
-            st.get("memberId") == gm.member_id if st.get("memberId") else pod_ready(pod))
+            said_id == gm.member_id if said_id else pod_ready(pod))
         # An ended pod's container exit is its eviction's doing, not the member's failure.
         failure = None if pod_ended(pod) else member_failure(pod)
         return ObservedMember(
@@ -460,16 +462,16 @@ class _Seen:
             assignment=gm.partitions if gm else (),
             restart_reasons=(tuple(reasons.restart_reasons(self.view, pod)) if is_live
                              else ()),
-            standby_state=st.get("standby") if st else None,
+            standby_state=st.standby if st is not None else None,
             failure=failure.account() if failure else None,
-            standby_ready_at=_moment(st, "standbyReady"),
-            first_batch_at=_moment(st, "firstBatch"),
-            first_assignment_at=_moment(st, "firstAssignment"),
-            answers=bool(st), slow=None if st else self.slow.get(meta["uid"]),
+            standby_ready_at=_moment(st, st.startup_seconds.standby_ready if st else None),
+            first_batch_at=_moment(st, st.startup_seconds.first_batch if st else None),
+            first_assignment_at=_moment(st, st.startup_seconds.first_assignment if st else None),
+            answers=st is not None, slow=None if st is not None else self.slow.get(meta["uid"]),
             crash=(crash.account()
                    if (crash := member_crash(pod)) is not None and not pod_ended(pod) else None),
             pod_failed=ended_reason(pod) if pod_ended(pod) else None,
-            left=bool(st.get("leaving")) or st.get("state") == "left")
+            left=st is not None and (st.leaving or st.state == "left"))
 
 
 def _age_order(pod: Mapping[str, Any]) -> tuple[str, str]:
@@ -477,16 +479,15 @@ def _age_order(pod: Mapping[str, Any]) -> tuple[str, str]:
     return (str(meta.get("creationTimestamp") or ""), str(meta.get("name")))
 
 
-def _moment(status: Mapping[str, Any], phase: str) -> datetime | None:
-    """Unix time of a startup phase of the process (`processStart` + `startupSeconds`)."""
-    seconds = (status.get("startupSeconds") or {}).get(phase)
-    start = status.get("processStart")
-    if seconds is None or start is None:
+def _moment(status: MemberReport | None, seconds: float | None) -> datetime | None:
+    """Unix time of a startup phase of the process (`processStart` + the phase's
+    `startupSeconds`)."""
+    if status is None or seconds is None or status.process_start is None:
         return None
-    return datetime.fromtimestamp(float(start) + float(seconds), UTC)
+    return datetime.fromtimestamp(status.process_start + seconds, UTC)
 
 
-def last_batch_at(status: Mapping[str, Any]) -> datetime | None:
-    value = status.get("lastBatchAt")
-    return None if value is None else datetime.fromtimestamp(float(value), UTC)
+def last_batch_at(status: MemberReport) -> datetime | None:
+    value = status.last_batch_at
+    return None if value is None else datetime.fromtimestamp(value, UTC)
 

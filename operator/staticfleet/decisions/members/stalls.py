@@ -52,6 +52,7 @@ from typing import Any
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import PodDelete
+from staticfleet.decisions.memberreport import MemberReport
 from staticfleet.decisions.members.observed import MemberTable, ObservedMember
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
 
@@ -133,14 +134,8 @@ def _number(status: Mapping[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _committed(status: Mapping[str, Any]) -> dict[TP, int]:
-    out = {}
-    for entry in status.get("committed") or ():
-        try:
-            out[(str(entry[0]), int(entry[1]))] = int(entry[2])
-        except (TypeError, ValueError, IndexError):
-            continue
-    return out
+def _committed(status: MemberReport) -> dict[TP, int]:
+    return {(topic, partition): offset for topic, partition, offset in status.committed}
 
 
 def overdue_bound_s(max_poll_ms: int, slowest_batch_s: float) -> float:
@@ -175,7 +170,7 @@ def group_slowest_batch_s(previous: Mapping[str, Any]) -> float | None:
     return _number(previous.get("measurements") or {}, "batchSecondsMax")
 
 
-def overdue_batches(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]],
+def overdue_batches(table: MemberTable, statuses: Mapping[str, MemberReport],
                     max_poll_ms: int, group_slowest_s: float | None,
                     now: datetime) -> tuple[Overdue, ...]:
     """The members whose batch in flight (`/status` `batchInFlight`) runs past
@@ -185,7 +180,7 @@ def overdue_batches(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]
                  if o.running_s > o.bound_s)
 
 
-def until_overdue_s(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]],
+def until_overdue_s(table: MemberTable, statuses: Mapping[str, MemberReport],
                     max_poll_ms: int, group_slowest_s: float | None,
                     now: datetime) -> float | None:
     """How long until the first batch in flight within its bound passes it (None: no such
@@ -195,28 +190,27 @@ def until_overdue_s(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]
         default=None)
 
 
-def _in_flight(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]],
+def _in_flight(table: MemberTable, statuses: Mapping[str, MemberReport],
                max_poll_ms: int, group_slowest_s: float | None,
                now: datetime) -> list[Overdue]:
     """Every member's batch in flight with its bound (overdue or not)."""
     out = []
     for member in table.members:
-        status = statuses.get(member.pod_uid or "") or {}
-        batch = status.get("batchInFlight")
-        if not isinstance(batch, Mapping) or member.stopped_at is not None:
+        status = statuses.get(member.pod_uid or "")
+        batch = status.batch_in_flight if status is not None else None
+        if status is None or batch is None or member.stopped_at is not None:
             continue
-        started = _number(batch, "startedAt")
+        started = batch.started_at
         if started is None:
             continue
-        slowest = max(group_slowest_s or 0.0, _number(status, "batchSecondsMax") or 0.0)
+        slowest = max(group_slowest_s or 0.0, status.batch_seconds_max or 0.0)
         out.append(Overdue(member.ordinal, str(member.pod_name),
                            round(now.timestamp() - started, 1),
-                           overdue_bound_s(max_poll_ms, slowest),
-                           int(_number(batch, "records") or 0), slowest))
+                           overdue_bound_s(max_poll_ms, slowest), batch.records, slowest))
     return out
 
 
-def stalled_members(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]],
+def stalled_members(table: MemberTable, statuses: Mapping[str, MemberReport],
                     end_offsets: Mapping[TP, tuple[float, int]],
                     lag: Mapping[TP, int] | None, max_wait_ms: int, now: datetime,
                     restarting: Sequence[int] = (),
@@ -235,7 +229,7 @@ def stalled_members(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]
     return tuple(out)
 
 
-def until_stalled_s(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]],
+def until_stalled_s(table: MemberTable, statuses: Mapping[str, MemberReport],
                     end_offsets: Mapping[TP, tuple[float, int]],
                     lag: Mapping[TP, int] | None, max_wait_ms: int, now: datetime,
                     restarting: Sequence[int] = ()) -> float | None:
@@ -250,30 +244,29 @@ def until_stalled_s(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]
     return min(left, default=None)
 
 
-def _judged(table: MemberTable, statuses: Mapping[str, Mapping[str, Any]], max_wait_ms: int,
+def _judged(table: MemberTable, statuses: Mapping[str, MemberReport], max_wait_ms: int,
             now: datetime, restarting: Sequence[int]
-            ) -> list[tuple[ObservedMember, Mapping[str, Any], float, float]]:
+            ) -> list[tuple[ObservedMember, MemberReport, float, float]]:
     """The members the detector judges, each with its `/status`, how long it has been idle
     and its bound (seconds)."""
     out = []
     for member in table.members:
         status = statuses.get(member.pod_uid or "")
         if (status is None or member.ordinal in restarting or not member.assignment
-                or member.stopped_at is not None or status.get("standby") is not None
-                or status.get("leaving") or status.get("waiting")
-                or not status.get("processingReady") or status.get("batchInFlight")):
+                or member.stopped_at is not None or status.standby is not None
+                or status.leaving or status.waiting is not None
+                or not status.processing_ready or status.batch_in_flight is not None):
             continue
-        moments = [m for m in (_number(status, k) for k in
-                               ("lastFetchAt", "lastBatchAt", "processStart")) if m is not None]
+        moments = [m for m in (status.last_fetch_at, status.last_batch_at, status.process_start)
+                   if m is not None]
         if not moments:
             continue
         idle = now.timestamp() - max(moments)
-        out.append((member, status, idle,
-                    bound_s(max_wait_ms, _number(status, "batchSecondsMax") or 0.0)))
+        out.append((member, status, idle, bound_s(max_wait_ms, status.batch_seconds_max or 0.0)))
     return out
 
 
-def _waiting(assignment: Sequence[TP], status: Mapping[str, Any],
+def _waiting(assignment: Sequence[TP], status: MemberReport,
              end_offsets: Mapping[TP, tuple[float, int]],
              lag: Mapping[TP, int] | None) -> list[tuple[TP, int]]:
     """The member's partitions with records past its committed offset, and how many."""
@@ -299,7 +292,7 @@ def _backed_off(stall: Stall, memory: Mapping[int, Recovery]) -> bool:
 
 
 def recovery_memory(previous: Any, stalls: Sequence[Stall], restart: Sequence[PodDelete],
-                    statuses_by_ordinal: Mapping[int, Mapping[str, Any]],
+                    statuses_by_ordinal: Mapping[int, MemberReport | None],
                     now: datetime) -> list[dict[str, Any]] | None:
     """`status.stallRecovery` after this pass: each member's stall restarts, this pass's
     counted; a member that is not stalled and finished a batch after its last restart is
@@ -307,7 +300,8 @@ def recovery_memory(previous: Any, stalls: Sequence[Stall], restart: Sequence[Po
     memory = Recovery.from_status(previous)
     stalled = {s.ordinal for s in stalls}
     for ordinal, seen in list(memory.items()):
-        batch = _number(statuses_by_ordinal.get(ordinal) or {}, "lastBatchAt")
+        status = statuses_by_ordinal.get(ordinal)
+        batch = status.last_batch_at if status is not None else None
         if (ordinal not in stalled and batch is not None
                 and batch > seen.last_restart_at.timestamp()):
             del memory[ordinal]

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from staticfleet.decisions.conditions import parse_rfc3339
+from staticfleet.decisions.memberreport import MemberReport
 from staticfleet.decisions.names import (
     JOINED_AS_NEW_ANNOTATION,
     MEMBER_CONTAINER,
@@ -59,7 +60,7 @@ def container_started_at(pod: Mapping[str, Any]) -> float | None:
     return None
 
 
-def cold_start_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
+def cold_start_s(pod: Mapping[str, Any], status: MemberReport | None) -> float | None:
     """Seconds from the member container's start to its first assignment, for a member coming
     back with its instance id (a replacement of a pod of its ordinal: a rollout's, a warm
     handoff's, one made again after a deletion or an eviction) whose container never restarted
@@ -69,31 +70,30 @@ def cold_start_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> fl
     a scale-up, the group's first members) is no restart sample: its join waited for a
     rebalance (an eager group's revokes) that a static member coming back does not; only its
     start up to its consumer (`consumerMade`), which a restart repeats, counts."""
-    if not status or restart_count(pod) > 0:
+    if status is None or restart_count(pod) > 0:
         return None
-    phases = status.get("startupSeconds") or {}
-    first = phases.get("firstAssignment")
-    start = status.get("processStart")
+    phases = status.startup_seconds
+    first = phases.first_assignment
+    start = status.process_start
     started = container_started_at(pod)
     if first is None or start is None or started is None:
         return None
-    activated, made = phases.get("activated"), phases.get("consumerMade")
+    activated, made = phases.activated, phases.consumer_made
     # A KIP-848 replacement of a member that died without leaving waits for the broker to let
     # go of its instance id (the dead registration's session timeout): that wait is the
     # session timeout's own length, not the member's start, and counting it would raise the
     # session timeout by itself at every such crash.
-    first = float(first) - float(phases.get("instanceReleaseWait") or 0.0)
+    first = first - (phases.instance_release_wait or 0.0)
     if joined_as_new(pod):
-        return None if made is None else max(0.0, float(start) + float(made) - started)
+        return None if made is None else max(0.0, start + made - started)
     if activated is not None:
         # A warm handoff's replacement waited in standby for its activation, which is not part
         # of a start: a crash restarts it in standby and it is activated at once. Its start is
         # container start -> consumer made, plus activation -> first assignment.
         if made is None:
             return None
-        return max(0.0, float(start) + float(made) - started) + max(
-            0.0, float(first) - float(activated))
-    return max(0.0, float(start) + float(first) - started)
+        return max(0.0, start + made - started) + max(0.0, first - activated)
+    return max(0.0, start + first - started)
 
 
 def joined_as_new(pod: Mapping[str, Any]) -> bool:
@@ -102,17 +102,17 @@ def joined_as_new(pod: Mapping[str, Any]) -> bool:
     return annotations.get(JOINED_AS_NEW_ANNOTATION) == "true"
 
 
-def join_latency_s(pod: Mapping[str, Any], status: Mapping[str, Any] | None) -> float | None:
+def join_latency_s(pod: Mapping[str, Any], status: MemberReport | None) -> float | None:
     """Seconds from the pod's creation to its member's first assignment (a lower bound of a
     restart), from the member's `/status`; None until it has been assigned."""
-    if not status or (status.get("startupSeconds") or {}).get("activated") is not None:
+    if status is None or status.startup_seconds.activated is not None:
         return None  # a standby's wait for its activation is not a join's latency
-    first = (status.get("startupSeconds") or {}).get("firstAssignment")
-    start = status.get("processStart")
+    first = status.startup_seconds.first_assignment
+    start = status.process_start
     created = (pod.get("metadata") or {}).get("creationTimestamp")
     if first is None or start is None or not created:
         return None
-    latency = float(start) + float(first) - parse_rfc3339(created).timestamp()
+    latency = start + first - parse_rfc3339(created).timestamp()
     return max(0.0, latency)
 
 
@@ -121,9 +121,9 @@ def measure(snap: Snapshot) -> Measurements:
     in the group), and the slowest batch the members report. A container that restarts in place
     (a crash, an OOM kill, a liveness kill) or a pod's age is never a restart sample."""
     recorded = measurements_from_status(snap.previous.get("measurements"))
-    batch = [float(s.get("batchSecondsMax") or 0) for s in snap.statuses.values()]
-    p99 = [float(s["batchSecondsP99"]) for s in snap.statuses.values()
-           if s.get("batchSecondsP99") is not None]
+    batch = [s.batch_seconds_max or 0.0 for s in snap.statuses.values()]
+    p99 = [s.batch_seconds_p99 for s in snap.statuses.values()
+           if s.batch_seconds_p99 is not None]
     slowest_start = slowest_cold_start(snap)
     return Measurements(
         restart_seconds=recorded.restart_seconds,
