@@ -46,7 +46,9 @@ from staticfleet_dev.testkit.poll import Poller, wait_for
 from tests.e2e.support import env_patch, trigger
 from tests.support import unique
 
-pytestmark = pytest.mark.e2e
+# exclusive: an e2e module runs the operator, members and a producer; on this machine's two
+# cores two of them side by side overloaded it (tests/lanes.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
 
 REPLICAS = 2
 OFFSETS_PARTITIONS = 3

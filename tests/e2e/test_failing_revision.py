@@ -38,7 +38,10 @@ from staticfleet_dev.testkit.operator import OperatorProcess
 from tests.e2e.support import drain, trigger
 from tests.support import unique
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+# exclusive: an e2e module runs the operator, members and a producer; on this machine's two
+# cores two of them side by side overloaded it (tests/lanes.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive,
+              pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
 REPO = Path(__file__).resolve().parents[2]
 FAILING = "tests.integration.spark_test_transforms:fail_on_real_records"

@@ -33,7 +33,10 @@ from tests.e2e.support import (
 )
 from tests.support import unique
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+# exclusive: an e2e module runs the operator, members and a producer; on this machine's two
+# cores two of them side by side overloaded it (tests/lanes.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive,
+              pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
 REPLICAS = 3
 SESSION_MS = 20000  # a KIP-848 group config; the test broker allows 1-60 s

@@ -27,7 +27,10 @@ from staticfleet_dev.testkit.operator import OperatorProcess
 from staticfleet_dev.testkit.poll import wait_for
 from tests.support import unique
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+# exclusive: an e2e module runs the operator, members and a producer; on this machine's two
+# cores two of them side by side overloaded it (tests/lanes.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive,
+              pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
 SESSION_MS = 30000  # long, so a hand-over that waits for it cannot pass for a fast one
 HANDOVER_LIMIT_S = 5.0

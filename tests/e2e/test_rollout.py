@@ -30,7 +30,10 @@ from staticfleet_dev.testkit.poll import Poller, wait_for
 from tests.e2e.support import check_dashboard, drain, env_patch, switchovers, trigger
 from tests.support import unique
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+# exclusive: an e2e module runs the operator, members and a producer; on this machine's two
+# cores two of them side by side overloaded it (tests/lanes.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive,
+              pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
 REPLICAS = 3
 REBALANCE_ALERTS = ("StaticfleetRebalanceRateHigh", "StaticfleetMemberRebalanceRateHigh")

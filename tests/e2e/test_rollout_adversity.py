@@ -34,7 +34,10 @@ from staticfleet_dev.testkit.poll import Poller, wait_for
 from tests.e2e.support import drain, env_patch, member_process, trigger
 from tests.support import unique
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("dump_broker_log_on_failure")]
+# exclusive: an e2e module runs the operator, members and a producer; on this machine's two
+# cores two of them side by side overloaded it (tests/lanes.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive,
+              pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
 
 class StoppedAtOnce(Poller):

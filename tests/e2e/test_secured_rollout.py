@@ -26,7 +26,9 @@ from tests.e2e.support import env_patch, trigger
 from tests.integration.support import apply_secrets
 from tests.support import unique
 
-pytestmark = pytest.mark.e2e
+# exclusive: an e2e module runs the operator, members and a producer; on this machine's two
+# cores two of them side by side overloaded it (tests/lanes.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
 
 REPLICAS = 2
 

@@ -25,9 +25,7 @@ from tests.integration.runtime_spark_helpers import (
 from tests.integration.spark_test_transforms import POISON
 from tests.support import unique
 
-# exclusive: its members run local Spark (a JVM each).
-pytestmark = [pytest.mark.integration, pytest.mark.exclusive,
-              pytest.mark.usefixtures("dump_broker_log_on_failure")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("dump_broker_log_on_failure")]
 
 
 def values(n: int, partitions: int) -> list[tuple[bytes, bytes, int | None]]:
