@@ -100,6 +100,11 @@ def make_topic(broker: KafkaBroker, partitions: int = 3) -> str:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap, **sasl("admin")})
     for fut in admin.create_topics([NewTopic(name, partitions, 1)]).values():
         fut.result(timeout=30)
+    # Created is not yet in every metadata answer (KRaft publishes it a moment later; CI once
+    # read it missing right after): the claims here are about ACLs, so wait until it is.
+    wait_for(f"topic {name} in the metadata", lambda: (
+        (t := admin.list_topics(topic=name, timeout=10).topics.get(name)) is not None
+        and t.error is None and len(t.partitions) == partitions), timeout=30, interval=0.2)
     return name
 
 
