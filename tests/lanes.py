@@ -122,11 +122,16 @@ def scheduler(config: Any, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        exclusive: set[str] | None = None
+        """The workers' answer, read once: the collection does not change during the run."""
+
         def _split_scope(self, nodeid: str) -> str:
             return module_of(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
-            exclusive = told_exclusive()
+            if self.exclusive is None:
+                self.exclusive = told_exclusive()
+            exclusive = self.exclusive
             elsewhere = any(
                 scope in exclusive and not all(work.values())
                 for other, assigned in self.assigned_work.items() if other is not node

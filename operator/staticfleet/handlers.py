@@ -74,7 +74,7 @@ from staticfleet.decisions.spec.model import (
     RESTARTED_AT_ANNOTATION,
 )
 from staticfleet.observe import clusterpool, kafkaadmin, memberhttp
-from staticfleet.passes import REST_RESYNC_S, RESYNC_S, Runner
+from staticfleet.passes import REST_RESYNC_S, RESYNC_S, Key, Runner
 
 SECRET_TTL_S = float(os.environ.get("STATICFLEET_SECRET_TTL_SECONDS", str(apply.SECRET_TTL_S)))
 OWNED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGER},{GROUP_LABEL}"
@@ -91,7 +91,6 @@ CHILD_AUDIT_S = float(os.environ.get("STATICFLEET_CHILD_AUDIT_SECONDS", "300"))
 """How often the children this operator applied are listed for one a relisted watch missed."""
 RELEASE_RETRIES = 6
 
-Key = tuple[str, str]
 log = logging.getLogger("staticfleet")
 
 
