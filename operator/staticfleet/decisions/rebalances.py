@@ -25,7 +25,11 @@ state counts what no counter can show yet, or ever:
 - The group seen empty (`Empty`) after it had members counts one rebalance: the broker's last
   member left or was dropped, and no member is left whose counter could show it (but when the
   group was seen in a rebalance counted from its state: the emptying is that one ending).
-  Credits left then are void: no member in the group will show them.
+  Credits left then are void: no member in the group will show them. The emptying made a
+  generation (the join round with no member left), kept as the group's: members that come back
+  one after another make a generation each, and their reports count them all, where their
+  counters may show one (a member whose join round was cut short by the next member's took no
+  assignment in it).
 - The group seen with members again after it was empty (members back after every one was away
   past its session, or new ones) counts one, with a credit, when no counter moved: a member
   whose counter was read before shows it a pass later, and new members' first assignment is no
@@ -106,8 +110,10 @@ class RebalanceCount:
     """When the next pass should come for the oldest credit to expire (None: no credit)."""
     generation: int | None = None
     """`status.groupGeneration`: the newest classic generation a member reported (kept from
-    the previous pass when no member answered; None once the group is empty: a classic group
-    that empties may start its generations again)."""
+    the previous pass when no member answered; once the group is empty, the generation its
+    emptying made: the members back in it report the generations after that one, each a
+    rebalance; a group the broker deleted starts again from 1, and those reports are taken
+    as they come)."""
 
     @property
     def from_state(self) -> int:
@@ -144,6 +150,7 @@ def count_rebalances(
     `classic`: the members' generations are the group's (a KIP-848 member's is its own
     epoch)."""
     seen: Mapping[str, int] = previous.get("memberRebalanceCounters") or {}
+    was_generation = _int_or_none(previous.get("groupGeneration"))
     deltas = []
     counters: dict[str, int] = {}
     unread = []
@@ -157,15 +164,16 @@ def count_rebalances(
             continue
         value = st.rebalances
         counters[uid] = value
-        deltas.append(max(0, value - int(seen[uid])) if uid in seen else value)
+        delta = max(0, value - int(seen[uid])) if uid in seen else value
+        deltas.append(delta)
         reported = st.generation
-        if classic and reported is not None and reported >= 0:
+        if (classic and reported is not None and reported >= 0
+                and not _from_before_the_emptying(reported, delta, was_generation)):
             generations.append(reported)
     seen_by_members = max(deltas, default=0)
     for uid in unread:
         counters[uid] = int(seen[uid]) + seen_by_members
     generation = max(generations, default=None)
-    was_generation = _int_or_none(previous.get("groupGeneration"))
     new_generations = (generation - was_generation
                        if generation is not None and was_generation is not None
                        and generation >= was_generation else None)
@@ -199,8 +207,12 @@ def count_rebalances(
             (was == STABLE and group_state in REBALANCING_STATES)
             or (was == EMPTY and group_state in WITH_MEMBERS)):
         under_way = group_state in REBALANCING_STATES
-        tie = (None if generation is None
-               else generation + 1 if under_way else generation)
+        # The generation that shows it: the one the members report now, when the group is
+        # past it; else the one after the newest known (no member answered: one frozen,
+        # back, or not yet in the new assignment).
+        basis = generation if generation is not None else was_generation if classic else None
+        tie = (generation if generation is not None and not under_way
+               else None if basis is None else basis + 1)
         # A rebalance a credit already waits for, seen again (a read that answered Stable in
         # between, as during a coordinator move, cannot be a new generation's): counted once.
         if tie is None or all(x.generation != tie for x in credits):
@@ -209,10 +221,25 @@ def count_rebalances(
     credits = credits[-KEPT_CREDITS:]
     total = int(previous.get("rebalances") or 0) + increase
     due = min(((x.expires - now).total_seconds() for x in credits), default=None)
-    kept_generation = (generation if generation is not None
-                       else None if group_state == EMPTY else was_generation)
+    if generation is not None:
+        kept_generation: int | None = generation
+    elif group_state == EMPTY and was in WITH_MEMBERS and was_generation is not None:
+        # The emptying completed a generation (the broker's join round with no member left),
+        # counted above: members back in the group it was report the generations after it.
+        kept_generation = was_generation + 1
+    else:
+        kept_generation = was_generation
     return RebalanceCount(increase=increase, total=total, counters=counters,
                           credits=tuple(credits), due_in_s=due, generation=kept_generation)
+
+
+def _from_before_the_emptying(reported: int, delta: int, kept: int | None) -> bool:
+    """A member that reports the generation the group had before it emptied (the kept one
+    is that plus the emptying's), its counter unmoved, still reports its assignment from
+    before: back from a freeze, it has not yet heard that the broker dropped it. Its report
+    neither moves the group's generation back nor pays a credit. (A group the broker deleted
+    once it was empty starts again at generation 1: its members' reports are taken.)"""
+    return kept is not None and delta == 0 and reported == kept - 1
 
 
 def _pay_by_generation(credits: list[Credit], shown: int,

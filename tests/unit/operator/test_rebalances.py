@@ -230,13 +230,34 @@ def passes(*seen: Seen, every_s: float = 10) -> list[int]:
       classic("Stable", {"a": 1, "b": 1}, 1),
       classic("Stable", {"a": 2, "b": 2, "c": 0}, 2, ("a", "b", "c"))),
      [0, 1, 1, 2, 2, 3]),
+    # Every member away past its session, the group emptied (a generation), then back one
+    # after another: two generations, where each member's counter shows one (CI: the first
+    # back was in a round of its own, cut short by the second's join). Three rebalances.
+    ((classic("Stable", {"a": 0, "b": 0}, 2),
+      classic("Empty", None, None),
+      classic("Stable", {"a": 1, "b": 1}, 5)),
+     [0, 1, 3]),
+    # ... seen leaving Stable on the way, the same three.
+    ((classic("Stable", {"a": 0, "b": 0}, 2),
+      classic("PreparingRebalance", None, None),
+      classic("Empty", None, None),
+      classic("Stable", {"a": 1, "b": 1}, 5)),
+     [0, 1, 1, 3]),
+    # ... and read once, back, before they heard they were dropped (their assignment from
+    # before, counters unmoved): the return counted from the state, once.
+    ((classic("Stable", {"a": 0, "b": 0}, 2),
+      classic("Empty", None, None),
+      classic("Stable", {"a": 0, "b": 0}, 2),
+      classic("Stable", {"a": 0, "b": 0}, 2),
+      classic("Stable", {"a": 1, "b": 1}, 5)),
+     [0, 1, 2, 2, 3]),
 ])
 def test_a_classic_credit_is_tied_to_the_generation_its_members_report(
         seen: tuple[Seen, ...], totals: list[int]) -> None:
     assert passes(*seen) == totals
 
 
-def test_the_generation_is_kept_through_a_pass_no_member_answered_and_dropped_when_empty() -> None:
+def test_the_generation_is_kept_through_a_pass_no_member_answered_and_the_emptying_makes_one() -> None:
     previous = {"groupState": "Stable", "rebalances": 0, "groupGeneration": 5,
                 "memberRebalanceCounters": {"a": 0, "b": 0}}
     unread = count_rebalances(previous, "Stable", pods("a", "b"), {}, now=NOW,
@@ -244,7 +265,10 @@ def test_the_generation_is_kept_through_a_pass_no_member_answered_and_dropped_wh
     assert unread.generation == 5 and unread.total == 0
     empty = count_rebalances(previous, "Empty", pods("a", "b"), {}, now=NOW,
                              window_s=WINDOW_S, classic=True)
-    assert empty.generation is None and empty.total == 1
+    assert empty.generation == 6 and empty.total == 1
+    still = count_rebalances({**previous, "groupState": "Empty", "groupGeneration": 6}, "Empty",
+                             pods(), {}, now=NOW, window_s=WINDOW_S, classic=True)
+    assert still.generation == 6 and still.total == 0
     kip848 = count_rebalances(previous, "Stable", pods("a", "b"), reports({
         "a": {"rebalances": 0, "generation": 9}}), now=NOW, window_s=WINDOW_S, epoch=3)
     assert kip848.generation == 5, "a KIP-848 member's own epoch is not the group's generation"
