@@ -4,12 +4,15 @@
 #   bash scripts/setup.sh demo   what `make demo` needs: no helm, no promtool, no test tools
 #   bash scripts/setup.sh [all]  everything the tests need (`make test`, .ci/run)
 #
-#   Debian packages: a JDK 17+, Maven, kubectl, make (all: also shellcheck); only those missing
+#   Debian packages: a JDK 17+, Maven, kubectl, make (all: also shellcheck, buildah, podman,
+#                    runc, debootstrap); only those missing
 #   Go:              the installed go if >= 1.26, else the toolchain from the Go module proxy
 #   Python:          a venv at $STATICFLEET_CACHE/venv with the project (editable) and its extra:
 #                    demo: `dev`; all: `test` (which includes `dev`)
 #   Servers:         Kafka jars (Maven Central); etcd, kube-apiserver, kube-controller-manager,
 #                    prometheus (all: also promtool, helm and kwok), built from the Go module proxy
+#   Images (all):    the operator and member images from images/*/Dockerfile, built by buildah
+#                    on a Debian base made by debootstrap (staticfleet_dev.images)
 #
 # The Kafka jars and the Go builds run in the background while pip installs the venv (the builds
 # need only the standard library: `python3 -m staticfleet_dev.build`). Each step prints its name
@@ -35,7 +38,7 @@ declare -A EXPECTED=(
   [apt]="about 1 min" [go]="about 20 s" [venv]="about 1 min 30 s"
   [kafka]="about 10 s" [etcd]="about 1 min" [k8s]="about 4 min"
   [prometheus]="about 3 min" [promtool]="about 1 min" [helm]="about 1 min 40 s"
-  [kwok]="about 1 min 10 s"
+  [kwok]="about 1 min 10 s" [images]="about 6 min"
 )
 step() { log "step $1 (first run: ${EXPECTED[$1]}): $2"; }
 
@@ -44,7 +47,14 @@ command -v java >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 command -v kubectl >/dev/null || need_apt+=(kubectl)
 command -v make >/dev/null || need_apt+=(make)
-if [ "$TARGET" = all ]; then command -v shellcheck >/dev/null || need_apt+=(shellcheck); fi
+if [ "$TARGET" = all ]; then
+  command -v shellcheck >/dev/null || need_apt+=(shellcheck)
+  # The images (staticfleet_dev.images): a Debian base by debootstrap, the Dockerfiles built by
+  # buildah and run by podman with runc.
+  for tool in buildah podman runc debootstrap; do
+    command -v "$tool" >/dev/null || need_apt+=("$tool")
+  done
+fi
 if ((${#need_apt[@]})); then
   step apt "apt-get install ${need_apt[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
@@ -137,4 +147,16 @@ for i in "${!pids[@]}"; do
 done
 pids=()
 ((failed == 0)) || exit 1
+if [ "$TARGET" = all ]; then
+  # The images, once the builds are done (both use the two cores): named by the hash of what
+  # went into them, so a warm run builds nothing, and one after a change of the code rebuilds
+  # from buildah's layer cache (the dependencies' layer stays).
+  started=$SECONDS
+  step images "building or reusing the base, operator and member images"
+  if ! PYTHONPATH="$REPO" python3 -m staticfleet_dev.images all; then
+    log "building the images failed; the build logs: $CACHE/containers/*.log"
+    exit 1
+  fi
+  log "images ready in $((SECONDS - started)) s"
+fi
 log "ready ($TARGET): source $VENV/bin/activate"

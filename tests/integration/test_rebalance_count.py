@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -92,6 +93,41 @@ def quiet(kafka: KafkaBroker, kubeconfig: Path, namespace: str, name: str,
     return quiet_at
 
 
+class StatusTrail:
+    """The group's status as each pass wrote it, read every half second in a thread: what a
+    count that went wrong was built from (printed with the assertion)."""
+
+    KEYS = ("groupState", "rebalances", "groupGeneration", "memberRebalanceCounters",
+            "stateCountedRebalances")
+
+    def __init__(self, kubeconfig: Path, namespace: str, name: str) -> None:
+        self.seen: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(kubeconfig, namespace, name),
+                                        daemon=True)
+
+    def _run(self, kubeconfig: Path, namespace: str, name: str) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                st = status(kubeconfig, namespace, name)
+            except Exception as exc:  # a diagnostic: a failed read is a line of it
+                st = {"error": str(exc)}
+            line = json.dumps({k: st.get(k) for k in self.KEYS}, sort_keys=True)
+            if not self.seen or self.seen[-1].split(" ", 1)[1] != line:
+                self.seen.append(f"{time.strftime('%H:%M:%S')} {line}")
+
+    def __enter__(self) -> StatusTrail:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def __str__(self) -> str:
+        return "the status, pass by pass:\n" + "\n".join(self.seen)
+
+
 def form(kubeconfig: Path, namespace: str, kafka: KafkaBroker, name: str, topic: str,
          connect_url: str) -> tuple[int, int]:
     cg = consumer_group(name, bootstrap=kafka.bootstrap, topics=[topic], replicas=2,
@@ -113,16 +149,19 @@ def test_every_member_away_past_its_session_then_back_is_counted(
     # group that empties starts its generations again from 0 when it forms again (CI: 2 -> 2).
     lines_before = len(kafka.rebalance_lines(name))
     pids = [member_process(namespace, f"{name}-{o}")[0] for o in (0, 1)]
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        wait_for("the operator saw the group Empty", lambda: status(
-            kubeconfig, namespace, name).get("groupState") == "Empty", timeout=SESSION_S + 60,
-            interval=0.5, describe=lambda: summary(kubeconfig, namespace, name))
-    finally:
+    with StatusTrail(kubeconfig, namespace, name) as trail:
         for pid in pids:
-            os.kill(pid, signal.SIGCONT)
-    after, gen_after = quiet(kafka, kubeconfig, namespace, name, 2)
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_for("the operator saw the group Empty", lambda: status(
+                kubeconfig, namespace, name).get("groupState") == "Empty",
+                timeout=SESSION_S + 60, interval=0.5,
+                describe=lambda: summary(kubeconfig, namespace, name))
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        after, gen_after = quiet(kafka, kubeconfig, namespace, name, 2)
+    print(trail)
     lines = kafka.rebalance_lines(name)
     made = len(lines) - lines_before
     print(f"the broker's rebalances {made} (generations {gen_before} -> {gen_after}); "

@@ -33,7 +33,9 @@ state counts what no counter can show yet, or ever:
 - The group seen with members again after it was empty (members back after every one was away
   past its session, or new ones) counts one, with a credit, when no counter moved: a member
   whose counter was read before shows it a pass later, and new members' first assignment is no
-  rebalance of theirs (`rebalances` in `/status`).
+  rebalance of theirs (`rebalances` in `/status`). But not when the previous pass already had
+  the members' reports of the generation they report now: that pass counted the return from
+  them, though its read of the group's state, made a moment before they were back, said Empty.
 
 Table tests: tests/unit/operator/test_rebalances.py.
 """
@@ -215,7 +217,12 @@ def count_rebalances(
                else None if basis is None else basis + 1)
         # A rebalance a credit already waits for, seen again (a read that answered Stable in
         # between, as during a coordinator move, cannot be a new generation's): counted once.
-        if tie is None or all(x.generation != tie for x in credits):
+        # And a return whose generation the previous pass already took from the members'
+        # reports (its read of the group's state, made before they were back, said Empty) was
+        # counted by that pass.
+        shown_before = (was == EMPTY and not under_way and generation is not None
+                        and generation == was_generation)
+        if not shown_before and (tie is None or all(x.generation != tie for x in credits)):
             increase += 1
             credits.append(Credit(now, until, epoch, tie))
     credits = credits[-KEPT_CREDITS:]

@@ -251,6 +251,16 @@ def passes(*seen: Seen, every_s: float = 10) -> list[int]:
       classic("Stable", {"a": 0, "b": 0}, 2),
       classic("Stable", {"a": 1, "b": 1}, 5)),
      [0, 1, 2, 2, 3]),
+    # ... and back before the group's state says so: a pass whose read of the state (made a
+    # moment before) says Empty has the members' reports of their return, and counts it;
+    # the next pass, which reads them Stable, does not count the return again (CI: 1 -> 5
+    # where the broker made 3).
+    ((classic("Stable", {"a": 0, "b": 0}, 2),
+      classic("Empty", None, None),
+      classic("Empty", {"a": 1, "b": 1}, 5),
+      classic("Stable", {"a": 1, "b": 1}, 5),
+      classic("Stable", {"a": 1, "b": 1}, 5)),
+     [0, 1, 3, 3, 3]),
 ])
 def test_a_classic_credit_is_tied_to_the_generation_its_members_report(
         seen: tuple[Seen, ...], totals: list[int]) -> None:
