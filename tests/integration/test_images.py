@@ -129,7 +129,8 @@ print(json.dumps({"uid": os.getuid(), "java": shutil.which("java"),
 
 
 def test_the_operator_image_runs_its_entry_point_as_non_root_and_holds_no_spark(
-        operator_image: str, kubeconfig: Path, containers: list[Container]) -> None:
+        operator_image: str, kubeconfig: Path, containers: list[Container],
+        tmp_path: Path) -> None:
     inside = probe(operator_image, WHAT_IS_INSIDE)
     assert inside["uid"] == NON_ROOT
     assert inside["modules"] == {"staticfleet": True, "consumer_runtime": False,
@@ -138,13 +139,18 @@ def test_the_operator_image_runs_its_entry_point_as_non_root_and_holds_no_spark(
                                  "member_contract": True}, inside
     assert inside["java"] is None, "no JRE in the operator image"
 
+    # The admin kubeconfig (its certificates inlined), readable by the image's user, as a
+    # mounted Secret would be.
+    config = tmp_path / "kubeconfig"
+    config.write_bytes(kubeconfig.read_bytes())
+    config.chmod(0o644)
     metrics, health = free_port(), free_port()
     namespace = unique("img")
     op = Container.start(
         operator_image, "operator", "run", "--namespace", namespace,
         "--metrics-port", str(metrics), "--metrics-host", "127.0.0.1",
         "--health-port", str(health), env={"KUBECONFIG": "/etc/staticfleet/kubeconfig"},
-        volumes=(f"{kubeconfig}:/etc/staticfleet/kubeconfig:ro",))
+        volumes=(f"{config}:/etc/staticfleet/kubeconfig:ro",))
     containers.append(op)
     wait_for("the operator's /healthz answers 200", lambda: (
         (get(f"http://127.0.0.1:{health}/healthz") or (0,))[0] == 200 or None) if op.running()
@@ -165,7 +171,8 @@ def test_the_member_image_processes_every_record_on_its_own_spark_as_non_root(
     produce(kafka.bootstrap, topic, [(f"k{i}".encode(), f"v{i}".encode(), None)
                                      for i in range(records)])
     group = unique("img-member")
-    config = runtime_config(kafka.bootstrap, group, topic, sink={}, session_ms=20000,
+    config = runtime_config(kafka.bootstrap, group, topic, sink={"type": "null"},
+                            session_ms=20000,
                             spark={"mode": "local", "connectUrl": None, "master": "local[1]",
                                    "conf": {}})
     token = tmp_path / "token"
@@ -192,7 +199,7 @@ def test_the_member_image_processes_every_record_on_its_own_spark_as_non_root(
     status = wait_for(f"the member processed {records} records", processed, timeout=240,
                       interval=2, describe=lambda: member.logs()[-3000:])
     assert status["recordsProcessed"] == records, status
-    assert status["groupInstanceId"] == f"{group}-0", status
+    assert status["instanceId"] == f"{group}-0", status
     who = member.exec("sh", "-c", "id -u; java -version 2>&1 | head -1")
     assert who.returncode == 0, who.stdout
     uid, java = who.stdout.strip().splitlines()[:2]
