@@ -1,6 +1,6 @@
-"""The rebalance's cause (`decisions.causes`) as a table: each kind of evidence alone gives its
-cause, the rows' order decides between two, old evidence explains nothing, a foreign member's
-sign explains one rebalance, and no evidence is no cause."""
+"""The rebalance's cause (`decisions.rebalance.causes`) as a table: each kind of evidence alone
+gives its cause, the rows' order decides between two, old evidence explains nothing, a foreign
+member's sign explains one rebalance, and no evidence is no cause."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from staticfleet.decisions import causes as ca
-from staticfleet.decisions.causes import Crash, Evidence, Sign
+from staticfleet.decisions.rebalance import causes as ca
+from staticfleet.decisions.rebalance.causes import Crash, Evidence, Sign
 from tests.unit.operator.support import NOW
 
 pytestmark = pytest.mark.unit

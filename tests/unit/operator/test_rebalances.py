@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from staticfleet.decisions.plan import decide, without_nulls
-from staticfleet.decisions.rebalances import count_rebalances
+from staticfleet.decisions.rebalance.count import count_rebalances
 from tests.unit.operator.snapshots import CG, settled, snapshot
 from tests.unit.operator.support import NOW, reports
 
