@@ -41,7 +41,6 @@ from consumer_runtime.buffer import BatchBuffer
 from consumer_runtime.config import RuntimeConfig
 from consumer_runtime.inflight import InFlight
 from consumer_runtime.leaving import BUSY_POLL_S, Leaving
-from consumer_runtime.leaving import DRAIN_CHECK_S as DRAIN_CHECK_S  # tests import it here
 from consumer_runtime.membership import (
     consumer_settings,
     fetched_all,
