@@ -150,7 +150,7 @@ def test_every_cause_has_a_row_and_unknown_comes_last() -> None:
 
 
 def test_the_contract_lists_every_cause_in_the_rules_order_and_every_sign() -> None:
-    text = (Path(__file__).resolve().parents[3] / "docs" / "contracts.md").read_text()
+    text = (Path(__file__).resolve().parents[4] / "docs" / "contracts.md").read_text()
     section = text.split("## Why the group rebalanced")[1].split("\n## ")[0]
     assert re.findall(r"^\| `([a-z_]+)` \|", section, re.MULTILINE) == list(ca.CAUSES)
     assert [kind for kind in ca.SIGN_KINDS if f"`{kind}`" not in section] == []
