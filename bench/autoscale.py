@@ -15,7 +15,7 @@ of simulated time over a profile of several hours:
 - what is not processed is lag; lag in seconds = backlog / records processed per second.
 
 Policies, each deciding on what it could observe:
-- staticfleet: `decisions.autoscaling.decide_autoscaling` itself, every 10 s (the operator's
+- staticfleet: `decisions.autoscaler.rules.decide_autoscaling` itself, every 10 s (the operator's
   resync), with its status memory carried from pass to pass, and members' throughput as
   `/status` reports it (rate, busy share, full-batch capacity);
 - keda: KEDA's Kafka scaler through an HPA: desired = ceil(total lag / `--lag-threshold`),
@@ -59,8 +59,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from staticfleet import apply
-from staticfleet.decisions.autoscaling import Situation, decide_autoscaling
-from staticfleet.decisions.load import Load, MemberLoad
+from staticfleet.decisions.autoscaler.load import Load, MemberLoad
+from staticfleet.decisions.autoscaler.rules import Situation, decide_autoscaling
 from staticfleet.decisions.spec.autoscaling import AutoscalingSpec
 from staticfleet_dev import environment
 from staticfleet_dev.kafka import KafkaSettings

@@ -2,9 +2,10 @@
 
 Layout: pure modules (`config`, `records`, `buffer`, `delivery`, `metrics`' Telemetry and its
 Prometheus `series`) hold the decisions and run without a broker; `member` is the Kafka poll
-loop (`leaving` its ways out of the group and back in), `processing` the retry and
-poison-isolation policy around one batch, `spark` the session and the batch run, `sinks` where
-results go, `http` the endpoints, `main` the wiring.
+loop (`leaving` its ways out of the group and back in, `rebalancing` its rebalance callbacks,
+`inflight` the batch in the worker), `processing` the retry and poison-isolation policy around
+one batch, `spark` the session and the batch run, `sinks` where results go, `http` the
+endpoints, `main` the wiring.
 
 Long batches: one batch is processed at a time in a worker thread while the poll loop keeps
 calling the consumer. The loop gathers the next batch meanwhile; once that one is full it waits

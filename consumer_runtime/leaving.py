@@ -1,8 +1,10 @@
 """Out of the group and back in: the poll loop's (consumer_runtime/member.py) steps for leaving,
-draining and a join the broker refuses, as the mixin `Leaving` that `Member` inherits.
+rejoining, draining and a join the broker refuses, as the mixin `Leaving` that `Member` inherits.
 
 membership.py says how a leave and a refused join work; these are the steps that carry them
 out, each between batches, on the loop's thread:
+- rejoin (`_rejoin`): leave the group and subscribe again with the same instance id, so that
+  the group's assignment is computed anew;
 - leave (`_leave`): give the partitions up at once, serve the consumer until the broker shows
   none of ours (`_wait_released`, at most LEAVE_CONFIRM_S), close;
 - drain (`_drain`, `_hold_drained`): close the consumer the static way, hold, then end the run
@@ -110,7 +112,7 @@ class Leaving:
     paused: set[TP]
     joined: bool
 
-    if TYPE_CHECKING:  # the loop's, in member.Member
+    if TYPE_CHECKING:  # the loop's, in member.Member (and its callback's, in rebalancing)
         def _new_consumer(self) -> Consumer: ...
         def _subscribe(self, subscription: list[str] | None = None) -> None: ...
         def _records(self, messages: list[Message], now: float) -> list[Message]: ...
@@ -277,6 +279,22 @@ class Leaving:
             return
         log.debug("trying to join again (attempt %d)", self.join_attempts + 1)
         self.consumer = self._new_consumer()
+        self._subscribe()
+
+    # -- rejoin (an operator request, between batches) -------------------------------------------
+
+    def _rejoin(self) -> None:
+        """Leave the group and subscribe again with the same instance id, so that the group's
+        assignment is computed anew (a static member's restart in a Stable classic group keeps
+        the old one, with new subscription metadata or not)."""
+        with self.requests.lock:
+            self.requests.rejoin_requested = False
+            self.requests.rejoining = self.consumer is not None
+        if self.consumer is None:  # the broker refused a join meanwhile: it joins anew anyway
+            return
+        log.info("rejoin requested: leaving group %s and subscribing again",
+                 self.config.group_id)
+        self.consumer.unsubscribe()
         self._subscribe()
 
     # -- leave and drain (operator requests, between batches) ------------------------------------

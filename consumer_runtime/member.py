@@ -11,10 +11,15 @@ are timed (timeline.py).
 The operator steers the loop through its requests (stop, leave, rejoin, drain and, for a standby,
 activate), each carried out only between batches, after the batch in flight is committed, with the
 partitions paused (consumer_runtime/steering.py). The ways out of the group and back in (the leave,
-the drain and its hold, a KIP-848 member's static leave and its release of a crashed predecessor's
-member id, a join the broker refuses for now) are the mixin `Leaving` (consumer_runtime/leaving.py)
-that `Member` inherits. A drained process whose replacement holds its instance id ends the loop
-(`replaced`); main.py leaves word for a restart to stay out.
+the rejoin, the drain and its hold, a KIP-848 member's static leave and its release of a crashed
+predecessor's member id, a join the broker refuses for now) are the mixin `Leaving`
+(consumer_runtime/leaving.py) that `Member` inherits. A drained process whose replacement holds its
+instance id ends the loop (`replaced`); main.py leaves word for a restart to stay out.
+
+The group's rebalances reach the loop inside `consume()`, as librdkafka's callbacks: the
+partitions assigned, revoked or lost, and what becomes of the batch in flight (`InFlight`,
+consumer_runtime/inflight.py) when its partitions go, are the mixin `Rebalancing`
+(consumer_runtime/rebalancing.py) that `Member` inherits too.
 
 The stall detector's needs are reported per batch and per change, never per record: the batch in
 flight (`Telemetry.batch_started`), the partitions paused for the work held
@@ -28,25 +33,24 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from consumer_runtime.buffer import BatchBuffer
 from consumer_runtime.config import RuntimeConfig
+from consumer_runtime.inflight import InFlight
 from consumer_runtime.leaving import BUSY_POLL_S, Leaving
-from consumer_runtime.leaving import DRAIN_CHECK_S as DRAIN_CHECK_S  # tests import it here
 from consumer_runtime.membership import (
     consumer_settings,
     fetched_all,
-    generation_of,
     is_fatal,
     is_unreleased_instance_id,
 )
 from consumer_runtime.metrics import Telemetry
 from consumer_runtime.predecessor import MemberIdFile
 from consumer_runtime.processing import Outcome
+from consumer_runtime.rebalancing import Rebalancing
 from consumer_runtime.records import Batch, next_offsets
 from consumer_runtime.records import TopicPartition as TP
 from consumer_runtime.steering import DRAIN, LEAVE, REJOIN, STOP, Requests
@@ -71,24 +75,7 @@ def _log_error(err: KafkaError) -> None:
     log.warning("kafka: %s", err)
 
 
-def _tps(partitions: Sequence[TopicPartition]) -> set[TP]:
-    return {(p.topic, p.partition) for p in partitions}
-
-
-@dataclass
-class InFlight:
-    batch_id: int
-    records: Batch
-    future: cf.Future[Outcome]
-    started: float
-    excluded: set[TP] = field(default_factory=set)
-    """Partitions revoked or lost while the batch ran: their offsets are not committed."""
-
-    def touches(self, partitions: set[TP]) -> bool:
-        return not partitions.isdisjoint(self.records.ranges)
-
-
-class Member(Leaving):
+class Member(Rebalancing, Leaving):
     def __init__(self, config: RuntimeConfig, telemetry: Telemetry,
                  handle: Callable[[int, Batch], Outcome],
                  ready: Callable[[], bool] = lambda: True,
@@ -409,93 +396,3 @@ class Member(Leaving):
             self.telemetry.batch_ended()
         self.worker.shutdown(wait=False, cancel_futures=True)
         self._close_consumer()
-
-    # -- rejoin (an operator request, between batches) -------------------------------------------
-
-    def _rejoin(self) -> None:
-        """Leave the group and subscribe again with the same instance id, so that the group's
-        assignment is computed anew (a static member's restart in a Stable classic group keeps
-        the old one, with new subscription metadata or not)."""
-        with self.requests.lock:
-            self.requests.rejoin_requested = False
-            self.requests.rejoining = self.consumer is not None
-        if self.consumer is None:  # the broker refused a join meanwhile: it joins anew anyway
-            return
-        log.info("rejoin requested: leaving group %s and subscribing again",
-                 self.config.group_id)
-        self.consumer.unsubscribe()
-        self._subscribe()
-
-    # -- rebalance callbacks (run inside consume(), on this thread) ------------------------------
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        tps = _tps(partitions)
-        self.assignment |= tps
-        self.paused -= tps
-        self.joined = True
-        self._entered(consumer.memberid() or "")
-        self.assigned_at = self.clock()
-        self.buffer.catch_up(self.assigned_at)
-        first = self.telemetry.assigned(tps, self.clock(), consumer.memberid() or "",
-                                        rebalance=not self.left and not self.returning,
-                                        generation=generation_of(consumer))
-        self.returning = False
-        log.info("assigned %s", sorted(tps))
-        if first is not None:
-            log.info("first assignment %.3f s after process start", first)
-        if self.join_refused_at is not None:
-            log.info("in the group after waiting %.1f s for the broker to release instance id "
-                     "%s (%d refused tries)", self.clock() - self.join_refused_at,
-                     self.config.group_instance_id, self.join_attempts)
-            self.join_refused_at, self.join_attempts = None, 0
-            self.telemetry.wait_over(self.clock())
-        if self.requests.rejoining and not self.left:
-            with self.requests.lock:
-                self.requests.rejoining = False
-            self.telemetry.rejoined()
-            log.info("rejoined group %s", self.config.group_id)
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Finish the batch in flight (bounded by the rebalance timeout) and commit it."""
-        tps = _tps(partitions)
-        self.telemetry.revoked(tps, lost=False)
-        log.info("revoked %s", sorted(tps))
-        flight = self.inflight
-        if flight is not None and flight.touches(tps):
-            cf.wait([flight.future], timeout=self.revoke_wait_s)
-            if flight.future.done():
-                self._finish_inflight()
-            else:
-                log.warning("batch %d still running at revoke; its offsets will not be "
-                            "committed", flight.batch_id)
-                flight.excluded |= tps
-        self._forget(tps)
-
-    def _on_lost(self, consumer: Consumer | None, partitions: list[TopicPartition]) -> None:
-        """The partitions already belong to others: abandon their work, commit nothing."""
-        tps = _tps(partitions)
-        self.telemetry.revoked(tps, lost=True)
-        log.warning("lost %s", sorted(tps))
-        if self.inflight is not None:
-            self.inflight.excluded |= tps
-        self._forget(tps)
-
-    def _forget(self, tps: set[TP]) -> None:
-        paused = self.paused & tps
-        if paused and self.consumer is not None:
-            # librdkafka keeps an application's pause across a revoke and a later assign of the
-            # same partition (only resume() clears it): resume now, or it never fetches again.
-            try:
-                self.consumer.resume([TopicPartition(t, p) for t, p in sorted(paused)])
-            except KafkaException as exc:
-                log.info("resuming %s before they go: %s", sorted(paused), exc)
-        self.assignment -= tps
-        self.paused -= tps
-        self.joined = bool(self.assignment)
-        staged = self.buffer.staged
-        dropped = self.buffer.drop(tps, self.clock())
-        if self.prepare is not None and self.buffer.staged is not None \
-                and self.buffer.staged is not staged:
-            self.prepare(self.batch_seq + 1, self.buffer.staged)
-        if dropped:
-            log.info("dropped %d polled records of partitions no longer assigned", dropped)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from staticfleet.decisions.actions import MetricValues
-from staticfleet.decisions.causes import CAUSES
+from staticfleet.decisions.rebalance.causes import CAUSES
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 LABELS = ("namespace", "group")

@@ -37,9 +37,9 @@ from datetime import datetime
 from typing import Any
 
 from staticfleet import apply, claims, credentials, failpoints, kafkaview, metrics, switchover
-from staticfleet.decisions import autoscaling
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan, summarize
+from staticfleet.decisions.autoscaler import rules as autoscaler
 from staticfleet.decisions.memberreport import MemberReport
 from staticfleet.decisions.members.observed import pod_ended, still_running
 from staticfleet.decisions.names import member_token_secret_name
@@ -278,7 +278,8 @@ def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, clients:
         if plan.calls:
             # Write ahead: a scale-down's planned leave is in the status before the member is
             # asked, so the successor of an operator killed in between counts its rebalance as
-            # planned, and asks again a member that does not say it is leaving (`planned`).
+            # planned, and asks again a member that does not say it is leaving
+            # (`rebalance.planned`).
             snap = _journal(snap, plan, kube, memory)
             failpoints.hit(failpoints.BEFORE_MEMBER_CALLS)
         _ask_members(snap, plan, kube, memory)
@@ -307,7 +308,7 @@ def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, clients:
             memory.own.wrote_pod(kube.delete_pod(snap.namespace, gone.name, gone.uid))
             failpoints.hit(failpoints.AFTER_POD_DELETE)
         if plan.scale_to is not None and not kube.scale(body, plan.scale_to,
-                                                        autoscaling.FIELD_MANAGER):
+                                                        autoscaler.FIELD_MANAGER):
             log.info("%s/%s: not scaled to %d: spec.replicas changed meanwhile",
                      snap.namespace, snap.name, plan.scale_to)
             plan = _unscaled(snap, plan)
@@ -337,10 +338,10 @@ def execute(snap: Snapshot, plan: Plan, admin: kafkaadmin.Admin | None, clients:
 
 def _ask_members(snap: Snapshot, plan: Plan, kube: apply.Kube, memory: Memory) -> None:
     """Tell members to leave the group, to rejoin it or to activate (a member that does not
-    answer is deleted after `planned.LEAVE_WAIT_S`, or asked again after
-    `planned.REJOIN_RETRY_S`), with the group's token, or the one before it for a member whose
-    mounted Secret still holds that. A member that refuses both makes the next pass read the
-    Secret again (someone may have written a token into it)."""
+    answer is deleted after `rebalance.planned.LEAVE_WAIT_S`, or asked again after
+    `rebalance.planned.REJOIN_RETRY_S`), with the group's token, or the one before it for a
+    member whose mounted Secret still holds that. A member that refuses both makes the next
+    pass read the Secret again (someone may have written a token into it)."""
     if not plan.calls:
         return
     ips, tokens = switchover.addresses(snap), switchover.tokens(snap, memory)
@@ -360,7 +361,7 @@ def _unscaled(snap: Snapshot, plan: Plan) -> Plan:
     the autoscaler's previous memory (no change counted) and its Event is not posted."""
     status = {**plan.status, "autoscaling": snap.previous.get("autoscaling")}
     return replace(plan, status=without_nulls(status), scale_to=None, events=tuple(
-        e for e in plan.events if e.reason not in autoscaling.CHANGE_REASONS))
+        e for e in plan.events if e.reason not in autoscaler.CHANGE_REASONS))
 
 
 def _journal(snap: Snapshot, plan: Plan, kube: apply.Kube, memory: Memory) -> Snapshot:

@@ -8,7 +8,7 @@ all revisions, read at each container start).
 
 The first finding depended on the pod's age; this test used to sleep until the pods were 100 s
 old to replay it. The decision is pure and a table test holds it for old pods
-(tests/unit/operator/test_decide_timeouts.py::test_a_crash_restarted_in_place_teaches_the_timeouts_nothing,
+(tests/unit/operator/timeouts/test_decide_timeouts.py::test_a_crash_restarted_in_place_teaches_the_timeouts_nothing,
 a pod three days old); here the crash happens as soon as the group is Ready, and the same
 assertions (no timeout, revision or rollout change from a crash) hold on the whole system.
 """

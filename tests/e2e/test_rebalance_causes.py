@@ -5,7 +5,7 @@ foreign consumer joining, one after another. After each, the ledger
 (`status.rebalanceLedger.recent`) names that cause for the rebalances it made, and at the end
 `staticfleet_rebalances_by_cause_total` has counted each cause and nothing `unknown`.
 
-Why one group may share them: the rules are an ordered table (`decisions.causes.RULES`) and
+Why one group may share them: the rules are an ordered table (`rebalance.causes.RULES`) and
 evidence stays for the session timeout and a grace (`ledger.GRACE_S`). The steps go from the
 last row up (rollout, member crash, broker restart, coordinator move, scale, foreign member), so
 what an earlier step left behind is always a lower row than the next step's own evidence and

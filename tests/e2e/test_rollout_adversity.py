@@ -131,7 +131,7 @@ def test_a_frozen_old_member_and_a_late_first_pass(
     # The stop-and-wait handoff (what a switchover falls back to when the drain is refused or
     # late): with a drain, the activation goes out in the same pass and there is no late first
     # pass to test. The drain's own fallback (no answer in time: stop instead) is tested in
-    # tests/unit/operator/test_ask_member.py (test_a_switchover_activates_the_standby_...).
+    # tests/unit/operator/observe/test_ask_member.py (test_a_switchover_activates_the_standby_...).
     spec["metadata"]["annotations"][STOP_HANDOFF_ANNOTATION] = "true"
     groups.start(kubeconfig, namespace, spec)
     generations = kafka.generations(name)

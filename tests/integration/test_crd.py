@@ -284,7 +284,7 @@ def test_the_autoscaler_writes_replicas_through_scale_and_reads_who_else_does(
     from kubernetes import client
 
     from staticfleet import apply as kube_apply
-    from staticfleet.decisions.autoscaling import FIELD_MANAGER, replicas_owner
+    from staticfleet.decisions.autoscaler.rules import FIELD_MANAGER, replicas_owner
 
     kube = kube_apply.Kube(kube_apply.load_client(str(kubeconfig)))
     obj = valid()

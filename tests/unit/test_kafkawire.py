@@ -3,7 +3,7 @@ kafka-python settings from a librdkafka configuration (`kafkawire.settings`): wh
 setting becomes, and what is refused rather than dropped. Each SASL mechanism and TLS
 credential against the member contract's tables, for both its users:
 tests/unit/test_member_contract.py. Its messages' layouts byte for byte: the users' tests
-(tests/unit/runtime/test_staticleave.py, test_groupview.py; tests/unit/operator/
+(tests/unit/runtime/test_staticleave.py, test_groupview.py; tests/unit/operator/observe/
 test_clusteranswers.py); the TLS corners in depth: test_staticleave.py."""
 
 from __future__ import annotations

@@ -20,17 +20,17 @@ what stands below it):
 * `rollout/`: the roller (`state`, `gates`, `steps`, `warm`, `roller`, `record`, `effects`; its
   own map is its `__init__`);
 * `status` (the status and its conditions), `tuning` (the timeouts one pass puts in force),
-  `autoscaling` (the autoscaler; the load it decides on, measured, in `load`), `planned` (the
-  rebalances the operator asks for: scale-down, rejoin), `causes` (why a rebalance happened:
-  the rules, as rows) and `ledger` (the rebalance ledger of the status: each rebalance with its
-  cause and evidence), `pods` (pods to create, to delete,
-  standbys to activate), `pace` (whether the group is at rest after a pass, and when the next
-  one is due), and `plan` over them all;
+  `autoscaler/`: `rules` (the replica count it decides) and `load` (the figures it decides on);
+* `rebalance/`: `count` (counting them), `planned` (the rebalances the operator asks for:
+  scale-down, rejoin), `causes` (why a rebalance happened: the rules, as rows) and `ledger`
+  (the rebalance ledger of the status: each rebalance with its cause and evidence);
+* `pods` (pods to create, to delete, standbys to activate), `pace` (whether the group is at
+  rest after a pass, and when the next one is due), and `plan` over them all;
 * beneath everything: `conditions` (types, reasons, helpers), `scaling` (which ordinals exist,
-  which go first), `rebalances` (counting them), `drift` (whether a child still holds what the
-  operator applied to it), `clusters` (which Kafka cluster a bootstrap list names, however it
-  is spelled), `settings`, and under `settings` `shards` (which ConsumerGroups a
-  sharded operator owns, and when it may take one over).
+  which go first), `drift` (whether a child still holds what the operator applied to it),
+  `clusters` (which Kafka cluster a bootstrap list names, however it is spelled), `settings`,
+  and under `settings` `shards` (which ConsumerGroups a sharded operator owns, and when it may
+  take one over).
 
 Nothing in this package does I/O, reads the clock or imports a Kubernetes, kopf or Kafka client
 (enforced by `.importlinter`): time is the snapshot's `now`.

@@ -114,9 +114,9 @@ class MetricValues:
     rebalances: int = 0
     """Rebalances seen since the previous pass."""
     planned_rebalances: int = 0
-    """Of those, the ones the operator asked for (`planned`)."""
+    """Of those, the ones the operator asked for (`rebalance.planned`)."""
     rebalance_causes: Mapping[str, int] = field(default_factory=dict)
-    """The rebalances given a cause this pass (`ledger`), by cause."""
+    """The rebalances given a cause this pass (`rebalance.ledger`), by cause."""
     unassigned_partitions: int | None = None
     lag: Mapping[tuple[str, int], int] | None = None
     """Each committed partition's lag as the broker sees it (None: not read this pass)."""
@@ -153,7 +153,8 @@ class Plan:
     requeue_after_s: float | None = None
     """When to look again (None: on the next change or the periodic resync)."""
     calls: tuple[MemberCall, ...] = ()
-    """Members to ask to leave the group or to rejoin it (`planned`), before any deletion."""
+    """Members to ask to leave the group or to rejoin it (`rebalance.planned`), before any
+    deletion."""
     annotate: tuple[PodAnnotate, ...] = ()
     """Pods to annotate before the calls: a standby is marked activated
     (`names.ACTIVATED_ANNOTATION`) before it is asked to activate, so that a restart of its

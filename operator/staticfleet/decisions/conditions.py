@@ -98,7 +98,7 @@ DESCRIBE_CONFIGS_DENIED = "DescribeConfigsDenied"
 # --- reasons: TestingAnnotations ---
 TESTING_ANNOTATIONS_IGNORED = "TestingAnnotationsIgnored"
 
-# --- reasons: Autoscaling (decisions.autoscaling; the changes are also Events) ---
+# --- reasons: Autoscaling (decisions.autoscaler; the changes are also Events) ---
 LAG_ON_TARGET = "LagOnTarget"
 SCALING_UP = "ScalingUp"
 SCALING_DOWN = "ScalingDown"
@@ -133,7 +133,7 @@ MEMBER_LEAVING = "MemberLeaving"
 SCALE_DOWN_TAKEN_BACK = "ScaleDownTakenBack"
 PLANNED_REBALANCE = "PlannedRebalance"
 REBALANCE_UNEXPLAINED = "RebalanceUnexplained"
-"""A rebalance the ledger found no cause for (`ledger`, cause unknown)."""
+"""A rebalance the ledger found no cause for (`rebalance.ledger`, cause unknown)."""
 FOREIGN_MEMBER = "ForeignMember"
 """A rebalance a member that is none of the ConsumerGroup's made, joining or leaving."""
 RECREATING_FAILED_POD = "RecreatingFailedPod"

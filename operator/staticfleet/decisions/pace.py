@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Plan
 from staticfleet.decisions.members.observed import pod_ended, pod_ready
-from staticfleet.decisions.planned import PlannedRebalance
+from staticfleet.decisions.rebalance.planned import PlannedRebalance
 from staticfleet.decisions.rollout.state import RolloutState
 from staticfleet.decisions.snapshot import Snapshot
 
@@ -130,8 +130,8 @@ def no_autoscaling(snap: Snapshot, plan: Plan) -> str | None:
 
 def no_planned_rebalance_awaited(snap: Snapshot, plan: Plan) -> str | None:
     """A rebalance the operator asked for is told from an unexpected one by when it is seen
-    (`planned.PlannedRebalance.explains`): within its window, the members' counters are read
-    at the usual pace."""
+    (`rebalance.planned.PlannedRebalance.explains`): within its window, the members' counters
+    are read at the usual pace."""
     last = PlannedRebalance.from_status(plan.status.get("plannedRebalance"))
     if last is not None and last.explains(snap.now):
         return f"a planned rebalance ({last.reason}) may still show"

@@ -7,12 +7,11 @@ The service carries the plan out and decides nothing.
 
 `decide` reads as numbered steps, each decided by the module that owns its subject: the
 timeouts (`tuning`), the members as observed (`members.observed`) and the rebalances
-(`planned`), the rollout's step (`rollout.effects`, over the roller in `rollout.roller`), the
-member pods (`pods`), the partitions nobody owns (`planned`), the problems
-(`members.problems`); this module puts the status, the
-Events and the metrics of the pass together, and `pace` says whether the group is at rest after
-it (its next pass then comes after the rest interval). `degraded` is the plan of a pass that
-cannot finish.
+(`rebalance.planned`), the rollout's step (`rollout.effects`, over the roller in
+`rollout.roller`), the member pods (`pods`), the partitions nobody owns (`rebalance.planned`),
+the problems (`members.problems`); this module puts the status, the Events and the metrics of
+the pass together, and `pace` says whether the group is at rest after it (its next pass then
+comes after the rest interval). `degraded` is the plan of a pass that cannot finish.
 
 A member restart goes from reason to replacement through these steps:
 `members.observed.observe_members` computes each member's restart reasons once; the roller
@@ -28,14 +27,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from staticfleet.decisions import autoscaling as au
-from staticfleet.decisions import builders, ledger, pace, pods, scaling
-from staticfleet.decisions import causes as ca
+from staticfleet.decisions import builders, pace, pods, scaling
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions import planned as pl
 from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import AutoscalingFigures, Event, MetricValues, Plan, soonest
-from staticfleet.decisions.load import Load, MemberLoad
+from staticfleet.decisions.autoscaler import rules as au
+from staticfleet.decisions.autoscaler.load import Load, MemberLoad
 from staticfleet.decisions.members.observed import MemberTable, observe_members
 from staticfleet.decisions.members.problems import (
     group_id_holder,
@@ -50,6 +47,9 @@ from staticfleet.decisions.members.stalls import (
     until_overdue_s,
     until_stalled_s,
 )
+from staticfleet.decisions.rebalance import causes as ca
+from staticfleet.decisions.rebalance import ledger
+from staticfleet.decisions.rebalance import planned as pl
 from staticfleet.decisions.rollout.effects import Roll, current_spec, rollout_step
 from staticfleet.decisions.rollout.state import PHASES_IN_PROGRESS
 from staticfleet.decisions.settings import ALLOW_TESTING_ANNOTATIONS_ENV
@@ -99,7 +99,7 @@ def decide(snap: Snapshot) -> Plan:
     # 4b: A KIP-848 group's session timeout, raised for a rollout about to stop members (the
     #     roller's `SessionTimeoutWidened` held the stop back), set back once none needs it.
     widened = widen(snap, spec, tuned, roll.state)
-    # 4c: The cause of each rebalance counted (`ledger`), from the signs the passes noted.
+    # 4c: The cause of each rebalance counted (`rebalance.ledger`), from the signs the passes noted.
     booked = ledger.book(snap, spec, group, seen, roll.state, tuned.effective.session_timeout_ms)
     # 5: Member pods to create and to delete, each with why: missing members, the scale-down,
     #    the rollout's step, abandoned standbys, pods that ended, a stalled member.

@@ -12,8 +12,8 @@ activated first (`marked_activated`); while the group's coordinator moves, that 
 steers (`handoffs_under_way`).
 
 `pod_changes` gathers every creation and deletion of a pass: these, the roller's (its steps
-delete pods in `rollout.effects`), the scale-down's (`planned`) and a stalled member's restart
-(`stalls`), with their Events.
+delete pods in `rollout.effects`), the scale-down's (`rebalance.planned`) and a stalled member's
+restart (`stalls`), with their Events.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import Any
 
 from staticfleet.decisions import builders, scaling
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions import planned as pl
 from staticfleet.decisions.actions import (
     Event,
     MemberCall,
@@ -57,6 +56,7 @@ from staticfleet.decisions.names import (
     ordinal_of,
 )
 from staticfleet.decisions.reasons import MemberSpecView
+from staticfleet.decisions.rebalance import planned as pl
 from staticfleet.decisions.rollout.effects import Roll, RollbackSource
 from staticfleet.decisions.rollout.state import RolloutState
 from staticfleet.decisions.snapshot import GroupView, Snapshot
@@ -88,7 +88,8 @@ def creates(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
     restarting = {f.ordinal for f in state.in_flight}
     known = {m.get("ordinal") for m in snap.previous.get("members") or ()}
     # Members the last scale-down removed (their stopping pods kept them in the status) and
-    # the ones deleted for a scale-down taken back (`planned.leaves_taken_back`) join as new.
+    # the ones deleted for a scale-down taken back (`rebalance.planned.leaves_taken_back`)
+    # join as new.
     returning = (set(last.members) if last is not None
                  and last.reason in (pl.SCALE_UP, pl.SCALE_DOWN) else set())
     ended = {m.get("ordinal"): m.get("phase") for m in snap.previous.get("members") or ()
@@ -261,7 +262,7 @@ def pod_changes(snap: Snapshot, spec: ConsumerGroupSpec, view: MemberSpecView,
                 effective: EffectiveTimeouts, table: MemberTable, roll: Roll,
                 last: pl.PlannedRebalance | None) -> PodChanges:
     """Every member pod this pass creates or deletes: the missing members' pods (`creates`);
-    deletions for the scale-down (`planned.scale_down`), the rollout's step, abandoned
+    deletions for the scale-down (`rebalance.planned.scale_down`), the rollout's step, abandoned
     standbys, pods that ended, and a stalled member (`stalls.stalled_restart`, only while
     nothing else goes)."""
     previous = snap.previous

@@ -92,8 +92,8 @@ def derive_conditions(
     extra: Sequence[tuple[str, c.Cond]] = (),
 ) -> list[dict[str, Any]]:
     """The conditions from this pass's observations, one function per type (`extra`: the ones
-    other modules derive: UnassignedPartitions in `planned`, BrokerBoundsKnown in `tuning`,
-    MembersStalled in `stalls`); `refusal`: why the roller refused to start restarting
+    other modules derive: UnassignedPartitions in `rebalance.planned`, BrokerBoundsKnown in
+    `tuning`, MembersStalled in `stalls`); `refusal`: why the roller refused to start restarting
     (restarts do not fit a session timeout), if it did; `problems`: (reason, message) of what
     else this pass found wrong, the first of which is Degraded."""
     refused = refusal is not None or (

@@ -38,7 +38,7 @@ CLASSIC_STATES = ("Stable", "PreparingRebalance", "CompletingRebalance", "Empty"
 CONSUMER_STATES = ("Stable", "Empty", "Dead")
 """The states as the per-group reads give them: librdkafka (2.16) knows the classic states
 alone, and calls a KIP-848 group that is Assigning or Reconciling "Unknown"; these reads say
-the same, so a pass decides as it did (decisions/rebalances.py would count those two as
+the same, so a pass decides as it did (decisions/rebalance/count.py would count those two as
 rebalances: giving them is a change of its own, with its tests)."""
 
 

@@ -1,6 +1,6 @@
-"""What the `plan.decide` tables (tests/unit/operator/test_decide_*.py) share besides the
-snapshots: a pod being deleted, the Events' reasons, a spec with a new image, a fleet whose
-rollout has begun."""
+"""What the `plan.decide` tables (test_decide_*.py, here and in the rooms' folders below)
+share besides the snapshots: a pod being deleted, the Events' reasons, a spec with a new image,
+a fleet whose rollout has begun."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from member_contract import SASL_MECHANISMS, SECURITY_PROTOCOLS
-from staticfleet.decisions.causes import CAUSES, SIGN_KINDS, Sign
-from staticfleet.decisions.ledger import RECENT, Entry, Ledger
+from staticfleet.decisions.rebalance.causes import CAUSES, SIGN_KINDS, Sign
+from staticfleet.decisions.rebalance.ledger import RECENT, Entry, Ledger
 from staticfleet.decisions.rollout.state import InFlight, Phase, RolloutState
 from staticfleet.decisions.spec.fields import SpecError
 from staticfleet.decisions.spec.model import ConsumerGroupSpec

@@ -23,13 +23,13 @@ from staticfleet.decisions.names import (
     SESSION_ANNOTATION,
 )
 from staticfleet.decisions.plan import decide, without_nulls
-from staticfleet.decisions.planned import WHY_ASK_AGAIN, WHY_SCALE_DOWN, WHY_TAKEN_BACK
 from staticfleet.decisions.pods import (
     WHY_ENDED,
     WHY_ENDED_REPLACEMENT,
     WHY_MISSING,
     WHY_NEW,
 )
+from staticfleet.decisions.rebalance.planned import WHY_ASK_AGAIN, WHY_SCALE_DOWN, WHY_TAKEN_BACK
 from tests.unit.operator.decide_support import deleting, reasons
 from tests.unit.operator.snapshots import (
     CG,

@@ -173,7 +173,7 @@ def test_a_restart_that_fits_the_new_timeout_but_not_the_running_one_is_refused(
 
 def test_a_kip848_groups_timeout_applies_at_once_so_the_new_one_counts() -> None:
     """Without widening (the automatic session timeout then covers the restarts;
-    tests/unit/operator/test_widening.py has the group that widens)."""
+    tests/unit/operator/timeouts/test_widening.py has the group that widens)."""
     unwidened = with_path(CG, "spec.rollout.widenSessionTimeout", False)
     cg = with_path(with_path(unwidened, "spec.template.image", "staticfleet/member:0.2.0"),
                    "spec.membership", {"protocol": "consumer"})

@@ -42,7 +42,7 @@ def test_counters_show_zero_from_the_first_pass() -> None:
 
 
 def test_rebalances_by_cause_start_at_zero_for_every_cause_and_count_each_pass() -> None:
-    from staticfleet.decisions.causes import CAUSES
+    from staticfleet.decisions.rebalance.causes import CAUSES
 
     ids = {"namespace": "ns", "group": "ledgered"}
     metrics.export("ns", "ledgered", MetricValues(), 0.1)

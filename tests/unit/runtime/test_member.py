@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from consumer_runtime.member import BUSY_POLL_S, DRAIN_CHECK_S, HANDOVER_POLL_S, Member
+from consumer_runtime.leaving import BUSY_POLL_S, DRAIN_CHECK_S
+from consumer_runtime.member import HANDOVER_POLL_S, Member
 from consumer_runtime.records import Batch
 from consumer_runtime.termination import (
     REPLACED_FILE,

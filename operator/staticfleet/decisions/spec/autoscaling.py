@@ -1,4 +1,5 @@
-"""`spec.autoscaling`, typed and parsed (pure); the autoscaler that follows it is `autoscaling`."""
+"""`spec.autoscaling`, typed and parsed (pure); the autoscaler that follows it is the room
+`decisions.autoscaler`."""
 
 from __future__ import annotations
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from staticfleet.decisions import causes as ca
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions import ledger as lg
 from staticfleet.decisions.actions import Plan
 from staticfleet.decisions.names import MEMBER_CONTAINER
 from staticfleet.decisions.plan import decide, without_nulls
-from staticfleet.decisions.planned import explain_rebalances
+from staticfleet.decisions.rebalance import causes as ca
+from staticfleet.decisions.rebalance import ledger as lg
+from staticfleet.decisions.rebalance.planned import explain_rebalances
 from staticfleet.decisions.rollout.state import RolloutState
 from staticfleet.decisions.snapshot import GroupMemberView, Problem
 from staticfleet.decisions.spec.model import ConsumerGroupSpec

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from staticfleet.decisions.plan import decide, without_nulls
-from staticfleet.decisions.rebalances import count_rebalances
+from staticfleet.decisions.rebalance.count import count_rebalances
 from tests.unit.operator.snapshots import CG, settled, snapshot
 from tests.unit.operator.support import NOW, reports
 
@@ -267,7 +267,8 @@ def test_a_classic_credit_is_tied_to_the_generation_its_members_report(
     assert passes(*seen) == totals
 
 
-def test_the_generation_is_kept_through_a_pass_no_member_answered_and_the_emptying_makes_one() -> None:
+def test_the_generation_is_kept_through_a_pass_no_member_answered_and_the_emptying_makes_one(
+        ) -> None:
     previous = {"groupState": "Stable", "rebalances": 0, "groupGeneration": 5,
                 "memberRebalanceCounters": {"a": 0, "b": 0}}
     unread = count_rebalances(previous, "Stable", pods("a", "b"), {}, now=NOW,

@@ -1,6 +1,6 @@
-"""The rebalance's cause (`decisions.causes`) as a table: each kind of evidence alone gives its
-cause, the rows' order decides between two, old evidence explains nothing, a foreign member's
-sign explains one rebalance, and no evidence is no cause."""
+"""The rebalance's cause (`decisions.rebalance.causes`) as a table: each kind of evidence alone
+gives its cause, the rows' order decides between two, old evidence explains nothing, a foreign
+member's sign explains one rebalance, and no evidence is no cause."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from staticfleet.decisions import causes as ca
-from staticfleet.decisions.causes import Crash, Evidence, Sign
+from staticfleet.decisions.rebalance import causes as ca
+from staticfleet.decisions.rebalance.causes import Crash, Evidence, Sign
 from tests.unit.operator.support import NOW
 
 pytestmark = pytest.mark.unit
@@ -150,7 +150,7 @@ def test_every_cause_has_a_row_and_unknown_comes_last() -> None:
 
 
 def test_the_contract_lists_every_cause_in_the_rules_order_and_every_sign() -> None:
-    text = (Path(__file__).resolve().parents[3] / "docs" / "contracts.md").read_text()
+    text = (Path(__file__).resolve().parents[4] / "docs" / "contracts.md").read_text()
     section = text.split("## Why the group rebalanced")[1].split("\n## ")[0]
     assert re.findall(r"^\| `([a-z_]+)` \|", section, re.MULTILINE) == list(ca.CAUSES)
     assert [kind for kind in ca.SIGN_KINDS if f"`{kind}`" not in section] == []

@@ -2,7 +2,7 @@
 (`MemberLoad`), the group's backlog and its age (`Load`), the backlog in seconds
 (`lag_seconds`), and the arrival rate (`arrival_rate`): the growth of the partitions' end offsets
 between samples kept in `status.autoscaling` (`end_sample`, `parse_end_sample`), or without them
-the processing rate plus the lag's growth. `autoscaling` decides on these figures.
+the processing rate plus the lag's growth. `rules` decides on these figures.
 """
 
 from __future__ import annotations

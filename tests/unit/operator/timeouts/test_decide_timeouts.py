@@ -294,7 +294,7 @@ def test_a_restart_measured_mid_rollout_does_not_change_the_revision() -> None:
 
 def test_a_kip848_groups_session_follows_at_once_without_a_rollout() -> None:
     """Without widening (with it, the tuned value does not follow the restarts:
-    tests/unit/operator/test_widening.py)."""
+    tests/unit/operator/timeouts/test_widening.py)."""
     cg = with_path(with_path(CG, "spec.membership", {"protocol": "consumer"}),
                    "spec.rollout.widenSessionTimeout", False)
     config = {"group.consumer.max.session.timeout.ms": 300000}

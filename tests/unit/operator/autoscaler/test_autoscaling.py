@@ -1,4 +1,4 @@
-"""The autoscaler's decision, rule by rule (decisions/autoscaling.py)."""
+"""The autoscaler's decision, rule by rule (decisions/autoscaler/rules.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions.autoscaling import (
+from staticfleet.decisions.autoscaler.load import Load, MemberLoad
+from staticfleet.decisions.autoscaler.rules import (
     Situation,
     decide_autoscaling,
     members_needed,
     valid_replicas,
 )
-from staticfleet.decisions.load import Load, MemberLoad
 from staticfleet.decisions.spec.autoscaling import AutoscalingSpec
 
 pytestmark = pytest.mark.unit

@@ -33,7 +33,7 @@ from staticfleet.decisions import scaling
 from staticfleet.decisions import status as st
 from staticfleet.decisions.actions import Event, MemberCall, PodDelete
 from staticfleet.decisions.members.observed import MemberTable
-from staticfleet.decisions.rebalances import PASS_S, RebalanceCount, count_rebalances
+from staticfleet.decisions.rebalance.count import PASS_S, RebalanceCount, count_rebalances
 from staticfleet.decisions.rollout.state import PHASES_IN_PROGRESS, RolloutState
 from staticfleet.decisions.snapshot import GroupView, Snapshot
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
@@ -264,7 +264,7 @@ def explain_rebalances(snap: Snapshot, group: GroupView,
                        session_timeout_ms: int) -> Explained:
     """Count the group's rebalances and tell the planned ones from the unexpected (a credit
     of a rebalance counted from the group's state waits one session timeout and a pass
-    interval for a member's counter to show it: `rebalances`)."""
+    interval for a member's counter to show it: `count`)."""
     previous = snap.previous
     count = count_rebalances(previous, group.state, snap.pods, snap.statuses, now=snap.now,
                              window_s=session_timeout_ms / 1000 + PASS_S, epoch=group.epoch,

@@ -37,7 +37,7 @@ state counts what no counter can show yet, or ever:
   the members' reports of the generation they report now: that pass counted the return from
   them, though its read of the group's state, made a moment before they were back, said Empty.
 
-Table tests: tests/unit/operator/test_rebalances.py.
+Table tests: tests/unit/operator/rebalance/test_rebalances.py.
 """
 
 from __future__ import annotations

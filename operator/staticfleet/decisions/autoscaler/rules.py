@@ -41,7 +41,7 @@ from typing import Any
 
 from staticfleet.decisions import conditions as c
 from staticfleet.decisions.actions import Event
-from staticfleet.decisions.load import (
+from staticfleet.decisions.autoscaler.load import (
     Load,
     arrival_rate,
     lag_seconds,

@@ -33,13 +33,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from staticfleet.decisions import causes as ca
 from staticfleet.decisions import conditions as c
-from staticfleet.decisions import planned as pl
 from staticfleet.decisions.actions import Event
-from staticfleet.decisions.causes import Crash, Evidence, Sign
 from staticfleet.decisions.members.observed import Failure, ended_reason, pod_ended
 from staticfleet.decisions.names import MEMBER_CONTAINER, ordinal_of
+from staticfleet.decisions.rebalance import causes as ca
+from staticfleet.decisions.rebalance import planned as pl
+from staticfleet.decisions.rebalance.causes import Crash, Evidence, Sign
 from staticfleet.decisions.rollout.state import RolloutState
 from staticfleet.decisions.snapshot import GroupMemberView, GroupView, Snapshot
 from staticfleet.decisions.spec.model import ConsumerGroupSpec
