@@ -117,8 +117,10 @@ def test_kill9_replacement_waits_for_the_instance_id_then_processes_without_a_re
 # -- a restart in the same pod: the dead member's id released (consumer_runtime/predecessor.py) ----
 
 CRASH_SESSION_MS = 30000
-"""Long: a return within it cannot pass for one after the dead member's session expired."""
-BACK_LIMIT_S = 10.0
+"""Long: a return within it cannot pass for one after the dead member's session expired. The
+bound the test asserts (a restart that waited for the broker is back only after it); how soon
+within it the member is back is printed, not asserted: the new process's start alone took 11 s
+on a loaded CI machine (13.1 s from the kill, where 2-4 s is usual)."""
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,7 @@ def test_kill9_a_restart_in_the_same_pod_releases_the_dead_member_and_is_back_in
     print(f"kill -9, restart in the same pod: in the group {in_group_s:.2f} s after the kill "
           f"(consumer.session.timeout.ms {CRASH_SESSION_MS}); group epoch {settled.epoch} -> "
           f"{after.epoch}")
-    assert in_group_s < BACK_LIMIT_S, log
+    assert in_group_s < CRASH_SESSION_MS / 1000, log
     assert released == 1.0 and "released; joining in its place" in log, log
     assert "still holds instance id" not in log, "it waited for the broker after all"
     assert back["waiting"] is None
